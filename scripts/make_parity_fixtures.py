@@ -65,7 +65,7 @@ FIXTURES = {
         dict(
             vocab_size=96,
             hidden_size=64,
-            intermediate_size=128,
+            intermediate_size=64,
             num_hidden_layers=2,
             num_attention_heads=4,
             num_key_value_heads=2,
@@ -73,14 +73,14 @@ FIXTURES = {
             tie_word_embeddings=True,
         ),
     ),
-    # Qwen2, untied, 7 query heads sharing 1 KV head (group 7), head_dim 16.
+    # Qwen2, untied, 7 query heads sharing 1 KV head (group 7), head_dim 8.
     "qwen2-gqa7": (
         Qwen2ForCausalLM,
         Qwen2Config,
         dict(
             vocab_size=96,
-            hidden_size=112,
-            intermediate_size=160,
+            hidden_size=56,
+            intermediate_size=64,
             num_hidden_layers=2,
             num_attention_heads=7,
             num_key_value_heads=1,
@@ -94,8 +94,8 @@ FIXTURES = {
         LlamaConfig,
         dict(
             vocab_size=96,
-            hidden_size=96,
-            intermediate_size=128,
+            hidden_size=48,
+            intermediate_size=64,
             num_hidden_layers=2,
             num_attention_heads=6,
             num_key_value_heads=2,

@@ -1,0 +1,41 @@
+//! Device choice: `cpu` (burn-flex, f32) or `cuda` (burn-cuda, when built with the feature).
+
+use clap::ValueEnum;
+
+/// Where to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum DeviceKind {
+    /// The CPU through burn-flex (f32).
+    #[default]
+    Cpu,
+    /// An NVIDIA GPU through burn-cuda (needs a build with `--features cuda`).
+    Cuda,
+}
+
+/// Calls `$body` with a type alias `B` for the chosen backend and a device `dev`.
+#[macro_export]
+macro_rules! with_backend {
+    ($kind:expr, |$b:ident, $dev:ident| $body:expr) => {{
+        match $kind {
+            $crate::backend::DeviceKind::Cpu => {
+                type $b = burn_flex::Flex;
+                let $dev = burn_flex::FlexDevice::default();
+                $body
+            }
+            $crate::backend::DeviceKind::Cuda => {
+                #[cfg(feature = "cuda")]
+                {
+                    type $b = burn_cuda::Cuda<half::bf16, i32>;
+                    let $dev = burn_cuda::CudaDevice::default();
+                    $body
+                }
+                #[cfg(not(feature = "cuda"))]
+                {
+                    Err($crate::CliError::Usage(
+                        "--device cuda needs a CUDA build: cargo build --release --features cuda -p dustin-cli".into(),
+                    ))
+                }
+            }
+        }
+    }};
+}

@@ -1,0 +1,1 @@
+//! dustin-cli

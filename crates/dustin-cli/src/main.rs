@@ -1,0 +1,76 @@
+//! The `dustin` command: `generate`, `demo`, `fetch-model`.
+//!
+//! Backends: the CPU (`burn-flex`, f32) always; CUDA (`burn-cuda`, bf16 or f32) when built
+//! with `--features cuda`.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod backend;
+mod fetch;
+mod generate;
+
+/// dustin: speculative decoding with draft-augmented sparse verification for long contexts.
+#[derive(Debug, Parser)]
+#[command(name = "dustin", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Generate a continuation of a prompt file (autoregressive, or speculative with --draft).
+    Generate(generate::GenerateArgs),
+    /// Download the default small model (SmolLM2-135M-Instruct, Q4_1 GGUF) into the cache.
+    FetchModel(fetch::FetchArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let res = match cli.command {
+        Command::Generate(a) => generate::run(a),
+        Command::FetchModel(a) => fetch::run(a).map(|p| println!("{}", p.display())),
+    };
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                eprintln!("  caused by: {s}");
+                src = s.source();
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Errors of the command line.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// A bad argument.
+    #[error("{0}")]
+    Usage(String),
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Model loading or running failed.
+    #[error(transparent)]
+    Model(#[from] dustin_qwen::QwenError),
+    /// The engine failed.
+    #[error(transparent)]
+    Spec(#[from] dustin_spec::SpecError),
+    /// A core error.
+    #[error(transparent)]
+    Core(#[from] dustin_core::CoreError),
+    /// Fetching the model failed.
+    #[error("{0}")]
+    Fetch(String),
+}

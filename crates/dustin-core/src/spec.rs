@@ -1,0 +1,121 @@
+use burn_tensor::{backend::Backend, Tensor};
+
+use crate::{Result, TokenId};
+
+/// What the engine gives a drafter for one proposal.
+#[derive(Debug, Clone)]
+pub struct DraftCtx {
+    /// Number of tokens to draft per sequence (`gamma`).
+    pub gamma: usize,
+    /// Temperature of the draft sampler; `0` means greedy (argmax).
+    pub temperature: f32,
+    /// Nucleus (top-p) mass kept, `(0, 1]`; `1` disables it.
+    pub top_p: f32,
+    /// Top-k cut; `0` disables it.
+    pub top_k: usize,
+    /// Seed of this proposal's draws (the engine derives one per iteration).
+    pub seed: u64,
+    /// Whether the drafter should report its lookahead attention signal.
+    pub want_lookahead: bool,
+    /// Size of the real vocabulary to sample over (the target's).
+    pub vocab: usize,
+}
+
+/// A draft proposal for the active batch.
+#[derive(Debug, Clone)]
+pub struct Proposal<B: Backend> {
+    /// Drafted tokens, `[batch][gamma]`.
+    pub tokens: Vec<Vec<TokenId>>,
+    /// The distributions the draft tokens were sampled from (after temperature, top-p,
+    /// top-k), on the host, `[batch][gamma][vocab]`; `None` for greedy drafting.
+    pub q: Option<Vec<Vec<Vec<f32>>>>,
+    /// Draft lookahead attention `[batch, ctx]` (see
+    /// [`crate::ImportanceEstimator::observe_lookahead`]), when asked for.
+    pub lookahead: Option<Tensor<B, 2>>,
+}
+
+/// The target's verification of a proposal.
+#[derive(Debug, Clone)]
+pub struct Verification<B: Backend> {
+    /// Target logits over the real vocabulary at the `gamma + 1` verified positions,
+    /// `[batch, gamma + 1, vocab]`.
+    pub logits: Tensor<B, 3>,
+    /// Context positions read per sequence by the target's attention, summed over layers and
+    /// KV heads, divided by what dense attention would read (1.0 for dense verification).
+    pub kv_read_fraction: Vec<f64>,
+}
+
+/// What the engine gives the verifier for one verification.
+#[derive(Debug)]
+pub struct VerifyCtx<'a, B: Backend> {
+    /// The draft's proposal.
+    pub proposal: &'a Proposal<B>,
+    /// Speculative iteration number since prefill.
+    pub iteration: usize,
+}
+
+/// Proposes `gamma` tokens per sequence; holds its own KV cache.
+///
+/// Cache invariant: the drafter's cache holds every committed token except the *pending*
+/// ones (the last token the target emitted, and a fully accepted last draft token), which are
+/// fed at the start of the next proposal.
+pub trait Drafter<B: Backend> {
+    /// Prefills the prompts (`[batch][len]`) and sets `first` (the target's first generated
+    /// token per sequence) pending.
+    ///
+    /// # Errors
+    /// Bad prompts (empty, too long) and model errors.
+    fn prefill(&mut self, prompts: &[Vec<TokenId>], first: &[TokenId]) -> Result<()>;
+    /// Drafts `ctx.gamma` tokens per active sequence.
+    ///
+    /// # Errors
+    /// Model errors.
+    fn propose(&mut self, ctx: &DraftCtx) -> Result<Proposal<B>>;
+    /// Sequence `b` accepted `accepted[b]` draft tokens, then the target emitted `next[b]`;
+    /// roll back the rest.
+    ///
+    /// # Errors
+    /// Out-of-range counts.
+    fn commit(&mut self, accepted: &[usize], next: &[TokenId]) -> Result<()>;
+    /// Keeps only the sequences listed in `keep` (ascending).
+    ///
+    /// # Errors
+    /// Out-of-range indices.
+    fn retain(&mut self, keep: &[usize]) -> Result<()>;
+}
+
+/// Verifies proposals with the target model; holds the target's KV cache.
+pub trait Verifier<B: Backend> {
+    /// Prefills the prompts (`[batch][len]`) and returns the logits of each prompt's last
+    /// position, `[batch, vocab]`.
+    ///
+    /// # Errors
+    /// Bad prompts (empty, too long) and model errors.
+    fn prefill(&mut self, prompts: &[Vec<TokenId>]) -> Result<Tensor<B, 2>>;
+    /// Sets the first generated token of each sequence pending (after prefill).
+    ///
+    /// # Errors
+    /// Wrong batch size.
+    fn set_pending(&mut self, next: &[TokenId]) -> Result<()>;
+    /// Runs the target over the pending token and the proposal (`gamma + 1` positions).
+    ///
+    /// # Errors
+    /// Model and selection errors.
+    fn verify(&mut self, ctx: &VerifyCtx<'_, B>) -> Result<Verification<B>>;
+    /// Sequence `b` accepted `accepted[b]` draft tokens, then the target emitted `next[b]`.
+    ///
+    /// # Errors
+    /// Out-of-range counts.
+    fn commit(&mut self, accepted: &[usize], next: &[TokenId]) -> Result<()>;
+    /// Keeps only the sequences listed in `keep` (ascending).
+    ///
+    /// # Errors
+    /// Out-of-range indices.
+    fn retain(&mut self, keep: &[usize]) -> Result<()>;
+    /// Size of the real vocabulary (rows of the LM head that are real tokens).
+    fn vocab_size(&self) -> usize;
+    /// Whether the verifier's selection policy uses the draft's lookahead signal.
+    fn wants_lookahead(&self) -> bool {
+        false
+    }
+}

@@ -1,0 +1,319 @@
+//! # dustin-kv
+//!
+//! [`DenseKvCache`]: a preallocated KV cache for a batch of sequences with ragged
+//! (per-sequence) lengths, exact rollback by truncation, and batch compaction when sequences
+//! finish. It implements [`dustin_core::KvStore`].
+//!
+//! Layout per layer: keys and values `[batch, kv_heads, capacity, head_dim]`, post-RoPE keys.
+//! A sequence `b` owns positions `0 .. lens[b]`; anything past is stale and masked by readers.
+#![warn(missing_docs)]
+
+use burn_tensor::{backend::Backend, Int, Tensor, TensorData};
+use dustin_core::{CoreError, KvStore, KvView, Result};
+
+/// Shape of a KV cache, used to size it and to estimate its memory before allocating.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvShape {
+    /// Number of sequences.
+    pub batch: usize,
+    /// Number of layers.
+    pub layers: usize,
+    /// KV heads per layer.
+    pub kv_heads: usize,
+    /// Capacity per sequence, in tokens.
+    pub capacity: usize,
+    /// Width of one head.
+    pub head_dim: usize,
+}
+
+impl KvShape {
+    /// Bytes the cache takes at `dtype_bytes` bytes per element (K and V, all layers).
+    pub fn bytes(&self, dtype_bytes: usize) -> u128 {
+        2u128
+            * self.batch as u128
+            * self.layers as u128
+            * self.kv_heads as u128
+            * self.capacity as u128
+            * self.head_dim as u128
+            * dtype_bytes as u128
+    }
+}
+
+/// A dense, preallocated KV cache with ragged per-sequence lengths.
+#[derive(Debug)]
+pub struct DenseKvCache<B: Backend> {
+    k: Vec<Option<Tensor<B, 4>>>,
+    v: Vec<Option<Tensor<B, 4>>>,
+    lens: Vec<usize>,
+    shape: KvShape,
+    device: B::Device,
+}
+
+impl<B: Backend> DenseKvCache<B> {
+    /// Allocates a zeroed cache of `shape` on `device`.
+    pub fn new(shape: KvShape, device: &B::Device) -> Self {
+        let dims = [shape.batch, shape.kv_heads, shape.capacity, shape.head_dim];
+        let k = (0..shape.layers)
+            .map(|_| Some(Tensor::zeros(dims, device)))
+            .collect();
+        let v = (0..shape.layers)
+            .map(|_| Some(Tensor::zeros(dims, device)))
+            .collect();
+        Self {
+            k,
+            v,
+            lens: vec![0; shape.batch],
+            shape,
+            device: device.clone(),
+        }
+    }
+
+    /// The cache's shape (batch is the current number of sequences).
+    pub fn shape(&self) -> KvShape {
+        self.shape
+    }
+
+    /// Concatenates caches of equal layers / heads / capacity along the batch.
+    ///
+    /// # Errors
+    /// [`CoreError::InvalidInput`] when the list is empty or the shapes differ.
+    pub fn stack(parts: Vec<Self>) -> Result<Self> {
+        let first = parts
+            .first()
+            .ok_or_else(|| CoreError::invalid("parts", "at least one cache", "none"))?;
+        let mut shape = first.shape;
+        let device = first.device.clone();
+        for p in &parts {
+            let s = p.shape;
+            if (s.layers, s.kv_heads, s.capacity, s.head_dim)
+                != (shape.layers, shape.kv_heads, shape.capacity, shape.head_dim)
+            {
+                return Err(CoreError::invalid(
+                    "parts",
+                    format!("caches of shape {shape:?} (except batch)"),
+                    format!("{s:?}"),
+                ));
+            }
+        }
+        shape.batch = parts.iter().map(|p| p.shape.batch).sum();
+        let lens = parts.iter().flat_map(|p| p.lens.iter().copied()).collect();
+        let mut k = Vec::with_capacity(shape.layers);
+        let mut v = Vec::with_capacity(shape.layers);
+        let mut parts = parts;
+        for l in 0..shape.layers {
+            let ks: Vec<_> = parts.iter_mut().filter_map(|p| p.k[l].take()).collect();
+            let vs: Vec<_> = parts.iter_mut().filter_map(|p| p.v[l].take()).collect();
+            k.push(Some(Tensor::cat(ks, 0)));
+            v.push(Some(Tensor::cat(vs, 0)));
+        }
+        Ok(Self {
+            k,
+            v,
+            lens,
+            shape,
+            device,
+        })
+    }
+
+    /// Sets every sequence's length (for example after a prefill written elsewhere).
+    ///
+    /// # Errors
+    /// [`CoreError::InvalidInput`] for a wrong count or a length over the capacity.
+    pub fn set_lens(&mut self, lens: &[usize]) -> Result<()> {
+        if lens.len() != self.shape.batch {
+            return Err(CoreError::invalid(
+                "lens",
+                format!("{} lengths", self.shape.batch),
+                lens.len(),
+            ));
+        }
+        if let Some((seq, &l)) = lens
+            .iter()
+            .enumerate()
+            .find(|(_, &l)| l > self.shape.capacity)
+        {
+            return Err(CoreError::CacheFull {
+                seq,
+                needed: l,
+                capacity: self.shape.capacity,
+            });
+        }
+        self.lens.copy_from_slice(lens);
+        Ok(())
+    }
+
+    fn check_layer(&self, layer: usize) -> Result<()> {
+        if layer >= self.shape.layers {
+            return Err(CoreError::invalid(
+                "layer",
+                format!("< {}", self.shape.layers),
+                layer,
+            ));
+        }
+        Ok(())
+    }
+
+    fn write(dst: Tensor<B, 4>, src: Tensor<B, 4>, lens: &[usize], n: usize) -> Tensor<B, 4> {
+        let [_, h, _, d] = dst.dims();
+        let uniform = lens.windows(2).all(|w| w[0] == w[1]);
+        if uniform {
+            let start = lens.first().copied().unwrap_or(0);
+            return dst.slice_assign([0..lens.len(), 0..h, start..start + n, 0..d], src);
+        }
+        let mut dst = dst;
+        for (b, &start) in lens.iter().enumerate() {
+            let row = src.clone().slice([b..b + 1, 0..h, 0..n, 0..d]);
+            dst = dst.slice_assign([b..b + 1, 0..h, start..start + n, 0..d], row);
+        }
+        dst
+    }
+}
+
+impl<B: Backend> KvStore<B> for DenseKvCache<B> {
+    fn batch(&self) -> usize {
+        self.shape.batch
+    }
+
+    fn num_layers(&self) -> usize {
+        self.shape.layers
+    }
+
+    fn lens(&self) -> &[usize] {
+        &self.lens
+    }
+
+    fn capacity(&self) -> usize {
+        self.shape.capacity
+    }
+
+    fn append(&mut self, layer: usize, k: Tensor<B, 4>, v: Tensor<B, 4>) -> Result<()> {
+        self.check_layer(layer)?;
+        let [b, h, n, d] = k.dims();
+        let expected = [
+            self.shape.batch,
+            self.shape.kv_heads,
+            n,
+            self.shape.head_dim,
+        ];
+        for (name, dims) in [("k", [b, h, n, d]), ("v", v.dims())] {
+            if dims != expected {
+                return Err(CoreError::Shape {
+                    name: name.into(),
+                    expected: expected.to_vec(),
+                    found: dims.to_vec(),
+                });
+            }
+        }
+        if let Some((seq, &l)) = self
+            .lens
+            .iter()
+            .enumerate()
+            .find(|(_, &l)| l + n > self.shape.capacity)
+        {
+            return Err(CoreError::CacheFull {
+                seq,
+                needed: l + n,
+                capacity: self.shape.capacity,
+            });
+        }
+        let kd = self.k[layer]
+            .take()
+            .ok_or_else(|| CoreError::Model("KV cache layer poisoned".into()))?;
+        self.k[layer] = Some(Self::write(kd, k, &self.lens, n));
+        let vd = self.v[layer]
+            .take()
+            .ok_or_else(|| CoreError::Model("KV cache layer poisoned".into()))?;
+        self.v[layer] = Some(Self::write(vd, v, &self.lens, n));
+        Ok(())
+    }
+
+    fn advance(&mut self, n: usize) -> Result<()> {
+        if let Some((seq, &l)) = self
+            .lens
+            .iter()
+            .enumerate()
+            .find(|(_, &l)| l + n > self.shape.capacity)
+        {
+            return Err(CoreError::CacheFull {
+                seq,
+                needed: l + n,
+                capacity: self.shape.capacity,
+            });
+        }
+        self.lens.iter_mut().for_each(|l| *l += n);
+        Ok(())
+    }
+
+    fn truncate(&mut self, seq: usize, len: usize) -> Result<()> {
+        let cur = *self
+            .lens
+            .get(seq)
+            .ok_or_else(|| CoreError::invalid("seq", format!("< {}", self.shape.batch), seq))?;
+        if len > cur {
+            return Err(CoreError::invalid(
+                "len",
+                format!("<= current length {cur} of sequence {seq}"),
+                len,
+            ));
+        }
+        self.lens[seq] = len;
+        Ok(())
+    }
+
+    fn retain(&mut self, keep: &[usize]) -> Result<()> {
+        if keep.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(CoreError::invalid(
+                "keep",
+                "ascending unique indices",
+                format!("{keep:?}"),
+            ));
+        }
+        if let Some(&bad) = keep.iter().find(|&&i| i >= self.shape.batch) {
+            return Err(CoreError::invalid(
+                "keep",
+                format!("indices < {}", self.shape.batch),
+                bad,
+            ));
+        }
+        if keep.len() == self.shape.batch {
+            return Ok(());
+        }
+        if keep.is_empty() {
+            let empty = KvShape {
+                batch: 0,
+                ..self.shape
+            };
+            *self = Self::new(empty, &self.device.clone());
+            return Ok(());
+        }
+        let idx: Vec<i64> = keep.iter().map(|&i| i as i64).collect();
+        let idx = Tensor::<B, 1, Int>::from_data(TensorData::new(idx, [keep.len()]), &self.device);
+        for slot in self.k.iter_mut().chain(self.v.iter_mut()) {
+            if let Some(t) = slot.take() {
+                *slot = Some(t.select(0, idx.clone()));
+            }
+        }
+        self.lens = keep.iter().map(|&i| self.lens[i]).collect();
+        self.shape.batch = keep.len();
+        Ok(())
+    }
+
+    fn view(&self, layer: usize, len: usize) -> KvView<B> {
+        let s = self.shape;
+        let len = len.min(s.capacity);
+        let take = |t: &Option<Tensor<B, 4>>| {
+            t.as_ref()
+                .map(|t| {
+                    t.clone()
+                        .slice([0..s.batch, 0..s.kv_heads, 0..len, 0..s.head_dim])
+                })
+                .unwrap_or_else(|| {
+                    Tensor::zeros([s.batch, s.kv_heads, len, s.head_dim], &self.device)
+                })
+        };
+        KvView {
+            k: take(&self.k[layer.min(s.layers.saturating_sub(1))]),
+            v: take(&self.v[layer.min(s.layers.saturating_sub(1))]),
+        }
+    }
+}

@@ -1,0 +1,395 @@
+//! Autoregressive generation: chunked prefill, decode, greedy or sampled, EOS and stop
+//! strings, `max_new_tokens`, for a batch of prompts of different lengths.
+
+use std::time::Instant;
+
+use burn_tensor::{backend::Backend, Tensor};
+use dustin_core::{AttentionHook, KvStore, Phase, SamplingConfig};
+use dustin_kv::DenseKvCache;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::error::{QwenError, Result};
+use crate::model::{ForwardOpts, LogitsMode, Qwen2};
+use crate::tokenizer::Tokenizer;
+
+/// Default prefill chunk, in tokens: bounds the score matrix of one chunk to
+/// `[heads, chunk, context]` (a 32k prompt never builds a 32k x 32k matrix).
+pub const DEFAULT_PREFILL_CHUNK: usize = 512;
+
+/// Checks prompts against the model: non-empty, ids in the vocabulary, and `len + extra`
+/// within the model's position limit.
+///
+/// # Errors
+/// [`QwenError::Prompt`] naming the prompt.
+pub fn check_prompts<B: Backend>(
+    model: &Qwen2<B>,
+    prompts: &[Vec<u32>],
+    extra: usize,
+) -> Result<()> {
+    if prompts.is_empty() {
+        return Err(QwenError::Prompt {
+            index: 0,
+            msg: "the batch has no prompts".into(),
+        });
+    }
+    let limit = model.config.max_position_embeddings;
+    for (i, p) in prompts.iter().enumerate() {
+        if p.is_empty() {
+            return Err(QwenError::Prompt {
+                index: i,
+                msg: "empty prompt (no tokens)".into(),
+            });
+        }
+        if p.len() + extra > limit {
+            return Err(QwenError::Prompt {
+                index: i,
+                msg: format!(
+                    "{} prompt tokens + {extra} to generate exceed max_position_embeddings = {limit}",
+                    p.len()
+                ),
+            });
+        }
+        if let Some(&bad) = p.iter().find(|&&t| t as usize >= model.config.vocab_size) {
+            return Err(QwenError::Prompt {
+                index: i,
+                msg: format!(
+                    "token id {bad} is outside the vocabulary of {}",
+                    model.config.vocab_size
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Prefills each prompt separately in chunks of `chunk` tokens into its own cache of
+/// `capacity` tokens (the hook sees [`Phase::Prefill`]), stacks the caches into one batch,
+/// and returns it with the logits of each prompt's last position, `[batch, vocab]`.
+///
+/// With `all_logits`, also returns the logits of every prompt position per prompt,
+/// `[1, len, vocab]` each (for perplexity).
+///
+/// # Errors
+/// Prompt and model errors.
+#[allow(clippy::type_complexity)]
+pub fn prefill<B: Backend, H: AttentionHook<B> + ?Sized>(
+    model: &Qwen2<B>,
+    prompts: &[Vec<u32>],
+    capacity: usize,
+    layers: Option<usize>,
+    hook: &mut H,
+    chunk: usize,
+    all_logits: bool,
+) -> Result<(DenseKvCache<B>, Tensor<B, 2>, Vec<Tensor<B, 3>>)> {
+    check_prompts(model, prompts, 0)?;
+    let chunk = chunk.max(1);
+    let mut caches = Vec::with_capacity(prompts.len());
+    let mut lasts = Vec::with_capacity(prompts.len());
+    let mut alls = Vec::new();
+    for (seq, p) in prompts.iter().enumerate() {
+        let mut cache = model.new_cache(1, capacity, layers);
+        let mut start = 0;
+        let mut per = Vec::new();
+        while start < p.len() {
+            // the last chunk takes the remainder, so it is never shorter than needed to hold
+            // an observation window of the prompt's end
+            let end = if p.len() - start <= chunk + chunk / 2 {
+                p.len()
+            } else {
+                start + chunk
+            };
+            let last_chunk = end == p.len();
+            let out = model.forward(
+                &[p[start..end].to_vec()],
+                &mut cache,
+                hook,
+                ForwardOpts {
+                    phase: Phase::Prefill { seq, last_chunk },
+                    logits: if all_logits {
+                        LogitsMode::All
+                    } else if last_chunk {
+                        LogitsMode::Last
+                    } else {
+                        LogitsMode::None
+                    },
+                    layers,
+                },
+            )?;
+            if let Some(l) = out.logits {
+                if all_logits {
+                    per.push(l.clone());
+                }
+                if last_chunk {
+                    let [_, m, v] = l.dims();
+                    lasts.push(l.slice([0..1, m - 1..m, 0..v]).reshape([1, v]));
+                }
+            }
+            start = end;
+        }
+        if all_logits {
+            alls.push(Tensor::cat(per, 1));
+        }
+        caches.push(cache);
+    }
+    let cache = DenseKvCache::stack(caches)?;
+    Ok((cache, Tensor::cat(lasts, 0), alls))
+}
+
+/// Options of [`generate`].
+#[derive(Debug, Clone)]
+pub struct GenerateConfig {
+    /// Tokens to generate per sequence at most.
+    pub max_new_tokens: usize,
+    /// Sampling rule.
+    pub sampling: SamplingConfig,
+    /// Seed; sequence `i` draws from its own stream `(seed, i)`.
+    pub seed: u64,
+    /// Strings that end a sequence when its generated text contains one.
+    pub stop_strings: Vec<String>,
+    /// Prefill chunk in tokens.
+    pub prefill_chunk: usize,
+    /// Stop at the tokenizer's EOS ids.
+    pub stop_at_eos: bool,
+}
+
+impl Default for GenerateConfig {
+    fn default() -> Self {
+        Self {
+            max_new_tokens: 64,
+            sampling: SamplingConfig::greedy(),
+            seed: 0,
+            stop_strings: Vec::new(),
+            prefill_chunk: DEFAULT_PREFILL_CHUNK,
+            stop_at_eos: true,
+        }
+    }
+}
+
+/// Why a sequence stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum FinishReason {
+    /// An EOS token was generated (it is included in the output).
+    Eos,
+    /// A stop string appeared (the output ends with the token that completed it).
+    StopString,
+    /// `max_new_tokens` were generated.
+    Length,
+}
+
+/// Output of [`generate`].
+#[derive(Debug, Clone)]
+pub struct GenerateOutput {
+    /// Generated tokens per sequence (prompt excluded).
+    pub tokens: Vec<Vec<u32>>,
+    /// Why each sequence stopped.
+    pub finish: Vec<FinishReason>,
+    /// Prefill wall time, seconds.
+    pub prefill_secs: f64,
+    /// Decode wall time, seconds.
+    pub decode_secs: f64,
+    /// Prompt tokens processed.
+    pub prefill_tokens: usize,
+}
+
+/// Per-sequence stop bookkeeping shared by autoregressive and speculative decoding.
+#[derive(Debug, Clone)]
+pub struct StopRule {
+    /// EOS ids (empty: none).
+    pub eos: Vec<u32>,
+    /// Stop strings.
+    pub stop_strings: Vec<String>,
+    /// Token budget.
+    pub max_new_tokens: usize,
+}
+
+impl StopRule {
+    /// Pushes `tok` onto `out` and tells whether the sequence is finished.
+    ///
+    /// # Errors
+    /// Tokenizer errors while checking stop strings.
+    pub fn push(
+        &self,
+        out: &mut Vec<u32>,
+        tok: u32,
+        tokenizer: Option<&Tokenizer>,
+    ) -> Result<Option<FinishReason>> {
+        out.push(tok);
+        if self.eos.contains(&tok) {
+            return Ok(Some(FinishReason::Eos));
+        }
+        if !self.stop_strings.is_empty() {
+            if let Some(t) = tokenizer {
+                // decode a short tail: enough tokens to cover the longest stop string
+                let longest = self.stop_strings.iter().map(String::len).max().unwrap_or(0);
+                let tail = &out[out.len().saturating_sub(longest + 2)..];
+                let text = t.decode(tail)?;
+                if self
+                    .stop_strings
+                    .iter()
+                    .any(|s| !s.is_empty() && text.contains(s.as_str()))
+                {
+                    return Ok(Some(FinishReason::StopString));
+                }
+            }
+        }
+        if out.len() >= self.max_new_tokens {
+            return Ok(Some(FinishReason::Length));
+        }
+        Ok(None)
+    }
+}
+
+/// Host copy of `[batch, vocab]` logits (first `vocab` columns), one row per sequence.
+///
+/// # Errors
+/// [`QwenError::Model`]-style error if the data cannot be read as f32.
+pub fn rows_to_host<B: Backend>(logits: Tensor<B, 2>, vocab: usize) -> Result<Vec<Vec<f32>>> {
+    let [b, v] = logits.dims();
+    let vocab = vocab.min(v);
+    let data = logits
+        .into_data()
+        .convert::<f32>()
+        .into_vec::<f32>()
+        .map_err(|e| QwenError::Core(dustin_core::CoreError::Model(format!("{e:?}"))))?;
+    Ok((0..b)
+        .map(|i| data[i * v..i * v + vocab].to_vec())
+        .collect())
+}
+
+/// Picks the next token of each row with `sampling` and the per-sequence RNGs.
+///
+/// # Errors
+/// [`dustin_core::CoreError::NonFinite`] for NaN logits.
+pub fn pick_tokens(
+    rows: &[Vec<f32>],
+    sampling: &SamplingConfig,
+    rngs: &mut [ChaCha8Rng],
+    seq_ids: &[usize],
+) -> Result<Vec<u32>> {
+    rows.iter()
+        .zip(seq_ids)
+        .map(|(row, &s)| {
+            let p = sampling.probs(row, s)?;
+            let t = if sampling.is_greedy() {
+                dustin_core::argmax(&p)
+            } else {
+                dustin_core::sample_with(&p, rngs[s].random::<f32>())
+            };
+            Ok(t as u32)
+        })
+        .collect()
+}
+
+/// A per-sequence random stream `(seed, seq)`.
+pub fn seq_rng(seed: u64, seq: usize) -> ChaCha8Rng {
+    let mut r = ChaCha8Rng::seed_from_u64(seed);
+    r.set_stream(seq as u64);
+    r
+}
+
+/// Generates up to `cfg.max_new_tokens` tokens for each prompt, autoregressively with dense
+/// attention. `on_tokens(seq, new_tokens)` is called as tokens are produced (for streaming).
+///
+/// # Errors
+/// Prompt errors (empty, too long, ids out of range), model errors, non-finite logits.
+pub fn generate<B: Backend>(
+    model: &Qwen2<B>,
+    prompts: &[Vec<u32>],
+    cfg: &GenerateConfig,
+    tokenizer: Option<&Tokenizer>,
+    on_tokens: &mut dyn FnMut(usize, &[u32]),
+) -> Result<GenerateOutput> {
+    cfg.sampling.validate()?;
+    check_prompts(model, prompts, cfg.max_new_tokens)?;
+    let vocab = tokenizer.map_or(model.config.vocab_size, |t| {
+        t.vocab_size().min(model.config.vocab_size)
+    });
+    let capacity = prompts.iter().map(Vec::len).max().unwrap_or(0) + cfg.max_new_tokens + 1;
+    let rule = StopRule {
+        eos: if cfg.stop_at_eos {
+            tokenizer.map(|t| t.eos_ids.clone()).unwrap_or_default()
+        } else {
+            Vec::new()
+        },
+        stop_strings: cfg.stop_strings.clone(),
+        max_new_tokens: cfg.max_new_tokens,
+    };
+    let n = prompts.len();
+    let mut rngs: Vec<ChaCha8Rng> = (0..n).map(|i| seq_rng(cfg.seed, i)).collect();
+    let t0 = Instant::now();
+    let (mut cache, last, _) = prefill(
+        model,
+        prompts,
+        capacity,
+        None,
+        &mut dustin_core::DenseHook,
+        cfg.prefill_chunk,
+        false,
+    )?;
+    let rows = rows_to_host(last, vocab)?;
+    let prefill_secs = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    let mut out: Vec<Vec<u32>> = vec![Vec::new(); n];
+    let mut finish: Vec<Option<FinishReason>> = vec![None; n];
+    let mut active: Vec<usize> = (0..n).collect();
+    let mut next = pick_tokens(&rows, &cfg.sampling, &mut rngs, &active)?;
+    if cfg.max_new_tokens == 0 {
+        return Ok(GenerateOutput {
+            tokens: out,
+            finish: vec![FinishReason::Length; n],
+            prefill_secs,
+            decode_secs: 0.0,
+            prefill_tokens: prompts.iter().map(Vec::len).sum(),
+        });
+    }
+    loop {
+        let mut keep = Vec::new();
+        let mut feed = Vec::new();
+        for (slot, (&s, &tok)) in active.iter().zip(&next).enumerate() {
+            let f = rule.push(&mut out[s], tok, tokenizer)?;
+            on_tokens(s, &[tok]);
+            match f {
+                Some(r) => finish[s] = Some(r),
+                None => {
+                    keep.push(slot);
+                    feed.push(tok);
+                }
+            }
+        }
+        if keep.is_empty() {
+            break;
+        }
+        if keep.len() != active.len() {
+            cache.retain(&keep)?;
+            active = keep.iter().map(|&k| active[k]).collect();
+        }
+        let batch: Vec<Vec<u32>> = feed.iter().map(|&t| vec![t]).collect();
+        let fo = model.forward(
+            &batch,
+            &mut cache,
+            &mut dustin_core::DenseHook,
+            ForwardOpts {
+                phase: Phase::Decode,
+                logits: LogitsMode::Last,
+                layers: None,
+            },
+        )?;
+        let logits = fo
+            .logits
+            .ok_or_else(|| QwenError::Core(dustin_core::CoreError::Model("no logits".into())))?;
+        let [b, _, v] = logits.dims();
+        let rows = rows_to_host(logits.reshape([b, v]), vocab)?;
+        next = pick_tokens(&rows, &cfg.sampling, &mut rngs, &active)?;
+    }
+    Ok(GenerateOutput {
+        tokens: out,
+        finish: finish
+            .into_iter()
+            .map(|f| f.unwrap_or(FinishReason::Length))
+            .collect(),
+        prefill_secs,
+        decode_secs: t1.elapsed().as_secs_f64(),
+        prefill_tokens: prompts.iter().map(Vec::len).sum(),
+    })
+}

@@ -1,0 +1,31 @@
+//! # dustin-qwen
+//!
+//! The Qwen2 / Qwen2.5 architecture (and the Llama family: the same code without q/k/v bias)
+//! on Burn, generic over `B: Backend`:
+//! - [`config`]: hyperparameters from HF `config.json`, validated;
+//! - [`weights`], [`safetensors_loader`], [`gguf`]: weight loaders (HF directory with
+//!   safetensors shards, GGUF v3 with dequantisation);
+//! - [`tokenizer`]: `tokenizer.json` or the tokenizer embedded in GGUF metadata;
+//! - [`model`]: the forward pass with a preallocated ragged KV cache, chunked prefill and an
+//!   [`dustin_core::AttentionHook`] per layer for sparse attention and signal taps;
+//! - [`generate`]: autoregressive generation with greedy and temperature / top-p / top-k
+//!   sampling.
+#![warn(missing_docs)]
+
+pub mod config;
+mod error;
+pub mod generate;
+pub mod gguf;
+pub mod load;
+pub mod model;
+pub mod safetensors_loader;
+pub mod tokenizer;
+pub mod weights;
+
+pub use config::{Family, QwenConfig};
+pub use error::{QwenError, Result};
+pub use load::ModelFiles;
+pub use model::{ForwardOpts, ForwardOut, LogitsMode, Qwen2};
+pub use safetensors_loader::SafetensorsDir;
+pub use tokenizer::{StreamDecoder, Tokenizer};
+pub use weights::{HostTensor, WeightSource};

@@ -1,0 +1,96 @@
+//! One entry point for the files users have: an HF model directory or a GGUF file.
+
+use std::path::Path;
+
+use burn_tensor::backend::Backend;
+
+use crate::config::QwenConfig;
+use crate::error::{QwenError, Result};
+use crate::gguf::{config_from_gguf, tokenizer_from_gguf, GgufFile};
+use crate::model::Qwen2;
+use crate::safetensors_loader::SafetensorsDir;
+use crate::tokenizer::Tokenizer;
+use crate::weights::WeightSource;
+
+/// A model's config, weights and tokenizer, before moving weights to a device.
+pub struct ModelFiles {
+    /// Hyperparameters.
+    pub config: QwenConfig,
+    /// Weights (HF names and layout).
+    pub weights: Box<dyn WeightSource>,
+    /// Tokenizer with EOS ids.
+    pub tokenizer: Tokenizer,
+}
+
+impl std::fmt::Debug for ModelFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelFiles")
+            .field("config", &self.config)
+            .field("weights", &self.weights.describe())
+            .finish()
+    }
+}
+
+impl ModelFiles {
+    /// Opens an HF model directory (`config.json`, safetensors, `tokenizer.json`, optional
+    /// `generation_config.json` whose `eos_token_id` wins) or a `.gguf` file.
+    ///
+    /// # Errors
+    /// [`QwenError::Io`] when the path does not exist or lacks a file, and the loaders' errors.
+    pub fn open(path: &Path) -> Result<Self> {
+        if !path.exists() {
+            return Err(QwenError::Io {
+                path: path.to_path_buf(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "no such model: give an HF model directory or a .gguf file",
+                ),
+            });
+        }
+        if path.is_file() {
+            let g = GgufFile::open(path)?;
+            let config = config_from_gguf(&g)?;
+            let inner = tokenizer_from_gguf(&g)?;
+            let tokenizer = Tokenizer::new(inner, config.eos_ids());
+            return Ok(Self {
+                config,
+                weights: Box::new(g),
+                tokenizer,
+            });
+        }
+        let config = QwenConfig::from_file(&path.join("config.json"))?;
+        let mut eos = config.eos_ids();
+        let gen = path.join("generation_config.json");
+        if gen.exists() {
+            let text = std::fs::read_to_string(&gen).map_err(|source| QwenError::Io {
+                path: gen.clone(),
+                source,
+            })?;
+            let v: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| QwenError::Config {
+                    path: gen.display().to_string(),
+                    msg: e.to_string(),
+                })?;
+            if let Some(ids) = v.get("eos_token_id") {
+                if let Ok(ids) = serde_json::from_value::<crate::config::TokenIds>(ids.clone()) {
+                    eos = ids.to_vec();
+                }
+            }
+        }
+        let tokenizer = Tokenizer::from_file(&path.join("tokenizer.json"), eos)?;
+        let weights = SafetensorsDir::open(path)?;
+        Ok(Self {
+            config,
+            weights: Box::new(weights),
+            tokenizer,
+        })
+    }
+
+    /// Builds the model on `device` with RoPE tables for `max_positions` positions.
+    ///
+    /// # Errors
+    /// Missing or mis-shaped tensors.
+    pub fn build<B: Backend>(&self, max_positions: usize, device: &B::Device) -> Result<Qwen2<B>> {
+        Qwen2::load(&self.config, self.weights.as_ref(), max_positions, device)
+    }
+}

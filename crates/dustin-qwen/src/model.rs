@@ -1,0 +1,679 @@
+//! The Qwen2 / Llama decoder on Burn.
+//!
+//! Architecture (HF `modeling_qwen2.py`, `modeling_llama.py`): token embedding; per layer
+//! `x + attn(rmsnorm(x))` then `x + mlp(rmsnorm(x))`; final RMSNorm; LM head (tied to the
+//! embedding or not). Attention is grouped-query (GQA) with rotate-half RoPE (Su et al. 2021,
+//! as HF implements it) and optional q/k/v bias (Qwen2); the MLP is SwiGLU
+//! `down(silu(gate(x)) * up(x))` (Shazeer 2020).
+//!
+//! Every attention layer calls an [`AttentionHook`] before attending: the hook may return a
+//! [`LayerSelection`] (sparse attention over selected context positions plus the new tokens)
+//! and may read the dense attention probabilities. This is how sparse verification and the
+//! estimators' signal taps work without a second forward pass.
+//!
+//! Shapes: hidden states `[batch, n_new, hidden]`; q `[batch, heads, n_new, head_dim]`;
+//! k/v `[batch, kv_heads, seq, head_dim]`.
+
+use burn_tensor::{activation, backend::Backend, Int, Tensor, TensorData};
+use dustin_core::{AttentionHook, KvStore, LayerAttnCtx, LayerSelection, Phase};
+use dustin_kv::{DenseKvCache, KvShape};
+
+use crate::config::QwenConfig;
+use crate::error::{QwenError, Result};
+use crate::weights::{HostTensor, WeightSource};
+
+/// A linear layer `y = x W + b` with `W` stored `[in, out]` (transposed from HF's `[out, in]`).
+#[derive(Debug, Clone)]
+pub struct Linear<B: Backend> {
+    /// Weight `[in_features, out_features]`.
+    pub weight: Tensor<B, 2>,
+    /// Bias `[out_features]`.
+    pub bias: Option<Tensor<B, 1>>,
+}
+
+impl<B: Backend> Linear<B> {
+    /// Applies the layer to `x` of shape `[batch, n, in]`, giving `[batch, n, out]`.
+    pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let [b, n, d] = x.dims();
+        let out = self.weight.dims()[1];
+        let y = x.reshape([b * n, d]).matmul(self.weight.clone());
+        let y = match &self.bias {
+            Some(bias) => y + bias.clone().unsqueeze::<2>(),
+            None => y,
+        };
+        y.reshape([b, n, out])
+    }
+}
+
+/// RMSNorm (Zhang & Sennrich 2019): `x / sqrt(mean(x^2) + eps) * weight`.
+#[derive(Debug, Clone)]
+pub struct RmsNorm<B: Backend> {
+    /// Scale `[hidden]`.
+    pub weight: Tensor<B, 1>,
+    /// Epsilon from `rms_norm_eps`.
+    pub eps: f64,
+}
+
+impl<B: Backend> RmsNorm<B> {
+    /// Normalises the last dimension of `x` `[batch, n, hidden]`.
+    pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let ms = x.clone().powi_scalar(2).mean_dim(2);
+        let inv = (ms + self.eps).sqrt().recip();
+        x * inv * self.weight.clone().unsqueeze::<3>()
+    }
+}
+
+/// Rotate-half RoPE tables: `cos`, `sin` `[max_positions, head_dim / 2]`.
+///
+/// `inv_freq[i] = theta^(-2i / head_dim)` and angle `= position * inv_freq[i]`, computed in
+/// f64 and rounded to the compute dtype (HF `Qwen2RotaryEmbedding`, default rope type).
+#[derive(Debug, Clone)]
+pub struct Rope<B: Backend> {
+    cos: Tensor<B, 2>,
+    sin: Tensor<B, 2>,
+    half: usize,
+    max_positions: usize,
+}
+
+impl<B: Backend> Rope<B> {
+    /// Builds tables for positions `0 .. max_positions`.
+    pub fn new(theta: f64, head_dim: usize, max_positions: usize, device: &B::Device) -> Self {
+        let half = head_dim / 2;
+        let mut cos = Vec::with_capacity(max_positions * half);
+        let mut sin = Vec::with_capacity(max_positions * half);
+        for p in 0..max_positions {
+            for i in 0..half {
+                let inv = theta.powf(-(2.0 * i as f64) / head_dim as f64);
+                let a = p as f64 * inv;
+                cos.push(a.cos() as f32);
+                sin.push(a.sin() as f32);
+            }
+        }
+        Self {
+            cos: Tensor::from_data(TensorData::new(cos, [max_positions, half]), device),
+            sin: Tensor::from_data(TensorData::new(sin, [max_positions, half]), device),
+            half,
+            max_positions,
+        }
+    }
+
+    /// Rotates `x` `[batch, heads, n, head_dim]` at `positions` `[batch * n]` (row-major
+    /// `[batch, n]`).
+    pub fn apply(&self, x: Tensor<B, 4>, positions: Tensor<B, 1, Int>) -> Tensor<B, 4> {
+        let [b, h, n, d] = x.dims();
+        let cos = self
+            .cos
+            .clone()
+            .select(0, positions.clone())
+            .reshape([b, 1, n, self.half]);
+        let sin = self
+            .sin
+            .clone()
+            .select(0, positions)
+            .reshape([b, 1, n, self.half]);
+        let cos = Tensor::cat(vec![cos.clone(), cos], 3);
+        let sin = Tensor::cat(vec![sin.clone(), sin], 3);
+        let x1 = x.clone().slice([0..b, 0..h, 0..n, 0..self.half]);
+        let x2 = x.clone().slice([0..b, 0..h, 0..n, self.half..d]);
+        let rotated = Tensor::cat(vec![x2.neg(), x1], 3);
+        x * cos + rotated * sin
+    }
+}
+
+/// One decoder layer's weights.
+#[derive(Debug, Clone)]
+pub struct Layer<B: Backend> {
+    /// Pre-attention RMSNorm.
+    pub input_norm: RmsNorm<B>,
+    /// Query projection `[hidden, heads * head_dim]`.
+    pub q: Linear<B>,
+    /// Key projection `[hidden, kv_heads * head_dim]`.
+    pub k: Linear<B>,
+    /// Value projection `[hidden, kv_heads * head_dim]`.
+    pub v: Linear<B>,
+    /// Output projection `[heads * head_dim, hidden]`.
+    pub o: Linear<B>,
+    /// Pre-MLP RMSNorm.
+    pub post_norm: RmsNorm<B>,
+    /// SwiGLU gate `[hidden, intermediate]`.
+    pub gate: Linear<B>,
+    /// SwiGLU up `[hidden, intermediate]`.
+    pub up: Linear<B>,
+    /// SwiGLU down `[intermediate, hidden]`.
+    pub down: Linear<B>,
+}
+
+/// Which logits a forward pass returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogitsMode {
+    /// Only the last new position of each sequence: `[batch, 1, vocab]`.
+    Last,
+    /// Every new position: `[batch, n_new, vocab]`.
+    All,
+    /// No LM head (hidden states only).
+    None,
+}
+
+/// Options of one forward pass.
+#[derive(Debug, Clone, Copy)]
+pub struct ForwardOpts {
+    /// Pass kind, shown to the hook.
+    pub phase: Phase,
+    /// Which logits to compute.
+    pub logits: LogitsMode,
+    /// Run only the first `layers` decoder layers, then the final norm and LM head (early
+    /// exit, for self-drafting); `None` runs all.
+    pub layers: Option<usize>,
+}
+
+/// What a forward pass returns.
+#[derive(Debug)]
+pub struct ForwardOut<B: Backend> {
+    /// Logits `[batch, n, vocab]` (`n` per [`LogitsMode`]); `None` for [`LogitsMode::None`].
+    pub logits: Option<Tensor<B, 3>>,
+    /// Context positions read per sequence, summed over layers and KV heads.
+    pub ctx_reads: Vec<u64>,
+    /// Context positions dense attention would have read, per sequence (same sums).
+    pub ctx_dense: Vec<u64>,
+}
+
+/// A Qwen2 / Llama model on device `B`.
+#[derive(Debug, Clone)]
+pub struct Qwen2<B: Backend> {
+    /// Hyperparameters.
+    pub config: QwenConfig,
+    /// Token embedding `[vocab, hidden]`.
+    pub embed: Tensor<B, 2>,
+    /// Decoder layers.
+    pub layers: Vec<Layer<B>>,
+    /// Final RMSNorm.
+    pub norm: RmsNorm<B>,
+    /// LM head `[hidden, vocab]` (a transposed copy of the embedding when tied).
+    pub lm_head: Tensor<B, 2>,
+    /// RoPE tables.
+    pub rope: Rope<B>,
+    device: B::Device,
+}
+
+/// Table from HF tensor names to ours (`L` = layer index):
+///
+/// | HF name | ours |
+/// |---|---|
+/// | `model.embed_tokens.weight` `[vocab, hidden]` | `embed` |
+/// | `model.layers.L.input_layernorm.weight` | `layers[L].input_norm` |
+/// | `model.layers.L.self_attn.{q,k,v,o}_proj.{weight,bias}` | `layers[L].{q,k,v,o}` (transposed) |
+/// | `model.layers.L.post_attention_layernorm.weight` | `layers[L].post_norm` |
+/// | `model.layers.L.mlp.{gate,up,down}_proj.weight` | `layers[L].{gate,up,down}` (transposed) |
+/// | `model.norm.weight` | `norm` |
+/// | `lm_head.weight` `[vocab, hidden]` (absent when tied) | `lm_head` (transposed) |
+pub const WEIGHT_TABLE: &str = "see the doc comment of this constant";
+
+struct Loader<'a, B: Backend> {
+    src: &'a dyn WeightSource,
+    device: &'a B::Device,
+}
+
+impl<B: Backend> Loader<'_, B> {
+    fn host(&self, name: &str, shape: &[usize]) -> Result<HostTensor> {
+        let t = self.src.load(name)?;
+        if t.shape != shape {
+            return Err(QwenError::TensorShape {
+                name: name.to_string(),
+                expected: shape.to_vec(),
+                found: t.shape,
+            });
+        }
+        Ok(t)
+    }
+
+    fn vector(&self, name: &str, len: usize) -> Result<Tensor<B, 1>> {
+        let t = self.host(name, &[len])?;
+        Ok(Tensor::from_data(
+            TensorData::new(t.data, [len]),
+            self.device,
+        ))
+    }
+
+    /// Loads an HF `[out, in]` matrix and returns it transposed, `[in, out]`.
+    fn matrix_t(&self, name: &str, out: usize, inp: usize) -> Result<Tensor<B, 2>> {
+        let t = self.host(name, &[out, inp])?;
+        Ok(Tensor::from_data(
+            TensorData::new(transpose(&t.data, out, inp), [inp, out]),
+            self.device,
+        ))
+    }
+
+    fn linear(&self, prefix: &str, out: usize, inp: usize, bias: bool) -> Result<Linear<B>> {
+        let weight = self.matrix_t(&format!("{prefix}.weight"), out, inp)?;
+        let bias = if bias {
+            Some(self.vector(&format!("{prefix}.bias"), out)?)
+        } else {
+            None
+        };
+        Ok(Linear { weight, bias })
+    }
+}
+
+fn transpose(data: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut out = vec![0.0f32; data.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            out[c * rows + r] = data[r * cols + c];
+        }
+    }
+    out
+}
+
+impl<B: Backend> Qwen2<B> {
+    /// Builds the model from `src` (HF names and shapes, see [`WEIGHT_TABLE`]'s doc), with RoPE
+    /// tables for `max_positions` positions (at most `max_position_embeddings`).
+    ///
+    /// # Errors
+    /// [`QwenError::MissingTensor`] or [`QwenError::TensorShape`] naming the tensor with the
+    /// expected and found shapes; the loader's errors.
+    pub fn load(
+        config: &QwenConfig,
+        src: &dyn WeightSource,
+        max_positions: usize,
+        device: &B::Device,
+    ) -> Result<Self> {
+        config.validate()?;
+        let c = config;
+        let (h, hd, nh, kv) = (
+            c.hidden_size,
+            c.head_dim(),
+            c.num_attention_heads,
+            c.kv_heads(),
+        );
+        let ld = Loader::<B> { src, device };
+        let embed_host = ld.host("model.embed_tokens.weight", &[c.vocab_size, h])?;
+        let lm_head = if src.contains("lm_head.weight") && !c.tie_word_embeddings {
+            ld.matrix_t("lm_head.weight", c.vocab_size, h)?
+        } else {
+            Tensor::from_data(
+                TensorData::new(
+                    transpose(&embed_host.data, c.vocab_size, h),
+                    [h, c.vocab_size],
+                ),
+                device,
+            )
+        };
+        let embed = Tensor::from_data(TensorData::new(embed_host.data, [c.vocab_size, h]), device);
+        let bias = c.qkv_bias();
+        let mut layers = Vec::with_capacity(c.num_hidden_layers);
+        for l in 0..c.num_hidden_layers {
+            let p = format!("model.layers.{l}");
+            let norm = |name: &str| -> Result<RmsNorm<B>> {
+                Ok(RmsNorm {
+                    weight: ld.vector(&format!("{p}.{name}.weight"), h)?,
+                    eps: c.rms_norm_eps,
+                })
+            };
+            layers.push(Layer {
+                input_norm: norm("input_layernorm")?,
+                q: ld.linear(&format!("{p}.self_attn.q_proj"), nh * hd, h, bias)?,
+                k: ld.linear(&format!("{p}.self_attn.k_proj"), kv * hd, h, bias)?,
+                v: ld.linear(&format!("{p}.self_attn.v_proj"), kv * hd, h, bias)?,
+                o: ld.linear(&format!("{p}.self_attn.o_proj"), h, nh * hd, false)?,
+                post_norm: norm("post_attention_layernorm")?,
+                gate: ld.linear(&format!("{p}.mlp.gate_proj"), c.intermediate_size, h, false)?,
+                up: ld.linear(&format!("{p}.mlp.up_proj"), c.intermediate_size, h, false)?,
+                down: ld.linear(&format!("{p}.mlp.down_proj"), h, c.intermediate_size, false)?,
+            });
+        }
+        let norm = RmsNorm {
+            weight: ld.vector("model.norm.weight", h)?,
+            eps: c.rms_norm_eps,
+        };
+        let max_positions = max_positions.clamp(1, c.max_position_embeddings);
+        Ok(Self {
+            config: c.clone(),
+            embed,
+            layers,
+            norm,
+            lm_head,
+            rope: Rope::new(c.rope_theta, hd, max_positions, device),
+            device: device.clone(),
+        })
+    }
+
+    /// A model with random weights drawn on the device (normal, std 0.02 as HF
+    /// `initializer_range`; norms 1), for speed measurements at real shapes.
+    pub fn random(config: &QwenConfig, max_positions: usize, device: &B::Device) -> Result<Self> {
+        use burn_tensor::Distribution;
+        config.validate()?;
+        let c = config;
+        let (h, hd, nh, kv) = (
+            c.hidden_size,
+            c.head_dim(),
+            c.num_attention_heads,
+            c.kv_heads(),
+        );
+        let dist = Distribution::Normal(0.0, 0.02);
+        let mat = |i: usize, o: usize| Tensor::<B, 2>::random([i, o], dist, device);
+        let lin = |i: usize, o: usize, bias: bool| Linear {
+            weight: mat(i, o),
+            bias: bias.then(|| Tensor::<B, 1>::random([o], dist, device)),
+        };
+        let norm = || RmsNorm {
+            weight: Tensor::<B, 1>::ones([h], device),
+            eps: c.rms_norm_eps,
+        };
+        let bias = c.qkv_bias();
+        let layers = (0..c.num_hidden_layers)
+            .map(|_| Layer {
+                input_norm: norm(),
+                q: lin(h, nh * hd, bias),
+                k: lin(h, kv * hd, bias),
+                v: lin(h, kv * hd, bias),
+                o: lin(nh * hd, h, false),
+                post_norm: norm(),
+                gate: lin(h, c.intermediate_size, false),
+                up: lin(h, c.intermediate_size, false),
+                down: lin(c.intermediate_size, h, false),
+            })
+            .collect();
+        let embed = mat(c.vocab_size, h);
+        let lm_head = if c.tie_word_embeddings {
+            embed.clone().transpose()
+        } else {
+            mat(h, c.vocab_size)
+        };
+        let max_positions = max_positions.clamp(1, c.max_position_embeddings);
+        Ok(Self {
+            config: c.clone(),
+            embed,
+            layers,
+            norm: norm(),
+            lm_head,
+            rope: Rope::new(c.rope_theta, hd, max_positions, device),
+            device: device.clone(),
+        })
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> &B::Device {
+        &self.device
+    }
+
+    /// Largest position the RoPE tables cover (exclusive).
+    pub fn max_positions(&self) -> usize {
+        self.rope.max_positions
+    }
+
+    /// Shape of a KV cache for `batch` sequences of `capacity` tokens over the first `layers`
+    /// layers (`None`: all).
+    pub fn kv_shape(&self, batch: usize, capacity: usize, layers: Option<usize>) -> KvShape {
+        KvShape {
+            batch,
+            layers: layers.unwrap_or(self.config.num_hidden_layers),
+            kv_heads: self.config.kv_heads(),
+            capacity,
+            head_dim: self.config.head_dim(),
+        }
+    }
+
+    /// Allocates an empty KV cache (see [`Qwen2::kv_shape`]).
+    pub fn new_cache(
+        &self,
+        batch: usize,
+        capacity: usize,
+        layers: Option<usize>,
+    ) -> DenseKvCache<B> {
+        DenseKvCache::new(self.kv_shape(batch, capacity, layers), &self.device)
+    }
+
+    /// Runs `tokens` (`[batch][n]`, the same `n` for every sequence) at each sequence's
+    /// positions `cache.lens()[b] ..`, appends their K/V to `cache` and advances it by `n`.
+    ///
+    /// # Errors
+    /// [`QwenError::Prompt`] for a ragged batch or a token id outside the vocabulary,
+    /// cache errors ([`dustin_core::CoreError::CacheFull`]), and the hook's errors. On error
+    /// the cache lengths are unchanged (written slots past them are stale and harmless).
+    pub fn forward<H: AttentionHook<B> + ?Sized>(
+        &self,
+        tokens: &[Vec<u32>],
+        cache: &mut DenseKvCache<B>,
+        hook: &mut H,
+        opts: ForwardOpts,
+    ) -> Result<ForwardOut<B>> {
+        let batch = tokens.len();
+        let n = tokens.first().map_or(0, Vec::len);
+        if batch != cache.batch() {
+            return Err(QwenError::Prompt {
+                index: 0,
+                msg: format!(
+                    "batch of {batch} sequences for a cache of {}",
+                    cache.batch()
+                ),
+            });
+        }
+        if n == 0 {
+            return Err(QwenError::Prompt {
+                index: 0,
+                msg: "no new tokens".into(),
+            });
+        }
+        let vocab = self.config.vocab_size;
+        let mut flat = Vec::with_capacity(batch * n);
+        for (i, t) in tokens.iter().enumerate() {
+            if t.len() != n {
+                return Err(QwenError::Prompt {
+                    index: i,
+                    msg: format!("{} tokens where the batch has {n}", t.len()),
+                });
+            }
+            if let Some(&bad) = t.iter().find(|&&id| id as usize >= vocab) {
+                return Err(QwenError::Prompt {
+                    index: i,
+                    msg: format!("token id {bad} is outside the vocabulary of {vocab}"),
+                });
+            }
+            flat.extend(t.iter().map(|&id| id as i64));
+        }
+        let ctx_lens: Vec<usize> = cache.lens().to_vec();
+        let max_end = ctx_lens.iter().map(|l| l + n).max().unwrap_or(n);
+        if max_end > self.rope.max_positions || max_end > cache.capacity() {
+            return Err(QwenError::Prompt {
+                index: ctx_lens.iter().position(|l| l + n == max_end).unwrap_or(0),
+                msg: format!(
+                    "position {} is past the model's RoPE table ({}) or the KV capacity ({})",
+                    max_end - 1,
+                    self.rope.max_positions,
+                    cache.capacity()
+                ),
+            });
+        }
+        let n_layers = opts
+            .layers
+            .unwrap_or(self.layers.len())
+            .min(self.layers.len())
+            .min(cache.num_layers());
+        let dev = &self.device;
+        let ids = Tensor::<B, 1, Int>::from_data(TensorData::new(flat, [batch * n]), dev);
+        let positions: Vec<i64> = ctx_lens
+            .iter()
+            .flat_map(|&l| (l..l + n).map(|p| p as i64))
+            .collect();
+        let positions =
+            Tensor::<B, 1, Int>::from_data(TensorData::new(positions, [batch * n]), dev);
+        let hidden = self.config.hidden_size;
+        let mut x = self
+            .embed
+            .clone()
+            .select(0, ids)
+            .reshape([batch, n, hidden]);
+        let mut reads = vec![0u64; batch];
+        let mut dense = vec![0u64; batch];
+        for (li, layer) in self.layers.iter().take(n_layers).enumerate() {
+            let h = layer.input_norm.forward(x.clone());
+            let a = self.attention(
+                li, layer, h, &positions, &ctx_lens, n, cache, hook, opts.phase, &mut reads,
+                &mut dense,
+            )?;
+            x = x + a;
+            let h = layer.post_norm.forward(x.clone());
+            let m = layer
+                .down
+                .forward(activation::silu(layer.gate.forward(h.clone())) * layer.up.forward(h));
+            x = x + m;
+        }
+        cache.advance(n)?;
+        let logits = match opts.logits {
+            LogitsMode::None => None,
+            mode => {
+                let x = if mode == LogitsMode::Last {
+                    x.slice([0..batch, n - 1..n, 0..hidden])
+                } else {
+                    x
+                };
+                let x = self.norm.forward(x);
+                let [b, m, _] = x.dims();
+                Some(
+                    x.reshape([b * m, hidden])
+                        .matmul(self.lm_head.clone())
+                        .reshape([b, m, vocab]),
+                )
+            }
+        };
+        Ok(ForwardOut {
+            logits,
+            ctx_reads: reads,
+            ctx_dense: dense,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn attention<H: AttentionHook<B> + ?Sized>(
+        &self,
+        li: usize,
+        layer: &Layer<B>,
+        h: Tensor<B, 3>,
+        positions: &Tensor<B, 1, Int>,
+        ctx_lens: &[usize],
+        n: usize,
+        cache: &mut DenseKvCache<B>,
+        hook: &mut H,
+        phase: Phase,
+        reads: &mut [u64],
+        dense: &mut [u64],
+    ) -> Result<Tensor<B, 3>> {
+        let c = &self.config;
+        let (nh, kvh, hd) = (c.num_attention_heads, c.kv_heads(), c.head_dim());
+        let g = nh / kvh;
+        let batch = ctx_lens.len();
+        let q = layer
+            .q
+            .forward(h.clone())
+            .reshape([batch, n, nh, hd])
+            .swap_dims(1, 2);
+        let k = layer
+            .k
+            .forward(h.clone())
+            .reshape([batch, n, kvh, hd])
+            .swap_dims(1, 2);
+        let v = layer
+            .v
+            .forward(h)
+            .reshape([batch, n, kvh, hd])
+            .swap_dims(1, 2);
+        let q = self.rope.apply(q, positions.clone());
+        let k = self.rope.apply(k, positions.clone());
+        cache.append(li, k.clone(), v.clone())?;
+        let keys_len = ctx_lens.iter().max().copied().unwrap_or(0) + n;
+        let view = cache.view(li, keys_len);
+        let scale = 1.0 / (hd as f32).sqrt();
+        let ctx = LayerAttnCtx {
+            layer: li,
+            phase,
+            q: &q,
+            k: &view.k,
+            ctx_lens,
+            n_new: n,
+            scale,
+        };
+        let selection = hook.on_layer(&ctx)?;
+        for (b, &l) in ctx_lens.iter().enumerate() {
+            dense[b] += (l * kvh) as u64;
+        }
+        let qg = q.reshape([batch, kvh, g * n, hd]);
+        let dev = &self.device;
+        let out = match selection {
+            None => {
+                for (b, &l) in ctx_lens.iter().enumerate() {
+                    reads[b] += (l * kvh) as u64;
+                }
+                // key j is visible to new token i of sequence b iff j <= ctx_lens[b] + i
+                let mut mask = Vec::with_capacity(batch * n * keys_len);
+                for &l in ctx_lens {
+                    for i in 0..n {
+                        for j in 0..keys_len {
+                            mask.push(if j <= l + i {
+                                0.0f32
+                            } else {
+                                f32::NEG_INFINITY
+                            });
+                        }
+                    }
+                }
+                let mask = Tensor::<B, 5>::from_data(
+                    TensorData::new(mask, [batch, 1, 1, n, keys_len]),
+                    dev,
+                );
+                let scores = qg.matmul(view.k.swap_dims(2, 3)).mul_scalar(scale);
+                let scores = scores.reshape([batch, kvh, g, n, keys_len]) + mask;
+                let probs = activation::softmax(scores, 4).reshape([batch, kvh, g * n, keys_len]);
+                if hook.wants_probs(li, phase) {
+                    hook.on_probs(li, phase, &probs.clone().reshape([batch, nh, n, keys_len]))?;
+                }
+                probs.matmul(view.v)
+            }
+            Some(sel) => {
+                let LayerSelection { indices, counts } = sel;
+                let [sb, sh, kk] = indices.dims();
+                if sb != batch || sh != kvh || counts.len() != batch {
+                    return Err(QwenError::Core(dustin_core::CoreError::Shape {
+                        name: format!("selection of layer {li}"),
+                        expected: vec![batch, kvh, kk],
+                        found: vec![sb, sh, kk],
+                    }));
+                }
+                for (b, &cnt) in counts.iter().enumerate() {
+                    reads[b] += (cnt.min(ctx_lens[b]) * kvh) as u64;
+                }
+                // flat row index ((b * kvh + h) * keys_len + pos) into [batch*kvh*keys_len, hd]
+                let offs: Vec<i64> = (0..batch * kvh).map(|r| (r * keys_len) as i64).collect();
+                let offs =
+                    Tensor::<B, 3, Int>::from_data(TensorData::new(offs, [batch, kvh, 1]), dev);
+                let flat = (indices + offs).reshape([batch * kvh * kk]);
+                let kf = view.k.reshape([batch * kvh * keys_len, hd]);
+                let vf = view.v.reshape([batch * kvh * keys_len, hd]);
+                let ks = kf.select(0, flat.clone()).reshape([batch, kvh, kk, hd]);
+                let vs = vf.select(0, flat).reshape([batch, kvh, kk, hd]);
+                let ks = Tensor::cat(vec![ks, k], 2);
+                let vs = Tensor::cat(vec![vs, v], 2);
+                let m = kk + n;
+                let mut mask = Vec::with_capacity(batch * n * m);
+                for &cnt in &counts {
+                    for i in 0..n {
+                        for s in 0..m {
+                            let ok = if s < kk { s < cnt } else { s - kk <= i };
+                            mask.push(if ok { 0.0f32 } else { f32::NEG_INFINITY });
+                        }
+                    }
+                }
+                let mask =
+                    Tensor::<B, 5>::from_data(TensorData::new(mask, [batch, 1, 1, n, m]), dev);
+                let scores = qg.matmul(ks.swap_dims(2, 3)).mul_scalar(scale);
+                let scores = scores.reshape([batch, kvh, g, n, m]) + mask;
+                let probs = activation::softmax(scores, 4).reshape([batch, kvh, g * n, m]);
+                probs.matmul(vs)
+            }
+        };
+        let out = out
+            .reshape([batch, nh, n, hd])
+            .swap_dims(1, 2)
+            .reshape([batch, n, nh * hd]);
+        Ok(layer.o.forward(out))
+    }
+}

@@ -1,0 +1,192 @@
+//! Parity with HF transformers: logits of tiny random Qwen2 / Llama models, computed by
+//! `scripts/make_parity_fixtures.py` with transformers in float64 (eager attention), against
+//! ours in f32 on the CPU. Max abs error must be <= 1e-4 for the prefill (every position),
+//! every decode step, chunked prefill, and a batch of two prompts of different lengths.
+
+use std::path::{Path, PathBuf};
+
+use burn_flex::{Flex, FlexDevice};
+use burn_tensor::Tensor;
+use dustin_core::{DenseHook, Phase};
+use dustin_qwen::generate::prefill;
+use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2, QwenConfig, SafetensorsDir};
+use serde::Deserialize;
+
+type B = Flex;
+const TOL: f32 = 1e-4;
+
+#[derive(Deserialize)]
+struct Case {
+    prompt: Vec<u32>,
+    prefill_logits: Vec<Vec<f32>>,
+    decode_tokens: Vec<u32>,
+    decode_logits: Vec<Vec<f32>>,
+}
+
+#[derive(Deserialize)]
+struct Reference {
+    cases: Vec<Case>,
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/parity")
+        .join(name)
+}
+
+fn load(name: &str) -> (Qwen2<B>, Reference) {
+    let dir = fixture(name);
+    let cfg = QwenConfig::from_file(&dir.join("config.json")).expect("config");
+    let src = SafetensorsDir::open(&dir).expect("safetensors");
+    let model = Qwen2::<B>::load(&cfg, &src, 64, &FlexDevice).expect("model");
+    let text = std::fs::read_to_string(dir.join("reference.json")).expect("reference");
+    (model, serde_json::from_str(&text).expect("reference json"))
+}
+
+fn rows(t: Tensor<B, 3>) -> Vec<Vec<f32>> {
+    let [b, n, v] = t.dims();
+    let d: Vec<f32> = t.into_data().convert::<f32>().into_vec().expect("f32");
+    (0..b * n).map(|i| d[i * v..(i + 1) * v].to_vec()).collect()
+}
+
+fn max_err(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+fn decode(model: &Qwen2<B>, cache: &mut dustin_kv::DenseKvCache<B>, toks: &[u32]) -> Vec<Vec<f32>> {
+    let batch: Vec<Vec<u32>> = toks.iter().map(|&t| vec![t]).collect();
+    let out = model
+        .forward(
+            &batch,
+            cache,
+            &mut DenseHook,
+            ForwardOpts {
+                phase: Phase::Decode,
+                logits: LogitsMode::Last,
+                layers: None,
+            },
+        )
+        .expect("decode");
+    rows(out.logits.expect("logits"))
+}
+
+fn check_single(name: &str, chunk: usize) {
+    let (model, r) = load(name);
+    for (ci, case) in r.cases.iter().enumerate() {
+        let (mut cache, _, all) = prefill(
+            &model,
+            std::slice::from_ref(&case.prompt),
+            64,
+            None,
+            &mut DenseHook,
+            chunk,
+            true,
+        )
+        .expect("prefill");
+        let got = rows(all[0].clone());
+        assert_eq!(got.len(), case.prefill_logits.len());
+        let mut worst = 0.0f32;
+        for (g, e) in got.iter().zip(&case.prefill_logits) {
+            worst = worst.max(max_err(g, e));
+        }
+        println!("{name} case {ci} chunk {chunk}: prefill max abs err {worst:.2e}");
+        assert!(worst <= TOL, "{name} case {ci}: prefill error {worst}");
+        for (step, (&t, e)) in case
+            .decode_tokens
+            .iter()
+            .zip(&case.decode_logits)
+            .enumerate()
+        {
+            let g = decode(&model, &mut cache, &[t]);
+            let err = max_err(&g[0], e);
+            println!("{name} case {ci}: decode step {step} max abs err {err:.2e}");
+            assert!(err <= TOL, "{name} case {ci} step {step}: error {err}");
+        }
+    }
+}
+
+fn check_batch(name: &str) {
+    let (model, r) = load(name);
+    let prompts: Vec<Vec<u32>> = r.cases.iter().map(|c| c.prompt.clone()).collect();
+    assert!(
+        prompts.len() >= 2 && prompts[0].len() != prompts[1].len(),
+        "two prompts of different lengths"
+    );
+    let (mut cache, last, _) =
+        prefill(&model, &prompts, 64, None, &mut DenseHook, 512, false).expect("prefill");
+    let [b, v] = last.dims();
+    let last = rows(last.reshape([b, 1, v]));
+    for (ci, case) in r.cases.iter().enumerate() {
+        let err = max_err(&last[ci], case.prefill_logits.last().expect("logits"));
+        assert!(
+            err <= TOL,
+            "{name} batch case {ci}: last prefill error {err}"
+        );
+    }
+    for step in 0..3 {
+        let toks: Vec<u32> = r.cases.iter().map(|c| c.decode_tokens[step]).collect();
+        let g = decode(&model, &mut cache, &toks);
+        for (ci, case) in r.cases.iter().enumerate() {
+            let err = max_err(&g[ci], &case.decode_logits[step]);
+            println!("{name} batch: seq {ci} decode step {step} max abs err {err:.2e}");
+            assert!(err <= TOL, "{name} batch seq {ci} step {step}: error {err}");
+        }
+    }
+}
+
+#[test]
+fn qwen2_tied_matches_transformers() {
+    check_single("qwen2-tied", 512);
+    check_single("qwen2-tied", 4);
+    check_batch("qwen2-tied");
+}
+
+#[test]
+fn qwen2_gqa7_matches_transformers() {
+    check_single("qwen2-gqa7", 512);
+    check_single("qwen2-gqa7", 3);
+    check_batch("qwen2-gqa7");
+}
+
+#[test]
+fn llama_matches_transformers() {
+    check_single("llama", 512);
+    check_single("llama", 2);
+    check_batch("llama");
+}
+
+#[test]
+fn wrong_tensor_shape_is_named() {
+    let dir = fixture("qwen2-tied");
+    let mut cfg = QwenConfig::from_file(&dir.join("config.json")).expect("config");
+    cfg.intermediate_size += 1;
+    let src = SafetensorsDir::open(&dir).expect("safetensors");
+    let err = Qwen2::<B>::load(&cfg, &src, 64, &FlexDevice)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("mlp.gate_proj.weight")
+            && err.contains("[65, 64]")
+            && err.contains("[64, 64]"),
+        "{err}"
+    );
+}
+
+#[test]
+fn missing_tensor_is_named() {
+    let dir = fixture("qwen2-tied");
+    let mut cfg = QwenConfig::from_file(&dir.join("config.json")).expect("config");
+    cfg.num_hidden_layers = 3;
+    let src = SafetensorsDir::open(&dir).expect("safetensors");
+    let err = Qwen2::<B>::load(&cfg, &src, 64, &FlexDevice)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("model.layers.2.input_layernorm.weight") && err.contains("not found"),
+        "{err}"
+    );
+}

@@ -1,0 +1,403 @@
+use std::marker::PhantomData;
+use std::time::Instant;
+
+use burn_tensor::backend::Backend;
+use dustin_core::{DraftCtx, Drafter, Proposal, SamplingConfig, TokenId, Verifier, VerifyCtx};
+use dustin_qwen::generate::{pick_tokens, rows_to_host, seq_rng, FinishReason, StopRule};
+use dustin_qwen::Tokenizer;
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+use crate::accept;
+use crate::error::{Result, SpecError};
+
+/// Largest `gamma` accepted: verification runs `gamma + 1 <= 16` query tokens per sequence,
+/// the range the fused verify-attention kernels are built for.
+pub const MAX_GAMMA: usize = 15;
+
+/// Options of speculative generation.
+#[derive(Debug, Clone, Serialize)]
+pub struct SpecConfig {
+    /// Draft tokens per iteration (`1 ..= MAX_GAMMA`).
+    pub gamma: usize,
+    /// Tokens to generate per sequence at most (honoured exactly, also mid-block).
+    pub max_new_tokens: usize,
+    /// Sampling rule, applied identically to target (`p`) and draft (`q`).
+    pub sampling: SamplingConfig,
+    /// Seed of all draws.
+    pub seed: u64,
+    /// End-of-sequence ids.
+    pub eos: Vec<TokenId>,
+    /// Stop strings (need a tokenizer).
+    pub stop_strings: Vec<String>,
+}
+
+impl Default for SpecConfig {
+    fn default() -> Self {
+        Self {
+            gamma: 4,
+            max_new_tokens: 64,
+            sampling: SamplingConfig::greedy(),
+            seed: 0,
+            eos: Vec::new(),
+            stop_strings: Vec::new(),
+        }
+    }
+}
+
+/// Statistics of one speculative iteration.
+#[derive(Debug, Clone, Serialize)]
+pub struct IterationStats {
+    /// Draft tokens accepted per active sequence.
+    pub accepted: Vec<usize>,
+    /// Seconds drafting.
+    pub draft_secs: f64,
+    /// Seconds verifying (target forward, selection included).
+    pub verify_secs: f64,
+    /// Seconds in acceptance.
+    pub accept_secs: f64,
+    /// Seconds committing / rolling back.
+    pub commit_secs: f64,
+    /// KV fraction read by the target per active sequence.
+    pub kv_read_fraction: Vec<f64>,
+}
+
+/// Summary of a run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SpecSummary {
+    /// Verification iterations.
+    pub iterations: usize,
+    /// Mean tokens emitted per sequence per verification: accepted drafts + 1 (the
+    /// correction or bonus token), the usual "mean acceptance length" tau.
+    pub mean_acceptance_length: f64,
+    /// Generated tokens, all sequences.
+    pub generated_tokens: usize,
+    /// Prefill seconds (target and draft).
+    pub prefill_secs: f64,
+    /// Decode seconds (all iterations).
+    pub decode_secs: f64,
+    /// Decode tokens per second (all sequences).
+    pub tokens_per_sec: f64,
+    /// Seconds per stage, summed.
+    pub draft_secs: f64,
+    /// Seconds verifying, summed.
+    pub verify_secs: f64,
+    /// Seconds accepting, summed.
+    pub accept_secs: f64,
+    /// Seconds committing, summed.
+    pub commit_secs: f64,
+    /// Mean KV fraction read per verification.
+    pub mean_kv_read_fraction: f64,
+}
+
+/// Output of a run.
+#[derive(Debug, Clone)]
+pub struct SpecOutput {
+    /// Generated tokens per sequence.
+    pub tokens: Vec<Vec<TokenId>>,
+    /// Why each sequence stopped.
+    pub finish: Vec<FinishReason>,
+    /// Per-iteration statistics.
+    pub iterations: Vec<IterationStats>,
+    /// Summary.
+    pub summary: SpecSummary,
+}
+
+/// The speculative decoder, composed from a drafter `D` and a verifier `V` through generics.
+#[derive(Debug)]
+pub struct SpeculativeDecoder<B: Backend, D: Drafter<B>, V: Verifier<B>> {
+    /// The drafter.
+    pub drafter: D,
+    /// The verifier.
+    pub verifier: V,
+    _b: PhantomData<B>,
+}
+
+impl<B: Backend, D: Drafter<B>, V: Verifier<B>> SpeculativeDecoder<B, D, V> {
+    /// Composes a decoder.
+    pub fn new(drafter: D, verifier: V) -> Self {
+        Self {
+            drafter,
+            verifier,
+            _b: PhantomData,
+        }
+    }
+
+    /// Speculative generation for a batch of prompts of any lengths.
+    ///
+    /// `on_tokens(seq, tokens)` is called with each sequence's newly emitted tokens.
+    ///
+    /// # Errors
+    /// [`SpecError::Config`] for `gamma` outside `1 ..= MAX_GAMMA`; prompt and model errors.
+    pub fn generate(
+        &mut self,
+        prompts: &[Vec<TokenId>],
+        cfg: &SpecConfig,
+        tokenizer: Option<&Tokenizer>,
+        on_tokens: &mut dyn FnMut(usize, &[TokenId]),
+    ) -> Result<SpecOutput> {
+        if cfg.gamma == 0 || cfg.gamma > MAX_GAMMA {
+            return Err(SpecError::Config {
+                name: "gamma",
+                expected: format!("1 ..= {MAX_GAMMA}"),
+                found: cfg.gamma.to_string(),
+            });
+        }
+        run(
+            Some(&mut self.drafter),
+            &mut self.verifier,
+            prompts,
+            cfg,
+            tokenizer,
+            on_tokens,
+        )
+    }
+}
+
+/// Autoregressive generation through a verifier alone (one token per step, dense or sparse
+/// attention per the verifier's policy): the baseline speculative decoding is measured
+/// against. `cfg.gamma` is ignored.
+///
+/// # Errors
+/// Prompt and model errors.
+pub fn autoregressive<B: Backend, V: Verifier<B>>(
+    verifier: &mut V,
+    prompts: &[Vec<TokenId>],
+    cfg: &SpecConfig,
+    tokenizer: Option<&Tokenizer>,
+    on_tokens: &mut dyn FnMut(usize, &[TokenId]),
+) -> Result<SpecOutput> {
+    run::<B, NoDraft, V>(
+        None,
+        verifier,
+        prompts,
+        &SpecConfig {
+            gamma: 0,
+            ..cfg.clone()
+        },
+        tokenizer,
+        on_tokens,
+    )
+}
+
+/// Placeholder drafter type for [`autoregressive`]; never called.
+#[derive(Debug)]
+pub enum NoDraft {}
+
+impl<B: Backend> Drafter<B> for NoDraft {
+    fn prefill(&mut self, _: &[Vec<TokenId>], _: &[TokenId]) -> dustin_core::Result<()> {
+        match *self {}
+    }
+    fn propose(&mut self, _: &DraftCtx) -> dustin_core::Result<Proposal<B>> {
+        match *self {}
+    }
+    fn commit(&mut self, _: &[usize], _: &[TokenId]) -> dustin_core::Result<()> {
+        match *self {}
+    }
+    fn retain(&mut self, _: &[usize]) -> dustin_core::Result<()> {
+        match *self {}
+    }
+}
+
+fn run<B: Backend, D: Drafter<B>, V: Verifier<B>>(
+    mut drafter: Option<&mut D>,
+    verifier: &mut V,
+    prompts: &[Vec<TokenId>],
+    cfg: &SpecConfig,
+    tokenizer: Option<&Tokenizer>,
+    on_tokens: &mut dyn FnMut(usize, &[TokenId]),
+) -> Result<SpecOutput> {
+    cfg.sampling.validate()?;
+    let n = prompts.len();
+    let vocab = verifier.vocab_size();
+    let rule = StopRule {
+        eos: cfg.eos.clone(),
+        stop_strings: cfg.stop_strings.clone(),
+        max_new_tokens: cfg.max_new_tokens,
+    };
+    // stream 0..n: acceptance draws per sequence; the draft derives its own per iteration
+    let mut rngs: Vec<ChaCha8Rng> = (0..n).map(|i| seq_rng(cfg.seed, i)).collect();
+    let t0 = Instant::now();
+    let last = verifier.prefill(prompts)?;
+    let rows = rows_to_host(last, vocab)?;
+    let all: Vec<usize> = (0..n).collect();
+    let first = pick_tokens(&rows, &cfg.sampling, &mut rngs, &all)?;
+    if let Some(d) = drafter.as_deref_mut() {
+        d.prefill(prompts, &first)?;
+    }
+    verifier.set_pending(&first)?;
+    let prefill_secs = t0.elapsed().as_secs_f64();
+
+    let t1 = Instant::now();
+    let mut out: Vec<Vec<TokenId>> = vec![Vec::new(); n];
+    let mut finish: Vec<Option<FinishReason>> = vec![None; n];
+    let mut active: Vec<usize> = Vec::new();
+    for (s, &t) in first.iter().enumerate() {
+        if cfg.max_new_tokens == 0 {
+            finish[s] = Some(FinishReason::Length);
+            continue;
+        }
+        on_tokens(s, &[t]);
+        match rule.push(&mut out[s], t, tokenizer)? {
+            Some(r) => finish[s] = Some(r),
+            None => active.push(s),
+        }
+    }
+    let keep: Vec<usize> = (0..n).filter(|s| finish[*s].is_none()).collect();
+    if keep.len() != n && !keep.is_empty() {
+        verifier.retain(&keep)?;
+        if let Some(d) = drafter.as_deref_mut() {
+            d.retain(&keep)?;
+        }
+    }
+    let mut iters = Vec::new();
+    let mut iteration = 0usize;
+    while !active.is_empty() {
+        let b = active.len();
+        // 1. draft
+        let td = Instant::now();
+        let proposal = match drafter.as_deref_mut() {
+            Some(d) => d.propose(&DraftCtx {
+                gamma: cfg.gamma,
+                temperature: cfg.sampling.temperature,
+                top_p: cfg.sampling.top_p,
+                top_k: cfg.sampling.top_k,
+                seed: cfg.seed ^ (0x9E37_79B9_7F4A_7C15u64.wrapping_mul(iteration as u64 + 1)),
+                want_lookahead: verifier.wants_lookahead(),
+                vocab,
+            })?,
+            None => Proposal {
+                tokens: vec![Vec::new(); b],
+                q: None,
+                lookahead: None,
+            },
+        };
+        let draft_secs = td.elapsed().as_secs_f64();
+        // 2. verify
+        let tv = Instant::now();
+        let ver = verifier.verify(&VerifyCtx {
+            proposal: &proposal,
+            iteration,
+        })?;
+        let [_, m, v] = ver.logits.dims();
+        // 3. accept
+        let ta = Instant::now();
+        let verify_secs = (ta - tv).as_secs_f64();
+        let mut accepted = Vec::with_capacity(b);
+        let mut next = Vec::with_capacity(b);
+        if cfg.sampling.is_greedy() {
+            let am = ver.logits.clone().argmax(2).reshape([b * m]).into_data();
+            let am: Vec<i64> = am
+                .convert::<i64>()
+                .into_vec::<i64>()
+                .map_err(|e| dustin_core::CoreError::Model(format!("{e:?}")))?;
+            for slot in 0..b {
+                let row: Vec<u32> = am[slot * m..(slot + 1) * m]
+                    .iter()
+                    .map(|&x| x as u32)
+                    .collect();
+                let acc = accept::greedy(&proposal.tokens[slot], &row);
+                accepted.push(acc.accepted);
+                next.push(acc.next);
+            }
+        } else {
+            let rows = rows_to_host(ver.logits.clone().reshape([b * m, v]), vocab)?;
+            for (slot, &s) in active.iter().enumerate() {
+                let p: Vec<Vec<f32>> = (0..m)
+                    .map(|i| cfg.sampling.probs(&rows[slot * m + i], s))
+                    .collect::<dustin_core::Result<_>>()?;
+                let q: &[Vec<f32>] = proposal.q.as_ref().map_or(&[], |q| &q[slot]);
+                let rng = &mut rngs[s];
+                let acc = accept::stochastic(&proposal.tokens[slot], &p, q, s, &mut || {
+                    rng.random::<f32>()
+                })?;
+                accepted.push(acc.accepted);
+                next.push(acc.next);
+            }
+        }
+        // emit, honouring EOS / stop strings / max_new_tokens inside the block
+        let mut keep = Vec::with_capacity(b);
+        for (slot, &s) in active.iter().enumerate() {
+            let emitted: Vec<TokenId> = proposal.tokens[slot][..accepted[slot]]
+                .iter()
+                .copied()
+                .chain(std::iter::once(next[slot]))
+                .collect();
+            let mut pushed = Vec::new();
+            for &t in &emitted {
+                pushed.push(t);
+                if let Some(r) = rule.push(&mut out[s], t, tokenizer)? {
+                    finish[s] = Some(r);
+                    break;
+                }
+            }
+            on_tokens(s, &pushed);
+            if finish[s].is_none() {
+                keep.push(slot);
+            }
+        }
+        let accept_secs = ta.elapsed().as_secs_f64();
+        // 4. commit / roll back both caches, drop finished sequences
+        let tc = Instant::now();
+        if !keep.is_empty() {
+            verifier.commit(&accepted, &next)?;
+            if let Some(d) = drafter.as_deref_mut() {
+                d.commit(&accepted, &next)?;
+            }
+            if keep.len() != b {
+                verifier.retain(&keep)?;
+                if let Some(d) = drafter.as_deref_mut() {
+                    d.retain(&keep)?;
+                }
+            }
+        }
+        let commit_secs = tc.elapsed().as_secs_f64();
+        iters.push(IterationStats {
+            accepted: accepted.clone(),
+            draft_secs,
+            verify_secs,
+            accept_secs,
+            commit_secs,
+            kv_read_fraction: ver.kv_read_fraction.clone(),
+        });
+        active = keep.iter().map(|&k| active[k]).collect();
+        iteration += 1;
+    }
+    let decode_secs = t1.elapsed().as_secs_f64();
+    let generated: usize = out.iter().map(Vec::len).sum();
+    let seq_iters: usize = iters.iter().map(|i| i.accepted.len()).sum();
+    let tau: f64 = iters
+        .iter()
+        .flat_map(|i| i.accepted.iter())
+        .map(|&a| (a + 1) as f64)
+        .sum::<f64>()
+        / seq_iters.max(1) as f64;
+    let kvf: f64 = iters
+        .iter()
+        .flat_map(|i| i.kv_read_fraction.iter())
+        .sum::<f64>()
+        / seq_iters.max(1) as f64;
+    let summary = SpecSummary {
+        iterations: iters.len(),
+        mean_acceptance_length: tau,
+        generated_tokens: generated,
+        prefill_secs,
+        decode_secs,
+        tokens_per_sec: generated as f64 / decode_secs.max(1e-9),
+        draft_secs: iters.iter().map(|i| i.draft_secs).sum(),
+        verify_secs: iters.iter().map(|i| i.verify_secs).sum(),
+        accept_secs: iters.iter().map(|i| i.accept_secs).sum(),
+        commit_secs: iters.iter().map(|i| i.commit_secs).sum(),
+        mean_kv_read_fraction: kvf,
+    };
+    Ok(SpecOutput {
+        tokens: out,
+        finish: finish
+            .into_iter()
+            .map(|f| f.unwrap_or(FinishReason::Length))
+            .collect(),
+        iterations: iters,
+        summary,
+    })
+}

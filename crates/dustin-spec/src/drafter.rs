@@ -1,0 +1,302 @@
+use std::sync::Arc;
+
+use burn_tensor::{backend::Backend, Tensor};
+use dustin_core::{
+    AttentionHook, DraftCtx, Drafter, KvStore, LayerAttnCtx, LayerSelection, Phase, Proposal,
+    SamplingConfig, TokenId,
+};
+use dustin_kv::DenseKvCache;
+use dustin_qwen::generate::{pick_tokens, prefill, rows_to_host, seq_rng, DEFAULT_PREFILL_CHUNK};
+use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2};
+use rand::Rng;
+
+/// Which draft layers feed the lookahead signal (DESIGN.md step 1: "configured draft
+/// layers/heads").
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LookaheadConfig {
+    /// Draft layers whose attention is summed; `None` = all of the draft's layers (the
+    /// paper's default of averaging the draft's attention).
+    pub layers: Option<Vec<usize>>,
+}
+
+/// Records the draft's attention mass per position during drafting.
+#[derive(Debug)]
+struct LookaheadHook<B: Backend> {
+    on: bool,
+    layers: Option<Vec<usize>>,
+    /// per forward step: `[batch, keys_len]`
+    parts: Vec<Tensor<B, 2>>,
+}
+
+impl<B: Backend> AttentionHook<B> for LookaheadHook<B> {
+    fn on_layer(
+        &mut self,
+        _ctx: &LayerAttnCtx<'_, B>,
+    ) -> dustin_core::Result<Option<LayerSelection<B>>> {
+        Ok(None)
+    }
+    fn wants_probs(&self, layer: usize, phase: Phase) -> bool {
+        self.on && phase == Phase::Decode && self.layers.as_ref().is_none_or(|l| l.contains(&layer))
+    }
+    fn on_probs(
+        &mut self,
+        _layer: usize,
+        _phase: Phase,
+        probs: &Tensor<B, 4>,
+    ) -> dustin_core::Result<()> {
+        let [b, h, n, l] = probs.dims();
+        // sum over heads and query rows: [batch, keys_len]
+        self.parts
+            .push(probs.clone().sum_dim(1).sum_dim(2).reshape([b, l]));
+        let _ = (h, n);
+        Ok(())
+    }
+}
+
+/// A drafter backed by a [`Qwen2`] model: a separate small model sharing the target's
+/// tokenizer, or a self-draft made from the target's own first `layers` layers and LM head
+/// (early exit, no extra weights; the model is shared through an `Arc`).
+#[derive(Debug)]
+pub struct ModelDrafter<B: Backend> {
+    model: Arc<Qwen2<B>>,
+    layers: Option<usize>,
+    cache: Option<DenseKvCache<B>>,
+    /// committed tokens not yet in the draft cache, per sequence (1 or 2)
+    pending: Vec<Vec<TokenId>>,
+    /// cache length before the last proposal, per sequence
+    base: Vec<usize>,
+    /// tokens fed in the first step of the last proposal, per sequence
+    fed: Vec<usize>,
+    last: Vec<Vec<TokenId>>,
+    extra_capacity: usize,
+    lookahead: LookaheadConfig,
+    prefill_chunk: usize,
+}
+
+impl<B: Backend> ModelDrafter<B> {
+    /// A drafter running `model` (all layers, or the first `layers` for a self-draft), with
+    /// room for `extra_capacity` tokens past the longest prompt (generation + `gamma`).
+    pub fn new(model: Arc<Qwen2<B>>, layers: Option<usize>, extra_capacity: usize) -> Self {
+        Self {
+            model,
+            layers,
+            cache: None,
+            pending: Vec::new(),
+            base: Vec::new(),
+            fed: Vec::new(),
+            last: Vec::new(),
+            extra_capacity,
+            lookahead: LookaheadConfig::default(),
+            prefill_chunk: DEFAULT_PREFILL_CHUNK,
+        }
+    }
+
+    /// Sets which layers feed the lookahead signal.
+    pub fn with_lookahead(mut self, cfg: LookaheadConfig) -> Self {
+        self.lookahead = cfg;
+        self
+    }
+
+    /// The draft model.
+    pub fn model(&self) -> &Qwen2<B> {
+        &self.model
+    }
+
+    fn cache(&mut self) -> dustin_core::Result<&mut DenseKvCache<B>> {
+        self.cache
+            .as_mut()
+            .ok_or_else(|| dustin_core::CoreError::Model("drafter used before prefill".into()))
+    }
+}
+
+impl<B: Backend> Drafter<B> for ModelDrafter<B> {
+    fn prefill(&mut self, prompts: &[Vec<TokenId>], first: &[TokenId]) -> dustin_core::Result<()> {
+        if first.len() != prompts.len() {
+            return Err(dustin_core::CoreError::invalid(
+                "first",
+                format!("{} tokens", prompts.len()),
+                first.len(),
+            ));
+        }
+        let capacity = prompts.iter().map(Vec::len).max().unwrap_or(0) + self.extra_capacity;
+        let (cache, _, _) = prefill(
+            &self.model,
+            prompts,
+            capacity,
+            self.layers,
+            &mut dustin_core::DenseHook,
+            self.prefill_chunk,
+            false,
+        )?;
+        self.cache = Some(cache);
+        self.pending = first.iter().map(|&t| vec![t]).collect();
+        self.base = vec![0; prompts.len()];
+        self.fed = vec![0; prompts.len()];
+        self.last = vec![Vec::new(); prompts.len()];
+        Ok(())
+    }
+
+    fn propose(&mut self, ctx: &DraftCtx) -> dustin_core::Result<Proposal<B>> {
+        let model = self.model.clone();
+        let layers = self.layers;
+        let batch = self.pending.len();
+        let sampling = SamplingConfig {
+            temperature: ctx.temperature,
+            top_p: ctx.top_p,
+            top_k: ctx.top_k,
+        };
+        let mut rngs: Vec<_> = (0..batch).map(|s| seq_rng(ctx.seed, s)).collect();
+        let ids: Vec<usize> = (0..batch).collect();
+        let mut hook = LookaheadHook::<B> {
+            on: ctx.want_lookahead,
+            layers: self.lookahead.layers.clone(),
+            parts: Vec::new(),
+        };
+        let pending = self.pending.clone();
+        let cache = self.cache()?;
+        let base: Vec<usize> = cache.lens().to_vec();
+        // step 0 feeds the pending tokens; a sequence with fewer is padded by repeating its
+        // last pending token, whose cache entry is dropped right after
+        let n0 = pending.iter().map(Vec::len).max().unwrap_or(1);
+        let feed: Vec<Vec<TokenId>> = pending
+            .iter()
+            .map(|p| {
+                let mut v = p.clone();
+                while v.len() < n0 {
+                    v.push(*p.last().unwrap_or(&0));
+                }
+                v
+            })
+            .collect();
+        let mut tokens: Vec<Vec<TokenId>> = vec![Vec::with_capacity(ctx.gamma); batch];
+        let mut qs: Vec<Vec<Vec<f32>>> = vec![Vec::new(); batch];
+        let mut input = feed;
+        for step in 0..ctx.gamma {
+            let out = model.forward(
+                &input,
+                cache,
+                &mut hook,
+                ForwardOpts {
+                    phase: Phase::Decode,
+                    logits: LogitsMode::All,
+                    layers,
+                },
+            )?;
+            let logits = out.logits.ok_or_else(|| {
+                dustin_core::CoreError::Model("draft forward returned no logits".into())
+            })?;
+            let [b, n, v] = logits.dims();
+            let rows: Vec<Tensor<B, 2>> = (0..b)
+                .map(|s| {
+                    let r = if step == 0 {
+                        pending[s].len() - 1
+                    } else {
+                        n - 1
+                    };
+                    logits
+                        .clone()
+                        .slice([s..s + 1, r..r + 1, 0..v])
+                        .reshape([1, v])
+                })
+                .collect();
+            let rows = rows_to_host(Tensor::cat(rows, 0), ctx.vocab)?;
+            if step == 0 && n0 > 1 {
+                for (s, p) in pending.iter().enumerate() {
+                    cache.truncate(s, base[s] + p.len())?;
+                }
+            }
+            let next = if sampling.is_greedy() {
+                pick_tokens(&rows, &sampling, &mut rngs, &ids)?
+            } else {
+                let mut out = Vec::with_capacity(b);
+                for (s, row) in rows.iter().enumerate() {
+                    let q = sampling.probs(row, s)?;
+                    let t = dustin_core::sample_with(&q, rngs[s].random::<f32>()) as u32;
+                    qs[s].push(q);
+                    out.push(t);
+                }
+                out
+            };
+            for (s, &t) in next.iter().enumerate() {
+                tokens[s].push(t);
+            }
+            input = next.iter().map(|&t| vec![t]).collect();
+            // the last draft token is not fed: it is verified by the target first
+            if step + 1 == ctx.gamma {
+                break;
+            }
+        }
+        let lookahead = if ctx.want_lookahead && !hook.parts.is_empty() {
+            let lmax = hook.parts.iter().map(|p| p.dims()[1]).max().unwrap_or(0);
+            let dev = model.device().clone();
+            let mut acc = Tensor::<B, 2>::zeros([batch, lmax], &dev);
+            for p in hook.parts {
+                let [b, l] = p.dims();
+                let p = if l < lmax {
+                    Tensor::cat(vec![p, Tensor::zeros([b, lmax - l], &dev)], 1)
+                } else {
+                    p
+                };
+                acc = acc + p;
+            }
+            let sum = acc.clone().sum_dim(1).clamp_min(1e-30);
+            Some(acc / sum)
+        } else {
+            None
+        };
+        self.base = base;
+        self.fed = pending.iter().map(Vec::len).collect();
+        self.last = tokens.clone();
+        Ok(Proposal {
+            tokens,
+            q: if sampling.is_greedy() { None } else { Some(qs) },
+            lookahead,
+        })
+    }
+
+    fn commit(&mut self, accepted: &[usize], next: &[TokenId]) -> dustin_core::Result<()> {
+        let batch = self.pending.len();
+        if accepted.len() != batch || next.len() != batch {
+            return Err(dustin_core::CoreError::invalid(
+                "accepted",
+                format!("{batch} counts"),
+                accepted.len(),
+            ));
+        }
+        let base = self.base.clone();
+        let fed = self.fed.clone();
+        let last = self.last.clone();
+        let cache = self.cache()?;
+        let mut pending = Vec::with_capacity(batch);
+        for s in 0..batch {
+            let gamma = last[s].len();
+            let a = accepted[s];
+            if a > gamma {
+                return Err(dustin_core::CoreError::invalid(
+                    "accepted",
+                    format!("<= gamma = {gamma}"),
+                    a,
+                ));
+            }
+            if a == gamma && gamma > 0 {
+                cache.truncate(s, base[s] + fed[s] + gamma - 1)?;
+                pending.push(vec![last[s][gamma - 1], next[s]]);
+            } else {
+                cache.truncate(s, base[s] + fed[s] + a)?;
+                pending.push(vec![next[s]]);
+            }
+        }
+        self.pending = pending;
+        Ok(())
+    }
+
+    fn retain(&mut self, keep: &[usize]) -> dustin_core::Result<()> {
+        self.cache()?.retain(keep)?;
+        let pick = |v: &Vec<_>| keep.iter().map(|&k| v[k]).collect::<Vec<_>>();
+        self.pending = keep.iter().map(|&k| self.pending[k].clone()).collect();
+        self.last = keep.iter().map(|&k| self.last[k].clone()).collect();
+        self.base = pick(&self.base);
+        self.fed = pick(&self.fed);
+        Ok(())
+    }
+}

@@ -1,0 +1,25 @@
+//! # dustin-spec
+//!
+//! The speculative decoding engine: [`SpeculativeDecoder`] drafts `gamma` tokens per
+//! sequence with a [`Drafter`], verifies `gamma + 1` positions in one target pass with a
+//! [`Verifier`] (dense, or sparse through a [`SelectionPolicy`]), accepts per sequence
+//! (greedy or stochastic, [`accept`]), commits and rolls back both caches, and repeats.
+//!
+//! Model-backed implementations: [`ModelDrafter`] (a separate draft model, or a self-draft
+//! from the target's first layers) and [`ModelVerifier`].
+#![warn(missing_docs)]
+
+pub mod accept;
+mod decoder;
+mod drafter;
+mod error;
+mod verifier;
+
+pub use decoder::{
+    autoregressive, IterationStats, NoDraft, SpecConfig, SpecOutput, SpecSummary,
+    SpeculativeDecoder, MAX_GAMMA,
+};
+pub use drafter::{LookaheadConfig, ModelDrafter};
+pub use dustin_core::{Drafter, SelectionPolicy, Verifier};
+pub use error::{Result, SpecError};
+pub use verifier::ModelVerifier;

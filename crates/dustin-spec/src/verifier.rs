@@ -1,0 +1,193 @@
+use std::sync::Arc;
+
+use burn_tensor::{backend::Backend, Tensor};
+use dustin_core::{KvStore, Phase, SelectionPolicy, TokenId, Verification, Verifier, VerifyCtx};
+use dustin_kv::DenseKvCache;
+use dustin_qwen::generate::{prefill, DEFAULT_PREFILL_CHUNK};
+use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2};
+
+/// The target model as a [`Verifier`]: one forward pass over the pending token and the
+/// `gamma` draft tokens per sequence, attending densely or through the policy `P`'s
+/// selections (sparse verification).
+#[derive(Debug)]
+pub struct ModelVerifier<B: Backend, P: SelectionPolicy<B>> {
+    model: Arc<Qwen2<B>>,
+    policy: P,
+    cache: Option<DenseKvCache<B>>,
+    pending: Vec<TokenId>,
+    base: Vec<usize>,
+    extra_capacity: usize,
+    vocab: usize,
+    prefill_chunk: usize,
+}
+
+impl<B: Backend, P: SelectionPolicy<B>> ModelVerifier<B, P> {
+    /// A verifier for `model` with selection `policy`, room for `extra_capacity` tokens past
+    /// the longest prompt, sampling over the first `vocab` logits (the real vocabulary).
+    pub fn new(model: Arc<Qwen2<B>>, policy: P, extra_capacity: usize, vocab: usize) -> Self {
+        let vocab = vocab.min(model.config.vocab_size);
+        Self {
+            model,
+            policy,
+            cache: None,
+            pending: Vec::new(),
+            base: Vec::new(),
+            extra_capacity,
+            vocab,
+            prefill_chunk: DEFAULT_PREFILL_CHUNK,
+        }
+    }
+
+    /// The selection policy.
+    pub fn policy(&self) -> &P {
+        &self.policy
+    }
+
+    /// The target model.
+    pub fn model(&self) -> &Arc<Qwen2<B>> {
+        &self.model
+    }
+
+    /// Committed cache lengths per active sequence (pending token excluded).
+    pub fn lens(&self) -> Vec<usize> {
+        self.cache
+            .as_ref()
+            .map(|c| c.lens().to_vec())
+            .unwrap_or_default()
+    }
+
+    fn cache(&mut self) -> dustin_core::Result<&mut DenseKvCache<B>> {
+        self.cache
+            .as_mut()
+            .ok_or_else(|| dustin_core::CoreError::Model("verifier used before prefill".into()))
+    }
+}
+
+impl<B: Backend, P: SelectionPolicy<B>> Verifier<B> for ModelVerifier<B, P> {
+    fn prefill(&mut self, prompts: &[Vec<TokenId>]) -> dustin_core::Result<Tensor<B, 2>> {
+        self.policy
+            .reset(prompts.len(), self.model.config.num_hidden_layers);
+        let capacity = prompts.iter().map(Vec::len).max().unwrap_or(0) + self.extra_capacity;
+        let (cache, last, _) = prefill(
+            &self.model,
+            prompts,
+            capacity,
+            None,
+            &mut self.policy,
+            self.prefill_chunk,
+            false,
+        )?;
+        self.cache = Some(cache);
+        self.pending.clear();
+        Ok(last)
+    }
+
+    fn set_pending(&mut self, next: &[TokenId]) -> dustin_core::Result<()> {
+        let b = self.cache()?.batch();
+        if next.len() != b {
+            return Err(dustin_core::CoreError::invalid(
+                "next",
+                format!("{b} tokens"),
+                next.len(),
+            ));
+        }
+        self.pending = next.to_vec();
+        Ok(())
+    }
+
+    fn verify(&mut self, ctx: &VerifyCtx<'_, B>) -> dustin_core::Result<Verification<B>> {
+        let p = ctx.proposal;
+        if p.tokens.len() != self.pending.len() {
+            return Err(dustin_core::CoreError::invalid(
+                "proposal",
+                format!("{} sequences", self.pending.len()),
+                p.tokens.len(),
+            ));
+        }
+        let tokens: Vec<Vec<TokenId>> = self
+            .pending
+            .iter()
+            .zip(&p.tokens)
+            .map(|(&t, d)| std::iter::once(t).chain(d.iter().copied()).collect())
+            .collect();
+        if let Some(la) = &p.lookahead {
+            if self.policy.wants_lookahead() {
+                self.policy.observe_lookahead(la);
+            }
+        }
+        self.policy.begin_verify(ctx.iteration);
+        let model = self.model.clone();
+        let mut cache = self
+            .cache
+            .take()
+            .ok_or_else(|| dustin_core::CoreError::Model("verifier used before prefill".into()))?;
+        self.base = cache.lens().to_vec();
+        let res = model.forward(
+            &tokens,
+            &mut cache,
+            &mut self.policy,
+            ForwardOpts {
+                phase: Phase::Decode,
+                logits: LogitsMode::All,
+                layers: None,
+            },
+        );
+        self.cache = Some(cache);
+        let out = res?;
+        let logits = out.logits.ok_or_else(|| {
+            dustin_core::CoreError::Model("target forward returned no logits".into())
+        })?;
+        let [b, n, v] = logits.dims();
+        let logits = if self.vocab < v {
+            logits.slice([0..b, 0..n, 0..self.vocab])
+        } else {
+            logits
+        };
+        let kv_read_fraction = out
+            .ctx_reads
+            .iter()
+            .zip(&out.ctx_dense)
+            .map(|(&r, &d)| if d == 0 { 1.0 } else { r as f64 / d as f64 })
+            .collect();
+        Ok(Verification {
+            logits,
+            kv_read_fraction,
+        })
+    }
+
+    fn commit(&mut self, accepted: &[usize], next: &[TokenId]) -> dustin_core::Result<()> {
+        let base = self.base.clone();
+        let cache = self.cache()?;
+        if accepted.len() != cache.batch() || next.len() != cache.batch() {
+            return Err(dustin_core::CoreError::invalid(
+                "accepted",
+                format!("{} counts", cache.batch()),
+                accepted.len(),
+            ));
+        }
+        for (s, &a) in accepted.iter().enumerate() {
+            cache.truncate(s, base[s] + a + 1)?;
+        }
+        self.pending = next.to_vec();
+        self.policy.commit(accepted)
+    }
+
+    fn retain(&mut self, keep: &[usize]) -> dustin_core::Result<()> {
+        self.cache()?.retain(keep)?;
+        self.pending = keep.iter().map(|&k| self.pending[k]).collect();
+        self.base = keep
+            .iter()
+            .filter_map(|&k| self.base.get(k).copied())
+            .collect();
+        self.policy.retain(keep);
+        Ok(())
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.vocab
+    }
+
+    fn wants_lookahead(&self) -> bool {
+        self.policy.wants_lookahead()
+    }
+}

@@ -1,0 +1,337 @@
+//! Laws of the speculative engine, on tiny random models (the HF parity fixtures of
+//! `dustin-qwen`, vocab 96), CPU:
+//! 1. greedy speculative output == greedy autoregressive output, token for token, for
+//!    draft == target and for a different draft, a batch of 3 prompts of different lengths,
+//!    gamma 1, 4 and 8, with EOS and `max_new_tokens` landing mid-block;
+//! 2. stochastic acceptance emits tokens distributed as the target's own samples (total
+//!    variation against the exact distribution computed from the target alone), and the test
+//!    rejects a wrong acceptance rule.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use burn_flex::{Flex, FlexDevice};
+use burn_tensor::Tensor;
+use dustin_core::{DenseHook, Phase, SamplingConfig};
+use dustin_qwen::generate::{generate, prefill, FinishReason, GenerateConfig};
+use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2, QwenConfig, SafetensorsDir};
+use dustin_spec::{
+    accept, autoregressive, ModelDrafter, ModelVerifier, SpecConfig, SpeculativeDecoder,
+};
+
+type B = Flex;
+
+fn model(name: &str) -> Arc<Qwen2<B>> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../dustin-qwen/tests/fixtures/parity")
+        .join(name);
+    let cfg = QwenConfig::from_file(&dir.join("config.json")).expect("config");
+    let src = SafetensorsDir::open(&dir).expect("weights");
+    Arc::new(Qwen2::load(&cfg, &src, 256, &FlexDevice).expect("model"))
+}
+
+fn prompts() -> Vec<Vec<u32>> {
+    vec![
+        vec![5, 17, 33, 2, 90, 61, 7, 44, 12, 3, 71],
+        vec![9, 1, 64, 30, 22],
+        vec![
+            40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58,
+        ],
+    ]
+}
+
+fn ar(target: &Qwen2<B>, max_new: usize, eos: &[u32]) -> (Vec<Vec<u32>>, Vec<FinishReason>) {
+    let cfg = GenerateConfig {
+        max_new_tokens: max_new,
+        ..GenerateConfig::default()
+    };
+    let tok = None;
+    let o = generate(target, &prompts(), &cfg, tok, &mut |_, _| {}).expect("ar");
+    // apply EOS by hand to the AR output (generate without a tokenizer knows no EOS)
+    let mut toks = o.tokens;
+    let mut fin = o.finish;
+    for (t, f) in toks.iter_mut().zip(fin.iter_mut()) {
+        if let Some(p) = t.iter().position(|x| eos.contains(x)) {
+            t.truncate(p + 1);
+            *f = FinishReason::Eos;
+        }
+    }
+    (toks, fin)
+}
+
+fn spec(
+    target: Arc<Qwen2<B>>,
+    draft: Arc<Qwen2<B>>,
+    gamma: usize,
+    max_new: usize,
+    eos: &[u32],
+) -> (Vec<Vec<u32>>, Vec<FinishReason>, f64) {
+    let extra = max_new + 2 * (gamma + 2);
+    let drafter = ModelDrafter::new(draft, None, extra);
+    let verifier = ModelVerifier::new(target, DenseHook, extra, 96);
+    let mut dec = SpeculativeDecoder::new(drafter, verifier);
+    let cfg = SpecConfig {
+        gamma,
+        max_new_tokens: max_new,
+        eos: eos.to_vec(),
+        ..SpecConfig::default()
+    };
+    let o = dec
+        .generate(&prompts(), &cfg, None, &mut |_, _| {})
+        .expect("spec");
+    (o.tokens, o.finish, o.summary.mean_acceptance_length)
+}
+
+#[test]
+fn greedy_speculative_equals_autoregressive() {
+    let target = model("qwen2-tied");
+    let other = model("qwen2-gqa7");
+    let max_new = 23; // not a multiple of gamma + 1 for 1, 4, 8: lands mid-block
+    let (reference, _) = ar(&target, max_new, &[]);
+    // an EOS id that the second sequence emits mid-way (and the others maybe not)
+    let eos_tok = reference[1][9];
+    let (reference_eos, fin_eos) = ar(&target, max_new, &[eos_tok]);
+    assert!(reference_eos[1].len() <= 10, "EOS cuts sequence 1 early");
+    for gamma in [1usize, 4, 8] {
+        for (label, draft) in [("self", target.clone()), ("other", other.clone())] {
+            let (got, fin, tau) = spec(target.clone(), draft.clone(), gamma, max_new, &[]);
+            assert_eq!(
+                got, reference,
+                "gamma {gamma}, draft {label}: tokens differ"
+            );
+            assert!(
+                got.iter().all(|t| t.len() == max_new),
+                "max_new_tokens honoured exactly"
+            );
+            assert!(fin.iter().all(|f| *f == FinishReason::Length));
+            if label == "self" {
+                // draft == target accepts every draft token (tau = gamma + 1, minus the
+                // blocks cut by max_new_tokens)
+                assert!(tau > gamma as f64 * 0.7 + 1.0, "gamma {gamma}: tau {tau}");
+            }
+            let (got, fin, _) = spec(target.clone(), draft, gamma, max_new, &[eos_tok]);
+            assert_eq!(
+                got, reference_eos,
+                "gamma {gamma}, draft {label}, EOS: tokens differ"
+            );
+            assert_eq!(fin, fin_eos, "gamma {gamma}, draft {label}: finish reasons");
+        }
+    }
+}
+
+#[test]
+fn autoregressive_through_the_verifier_equals_generate() {
+    let target = model("llama");
+    let (reference, _) = ar(&target, 9, &[]);
+    let mut v = ModelVerifier::new(target, DenseHook, 32, 96);
+    let cfg = SpecConfig {
+        max_new_tokens: 9,
+        ..SpecConfig::default()
+    };
+    let o = autoregressive(&mut v, &prompts(), &cfg, None, &mut |_, _| {}).expect("ar");
+    assert_eq!(o.tokens, reference);
+}
+
+#[test]
+fn gamma_out_of_range_is_an_error() {
+    let target = model("llama");
+    for gamma in [0usize, 16] {
+        let mut dec = SpeculativeDecoder::new(
+            ModelDrafter::new(target.clone(), Some(1), 32),
+            ModelVerifier::new(target.clone(), DenseHook, 32, 96),
+        );
+        let cfg = SpecConfig {
+            gamma,
+            ..SpecConfig::default()
+        };
+        let err = dec
+            .generate(&prompts(), &cfg, None, &mut |_, _| {})
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("gamma"), "{err}");
+    }
+}
+
+#[test]
+fn empty_prompt_in_batch_is_named() {
+    let target = model("llama");
+    let mut dec = SpeculativeDecoder::new(
+        ModelDrafter::new(target.clone(), Some(1), 32),
+        ModelVerifier::new(target.clone(), DenseHook, 32, 96),
+    );
+    let mut p = prompts();
+    p[1].clear();
+    let err = dec
+        .generate(&p, &SpecConfig::default(), None, &mut |_, _| {})
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("prompt 1") && err.contains("empty"), "{err}");
+}
+
+/// Exact distribution of the target's second generated token given `prompt` at temperature
+/// `t`: sum over the first token `a` of p(a) * p(x | a), from the target alone.
+fn exact_second(target: &Qwen2<B>, prompt: &[u32], s: &SamplingConfig) -> (Vec<f64>, Vec<f64>) {
+    let (cache, last, _) = prefill(
+        target,
+        &[prompt.to_vec()],
+        64,
+        None,
+        &mut DenseHook,
+        512,
+        false,
+    )
+    .unwrap();
+    let p1 = s
+        .probs(&last.into_data().into_vec::<f32>().unwrap(), 0)
+        .unwrap();
+    let mut p2 = vec![0.0f64; p1.len()];
+    let _ = cache;
+    for (a, &pa) in p1.iter().enumerate() {
+        if pa == 0.0 {
+            continue;
+        }
+        let mut seq = prompt.to_vec();
+        seq.push(a as u32);
+        let mut c = target.new_cache(1, 64, None);
+        let out = target
+            .forward(
+                &[seq],
+                &mut c,
+                &mut DenseHook,
+                ForwardOpts {
+                    phase: Phase::Decode,
+                    logits: LogitsMode::Last,
+                    layers: None,
+                },
+            )
+            .unwrap();
+        let l: Tensor<B, 3> = out.logits.unwrap();
+        let row: Vec<f32> = l.into_data().into_vec().unwrap();
+        let p = s.probs(&row, 0).unwrap();
+        for (x, &px) in p.iter().enumerate() {
+            p2[x] += pa as f64 * px as f64;
+        }
+    }
+    (p1.iter().map(|&x| x as f64).collect(), p2)
+}
+
+/// Pearson chi-square of `counts` against `p`, pooling bins with expected count < 5, and the
+/// critical value at significance 0.001 (Wilson-Hilferty approximation, z = 3.09).
+fn chi_square(counts: &[usize], n: usize, p: &[f64]) -> (f64, f64) {
+    let (mut stat, mut df) = (0.0f64, 0usize);
+    let (mut pool_o, mut pool_e) = (0.0f64, 0.0f64);
+    for (&c, &q) in counts.iter().zip(p) {
+        let e = q * n as f64;
+        if e >= 5.0 {
+            stat += (c as f64 - e).powi(2) / e;
+            df += 1;
+        } else {
+            pool_o += c as f64;
+            pool_e += e;
+        }
+    }
+    if pool_e > 0.0 {
+        stat += (pool_o - pool_e).powi(2) / pool_e.max(1e-9);
+        df += 1;
+    }
+    let k = (df - 1) as f64;
+    let crit = k * (1.0 - 2.0 / (9.0 * k) + 3.09 * (2.0 / (9.0 * k)).sqrt()).powi(3);
+    (stat, crit)
+}
+
+fn tv(counts: &[usize], n: usize, p: &[f64]) -> f64 {
+    0.5 * counts
+        .iter()
+        .zip(p)
+        .map(|(&c, &q)| (c as f64 / n as f64 - q).abs())
+        .sum::<f64>()
+}
+
+#[test]
+fn stochastic_speculative_matches_target_distribution() {
+    // temperature 1.5 flattens the random model's logits so many tokens matter
+    let target = model("qwen2-tied");
+    let draft = model("qwen2-gqa7");
+    let sampling = SamplingConfig {
+        temperature: 1.5,
+        top_p: 1.0,
+        top_k: 0,
+    };
+    let prompt = vec![5u32, 17, 33, 2, 90, 61];
+    let (_, p2) = exact_second(&target, &prompt, &sampling);
+    let n = 3000;
+    let mut counts = vec![0usize; 96];
+    let mut accepted_any = 0;
+    for seed in 0..n {
+        let drafter = ModelDrafter::new(draft.clone(), None, 16);
+        let verifier = ModelVerifier::new(target.clone(), DenseHook, 16, 96);
+        let mut dec = SpeculativeDecoder::new(drafter, verifier);
+        let cfg = SpecConfig {
+            gamma: 2,
+            max_new_tokens: 2,
+            sampling,
+            seed: seed as u64,
+            ..SpecConfig::default()
+        };
+        let o = dec
+            .generate(std::slice::from_ref(&prompt), &cfg, None, &mut |_, _| {})
+            .unwrap();
+        // token 0 comes from the prefill; token 1 is the first one through acceptance
+        counts[o.tokens[0][1] as usize] += 1;
+        accepted_any += o.iterations[0].accepted[0].min(1);
+    }
+    let (stat, crit) = chi_square(&counts, n, &p2);
+    println!(
+        "chi-square(second token vs exact target law) = {stat:.1}, critical value at 0.001 = {crit:.1}; TV = {:.4}; drafts accepted in {accepted_any}/{n} runs",
+        tv(&counts, n, &p2)
+    );
+    assert!(stat < crit, "chi-square {stat} >= {crit}");
+    assert!(
+        accepted_any > n / 20,
+        "the draft must be accepted sometimes for the test to mean anything"
+    );
+}
+
+/// The acceptance rule alone, on exact small distributions: the emitted token's law is `p`;
+/// a wrong rule (resampling from `p` instead of `norm(max(p - q, 0))` on rejection) is
+/// rejected by the same bound.
+#[test]
+fn acceptance_rule_is_exact_and_the_test_catches_a_wrong_one() {
+    use rand::{Rng, SeedableRng};
+    let p = vec![vec![0.5f32, 0.3, 0.2, 0.0], vec![0.25f32, 0.25, 0.25, 0.25]];
+    let q = vec![vec![0.1f32, 0.1, 0.2, 0.6]];
+    let n = 40_000;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    let mut right = [0usize; 4];
+    let mut wrong = [0usize; 4];
+    for _ in 0..n {
+        let x = dustin_core::sample_with(&q[0], rng.random::<f32>()) as u32;
+        let a = accept::stochastic(&[x], &p, &q, 0, &mut || rng.random::<f32>()).unwrap();
+        // first emitted token: the draft if accepted, else the residual sample
+        let first = if a.accepted == 1 { x } else { a.next };
+        right[first as usize] += 1;
+        // wrong rule: accept with min(1, p/q), else resample from p
+        let u: f32 = rng.random();
+        let px = p[0][x as usize];
+        let qx = q[0][x as usize];
+        let w = if u < (px / qx).min(1.0) {
+            x
+        } else {
+            dustin_core::sample_with(&p[0], rng.random::<f32>()) as u32
+        };
+        wrong[w as usize] += 1;
+    }
+    let exact: Vec<f64> = p[0].iter().map(|&x| x as f64).collect();
+    // token 3 has p = 0: drop it from the test (the exact rule never emits it, checked below)
+    assert_eq!(
+        right[3], 0,
+        "the exact rule emitted a token of probability 0"
+    );
+    let (sr, cr) = chi_square(&right[..3], n, &exact[..3]);
+    let (sw, cw) = chi_square(&wrong[..3], n, &exact[..3]);
+    println!(
+        "chi-square right rule {sr:.1} (critical {cr:.1}), wrong rule {sw:.1} (critical {cw:.1})"
+    );
+    assert!(sr < cr, "exact rule: {sr}");
+    assert!(sw > cw, "the test must catch the wrong rule: {sw}");
+}
