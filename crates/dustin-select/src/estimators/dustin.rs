@@ -1,0 +1,474 @@
+//! `dustin`: draft lookahead + decayed target history on a head subset (Dustin,
+//! arXiv 2606.24957, ICML 2026; DESIGN.md "Dustin as this project implements it").
+//!
+//! Per layer and KV head the score over context positions is
+//! `alpha * norm(lookahead) + (1 - alpha) * norm(history)`, `norm` scaling a row to sum 1 over
+//! the positions the top-k step actually chooses among (`[n_sink, ctx_b - window)`; sinks and
+//! window are kept anyway and would otherwise set the scale of both signals).
+//!
+//! Reads and writes:
+//! - prefill, last chunk of sequence `s` (queries `[1, heads, n, head_dim]`, keys
+//!   `[1, kv_heads, P, head_dim]`): the last `obs_window` queries' causal attention, all heads
+//!   `[1, kv_heads, group, w, P]`. It **seeds the history** of `(s, layer)` (`[kv_heads, P]`,
+//!   mean over the group's heads, folded query by query with decay `beta`) and **calibrates
+//!   the estimator heads**: per query head, the recall of its top-k (over the free range,
+//!   `k` = the free budget) against the all-head top-k, summed over the batch's sequences;
+//!   the best `heads_per_layer` heads per layer are chosen at the first verification (or
+//!   `heads` fixes them).
+//! - verification (queries `[batch, heads, n, head_dim]`, keys
+//!   `[batch, kv_heads, keys, head_dim]`): exact causal attention of the estimator heads only
+//!   (`q_h k^T` for `h` in the subset: `[batch, e, n, keys]`), mapped to KV heads (mean of the
+//!   KV head's own estimator heads, or of all the layer's estimator heads when it has none):
+//!   the per-query contribution `[batch, kv_heads, n, keys]`. The score uses the history
+//!   *provisionally* advanced by all `n` rows; the contribution is kept **pending**.
+//! - commit (`accepted[b]`): only rows `0 ..= accepted[b]` of the pending contribution are
+//!   folded into the history, one decay step per accepted query:
+//!   `H <- beta^(a+1) H + sum_{i<=a} (1 - beta) beta^(a-i) C_i` (rollback of rejected drafts).
+//!   History `[batch, kv_heads, len]` per layer; zero at positions a sequence has not
+//!   committed.
+//! - lookahead `[batch, ctx']` (from the draft, per verification; dropped at commit): the
+//!   `alpha` part, broadcast to every layer and KV head.
+//!
+//! `history-only` ([`super::history_only`]) is this estimator with `alpha = 0`.
+
+use burn_tensor::{backend::Backend, Tensor, TensorData};
+use dustin_core::{CoreError, ImportanceEstimator, LayerAttnCtx, Result, ScoreCtx, Scores};
+use serde::{Deserialize, Serialize};
+
+use super::draft_only::lookahead_for;
+use super::prompt::{max_ctx, prefill_seq, PromptRows};
+use crate::attn::{fit_last, free_mask, grouped_probs, head_probs, normalise_on};
+use crate::{KeepRule, SelectConfig};
+
+/// The recommended refresh of a `dustin` selection: 4 verifications (DESIGN.md's
+/// multi-step verification window; the value is our choice, to be tuned in
+/// docs/fidelity.md).
+pub const RECOMMENDED_REFRESH: usize = 4;
+
+/// The recommended [`SelectConfig`] for `dustin` at `budget`: refresh every
+/// [`RECOMMENDED_REFRESH`] verifications, or earlier when acceptance halves (0.5: our choice,
+/// to be tuned in docs/fidelity.md); other fields at their defaults.
+pub fn recommended_select_config(budget: usize) -> SelectConfig {
+    SelectConfig {
+        budget,
+        refresh: RECOMMENDED_REFRESH,
+        refresh_on_accept_drop: Some(0.5),
+        ..SelectConfig::default()
+    }
+}
+
+/// Knobs of [`Dustin`] (and [`HistoryOnly`](super::history_only::HistoryOnly), which ignores
+/// `alpha`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DustinConfig {
+    /// Weight of the normalised draft lookahead (the rest goes to the history). Default 0.5:
+    /// our choice (equal weights), to be tuned in docs/fidelity.md.
+    pub alpha: f64,
+    /// Decay of the history per accepted query token. Default 0.8: our choice (a memory of
+    /// about 5 tokens, one or two iterations at gamma = 4), to be tuned in docs/fidelity.md.
+    pub beta: f64,
+    /// Estimator heads per layer (query heads whose exact attention is computed).
+    /// Default 2: our choice (the cost is reading the keys of at most 2 KV heads).
+    pub heads_per_layer: usize,
+    /// Fixed estimator heads (query-head indices, the same for every layer) instead of
+    /// calibration. Default `None`: calibrate at prefill (DESIGN.md step 4).
+    pub heads: Option<Vec<usize>>,
+    /// Prompt-end queries that seed the history and calibrate the heads. Default 32: SnapKV's
+    /// observation window (Li et al. 2024).
+    pub obs_window: usize,
+    /// `k` of the calibration's top-k recall. Default `None`: the selector's free budget
+    /// (`budget - n_sink - window`), i.e. what the top-k step will choose.
+    pub calib_top_k: Option<usize>,
+}
+
+impl Default for DustinConfig {
+    fn default() -> Self {
+        Self {
+            alpha: 0.5,
+            beta: 0.8,
+            heads_per_layer: 2,
+            heads: None,
+            obs_window: 32,
+            calib_top_k: None,
+        }
+    }
+}
+
+impl DustinConfig {
+    /// Checks `alpha` in `[0, 1]`, `beta` in `[0, 1)`, `heads_per_layer >= 1`,
+    /// `obs_window >= 1`, non-empty fixed heads and `calib_top_k >= 1`.
+    ///
+    /// # Errors
+    /// [`CoreError::InvalidInput`] naming the field.
+    pub fn validate(&self) -> Result<()> {
+        if !(0.0..=1.0).contains(&self.alpha) {
+            return Err(CoreError::invalid(
+                "alpha",
+                "a weight in [0, 1]",
+                self.alpha,
+            ));
+        }
+        if !(0.0..1.0).contains(&self.beta) {
+            return Err(CoreError::invalid("beta", "a decay in [0, 1)", self.beta));
+        }
+        if self.heads_per_layer == 0 {
+            return Err(CoreError::invalid("heads_per_layer", "at least 1", 0));
+        }
+        if self.obs_window == 0 {
+            return Err(CoreError::invalid("obs_window", "at least 1", 0));
+        }
+        if self.heads.as_ref().is_some_and(Vec::is_empty) {
+            return Err(CoreError::invalid("heads", "at least one query head", "[]"));
+        }
+        if self.calib_top_k == Some(0) {
+            return Err(CoreError::invalid("calib_top_k", "at least 1", 0));
+        }
+        Ok(())
+    }
+}
+
+/// The Dustin estimator (see the module doc).
+#[derive(Debug, Clone)]
+pub struct Dustin<B: Backend> {
+    cfg: DustinConfig,
+    keep: KeepRule,
+    alpha: f64,
+    name: &'static str,
+    heads: Vec<Option<Vec<usize>>>,
+    recall: Vec<Vec<f64>>,
+    seeds: PromptRows<B>,
+    hist: Vec<Option<Tensor<B, 3>>>,
+    pending: Vec<Option<Tensor<B, 4>>>,
+    lookahead: Option<Tensor<B, 2>>,
+}
+
+fn host_f32<B: Backend, const D: usize>(t: Tensor<B, D>) -> Result<Vec<f32>> {
+    t.into_data()
+        .convert::<f32>()
+        .into_vec::<f32>()
+        .map_err(|e| CoreError::Other(Box::new(e)))
+}
+
+impl<B: Backend> Dustin<B> {
+    /// An estimator with `cfg`, for a selector configured by `select` (its sinks, window and
+    /// budget define the free range the signals are normalised over and the calibration's
+    /// `k`).
+    ///
+    /// # Errors
+    /// [`DustinConfig::validate`]'s and [`SelectConfig::validate`]'s.
+    pub fn new(cfg: DustinConfig, select: &SelectConfig) -> Result<Self> {
+        cfg.validate()?;
+        select.validate()?;
+        Ok(Self {
+            alpha: cfg.alpha,
+            cfg,
+            keep: select.keep(),
+            name: "dustin",
+            heads: Vec::new(),
+            recall: Vec::new(),
+            seeds: PromptRows::default(),
+            hist: Vec::new(),
+            pending: Vec::new(),
+            lookahead: None,
+        })
+    }
+
+    /// The same estimator without the lookahead (`alpha = 0`), named `history-only`.
+    pub(crate) fn without_lookahead(mut self) -> Self {
+        self.alpha = 0.0;
+        self.name = "history-only";
+        self
+    }
+
+    /// The config.
+    pub fn config(&self) -> &DustinConfig {
+        &self.cfg
+    }
+
+    /// The history of `layer`, `[batch, kv_heads, len]` (zero past each sequence's committed
+    /// context), once a verification has materialised it.
+    pub fn history(&self, layer: usize) -> Option<Tensor<B, 3>> {
+        self.hist.get(layer).cloned().flatten()
+    }
+
+    /// The estimator heads (query-head indices, ascending) of `layer`, once chosen (at the
+    /// first verification).
+    pub fn estimator_heads(&self, layer: usize) -> Option<&[usize]> {
+        self.heads.get(layer).and_then(|h| h.as_deref())
+    }
+
+    fn grow(&mut self, layer: usize) {
+        if self.heads.len() <= layer {
+            self.heads.resize(layer + 1, None);
+            self.recall.resize(layer + 1, Vec::new());
+            self.hist.resize(layer + 1, None);
+            self.pending.resize(layer + 1, None);
+        }
+    }
+
+    fn layer_heads(&mut self, layer: usize, nh: usize) -> Result<Vec<usize>> {
+        self.grow(layer);
+        if let Some(h) = &self.heads[layer] {
+            return Ok(h.clone());
+        }
+        let hpl = self.cfg.heads_per_layer.min(nh);
+        let chosen = if let Some(fixed) = &self.cfg.heads {
+            if let Some(&bad) = fixed.iter().find(|&&h| h >= nh) {
+                return Err(CoreError::invalid(
+                    "heads",
+                    format!("query heads < {nh}"),
+                    bad,
+                ));
+            }
+            let mut f = fixed.clone();
+            f.sort_unstable();
+            f.dedup();
+            f
+        } else if self.recall[layer].len() == nh {
+            let r = &self.recall[layer];
+            let mut order: Vec<usize> = (0..nh).collect();
+            order.sort_by(|&a, &b| r[b].total_cmp(&r[a]).then(a.cmp(&b)));
+            let mut best: Vec<usize> = order.into_iter().take(hpl).collect();
+            best.sort_unstable();
+            best
+        } else {
+            // no calibration data (prompt shorter than sinks + window): spread over the groups
+            (0..hpl).map(|i| i * nh / hpl).collect()
+        };
+        self.heads[layer] = Some(chosen.clone());
+        Ok(chosen)
+    }
+
+    /// The history of `layer` fitted to `len` positions (seeded from prefill at first use).
+    fn history_at(
+        &mut self,
+        layer: usize,
+        batch: usize,
+        kvh: usize,
+        len: usize,
+        device: &B::Device,
+    ) -> Result<Tensor<B, 3>> {
+        self.grow(layer);
+        let h = match self.hist[layer].take() {
+            Some(h) => h,
+            None if self.seeds.has_layer(layer) => {
+                let h = self.seeds.batched(layer, batch, kvh, len, device);
+                self.seeds.take_layer(layer);
+                h
+            }
+            None => Tensor::zeros([batch, kvh, len], device),
+        };
+        let [hb, hk, _] = h.dims();
+        if hb != batch || hk != kvh {
+            return Err(CoreError::Shape {
+                name: format!("history of layer {layer}"),
+                expected: vec![batch, kvh, len],
+                found: h.dims().to_vec(),
+            });
+        }
+        let h = fit_last(h, len);
+        self.hist[layer] = Some(h.clone());
+        Ok(h)
+    }
+
+    /// `(1 - beta) beta^(last - i)` for `i <= last`, 0 after.
+    fn fold_weights(&self, last: usize, n: usize) -> Vec<f32> {
+        let beta = self.cfg.beta;
+        (0..n)
+            .map(|i| {
+                if i <= last {
+                    ((1.0 - beta) * beta.powi((last - i) as i32)) as f32
+                } else {
+                    0.0
+                }
+            })
+            .collect()
+    }
+}
+
+impl<B: Backend> ImportanceEstimator<B> for Dustin<B> {
+    fn name(&self) -> String {
+        self.name.into()
+    }
+
+    fn reset(&mut self, batch: usize, num_layers: usize) {
+        self.heads = vec![None; num_layers];
+        self.recall = vec![Vec::new(); num_layers];
+        self.seeds.reset(batch, num_layers);
+        self.hist = vec![None; num_layers];
+        self.pending = vec![None; num_layers];
+        self.lookahead = None;
+    }
+
+    fn observe_prefill(&mut self, ctx: &LayerAttnCtx<'_, B>) -> Result<()> {
+        let Some((seq, true)) = prefill_seq(ctx)? else {
+            return Ok(());
+        };
+        self.grow(ctx.layer);
+        let [_, nh, n, d] = ctx.q.dims();
+        let [_, kvh, l, _] = ctx.k.dims();
+        let g = nh / kvh.max(1);
+        let w = self.cfg.obs_window.min(n);
+        let device = ctx.k.device();
+        let q = ctx.q.clone().slice([0..1, 0..nh, n - w..n, 0..d]);
+        let probs = grouped_probs(q, ctx.k.clone(), &[ctx.ctx_lens[0] + n - w], ctx.scale); // [1, kvh, g, w, l]
+        let wts = Tensor::<B, 5>::from_data(
+            TensorData::new(self.fold_weights(w - 1, w), [1, 1, 1, w, 1]),
+            &device,
+        );
+        let seed = (probs.clone() * wts)
+            .sum_dims(&[2, 3])
+            .div_scalar(g as f32)
+            .reshape([kvh, l]);
+        self.seeds.set(seq, ctx.layer, seed);
+        if self.cfg.heads.is_some() {
+            return Ok(());
+        }
+        let (lo, hi) = self.keep.free_range(l);
+        if hi == lo {
+            return Ok(());
+        }
+        let free_budget = self.keep.budget - self.keep.n_sink - self.keep.window;
+        let kk = self
+            .cfg
+            .calib_top_k
+            .unwrap_or(free_budget)
+            .clamp(1, hi - lo);
+        let per_head = probs.sum_dim(3).reshape([nh, l]).narrow(1, lo, hi - lo);
+        let all = per_head.clone().sum_dim(0); // [1, len]
+        let kth_all = all.clone().sort_descending(1).narrow(1, kk - 1, 1);
+        let kth_head = per_head.clone().sort_descending(1).narrow(1, kk - 1, 1);
+        let in_all = all.greater_equal(kth_all.expand([1, hi - lo])).float();
+        let in_head = per_head
+            .greater_equal(kth_head.expand([nh, hi - lo]))
+            .float();
+        let hits = (in_head * in_all.clone().expand([nh, hi - lo])).sum_dim(1);
+        let recall = hits.div(in_all.sum().reshape([1, 1]).expand([nh, 1]));
+        let recall = host_f32(recall)?;
+        let acc = &mut self.recall[ctx.layer];
+        if acc.len() != nh {
+            *acc = vec![0.0; nh];
+        }
+        for (a, r) in acc.iter_mut().zip(recall) {
+            *a += f64::from(r);
+        }
+        Ok(())
+    }
+
+    fn observe_lookahead(&mut self, lookahead: &Tensor<B, 2>) {
+        self.lookahead = Some(lookahead.clone());
+    }
+
+    fn wants_lookahead(&self) -> bool {
+        self.alpha > 0.0
+    }
+
+    fn score(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<Scores<B>> {
+        let a = ctx.attn;
+        let c = max_ctx(a)?;
+        let [b, nh, n, _] = a.q.dims();
+        let [_, kvh, l, _] = a.k.dims();
+        let g = nh / kvh.max(1);
+        let device = a.k.device();
+        let heads = self.layer_heads(a.layer, nh)?;
+        let e = heads.len();
+        // exact attention of the estimator heads only: [b, e, n, l]
+        let probs = head_probs(a.q.clone(), a.k.clone(), &heads, g, a.ctx_lens, a.scale);
+        let mut mix = vec![0.0f32; kvh * e];
+        for j in 0..kvh {
+            let own: Vec<usize> = (0..e).filter(|&i| heads[i] / g == j).collect();
+            let from = if own.is_empty() {
+                (0..e).collect()
+            } else {
+                own
+            };
+            for &i in &from {
+                mix[j * e + i] = 1.0 / from.len() as f32;
+            }
+        }
+        let mix = Tensor::<B, 3>::from_data(TensorData::new(mix, [1, kvh, e]), &device)
+            .expand([b, kvh, e]);
+        let contrib = mix
+            .matmul(probs.reshape([b, e, n * l]))
+            .reshape([b, kvh, n, l]);
+        let hist = self.history_at(a.layer, b, kvh, l, &device)?;
+        let wts = Tensor::<B, 4>::from_data(
+            TensorData::new(self.fold_weights(n - 1, n), [1, 1, n, 1]),
+            &device,
+        );
+        let provisional = hist.mul_scalar(self.cfg.beta.powi(n as i32) as f32)
+            + (contrib.clone() * wts).sum_dim(2).reshape([b, kvh, l]);
+        self.pending[a.layer] = Some(contrib);
+        let mask = free_mask::<B>(a.ctx_lens, c, self.keep, &device);
+        let hist_n = normalise_on(provisional.narrow(2, 0, c), &mask);
+        if self.alpha == 0.0 {
+            return Ok(Scores::Tokens(hist_n));
+        }
+        let la = lookahead_for(self.lookahead.as_ref(), b, c)?.reshape([b, 1, c]);
+        let la_n = normalise_on(la, &mask).expand([b, kvh, c]);
+        let alpha = self.alpha as f32;
+        Ok(Scores::Tokens(
+            la_n.mul_scalar(alpha) + hist_n.mul_scalar(1.0 - alpha),
+        ))
+    }
+
+    fn commit(&mut self, accepted: &[usize]) -> Result<()> {
+        self.lookahead = None;
+        // check every pending layer before changing any
+        for p in self.pending.iter().flatten() {
+            let [b, _, n, _] = p.dims();
+            if accepted.len() != b {
+                return Err(CoreError::invalid(
+                    "accepted",
+                    format!("{b} counts"),
+                    accepted.len(),
+                ));
+            }
+            if let Some(&bad) = accepted.iter().find(|&&x| x >= n) {
+                return Err(CoreError::invalid(
+                    "accepted",
+                    format!("counts < {n} (verified positions)"),
+                    bad,
+                ));
+            }
+        }
+        for layer in 0..self.pending.len() {
+            let Some(contrib) = self.pending[layer].take() else {
+                continue;
+            };
+            let [b, kvh, n, l] = contrib.dims();
+            let device = contrib.device();
+            let mut w = Vec::with_capacity(b * n);
+            for &acc in accepted {
+                w.extend(self.fold_weights(acc, n));
+            }
+            let factor: Vec<f32> = accepted
+                .iter()
+                .map(|&acc| self.cfg.beta.powi(acc as i32 + 1) as f32)
+                .collect();
+            let w = Tensor::<B, 4>::from_data(TensorData::new(w, [b, 1, n, 1]), &device);
+            let factor = Tensor::<B, 3>::from_data(TensorData::new(factor, [b, 1, 1]), &device);
+            let add = (contrib * w).sum_dim(2).reshape([b, kvh, l]);
+            let hist = self.history_at(layer, b, kvh, l, &device)?;
+            self.hist[layer] = Some(hist * factor.expand([b, kvh, l]) + add);
+        }
+        Ok(())
+    }
+
+    fn retain(&mut self, keep: &[usize]) {
+        self.seeds.retain(keep);
+        self.pending.iter_mut().for_each(|p| *p = None);
+        self.lookahead = None;
+        for h in self.hist.iter_mut() {
+            if let Some(t) = h.take() {
+                let idx: Vec<i64> = keep.iter().map(|&k| k as i64).collect();
+                let idx = burn_tensor::Tensor::<B, 1, burn_tensor::Int>::from_data(
+                    TensorData::new(idx, [keep.len()]),
+                    &t.device(),
+                );
+                *h = (!keep.is_empty()).then(|| t.select(0, idx));
+            }
+        }
+    }
+}

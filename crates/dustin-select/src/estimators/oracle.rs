@@ -1,0 +1,40 @@
+//! `oracle`: exact top-k of the full target attention of the current verification, all heads
+//! (the fidelity ceiling of any selection at a given budget; as in Quest's and H2O's oracle
+//! baselines, Tang et al. 2024 / Zhang et al. 2023).
+//!
+//! Reads, at every verification: queries `[batch, heads, n, head_dim]` and keys
+//! `[batch, kv_heads, keys, head_dim]`; computes `softmax(q k^T * scale)` with the model's
+//! causal rule (new query `i` of sequence `b` sees keys `<= ctx_b + i`, new tokens included,
+//! so the probabilities are exactly the dense ones), sums them over the group's heads and the
+//! new queries, and writes the context part `[batch, kv_heads, ctx]`.
+//!
+//! Costs a dense attention per layer (it is a ceiling, not a method). No state.
+
+use burn_tensor::backend::Backend;
+use dustin_core::{ImportanceEstimator, Result, ScoreCtx, Scores};
+
+use super::prompt::max_ctx;
+use crate::attn::grouped_probs;
+
+/// The oracle: exact attention mass of the verification queries.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Oracle;
+
+impl<B: Backend> ImportanceEstimator<B> for Oracle {
+    fn name(&self) -> String {
+        "oracle".into()
+    }
+
+    fn reset(&mut self, _batch: usize, _num_layers: usize) {}
+
+    fn score(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<Scores<B>> {
+        let a = ctx.attn;
+        let c = max_ctx(a)?;
+        let [b, kvh, l, _] = a.k.dims();
+        let mass = grouped_probs(a.q.clone(), a.k.clone(), a.ctx_lens, a.scale)
+            .sum_dims(&[2, 3])
+            .reshape([b, kvh, l])
+            .narrow(2, 0, c);
+        Ok(Scores::Tokens(mass))
+    }
+}

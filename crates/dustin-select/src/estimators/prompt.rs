@@ -1,0 +1,136 @@
+//! Per-(sequence, layer) score rows built during prefill and read batched at verification:
+//! the storage of the static estimators (`h2o`, `snapkv`) and of `dustin`'s history seeds.
+
+use burn_tensor::{backend::Backend, Tensor};
+use dustin_core::{CoreError, LayerAttnCtx, Phase, Result};
+
+use crate::attn::fit_last;
+
+/// Rows `[kv_heads, len]` per sequence and layer.
+#[derive(Debug, Clone)]
+pub(crate) struct PromptRows<B: Backend> {
+    rows: Vec<Vec<Option<Tensor<B, 2>>>>,
+}
+
+impl<B: Backend> Default for PromptRows<B> {
+    fn default() -> Self {
+        Self { rows: Vec::new() }
+    }
+}
+
+impl<B: Backend> PromptRows<B> {
+    pub(crate) fn reset(&mut self, batch: usize, num_layers: usize) {
+        self.rows = (0..batch).map(|_| vec![None; num_layers]).collect();
+    }
+
+    fn slot(&mut self, seq: usize, layer: usize) -> &mut Option<Tensor<B, 2>> {
+        if self.rows.len() <= seq {
+            self.rows.resize_with(seq + 1, Vec::new);
+        }
+        let r = &mut self.rows[seq];
+        if r.len() <= layer {
+            r.resize(layer + 1, None);
+        }
+        &mut r[layer]
+    }
+
+    /// Replaces the row of `(seq, layer)`.
+    pub(crate) fn set(&mut self, seq: usize, layer: usize, row: Tensor<B, 2>) {
+        *self.slot(seq, layer) = Some(row);
+    }
+
+    /// Adds `row` to the row of `(seq, layer)`, zero-padding the shorter one.
+    pub(crate) fn add(&mut self, seq: usize, layer: usize, row: Tensor<B, 2>) {
+        let slot = self.slot(seq, layer);
+        *slot = Some(match slot.take() {
+            None => row,
+            Some(old) => {
+                let len = old.dims()[1].max(row.dims()[1]);
+                fit_last(old, len) + fit_last(row, len)
+            }
+        });
+    }
+
+    /// Whether any row was recorded for `layer`.
+    pub(crate) fn has_layer(&self, layer: usize) -> bool {
+        self.rows
+            .iter()
+            .any(|r| r.get(layer).is_some_and(Option::is_some))
+    }
+
+    /// The rows of `layer` for `batch` sequences as `[batch, kv_heads, c]` (zero-padded or
+    /// truncated to `c`; sequences without a row get zeros).
+    pub(crate) fn batched(
+        &self,
+        layer: usize,
+        batch: usize,
+        kv_heads: usize,
+        c: usize,
+        device: &B::Device,
+    ) -> Tensor<B, 3> {
+        let rows: Vec<Tensor<B, 3>> = (0..batch)
+            .map(|s| {
+                match self
+                    .rows
+                    .get(s)
+                    .and_then(|r| r.get(layer))
+                    .and_then(Option::as_ref)
+                {
+                    Some(t) => fit_last(t.clone(), c).unsqueeze_dim(0),
+                    None => Tensor::zeros([1, kv_heads, c], device),
+                }
+            })
+            .collect();
+        Tensor::cat(rows, 0)
+    }
+
+    /// Drops `layer`'s rows (after they were moved into a batched state).
+    pub(crate) fn take_layer(&mut self, layer: usize) {
+        for r in &mut self.rows {
+            if let Some(x) = r.get_mut(layer) {
+                *x = None;
+            }
+        }
+    }
+
+    /// Keeps the sequences `keep` (ascending indices).
+    pub(crate) fn retain(&mut self, keep: &[usize]) {
+        let old = std::mem::take(&mut self.rows);
+        self.rows = keep
+            .iter()
+            .map(|&k| old.get(k).cloned().unwrap_or_default())
+            .collect();
+    }
+}
+
+/// The sequence index of a prefill call, checking that it is a batch-1 pass as
+/// [`Phase::Prefill`] promises.
+pub(crate) fn prefill_seq<B: Backend>(ctx: &LayerAttnCtx<'_, B>) -> Result<Option<(usize, bool)>> {
+    match ctx.phase {
+        Phase::Prefill { seq, last_chunk } => {
+            let b = ctx.q.dims()[0];
+            if b != 1 || ctx.ctx_lens.len() != 1 {
+                return Err(CoreError::invalid(
+                    "prefill batch",
+                    "1 sequence per prefill call",
+                    b,
+                ));
+            }
+            Ok(Some((seq, last_chunk)))
+        }
+        Phase::Decode => Ok(None),
+    }
+}
+
+/// Checks that `lens` matches the batch of the layer.
+pub(crate) fn max_ctx<B: Backend>(ctx: &LayerAttnCtx<'_, B>) -> Result<usize> {
+    let b = ctx.q.dims()[0];
+    if ctx.ctx_lens.len() != b || ctx.k.dims()[0] != b {
+        return Err(CoreError::Shape {
+            name: "keys".into(),
+            expected: vec![ctx.ctx_lens.len()],
+            found: vec![ctx.k.dims()[0]],
+        });
+    }
+    Ok(ctx.ctx_lens.iter().copied().max().unwrap_or(0))
+}

@@ -1,0 +1,126 @@
+//! `quest`: query-aware page selection from per-page key bounds (Quest, Tang et al. 2024,
+//! "Quest: Query-Aware Sparsity for Efficient Long-Context LLM Inference").
+//!
+//! Reads, at every verification: queries `[batch, heads, n, head_dim]` and the context keys
+//! `[batch, kv_heads, ctx, head_dim]`. The context is cut into pages of `page_size` tokens;
+//! per page and KV head the elementwise `min` and `max` of its keys (positions `< ctx_b`
+//! only) bound `q . k` from above: page score `sum_d max(q_d * min_d, q_d * max_d)` per query
+//! head, computed as `relu(q) . max + min(q, 0) . min` (two matmuls, same value). The page
+//! score is aggregated (max) over the group's heads and the new queries
+//! ([`page_scores`], `[batch, kv_heads, pages]`), and every token gets its page's score:
+//! writes `[batch, kv_heads, ctx]`.
+//!
+//! Dynamic (recomputed every verification); no state, nothing to roll back.
+
+use burn_tensor::{backend::Backend, Int, Tensor};
+use dustin_core::{CoreError, ImportanceEstimator, Result, ScoreCtx, Scores};
+use serde::{Deserialize, Serialize};
+
+use super::prompt::max_ctx;
+use crate::{attn::fit_last, topk::lens_tensor};
+
+/// Knobs of [`Quest`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QuestConfig {
+    /// Tokens per page. Default 16: Quest's page size.
+    pub page_size: usize,
+}
+
+impl Default for QuestConfig {
+    fn default() -> Self {
+        Self { page_size: 16 }
+    }
+}
+
+/// Quest's page upper bounds, recomputed at every verification.
+#[derive(Debug, Clone)]
+pub struct Quest {
+    cfg: QuestConfig,
+}
+
+impl Quest {
+    /// An estimator with `cfg`.
+    ///
+    /// # Errors
+    /// [`CoreError::InvalidInput`] naming `page_size` when it is 0.
+    pub fn new(cfg: QuestConfig) -> Result<Self> {
+        if cfg.page_size == 0 {
+            return Err(CoreError::invalid("page_size", "at least 1", 0));
+        }
+        Ok(Self { cfg })
+    }
+}
+
+/// Quest's page scores `[batch, kv_heads, ceil(ctx / page_size)]` (`ctx` = the largest
+/// context): per query head `sum_d max(q_d * min_d, q_d * max_d)` over the page's keys
+/// at positions `< ctx_lens[b]`, maximised over the GQA group's heads and the `n` queries.
+/// Pages that start at or past `ctx_lens[b]` score 0 (they hold no context of `b`).
+///
+/// `q` is `[batch, heads, n, head_dim]`, `k` `[batch, kv_heads, >= ctx, head_dim]`.
+pub fn page_scores<B: Backend>(
+    q: &Tensor<B, 4>,
+    k: &Tensor<B, 4>,
+    ctx_lens: &[usize],
+    page_size: usize,
+) -> Tensor<B, 3> {
+    let [b, nh, n, d] = q.dims();
+    let [_, kvh, _, _] = k.dims();
+    let g = nh / kvh.max(1);
+    let c = ctx_lens.iter().copied().max().unwrap_or(0);
+    if c == 0 {
+        return Tensor::zeros([b, kvh, 1], &q.device());
+    }
+    let pages = c.div_ceil(page_size);
+    let cp = pages * page_size;
+    let device = q.device();
+    let keys = fit_last(k.clone().narrow(2, 0, c).swap_dims(2, 3), cp).swap_dims(2, 3);
+    let lens = lens_tensor::<B>(ctx_lens, &device);
+    let pos = Tensor::<B, 1, Int>::arange(0..cp as i64, &device)
+        .reshape([1, 1, cp, 1])
+        .expand([b, kvh, cp, d]);
+    let absent = pos.greater_equal(lens.clone().reshape([b, 1, 1, 1]).expand([b, kvh, cp, d]));
+    let kmin = keys
+        .clone()
+        .mask_fill(absent.clone(), f32::INFINITY)
+        .reshape([b, kvh, pages, page_size, d])
+        .min_dim(3)
+        .reshape([b, kvh, pages, d]);
+    let kmax = keys
+        .mask_fill(absent, f32::NEG_INFINITY)
+        .reshape([b, kvh, pages, page_size, d])
+        .max_dim(3)
+        .reshape([b, kvh, pages, d]);
+    let start = Tensor::<B, 1, Int>::arange_step(0..cp as i64, page_size, &device)
+        .reshape([1, 1, pages, 1])
+        .expand([b, kvh, pages, d]);
+    let empty = start.greater_equal(lens.reshape([b, 1, 1, 1]).expand([b, kvh, pages, d]));
+    let kmin = kmin.mask_fill(empty.clone(), 0.0);
+    let kmax = kmax.mask_fill(empty, 0.0);
+    let qg = q.clone().reshape([b, kvh, g * n, d]);
+    let s = qg.clone().clamp_min(0.0).matmul(kmax.swap_dims(2, 3))
+        + qg.clamp_max(0.0).matmul(kmin.swap_dims(2, 3));
+    s.max_dim(2).reshape([b, kvh, pages])
+}
+
+impl<B: Backend> ImportanceEstimator<B> for Quest {
+    fn name(&self) -> String {
+        "quest".into()
+    }
+
+    fn reset(&mut self, _batch: usize, _num_layers: usize) {}
+
+    fn score(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<Scores<B>> {
+        let a = ctx.attn;
+        let c = max_ctx(a)?;
+        let p = self.cfg.page_size;
+        let pages = page_scores(a.q, a.k, a.ctx_lens, p);
+        let [b, kvh, np] = pages.dims();
+        let tokens = pages
+            .reshape([b, kvh, np, 1])
+            .expand([b, kvh, np, p])
+            .reshape([b, kvh, np * p])
+            .narrow(2, 0, c);
+        Ok(Scores::Tokens(tokens))
+    }
+}

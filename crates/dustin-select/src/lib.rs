@@ -1,0 +1,18 @@
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
+
+mod attn;
+mod config;
+mod error;
+pub mod estimators;
+mod pyramid;
+pub mod registry;
+mod selector;
+mod topk;
+
+pub use config::{KeepRule, SelectConfig};
+pub use error::SelectError;
+pub use pyramid::{pyramid_budgets, Pyramid, PyramidConfig};
+pub use registry::{build, build_with, names};
+pub use selector::{BudgetedPolicy, Selector};
+pub use topk::{extend_selection, select_top_k};

@@ -1,0 +1,165 @@
+//! Selection policies by name: `dense`, `streaming`, `h2o`, `snapkv`, `quest`, `oracle`,
+//! `draft-only`, `history-only`, `dustin`, and `pyramid(<name>)` around any of them.
+//!
+//! Estimator knobs come as a JSON value (a TOML table converts with
+//! `serde_json::to_value(&toml_value)`): the estimator's config struct, every field optional
+//! (`dense`, `streaming`, `h2o`, `oracle` and `draft-only` have none: `{}` or nothing). For
+//! `pyramid(<name>)` the same object may hold a `"pyramid"` key with a [`PyramidConfig`]; the
+//! rest goes to `<name>`.
+//!
+//! Adding an estimator: its file in `estimators/`, one arm in `build_selector`, its name in
+//! [`NAMES`], and it runs through the shared test matrix automatically.
+
+use burn_tensor::backend::Backend;
+use dustin_core::SelectionPolicy;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::estimators::{
+    Dense, DraftOnly, Dustin, DustinConfig, H2o, HistoryOnly, Oracle, Quest, QuestConfig, SnapKv,
+    SnapKvConfig, Streaming,
+};
+use crate::{BudgetedPolicy, Pyramid, PyramidConfig, SelectConfig, SelectError, Selector};
+
+/// The estimator names [`build`] knows (each also works as `pyramid(<name>)`).
+pub const NAMES: &[&str] = &[
+    "dense",
+    "streaming",
+    "h2o",
+    "snapkv",
+    "quest",
+    "oracle",
+    "draft-only",
+    "history-only",
+    "dustin",
+];
+
+/// The estimator names [`build`] knows (each also works as `pyramid(<name>)`).
+pub fn names() -> &'static [&'static str] {
+    NAMES
+}
+
+/// The config of an estimator without knobs: an empty object.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoConfig {}
+
+/// The selection policy `spec` with the estimator's default knobs.
+///
+/// # Errors
+/// As [`build_with`].
+pub fn build<B: Backend>(
+    spec: &str,
+    cfg: &SelectConfig,
+) -> Result<Box<dyn SelectionPolicy<B>>, SelectError> {
+    build_with(spec, cfg, None)
+}
+
+/// The selection policy `spec` (`name` or `pyramid(<name>)`, see the module doc) under `cfg`,
+/// with estimator knobs `estimator_cfg` (missing fields take their defaults).
+///
+/// # Errors
+/// [`SelectError::UnknownName`] listing the known names; [`SelectError::Config`] when
+/// `estimator_cfg` does not parse as that estimator's config; [`SelectError::Core`] for a
+/// config that parses but does not validate (for example `budget <= n_sink + window`).
+pub fn build_with<B: Backend>(
+    spec: &str,
+    cfg: &SelectConfig,
+    estimator_cfg: Option<serde_json::Value>,
+) -> Result<Box<dyn SelectionPolicy<B>>, SelectError> {
+    cfg.validate()?;
+    let p: Box<dyn BudgetedPolicy<B>> = build_budgeted(spec, cfg, estimator_cfg)?;
+    Ok(p)
+}
+
+/// As [`build_with`], as a [`BudgetedPolicy`] (what a wrapper such as [`Pyramid`] takes).
+///
+/// # Errors
+/// As [`build_with`].
+pub fn build_budgeted<B: Backend>(
+    spec: &str,
+    cfg: &SelectConfig,
+    estimator_cfg: Option<serde_json::Value>,
+) -> Result<Box<dyn BudgetedPolicy<B>>, SelectError> {
+    let spec = spec.trim();
+    if let Some(inner) = spec
+        .strip_prefix("pyramid(")
+        .and_then(|s| s.strip_suffix(')'))
+    {
+        let mut value = estimator_cfg;
+        let pcfg = match value
+            .as_mut()
+            .and_then(|v| v.as_object_mut())
+            .and_then(|o| o.remove("pyramid"))
+        {
+            Some(p) => parse::<PyramidConfig>(spec, Some(p))?,
+            None => PyramidConfig::default(),
+        };
+        let inner = build_budgeted::<B>(inner, cfg, value)?;
+        return Ok(Box::new(Pyramid::new(inner, pcfg)?));
+    }
+    build_selector(spec, cfg, estimator_cfg)
+}
+
+fn parse<T: DeserializeOwned + Default>(
+    name: &str,
+    value: Option<serde_json::Value>,
+) -> Result<T, SelectError> {
+    match value {
+        None | Some(serde_json::Value::Null) => Ok(T::default()),
+        Some(v) => serde_json::from_value(v).map_err(|source| SelectError::Config {
+            name: name.to_string(),
+            source,
+        }),
+    }
+}
+
+fn selector<B: Backend, E: dustin_core::ImportanceEstimator<B> + 'static>(
+    est: E,
+    cfg: &SelectConfig,
+) -> Result<Box<dyn BudgetedPolicy<B>>, SelectError> {
+    Ok(Box::new(Selector::new(est, cfg.clone())?))
+}
+
+fn build_selector<B: Backend>(
+    name: &str,
+    cfg: &SelectConfig,
+    value: Option<serde_json::Value>,
+) -> Result<Box<dyn BudgetedPolicy<B>>, SelectError> {
+    match name {
+        "dense" => {
+            parse::<NoConfig>(name, value)?;
+            selector(Dense, cfg)
+        }
+        "streaming" => {
+            parse::<NoConfig>(name, value)?;
+            selector(Streaming, cfg)
+        }
+        "h2o" => {
+            parse::<NoConfig>(name, value)?;
+            selector(H2o::<B>::new(), cfg)
+        }
+        "snapkv" => selector(SnapKv::<B>::new(parse::<SnapKvConfig>(name, value)?)?, cfg),
+        "quest" => selector(Quest::new(parse::<QuestConfig>(name, value)?)?, cfg),
+        "oracle" => {
+            parse::<NoConfig>(name, value)?;
+            selector(Oracle, cfg)
+        }
+        "draft-only" => {
+            parse::<NoConfig>(name, value)?;
+            selector(DraftOnly::<B>::new(), cfg)
+        }
+        "history-only" => selector(
+            HistoryOnly::<B>::new(parse::<DustinConfig>(name, value)?, cfg)?,
+            cfg,
+        ),
+        "dustin" => selector(
+            Dustin::<B>::new(parse::<DustinConfig>(name, value)?, cfg)?,
+            cfg,
+        ),
+        _ => Err(SelectError::UnknownName {
+            name: name.to_string(),
+            known: NAMES.join(", "),
+        }),
+    }
+}

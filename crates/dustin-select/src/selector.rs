@@ -1,0 +1,241 @@
+use burn_tensor::{backend::Backend, Tensor};
+use dustin_core::{
+    AttentionHook, CoreError, ImportanceEstimator, LayerAttnCtx, LayerSelection, Phase, Result,
+    ScoreCtx, Scores, SelectionPolicy,
+};
+
+use crate::{extend_selection, select_top_k, SelectConfig};
+
+/// A [`SelectionPolicy`] whose per-layer budget can be set by a wrapper: what
+/// [`Pyramid`](crate::Pyramid) wraps (tower-`Layer` style, checked by the compiler).
+pub trait BudgetedPolicy<B: Backend>: SelectionPolicy<B> {
+    /// The shared config (budget, sinks, window, refresh).
+    fn select_config(&self) -> &SelectConfig;
+
+    /// [`AttentionHook::on_layer`] with `budget` tokens for this layer instead of
+    /// `select_config().budget`.
+    ///
+    /// # Errors
+    /// Whatever the estimator or the top-k step reports.
+    fn select_with_budget(
+        &mut self,
+        ctx: &LayerAttnCtx<'_, B>,
+        budget: usize,
+    ) -> Result<Option<LayerSelection<B>>>;
+}
+
+impl<B: Backend, P: BudgetedPolicy<B> + ?Sized> BudgetedPolicy<B> for Box<P> {
+    fn select_config(&self) -> &SelectConfig {
+        (**self).select_config()
+    }
+    fn select_with_budget(
+        &mut self,
+        ctx: &LayerAttnCtx<'_, B>,
+        budget: usize,
+    ) -> Result<Option<LayerSelection<B>>> {
+        (**self).select_with_budget(ctx, budget)
+    }
+}
+
+#[derive(Debug)]
+struct Cached<B: Backend> {
+    sel: LayerSelection<B>,
+    lens: Vec<usize>,
+    made_at: usize,
+    budget: usize,
+}
+
+/// Any [`ImportanceEstimator`] as a [`SelectionPolicy`]: dense prefill (seen by the
+/// estimator), then per verification layer: dense when every context fits the budget, else a
+/// reused selection while it is fresh, else the estimator's scores through the shared top-k
+/// step ([`select_top_k`]).
+///
+/// Freshness is counted in commits: a selection made during verification `t` serves
+/// verifications `t .. t + refresh`, each time extended with the positions that entered the
+/// context since it was made ([`extend_selection`]); [`SelectionPolicy::retain`], a reset, and
+/// an acceptance drop (see [`SelectConfig::refresh_on_accept_drop`]) force a recompute.
+#[derive(Debug)]
+pub struct Selector<B: Backend, E> {
+    est: E,
+    cfg: SelectConfig,
+    iteration: usize,
+    clock: usize,
+    cache: Vec<Option<Cached<B>>>,
+    accept_sum: f64,
+    accept_iters: usize,
+}
+
+impl<B: Backend, E: ImportanceEstimator<B>> Selector<B, E> {
+    /// A selector running `est` under `cfg`.
+    ///
+    /// # Errors
+    /// [`SelectConfig::validate`]'s.
+    pub fn new(est: E, cfg: SelectConfig) -> Result<Self> {
+        cfg.validate()?;
+        Ok(Self {
+            est,
+            cfg,
+            iteration: 0,
+            clock: 0,
+            cache: Vec::new(),
+            accept_sum: 0.0,
+            accept_iters: 0,
+        })
+    }
+
+    /// The estimator.
+    pub fn estimator(&self) -> &E {
+        &self.est
+    }
+
+    /// The estimator, mutably.
+    pub fn estimator_mut(&mut self) -> &mut E {
+        &mut self.est
+    }
+
+    /// The config.
+    pub fn config(&self) -> &SelectConfig {
+        &self.cfg
+    }
+
+    /// The estimator, consuming the selector.
+    pub fn into_inner(self) -> E {
+        self.est
+    }
+
+    /// Drops every cached selection (the next verification recomputes all layers).
+    pub fn invalidate(&mut self) {
+        self.cache.iter_mut().for_each(|c| *c = None);
+    }
+
+    fn fresh(&self, layer: usize, lens: &[usize], budget: usize) -> Option<&Cached<B>> {
+        let c = self.cache.get(layer)?.as_ref()?;
+        let ok = self.clock - c.made_at < self.cfg.refresh
+            && c.budget == budget
+            && c.lens.len() == lens.len()
+            && c.lens.iter().zip(lens).all(|(o, n)| o <= n);
+        ok.then_some(c)
+    }
+}
+
+impl<B: Backend, E: ImportanceEstimator<B>> BudgetedPolicy<B> for Selector<B, E> {
+    fn select_config(&self) -> &SelectConfig {
+        &self.cfg
+    }
+
+    fn select_with_budget(
+        &mut self,
+        ctx: &LayerAttnCtx<'_, B>,
+        budget: usize,
+    ) -> Result<Option<LayerSelection<B>>> {
+        if let Phase::Prefill { .. } = ctx.phase {
+            self.est.observe_prefill(ctx)?;
+            return Ok(None);
+        }
+        // dense when everything fits: budget >= context is bit-for-bit dense verification
+        if ctx.ctx_lens.iter().all(|&l| l <= budget) {
+            return Ok(None);
+        }
+        if let Some(c) = self.fresh(ctx.layer, ctx.ctx_lens, budget) {
+            return extend_selection(&c.sel, &c.lens, ctx.ctx_lens).map(Some);
+        }
+        let sctx = ScoreCtx {
+            attn: ctx,
+            budget,
+            iteration: self.iteration,
+        };
+        let sel = match self.est.score(&sctx)? {
+            Scores::Dense => None,
+            Scores::Tokens(s) => {
+                let (got, want) = (s.dims(), ctx.k.dims()[1]);
+                if got[1] != want {
+                    return Err(CoreError::Shape {
+                        name: format!("scores of `{}` at layer {}", self.est.name(), ctx.layer),
+                        expected: vec![ctx.ctx_lens.len(), want, got[2]],
+                        found: got.to_vec(),
+                    });
+                }
+                Some(select_top_k(
+                    s,
+                    ctx.ctx_lens,
+                    self.cfg.keep_with_budget(budget),
+                )?)
+            }
+        };
+        if self.cache.len() <= ctx.layer {
+            self.cache.resize_with(ctx.layer + 1, || None);
+        }
+        self.cache[ctx.layer] = sel.as_ref().map(|s| Cached {
+            sel: s.clone(),
+            lens: ctx.ctx_lens.to_vec(),
+            made_at: self.clock,
+            budget,
+        });
+        Ok(sel)
+    }
+}
+
+impl<B: Backend, E: ImportanceEstimator<B>> AttentionHook<B> for Selector<B, E> {
+    fn on_layer(&mut self, ctx: &LayerAttnCtx<'_, B>) -> Result<Option<LayerSelection<B>>> {
+        let budget = self.cfg.budget;
+        self.select_with_budget(ctx, budget)
+    }
+
+    fn wants_probs(&self, layer: usize, phase: Phase) -> bool {
+        self.est.wants_probs(layer, phase)
+    }
+
+    fn on_probs(&mut self, layer: usize, phase: Phase, probs: &Tensor<B, 4>) -> Result<()> {
+        self.est.observe_probs(layer, phase, probs)
+    }
+}
+
+impl<B: Backend, E: ImportanceEstimator<B>> SelectionPolicy<B> for Selector<B, E> {
+    fn policy_name(&self) -> String {
+        self.est.name()
+    }
+
+    fn reset(&mut self, batch: usize, num_layers: usize) {
+        self.est.reset(batch, num_layers);
+        self.cache.clear();
+        self.cache.resize_with(num_layers, || None);
+        self.iteration = 0;
+        self.clock = 0;
+        self.accept_sum = 0.0;
+        self.accept_iters = 0;
+    }
+
+    fn wants_lookahead(&self) -> bool {
+        self.est.wants_lookahead()
+    }
+
+    fn observe_lookahead(&mut self, lookahead: &Tensor<B, 2>) {
+        self.est.observe_lookahead(lookahead);
+    }
+
+    fn begin_verify(&mut self, iteration: usize) {
+        self.iteration = iteration;
+    }
+
+    fn commit(&mut self, accepted: &[usize]) -> Result<()> {
+        self.est.commit(accepted)?;
+        self.clock += 1;
+        if accepted.is_empty() {
+            return Ok(());
+        }
+        let mean = accepted.iter().sum::<usize>() as f64 / accepted.len() as f64;
+        if let Some(frac) = self.cfg.refresh_on_accept_drop {
+            if self.accept_iters > 0 && mean < frac * (self.accept_sum / self.accept_iters as f64) {
+                self.invalidate();
+            }
+        }
+        self.accept_sum += mean;
+        self.accept_iters += 1;
+        Ok(())
+    }
+
+    fn retain(&mut self, keep: &[usize]) {
+        self.est.retain(keep);
+        self.invalidate();
+    }
+}

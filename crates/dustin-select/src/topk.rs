@@ -1,0 +1,167 @@
+//! The shared top-k step: scores `[batch, kv_heads, ctx]` to a [`LayerSelection`], and the
+//! extension of a reused selection with the positions that entered the context since.
+//!
+//! Both run on the scores' device with Burn ops (sort / mask / gather); only
+//! per-sequence lengths (a few integers per sequence) come from the host.
+
+use burn_tensor::{backend::Backend, Bool, Int, Tensor, TensorData};
+use dustin_core::{CoreError, LayerSelection, Result};
+
+use crate::KeepRule;
+
+/// Turns scores into a selection, per (sequence, KV head): keeps the sinks `[0, n_sink)` and
+/// the window `[ctx_b - window, ctx_b)` always, fills up to `budget` with the highest scores
+/// among the other positions `< ctx_b`, and never a position `>= ctx_b`.
+///
+/// `scores` is `[batch, kv_heads, c]` with `c >= max(ctx_lens)` (columns past the largest
+/// context are ignored). NaN scores rank lowest, `+inf` like the largest finite value.
+///
+/// Returns `indices` `[batch, kv_heads, k]`, `k = max_b counts[b]`, ascending per row, with
+/// `counts[b] = min(budget, ctx_b)`; the padding slots `counts[b] .. k` hold positions
+/// `< max(ctx_lens)` (safe to gather with, ignored by readers). Ties between equal scores are
+/// broken by the backend's sort.
+///
+/// # Errors
+/// [`CoreError::Shape`] when `scores` has another batch size than `ctx_lens` or fewer columns
+/// than the largest context; [`CoreError::InvalidInput`] naming `budget` when
+/// `budget < n_sink + window` (the sinks and window would not fit; equality is allowed here,
+/// as in a [`Pyramid`](crate::Pyramid) layer with no free budget left, although
+/// [`SelectConfig::validate`](crate::SelectConfig::validate) asks for more).
+pub fn select_top_k<B: Backend>(
+    scores: Tensor<B, 3>,
+    ctx_lens: &[usize],
+    keep: KeepRule,
+) -> Result<LayerSelection<B>> {
+    let [b, h, c_in] = scores.dims();
+    let c = ctx_lens.iter().copied().max().unwrap_or(0);
+    if b != ctx_lens.len() || c_in < c {
+        return Err(CoreError::Shape {
+            name: "scores".into(),
+            expected: vec![ctx_lens.len(), h, c],
+            found: vec![b, h, c_in],
+        });
+    }
+    if keep.budget < keep.n_sink + keep.window {
+        return Err(CoreError::invalid(
+            "budget",
+            format!("at least n_sink + window = {}", keep.n_sink + keep.window),
+            keep.budget,
+        ));
+    }
+    let device = scores.device();
+    let counts: Vec<usize> = ctx_lens.iter().map(|&l| l.min(keep.budget)).collect();
+    let k = counts.iter().copied().max().unwrap_or(0);
+    if k == 0 {
+        let indices = Tensor::from_data(TensorData::new(Vec::<i64>::new(), [b, h, 0]), &device);
+        return Ok(LayerSelection { indices, counts });
+    }
+    if k == c {
+        // every row keeps its whole context (k <= budget, so ctx_b <= budget for all b)
+        let indices = Tensor::<B, 1, Int>::arange(0..c as i64, &device)
+            .reshape([1, 1, c])
+            .expand([b, h, c]);
+        return Ok(LayerSelection { indices, counts });
+    }
+    let s = scores.slice([0..b, 0..h, 0..c]);
+    let s = s
+        .clone()
+        .mask_fill(s.is_nan(), f32::MIN)
+        .clamp(f32::MIN, f32::MAX);
+    let pos = Tensor::<B, 1, Int>::arange(0..c as i64, &device)
+        .reshape([1, 1, c])
+        .expand([b, h, c]);
+    let lens = lens_tensor::<B>(ctx_lens, &device)
+        .reshape([b, 1, 1])
+        .expand([b, h, c]);
+    let absent = pos.clone().greater_equal(lens.clone());
+    let recent = pos
+        .clone()
+        .greater_equal(lens.sub_scalar(keep.window as i64));
+    let forced = pos.lower_elem(keep.n_sink as i64).bool_or(recent);
+    // forced > any real score > absent; at most min(ctx_b, n_sink + window) <= counts[b]
+    // forced positions per row, and every row has at least counts[b] non-absent positions
+    let s = s
+        .mask_fill(forced, f32::INFINITY)
+        .mask_fill(absent, f32::NEG_INFINITY);
+    // a full sort: `argtopk` is not implemented by every backend (burn-flex 0.21)
+    let top = s.argsort_descending(2).narrow(2, 0, k);
+    // positions >= ctx_b (only taken to pad rows with counts[b] < k) sort last
+    let indices = top.sort(2);
+    Ok(LayerSelection { indices, counts })
+}
+
+/// A cached selection made when the contexts were `old_lens`, extended for contexts now of
+/// `new_lens`: each row keeps its `counts[b]` entries and appends `old_lens[b] .. new_lens[b]`
+/// (so nothing that entered the context since is lost); counts grow by those.
+///
+/// Padding slots of the result hold position 0.
+///
+/// # Errors
+/// [`CoreError::InvalidInput`] naming `ctx_lens` when the batch sizes differ or a context
+/// shrank (a cached selection cannot be reused then).
+pub fn extend_selection<B: Backend>(
+    sel: &LayerSelection<B>,
+    old_lens: &[usize],
+    new_lens: &[usize],
+) -> Result<LayerSelection<B>> {
+    let [b, h, k_old] = sel.indices.dims();
+    if old_lens.len() != b || new_lens.len() != b || sel.counts.len() != b {
+        return Err(CoreError::invalid(
+            "ctx_lens",
+            format!("{b} sequences"),
+            new_lens.len(),
+        ));
+    }
+    if let Some(i) = (0..b).find(|&i| new_lens[i] < old_lens[i]) {
+        return Err(CoreError::invalid(
+            "ctx_lens",
+            format!(
+                "a context of at least {} tokens (sequence {i})",
+                old_lens[i]
+            ),
+            new_lens[i],
+        ));
+    }
+    if old_lens == new_lens {
+        return Ok(sel.clone());
+    }
+    let counts: Vec<usize> = (0..b)
+        .map(|i| sel.counts[i] + new_lens[i] - old_lens[i])
+        .collect();
+    let k = counts.iter().copied().max().unwrap_or(0);
+    let mut src = Vec::with_capacity(b * k);
+    let mut val = Vec::with_capacity(b * k);
+    let mut fresh = Vec::with_capacity(b * k);
+    for i in 0..b {
+        for j in 0..k {
+            let from_old = j < sel.counts[i];
+            src.push(if from_old { j as i64 } else { 0 });
+            fresh.push(!from_old);
+            val.push(if from_old || j >= counts[i] {
+                0
+            } else {
+                (old_lens[i] + j - sel.counts[i]) as i64
+            });
+        }
+    }
+    let device = sel.indices.device();
+    let old = if k_old == 0 {
+        Tensor::<B, 3, Int>::zeros([b, h, 1], &device)
+    } else {
+        sel.indices.clone()
+    };
+    let src =
+        Tensor::<B, 3, Int>::from_data(TensorData::new(src, [b, 1, k]), &device).expand([b, h, k]);
+    let val =
+        Tensor::<B, 3, Int>::from_data(TensorData::new(val, [b, 1, k]), &device).expand([b, h, k]);
+    let fresh = Tensor::<B, 3, Bool>::from_data(TensorData::new(fresh, [b, 1, k]), &device)
+        .expand([b, h, k]);
+    let indices = old.gather(2, src).mask_where(fresh, val);
+    Ok(LayerSelection { indices, counts })
+}
+
+/// Context lengths as an `Int` tensor `[batch]`.
+pub(crate) fn lens_tensor<B: Backend>(lens: &[usize], device: &B::Device) -> Tensor<B, 1, Int> {
+    let v: Vec<i64> = lens.iter().map(|&l| l as i64).collect();
+    Tensor::from_data(TensorData::new(v, [lens.len()]), device)
+}

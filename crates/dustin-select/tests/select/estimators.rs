@@ -1,0 +1,411 @@
+//! Per-estimator checks: the oracle against an independent f64 host computation, Quest's page
+//! scores against hand-computed values, Dustin's and history-only's rollback, and H2O's /
+//! SnapKV's preference for a planted heavy hitter.
+
+use burn_tensor::{Tensor, TensorData};
+use dustin_core::{
+    AttentionHook, ImportanceEstimator, LayerAttnCtx, LayerSelection, Phase, SelectionPolicy,
+};
+use dustin_select::estimators::quest::page_scores;
+use dustin_select::estimators::{Dustin, DustinConfig, HistoryOnly, Oracle};
+use dustin_select::{build, KeepRule, SelectConfig, Selector};
+
+use crate::common::{check_selection, dev, host_f32, rows, Synth, B};
+
+// ---------------------------------------------------------------- oracle vs f64 reference
+
+/// f64 attention mass per (seq, kv head, context position), summed over the group's heads and
+/// the queries, computed on the host from the same numbers.
+fn reference_mass(
+    q: &[f32],
+    k: &[f32],
+    dims: (usize, usize, usize, usize, usize, usize),
+    lens: &[usize],
+) -> Vec<Vec<Vec<f64>>> {
+    let (b, kvh, g, n, d, keys) = dims;
+    let nh = kvh * g;
+    let scale = 1.0 / (d as f64).sqrt();
+    let mut out = vec![vec![vec![0.0; keys]; kvh]; b];
+    for bi in 0..b {
+        for h in 0..nh {
+            let kv = h / g;
+            for i in 0..n {
+                let visible = lens[bi] + i + 1;
+                let qv = &q[((bi * nh + h) * n + i) * d..][..d];
+                let logits: Vec<f64> = (0..visible)
+                    .map(|j| {
+                        let kvv = &k[((bi * kvh + kv) * keys + j) * d..][..d];
+                        qv.iter()
+                            .zip(kvv)
+                            .map(|(&a, &b)| a as f64 * b as f64)
+                            .sum::<f64>()
+                            * scale
+                    })
+                    .collect();
+                let m = logits.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let z: f64 = logits.iter().map(|x| (x - m).exp()).sum();
+                for (j, x) in logits.iter().enumerate() {
+                    out[bi][kv][j] += (x - m).exp() / z;
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn oracle_matches_f64_reference_top_k() {
+    let (b, kvh, n, d) = (2, 2, 4, 8);
+    let keep = KeepRule {
+        budget: 16,
+        n_sink: 2,
+        window: 4,
+    };
+    let cfg = SelectConfig {
+        budget: keep.budget,
+        n_sink: keep.n_sink,
+        window: keep.window,
+        ..SelectConfig::default()
+    };
+    let mut checked = 0;
+    for g in [5, 6, 7, 8] {
+        let lens = [30usize, 45];
+        let keys = 45 + n;
+        let mut s = Synth::new(100 + g as u64, 1, kvh, g, d, b, 64);
+        let qv = s.host_q(b, n);
+        let kv = s.host_k(0, &[0, 1], keys);
+        let q = Tensor::<B, 4>::from_data(TensorData::new(qv.clone(), [b, kvh * g, n, d]), &dev());
+        let k = Tensor::<B, 4>::from_data(TensorData::new(kv.clone(), [b, kvh, keys, d]), &dev());
+        let mut p = Selector::new(Oracle, cfg.clone()).unwrap();
+        p.reset(b, 1);
+        let ctx = LayerAttnCtx {
+            layer: 0,
+            phase: Phase::Decode,
+            q: &q,
+            k: &k,
+            ctx_lens: &lens,
+            n_new: n,
+            scale: 1.0 / (d as f32).sqrt(),
+        };
+        let sel = p.on_layer(&ctx).unwrap().unwrap();
+        let got = check_selection(&sel, &lens, keep, "oracle");
+        let mass = reference_mass(&qv, &kv, (b, kvh, g, n, d, keys), &lens);
+        for bi in 0..b {
+            for h in 0..kvh {
+                let ctx_len = lens[bi];
+                let m = &mass[bi][h];
+                let forced: Vec<usize> = (0..ctx_len)
+                    .filter(|&p| p < keep.n_sink || p + keep.window >= ctx_len)
+                    .collect();
+                let mut rest: Vec<usize> = (0..ctx_len).filter(|p| !forced.contains(p)).collect();
+                rest.sort_by(|&x, &y| m[y].total_cmp(&m[x]));
+                let take = keep.budget - forced.len();
+                // a near-tie at the boundary may legitimately flip between f32 and f64
+                let gap = m[rest[take - 1]] - m[rest[take]];
+                if gap < 1e-5 {
+                    continue;
+                }
+                let mut want: Vec<usize> = forced
+                    .iter()
+                    .copied()
+                    .chain(rest[..take].iter().copied())
+                    .collect();
+                want.sort_unstable();
+                assert_eq!(got[bi][h], want, "g={g} seq {bi} kv head {h}");
+                checked += 1;
+            }
+        }
+    }
+    assert!(
+        checked >= 14,
+        "too many near-ties skipped ({checked} of 16 rows checked)"
+    );
+}
+
+// ---------------------------------------------------------------- quest
+
+#[test]
+fn quest_page_scores_by_hand() {
+    // one KV head, head_dim 2, page_size 2; keys k0=(1,-2) k1=(3,0) | k2=(-1,1) k3=(0,4)
+    // page 0: min (1,-2) max (3,0); page 1: min (-1,1) max (0,4)
+    let k = Tensor::<B, 4>::from_data(
+        TensorData::new(
+            vec![1.0f32, -2.0, 3.0, 0.0, -1.0, 1.0, 0.0, 4.0, 9.0, 9.0],
+            [1, 1, 5, 2],
+        ),
+        &dev(),
+    );
+    // q = (1,-1): page 0: max(1,3) + max(2,0) = 5; page 1: max(-1,0) + max(-1,-4) = -1
+    let q = Tensor::<B, 4>::from_data(TensorData::new(vec![1.0f32, -1.0], [1, 1, 1, 2]), &dev());
+    assert_eq!(host_f32(page_scores(&q, &k, &[4], 2)), vec![5.0, -1.0]);
+    // partial last page (ctx 3: page 1 holds k2 only, the 5th key is a new token, ignored):
+    // page 1: max(-1,-1) + max(-1,-1) = -2
+    assert_eq!(host_f32(page_scores(&q, &k, &[3], 2)), vec![5.0, -2.0]);
+    // a group of two heads and two queries: max over both.
+    // head 0 q=(1,-1) -> [5,-1]; head 0 query 2 q=(0,1) -> [0, 4]; head 1 q=(-1,0) -> [-1, 1]
+    let q = Tensor::<B, 4>::from_data(
+        TensorData::new(
+            vec![1.0f32, -1.0, 0.0, 1.0, -1.0, 0.0, -1.0, 0.0],
+            [1, 2, 2, 2],
+        ),
+        &dev(),
+    );
+    assert_eq!(host_f32(page_scores(&q, &k, &[4], 2)), vec![5.0, 4.0]);
+}
+
+// ---------------------------------------------------------------- rollback
+
+struct Run<E> {
+    p: Selector<B, E>,
+    s: Synth,
+}
+
+const LENS: [usize; 2] = [37, 58];
+const GAMMA1: usize = 4; // gamma + 1 verified positions
+
+fn cfg() -> SelectConfig {
+    SelectConfig {
+        budget: 24,
+        n_sink: 2,
+        window: 6,
+        ..SelectConfig::default()
+    }
+}
+
+fn prepared<E: ImportanceEstimator<B>>(est: E) -> Run<E> {
+    let mut p = Selector::new(est, cfg()).unwrap();
+    let mut s = Synth::new(42, 2, 2, 6, 8, 2, 128);
+    p.reset(2, 2);
+    s.prefill(&mut p, &LENS, 16);
+    Run { p, s }
+}
+
+/// One verification on `q` (first `n` queries of it) with contexts `lens`, then commit.
+fn verify_commit<E: ImportanceEstimator<B>>(
+    r: &mut Run<E>,
+    qs: &[Tensor<B, 4>],
+    lens: &[usize],
+    n: usize,
+    la: &Tensor<B, 2>,
+    accepted: &[usize],
+) -> Vec<LayerSelection<B>> {
+    let keys = lens.iter().max().unwrap() + n;
+    r.p.observe_lookahead(la);
+    let mut out = Vec::new();
+    for (layer, q) in qs.iter().enumerate() {
+        let [b, h, _, d] = q.dims();
+        let q = q.clone().slice([0..b, 0..h, 0..n, 0..d]);
+        let k = r.s.k(layer, &[0, 1], keys);
+        let ctx = LayerAttnCtx {
+            layer,
+            phase: Phase::Decode,
+            q: &q,
+            k: &k,
+            ctx_lens: lens,
+            n_new: n,
+            scale: r.s.scale(),
+        };
+        out.push(r.p.on_layer(&ctx).unwrap().unwrap());
+    }
+    r.p.commit(accepted).unwrap();
+    out
+}
+
+fn seq_history(h: Tensor<B, 3>, seq: usize, len: usize) -> Vec<f32> {
+    let [_, kvh, l] = h.dims();
+    let v = host_f32(h);
+    let mut out = Vec::new();
+    for j in 0..kvh {
+        let row = &v[(seq * kvh + j) * l..(seq * kvh + j + 1) * l];
+        out.extend((0..len).map(|p| row.get(p).copied().unwrap_or(0.0)));
+        assert!(
+            row.iter().skip(len).all(|&x| x == 0.0),
+            "history past the committed context must be 0"
+        );
+    }
+    out
+}
+
+fn rollback_case<E: ImportanceEstimator<B>>(
+    make: impl Fn() -> E,
+    history: impl Fn(&E, usize) -> Tensor<B, 3>,
+) {
+    let accepted = [1usize, 2];
+    let mut full = prepared(make());
+    let qs: Vec<Tensor<B, 4>> = (0..2).map(|_| full.s.q(2, GAMMA1)).collect();
+    let next_qs: Vec<Tensor<B, 4>> = (0..2).map(|_| full.s.q(2, GAMMA1)).collect();
+    let la = full.s.lookahead(2, 58);
+    let la2 = full.s.lookahead(2, 70);
+    // gamma + 1 queries, sequence b keeps accepted[b] + 1 of them
+    verify_commit(&mut full, &qs, &LENS, GAMMA1, &la, &accepted);
+    let hist_full: Vec<Tensor<B, 3>> = (0..2).map(|l| history(full.p.estimator(), l)).collect();
+    let lens_full: Vec<usize> = LENS.iter().zip(&accepted).map(|(l, a)| l + a + 1).collect();
+    let next_full = verify_commit(&mut full, &next_qs, &lens_full, GAMMA1, &la2, &[0, 0]);
+    for (seq, &a) in accepted.iter().enumerate() {
+        // reference: only the first a + 1 queries, all of them committed
+        let mut part = prepared(make());
+        verify_commit(&mut part, &qs, &LENS, a + 1, &la, &[a, a]);
+        let lens_part: Vec<usize> = LENS.iter().map(|l| l + a + 1).collect();
+        assert_eq!(lens_part[seq], lens_full[seq]);
+        for (layer, hf) in hist_full.iter().enumerate() {
+            let len = lens_part[seq];
+            let got = seq_history(hf.clone(), seq, len);
+            let want = seq_history(history(part.p.estimator(), layer), seq, len);
+            for (x, y) in got.iter().zip(&want) {
+                assert!(
+                    (x - y).abs() <= 1e-7 + 1e-4 * y.abs(),
+                    "layer {layer} seq {seq}: {x} vs {y}"
+                );
+            }
+        }
+        // and the next verification selects the same for that sequence
+        let next_part = verify_commit(&mut part, &next_qs, &lens_part, GAMMA1, &la2, &[0, 0]);
+        for layer in 0..2 {
+            assert_eq!(
+                rows(&next_full[layer])[seq],
+                rows(&next_part[layer])[seq],
+                "layer {layer} seq {seq}: the next selection must not see rejected rows"
+            );
+        }
+    }
+}
+
+#[test]
+fn dustin_rolls_back_rejected_rows() {
+    rollback_case(
+        || Dustin::<B>::new(DustinConfig::default(), &cfg()).unwrap(),
+        |e, l| e.history(l).expect("history"),
+    );
+}
+
+#[test]
+fn history_only_rolls_back_rejected_rows() {
+    rollback_case(
+        || HistoryOnly::<B>::new(DustinConfig::default(), &cfg()).unwrap(),
+        |e, l| e.inner().history(l).expect("history"),
+    );
+}
+
+#[test]
+fn dustin_calibrates_heads_and_seeds_history() {
+    let mut r = prepared(Dustin::<B>::new(DustinConfig::default(), &cfg()).unwrap());
+    let la = r.s.lookahead(2, 58);
+    let qs: Vec<Tensor<B, 4>> = (0..2).map(|_| r.s.q(2, GAMMA1)).collect();
+    verify_commit(&mut r, &qs, &LENS, GAMMA1, &la, &[3, 3]);
+    for layer in 0..2 {
+        let heads = r.p.estimator().estimator_heads(layer).unwrap();
+        assert_eq!(heads.len(), 2);
+        assert!(heads.windows(2).all(|w| w[0] < w[1]) && heads.iter().all(|&h| h < 12));
+        let h = host_f32(r.p.estimator().history(layer).unwrap());
+        assert!(h.iter().all(|x| x.is_finite() && *x >= 0.0));
+        assert!(h.iter().any(|&x| x > 0.0), "history seeded");
+    }
+    // fixed heads are taken as given
+    let fixed = DustinConfig {
+        heads: Some(vec![7, 1]),
+        ..DustinConfig::default()
+    };
+    let mut r = prepared(Dustin::<B>::new(fixed, &cfg()).unwrap());
+    verify_commit(&mut r, &qs, &LENS, GAMMA1, &la, &[0, 0]);
+    assert_eq!(r.p.estimator().estimator_heads(0).unwrap(), &[1, 7]);
+}
+
+#[test]
+fn dustin_without_lookahead_is_an_error_history_only_is_not() {
+    let cfg = cfg();
+    let mut s = Synth::new(5, 1, 2, 5, 8, 2, 128);
+    for (spec, ok) in [
+        ("dustin", false),
+        ("history-only", true),
+        ("draft-only", false),
+    ] {
+        let mut p = build::<B>(spec, &cfg).unwrap();
+        p.reset(2, 1);
+        s.prefill(p.as_mut(), &LENS, 16);
+        p.begin_verify(0);
+        let q = s.q(2, 3);
+        let k = s.k(0, &[0, 1], 61);
+        let ctx = LayerAttnCtx {
+            layer: 0,
+            phase: Phase::Decode,
+            q: &q,
+            k: &k,
+            ctx_lens: &LENS,
+            n_new: 3,
+            scale: s.scale(),
+        };
+        assert_eq!(p.on_layer(&ctx).is_ok(), ok, "{spec}");
+        assert_eq!(p.wants_lookahead(), !ok, "{spec}");
+    }
+}
+
+// ---------------------------------------------------------------- static estimators
+
+/// Plants a key that every query attends to at `pos` and checks `spec` keeps it.
+fn keeps_planted_heavy_hitter(spec: &str) {
+    // budget above SnapKV's kept observation window (16 queries of the last chunk here)
+    let cfg = SelectConfig {
+        budget: 24,
+        n_sink: 1,
+        window: 2,
+        ..SelectConfig::default()
+    };
+    let mut p = build::<B>(spec, &cfg).unwrap();
+    let (kvh, g, d, len, pos) = (1usize, 2usize, 4usize, 48usize, 20usize);
+    // queries all along +x; keys small except position `pos` = 8 x
+    let mut keys = vec![0.01f32; kvh * (len + 4) * d];
+    keys[pos * d] = 8.0;
+    let k = |l: usize, b: usize| {
+        let mut v = Vec::new();
+        for _ in 0..b {
+            v.extend_from_slice(&keys[..l * d]);
+        }
+        Tensor::<B, 4>::from_data(TensorData::new(v, [b, kvh, l, d]), &dev())
+    };
+    let q = |b: usize, n: usize| {
+        let mut v = vec![0.0f32; b * kvh * g * n * d];
+        v.iter_mut().step_by(d).for_each(|x| *x = 1.0);
+        Tensor::<B, 4>::from_data(TensorData::new(v, [b, kvh * g, n, d]), &dev())
+    };
+    p.reset(1, 1);
+    for (start, end) in [(0usize, 32usize), (32, len)] {
+        let (qq, kk) = (q(1, end - start), k(end, 1));
+        let ctx = LayerAttnCtx {
+            layer: 0,
+            phase: Phase::Prefill {
+                seq: 0,
+                last_chunk: end == len,
+            },
+            q: &qq,
+            k: &kk,
+            ctx_lens: &[start],
+            n_new: end - start,
+            scale: 0.5,
+        };
+        assert!(p.on_layer(&ctx).unwrap().is_none());
+    }
+    p.begin_verify(0);
+    let (qq, kk) = (q(1, 3), k(len + 3, 1));
+    let ctx = LayerAttnCtx {
+        layer: 0,
+        phase: Phase::Decode,
+        q: &qq,
+        k: &kk,
+        ctx_lens: &[len],
+        n_new: 3,
+        scale: 0.5,
+    };
+    let sel = p.on_layer(&ctx).unwrap().unwrap();
+    assert!(
+        rows(&sel)[0][0].contains(&pos),
+        "{spec} lost the heavy hitter: {:?}",
+        rows(&sel)[0][0]
+    );
+}
+
+#[test]
+fn static_and_dynamic_estimators_keep_a_heavy_hitter() {
+    for spec in ["h2o", "snapkv", "oracle", "quest", "history-only"] {
+        keeps_planted_heavy_hitter(spec);
+    }
+}

@@ -1,0 +1,7 @@
+//! `cargo test -p dustin-select`: one test binary (one link) for all the crate's tests.
+
+mod common;
+mod estimators;
+mod matrix;
+mod registry;
+mod topk;
