@@ -120,6 +120,11 @@ pub struct ScoreCtx<'a, B: Backend> {
     pub attn: &'a LayerAttnCtx<'a, B>,
     /// The token budget the top-k step will keep for this layer.
     pub budget: usize,
+    /// Leading positions the top-k step always keeps (attention sinks), filled by the
+    /// selector from its config, so an estimator needs no config of its own for them.
+    pub n_sink: usize,
+    /// Most recent context positions the top-k step always keeps, filled by the selector.
+    pub window: usize,
     /// Speculative iteration number since prefill (0 for the first verification).
     pub iteration: usize,
 }
@@ -129,7 +134,9 @@ pub struct ScoreCtx<'a, B: Backend> {
 ///
 /// The life cycle for one batch: [`reset`](Self::reset), then the model's prefill hook
 /// calls (phase [`Phase::Prefill`]), then per iteration: [`observe_lookahead`](Self::observe_lookahead)
-/// (draft signal), [`score`](Self::score) per target layer, [`commit`](Self::commit).
+/// (draft signal), [`score`](Self::score) per target layer (or
+/// [`observe_verify`](Self::observe_verify) where the selector reuses a selection),
+/// [`commit`](Self::commit).
 pub trait ImportanceEstimator<B: Backend> {
     /// Registry name (for example `"dustin"`, `"quest"`).
     fn name(&self) -> String;
@@ -161,6 +168,18 @@ pub trait ImportanceEstimator<B: Backend> {
     /// # Errors
     /// Whatever the implementation reports.
     fn score(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<Scores<B>>;
+
+    /// Sees a verification that *reuses* an earlier selection at this layer (the selector
+    /// does not call [`score`](Self::score) then): an estimator that learns from verification
+    /// queries (for example `dustin`'s history on its estimator heads) keeps its state current
+    /// here, pending until [`commit`](Self::commit) like what it learns in `score`. Default:
+    /// nothing.
+    ///
+    /// # Errors
+    /// Whatever the implementation reports.
+    fn observe_verify(&mut self, _ctx: &ScoreCtx<'_, B>) -> Result<()> {
+        Ok(())
+    }
 
     /// Whether the estimator wants the layer's dense probabilities (see
     /// [`AttentionHook::wants_probs`]). Default: no.

@@ -3,6 +3,7 @@
 
 mod attn;
 mod config;
+mod cost;
 mod error;
 pub mod estimators;
 mod pyramid;
@@ -11,6 +12,7 @@ mod selector;
 mod topk;
 
 pub use config::{KeepRule, SelectConfig};
+pub use cost::EstimationCost;
 pub use error::SelectError;
 pub use pyramid::{pyramid_budgets, Pyramid, PyramidConfig};
 pub use registry::{build, build_with, names};

@@ -155,6 +155,10 @@ impl<B: Backend, P: BudgetedPolicy<B>> BudgetedPolicy<B> for Pyramid<P> {
         let b = self.layer_budget(&base, budget, ctx.layer);
         self.inner.select_with_budget(ctx, b)
     }
+
+    fn estimation_reads(&self) -> Vec<f64> {
+        self.inner.estimation_reads()
+    }
 }
 
 impl<B: Backend, P: BudgetedPolicy<B>> AttentionHook<B> for Pyramid<P> {

@@ -114,7 +114,10 @@ fn parse<T: DeserializeOwned + Default>(
     }
 }
 
-fn selector<B: Backend, E: dustin_core::ImportanceEstimator<B> + 'static>(
+fn selector<
+    B: Backend,
+    E: dustin_core::ImportanceEstimator<B> + crate::EstimationCost + 'static,
+>(
     est: E,
     cfg: &SelectConfig,
 ) -> Result<Box<dyn BudgetedPolicy<B>>, SelectError> {
@@ -150,11 +153,11 @@ fn build_selector<B: Backend>(
             selector(DraftOnly::<B>::new(), cfg)
         }
         "history-only" => selector(
-            HistoryOnly::<B>::new(parse::<DustinConfig>(name, value)?, cfg)?,
+            HistoryOnly::<B>::with_config(parse::<DustinConfig>(name, value)?)?,
             cfg,
         ),
         "dustin" => selector(
-            Dustin::<B>::new(parse::<DustinConfig>(name, value)?, cfg)?,
+            Dustin::<B>::with_config(parse::<DustinConfig>(name, value)?)?,
             cfg,
         ),
         _ => Err(SelectError::UnknownName {

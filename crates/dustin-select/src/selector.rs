@@ -4,7 +4,7 @@ use dustin_core::{
     ScoreCtx, Scores, SelectionPolicy,
 };
 
-use crate::{extend_selection, select_top_k, SelectConfig};
+use crate::{extend_selection, select_top_k, EstimationCost, SelectConfig};
 
 /// A [`SelectionPolicy`] whose per-layer budget can be set by a wrapper: what
 /// [`Pyramid`](crate::Pyramid) wraps (tower-`Layer` style, checked by the compiler).
@@ -22,6 +22,10 @@ pub trait BudgetedPolicy<B: Backend>: SelectionPolicy<B> {
         ctx: &LayerAttnCtx<'_, B>,
         budget: usize,
     ) -> Result<Option<LayerSelection<B>>>;
+
+    /// The estimator's own reads of the KV cache since the last reset, per sequence of the
+    /// current batch, in token-equivalents (see [`EstimationCost`]).
+    fn estimation_reads(&self) -> Vec<f64>;
 }
 
 impl<B: Backend, P: BudgetedPolicy<B> + ?Sized> BudgetedPolicy<B> for Box<P> {
@@ -34,6 +38,9 @@ impl<B: Backend, P: BudgetedPolicy<B> + ?Sized> BudgetedPolicy<B> for Box<P> {
         budget: usize,
     ) -> Result<Option<LayerSelection<B>>> {
         (**self).select_with_budget(ctx, budget)
+    }
+    fn estimation_reads(&self) -> Vec<f64> {
+        (**self).estimation_reads()
     }
 }
 
@@ -63,9 +70,10 @@ pub struct Selector<B: Backend, E> {
     cache: Vec<Option<Cached<B>>>,
     accept_sum: f64,
     accept_iters: usize,
+    reads: Vec<f64>,
 }
 
-impl<B: Backend, E: ImportanceEstimator<B>> Selector<B, E> {
+impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost> Selector<B, E> {
     /// A selector running `est` under `cfg`.
     ///
     /// # Errors
@@ -80,6 +88,7 @@ impl<B: Backend, E: ImportanceEstimator<B>> Selector<B, E> {
             cache: Vec::new(),
             accept_sum: 0.0,
             accept_iters: 0,
+            reads: Vec::new(),
         })
     }
 
@@ -108,6 +117,15 @@ impl<B: Backend, E: ImportanceEstimator<B>> Selector<B, E> {
         self.cache.iter_mut().for_each(|c| *c = None);
     }
 
+    fn count_reads(&mut self, lens: &[usize], f: impl Fn(&E, usize) -> f64) {
+        if self.reads.len() != lens.len() {
+            self.reads.resize(lens.len(), 0.0);
+        }
+        for (r, &l) in self.reads.iter_mut().zip(lens) {
+            *r += f(&self.est, l);
+        }
+    }
+
     fn fresh(&self, layer: usize, lens: &[usize], budget: usize) -> Option<&Cached<B>> {
         let c = self.cache.get(layer)?.as_ref()?;
         let ok = self.clock - c.made_at < self.cfg.refresh
@@ -118,7 +136,7 @@ impl<B: Backend, E: ImportanceEstimator<B>> Selector<B, E> {
     }
 }
 
-impl<B: Backend, E: ImportanceEstimator<B>> BudgetedPolicy<B> for Selector<B, E> {
+impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost> BudgetedPolicy<B> for Selector<B, E> {
     fn select_config(&self) -> &SelectConfig {
         &self.cfg
     }
@@ -136,15 +154,23 @@ impl<B: Backend, E: ImportanceEstimator<B>> BudgetedPolicy<B> for Selector<B, E>
         if ctx.ctx_lens.iter().all(|&l| l <= budget) {
             return Ok(None);
         }
-        if let Some(c) = self.fresh(ctx.layer, ctx.ctx_lens, budget) {
-            return extend_selection(&c.sel, &c.lens, ctx.ctx_lens).map(Some);
-        }
         let sctx = ScoreCtx {
             attn: ctx,
             budget,
+            n_sink: self.cfg.n_sink,
+            window: self.cfg.window,
             iteration: self.iteration,
         };
-        let sel = match self.est.score(&sctx)? {
+        let (kvh, nh) = (ctx.k.dims()[1], ctx.q.dims()[1]);
+        if let Some(c) = self.fresh(ctx.layer, ctx.ctx_lens, budget) {
+            let sel = extend_selection(&c.sel, &c.lens, ctx.ctx_lens)?;
+            self.est.observe_verify(&sctx)?;
+            self.count_reads(ctx.ctx_lens, |e, l| e.observe_reads(ctx.layer, l, kvh, nh));
+            return Ok(Some(sel));
+        }
+        let scores = self.est.score(&sctx)?;
+        self.count_reads(ctx.ctx_lens, |e, l| e.score_reads(ctx.layer, l, kvh, nh));
+        let sel = match scores {
             Scores::Dense => None,
             Scores::Tokens(s) => {
                 let (got, want) = (s.dims(), ctx.k.dims()[1]);
@@ -173,9 +199,13 @@ impl<B: Backend, E: ImportanceEstimator<B>> BudgetedPolicy<B> for Selector<B, E>
         });
         Ok(sel)
     }
+
+    fn estimation_reads(&self) -> Vec<f64> {
+        self.reads.clone()
+    }
 }
 
-impl<B: Backend, E: ImportanceEstimator<B>> AttentionHook<B> for Selector<B, E> {
+impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost> AttentionHook<B> for Selector<B, E> {
     fn on_layer(&mut self, ctx: &LayerAttnCtx<'_, B>) -> Result<Option<LayerSelection<B>>> {
         let budget = self.cfg.budget;
         self.select_with_budget(ctx, budget)
@@ -190,7 +220,7 @@ impl<B: Backend, E: ImportanceEstimator<B>> AttentionHook<B> for Selector<B, E> 
     }
 }
 
-impl<B: Backend, E: ImportanceEstimator<B>> SelectionPolicy<B> for Selector<B, E> {
+impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost> SelectionPolicy<B> for Selector<B, E> {
     fn policy_name(&self) -> String {
         self.est.name()
     }
@@ -203,6 +233,7 @@ impl<B: Backend, E: ImportanceEstimator<B>> SelectionPolicy<B> for Selector<B, E
         self.clock = 0;
         self.accept_sum = 0.0;
         self.accept_iters = 0;
+        self.reads = vec![0.0; batch];
     }
 
     fn wants_lookahead(&self) -> bool {
@@ -236,6 +267,10 @@ impl<B: Backend, E: ImportanceEstimator<B>> SelectionPolicy<B> for Selector<B, E
 
     fn retain(&mut self, keep: &[usize]) {
         self.est.retain(keep);
+        self.reads = keep
+            .iter()
+            .map(|&k| self.reads.get(k).copied().unwrap_or(0.0))
+            .collect();
         self.invalidate();
     }
 }

@@ -21,3 +21,5 @@ impl<B: Backend> ImportanceEstimator<B> for Dense {
         Ok(Scores::Dense)
     }
 }
+
+impl crate::EstimationCost for Dense {}

@@ -87,3 +87,6 @@ impl<B: Backend> ImportanceEstimator<B> for DraftOnly<B> {
         self.lookahead = None;
     }
 }
+
+/// Nothing read at verification (prefill or draft state only).
+impl<B: Backend> crate::EstimationCost for DraftOnly<B> {}

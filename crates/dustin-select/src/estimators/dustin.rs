@@ -10,17 +10,22 @@
 //! - prefill, last chunk of sequence `s` (queries `[1, heads, n, head_dim]`, keys
 //!   `[1, kv_heads, P, head_dim]`): the last `obs_window` queries' causal attention, all heads
 //!   `[1, kv_heads, group, w, P]`. It **seeds the history** of `(s, layer)` (`[kv_heads, P]`,
-//!   mean over the group's heads, folded query by query with decay `beta`) and **calibrates
-//!   the estimator heads**: per query head, the recall of its top-k (over the free range,
-//!   `k` = the free budget) against the all-head top-k, summed over the batch's sequences;
-//!   the best `heads_per_layer` heads per layer are chosen at the first verification (or
-//!   `heads` fixes them).
+//!   mean over the group's heads, folded query by query with decay `beta`) and keeps the
+//!   per-head mass `[heads, P]` (summed over the `w` queries) to **calibrate the estimator
+//!   heads** at the layer's first verification, when the budget is known (the selector passes
+//!   it, with the sinks and window, in [`ScoreCtx`]; a [`Pyramid`](crate::Pyramid) layer
+//!   calibrates at its own budget): per query head, the recall of its top-k (over the free
+//!   range, `k` = the free budget) against the all-head top-k, summed over the batch's
+//!   sequences; the best `heads_per_layer` heads are chosen (or `heads` fixes them).
 //! - verification (queries `[batch, heads, n, head_dim]`, keys
 //!   `[batch, kv_heads, keys, head_dim]`): exact causal attention of the estimator heads only
 //!   (`q_h k^T` for `h` in the subset: `[batch, e, n, keys]`), mapped to KV heads (mean of the
 //!   KV head's own estimator heads, or of all the layer's estimator heads when it has none):
 //!   the per-query contribution `[batch, kv_heads, n, keys]`. The score uses the history
-//!   *provisionally* advanced by all `n` rows; the contribution is kept **pending**.
+//!   *provisionally* advanced by all `n` rows; the contribution is kept **pending**. A
+//!   verification that reuses an earlier selection computes the same contribution
+//!   ([`ImportanceEstimator::observe_verify`]), so the history follows every verified token,
+//!   not only those of refresh iterations.
 //! - commit (`accepted[b]`): only rows `0 ..= accepted[b]` of the pending contribution are
 //!   folded into the history, one decay step per accepted query:
 //!   `H <- beta^(a+1) H + sum_{i<=a} (1 - beta) beta^(a-i) C_i` (rollback of rejected drafts).
@@ -38,7 +43,7 @@ use serde::{Deserialize, Serialize};
 use super::draft_only::lookahead_for;
 use super::prompt::{max_ctx, prefill_seq, PromptRows};
 use crate::attn::{fit_last, free_mask, grouped_probs, head_probs, normalise_on};
-use crate::{KeepRule, SelectConfig};
+use crate::{EstimationCost, KeepRule, SelectConfig};
 
 /// The recommended refresh of a `dustin` selection: 4 verifications (DESIGN.md's
 /// multi-step verification window; the value is our choice, to be tuned in
@@ -132,11 +137,12 @@ impl DustinConfig {
 #[derive(Debug, Clone)]
 pub struct Dustin<B: Backend> {
     cfg: DustinConfig,
-    keep: KeepRule,
     alpha: f64,
     name: &'static str,
     heads: Vec<Option<Vec<usize>>>,
-    recall: Vec<Vec<f64>>,
+    /// per (sequence, layer): the observation window's attention mass per query head
+    /// `[heads, P]`, until the layer's heads are calibrated
+    calib: PromptRows<B>,
     seeds: PromptRows<B>,
     hist: Vec<Option<Tensor<B, 3>>>,
     pending: Vec<Option<Tensor<B, 4>>>,
@@ -151,27 +157,35 @@ fn host_f32<B: Backend, const D: usize>(t: Tensor<B, D>) -> Result<Vec<f32>> {
 }
 
 impl<B: Backend> Dustin<B> {
-    /// An estimator with `cfg`, for a selector configured by `select` (its sinks, window and
-    /// budget define the free range the signals are normalised over and the calibration's
-    /// `k`).
+    /// An estimator with `cfg`. The sinks, window and budget (the free range the signals are
+    /// normalised over, and the calibration's `k`) come with each [`ScoreCtx`].
     ///
     /// # Errors
-    /// [`DustinConfig::validate`]'s and [`SelectConfig::validate`]'s.
-    pub fn new(cfg: DustinConfig, select: &SelectConfig) -> Result<Self> {
+    /// [`DustinConfig::validate`]'s.
+    pub fn with_config(cfg: DustinConfig) -> Result<Self> {
         cfg.validate()?;
-        select.validate()?;
         Ok(Self {
             alpha: cfg.alpha,
             cfg,
-            keep: select.keep(),
             name: "dustin",
             heads: Vec::new(),
-            recall: Vec::new(),
+            calib: PromptRows::default(),
             seeds: PromptRows::default(),
             hist: Vec::new(),
             pending: Vec::new(),
             lookahead: None,
         })
+    }
+
+    /// [`Dustin::with_config`], also checking the selector's config `select` (kept for
+    /// callers that have one; the estimator reads sinks, window and budget from each
+    /// [`ScoreCtx`]).
+    ///
+    /// # Errors
+    /// [`DustinConfig::validate`]'s and [`SelectConfig::validate`]'s.
+    pub fn new(cfg: DustinConfig, select: &SelectConfig) -> Result<Self> {
+        select.validate()?;
+        Self::with_config(cfg)
     }
 
     /// The same estimator without the lookahead (`alpha = 0`), named `history-only`.
@@ -201,13 +215,55 @@ impl<B: Backend> Dustin<B> {
     fn grow(&mut self, layer: usize) {
         if self.heads.len() <= layer {
             self.heads.resize(layer + 1, None);
-            self.recall.resize(layer + 1, Vec::new());
             self.hist.resize(layer + 1, None);
             self.pending.resize(layer + 1, None);
         }
     }
 
-    fn layer_heads(&mut self, layer: usize, nh: usize) -> Result<Vec<usize>> {
+    /// Per query head, the recall of its top-k against the all-head top-k over the free
+    /// range of `keep`, summed over the sequences that left a calibration row for `layer`;
+    /// `None` when none did or no free range remains.
+    fn calibrate(&self, layer: usize, nh: usize, keep: KeepRule) -> Result<Option<Vec<f64>>> {
+        let mut acc: Option<Vec<f64>> = None;
+        for row in self.calib.layer_rows(layer) {
+            let [rh, l] = row.dims();
+            if rh != nh {
+                return Err(CoreError::Shape {
+                    name: format!("calibration rows of layer {layer}"),
+                    expected: vec![nh, l],
+                    found: vec![rh, l],
+                });
+            }
+            let (lo, hi) = keep.free_range(l);
+            if hi == lo {
+                continue;
+            }
+            let free_budget = keep.budget.saturating_sub(keep.n_sink + keep.window);
+            let kk = self
+                .cfg
+                .calib_top_k
+                .unwrap_or(free_budget)
+                .clamp(1, hi - lo);
+            let per_head = row.narrow(1, lo, hi - lo);
+            let all = per_head.clone().sum_dim(0); // [1, len]
+            let kth_all = all.clone().sort_descending(1).narrow(1, kk - 1, 1);
+            let kth_head = per_head.clone().sort_descending(1).narrow(1, kk - 1, 1);
+            let in_all = all.greater_equal(kth_all.expand([1, hi - lo])).float();
+            let in_head = per_head
+                .greater_equal(kth_head.expand([nh, hi - lo]))
+                .float();
+            let hits = (in_head * in_all.clone().expand([nh, hi - lo])).sum_dim(1);
+            let recall = hits.div(in_all.sum().reshape([1, 1]).expand([nh, 1]));
+            let recall = host_f32(recall)?;
+            let a = acc.get_or_insert_with(|| vec![0.0; nh]);
+            for (a, r) in a.iter_mut().zip(recall) {
+                *a += f64::from(r);
+            }
+        }
+        Ok(acc)
+    }
+
+    fn layer_heads(&mut self, layer: usize, nh: usize, keep: KeepRule) -> Result<Vec<usize>> {
         self.grow(layer);
         if let Some(h) = &self.heads[layer] {
             return Ok(h.clone());
@@ -225,8 +281,7 @@ impl<B: Backend> Dustin<B> {
             f.sort_unstable();
             f.dedup();
             f
-        } else if self.recall[layer].len() == nh {
-            let r = &self.recall[layer];
+        } else if let Some(r) = self.calibrate(layer, nh, keep)? {
             let mut order: Vec<usize> = (0..nh).collect();
             order.sort_by(|&a, &b| r[b].total_cmp(&r[a]).then(a.cmp(&b)));
             let mut best: Vec<usize> = order.into_iter().take(hpl).collect();
@@ -236,6 +291,7 @@ impl<B: Backend> Dustin<B> {
             // no calibration data (prompt shorter than sinks + window): spread over the groups
             (0..hpl).map(|i| i * nh / hpl).collect()
         };
+        self.calib.take_layer(layer);
         self.heads[layer] = Some(chosen.clone());
         Ok(chosen)
     }
@@ -287,6 +343,69 @@ impl<B: Backend> Dustin<B> {
     }
 }
 
+impl<B: Backend> Dustin<B> {
+    /// The estimator heads' exact attention of this verification mapped to KV heads,
+    /// `[batch, kv_heads, n, keys]`, also kept pending for [`ImportanceEstimator::commit`].
+    fn contribution(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<Tensor<B, 4>> {
+        let a = ctx.attn;
+        let [b, nh, n, _] = a.q.dims();
+        let [_, kvh, l, _] = a.k.dims();
+        let g = nh / kvh.max(1);
+        let device = a.k.device();
+        let heads = self.layer_heads(a.layer, nh, keep_rule(ctx))?;
+        let e = heads.len();
+        // exact attention of the estimator heads only: [b, e, n, l]
+        let probs = head_probs(a.q.clone(), a.k.clone(), &heads, g, a.ctx_lens, a.scale);
+        let mut mix = vec![0.0f32; kvh * e];
+        for j in 0..kvh {
+            let own: Vec<usize> = (0..e).filter(|&i| heads[i] / g == j).collect();
+            let from = if own.is_empty() {
+                (0..e).collect()
+            } else {
+                own
+            };
+            for &i in &from {
+                mix[j * e + i] = 1.0 / from.len() as f32;
+            }
+        }
+        let mix = Tensor::<B, 3>::from_data(TensorData::new(mix, [1, kvh, e]), &device)
+            .expand([b, kvh, e]);
+        let contrib = mix
+            .matmul(probs.reshape([b, e, n * l]))
+            .reshape([b, kvh, n, l]);
+        self.pending[a.layer] = Some(contrib.clone());
+        Ok(contrib)
+    }
+}
+
+/// The keep rule of the top-k step this score feeds.
+fn keep_rule<B: Backend>(ctx: &ScoreCtx<'_, B>) -> KeepRule {
+    KeepRule {
+        budget: ctx.budget,
+        n_sink: ctx.n_sink,
+        window: ctx.window,
+    }
+}
+
+/// Reads of the estimator heads: their attention over the whole context needs the keys (not
+/// the values) of every KV head holding one of them, `0.5` token-equivalent per position.
+impl<B: Backend> EstimationCost for Dustin<B> {
+    fn score_reads(&self, layer: usize, ctx: usize, kv_heads: usize, heads: usize) -> f64 {
+        let g = heads / kv_heads.max(1);
+        let kv: std::collections::BTreeSet<usize> = self
+            .estimator_heads(layer)
+            .unwrap_or(&[])
+            .iter()
+            .map(|&h| h / g.max(1))
+            .collect();
+        0.5 * (kv.len() * ctx) as f64
+    }
+
+    fn observe_reads(&self, layer: usize, ctx: usize, kv_heads: usize, heads: usize) -> f64 {
+        self.score_reads(layer, ctx, kv_heads, heads)
+    }
+}
+
 impl<B: Backend> ImportanceEstimator<B> for Dustin<B> {
     fn name(&self) -> String {
         self.name.into()
@@ -294,7 +413,7 @@ impl<B: Backend> ImportanceEstimator<B> for Dustin<B> {
 
     fn reset(&mut self, batch: usize, num_layers: usize) {
         self.heads = vec![None; num_layers];
-        self.recall = vec![Vec::new(); num_layers];
+        self.calib.reset(batch, num_layers);
         self.seeds.reset(batch, num_layers);
         self.hist = vec![None; num_layers];
         self.pending = vec![None; num_layers];
@@ -322,36 +441,9 @@ impl<B: Backend> ImportanceEstimator<B> for Dustin<B> {
             .div_scalar(g as f32)
             .reshape([kvh, l]);
         self.seeds.set(seq, ctx.layer, seed);
-        if self.cfg.heads.is_some() {
-            return Ok(());
-        }
-        let (lo, hi) = self.keep.free_range(l);
-        if hi == lo {
-            return Ok(());
-        }
-        let free_budget = self.keep.budget - self.keep.n_sink - self.keep.window;
-        let kk = self
-            .cfg
-            .calib_top_k
-            .unwrap_or(free_budget)
-            .clamp(1, hi - lo);
-        let per_head = probs.sum_dim(3).reshape([nh, l]).narrow(1, lo, hi - lo);
-        let all = per_head.clone().sum_dim(0); // [1, len]
-        let kth_all = all.clone().sort_descending(1).narrow(1, kk - 1, 1);
-        let kth_head = per_head.clone().sort_descending(1).narrow(1, kk - 1, 1);
-        let in_all = all.greater_equal(kth_all.expand([1, hi - lo])).float();
-        let in_head = per_head
-            .greater_equal(kth_head.expand([nh, hi - lo]))
-            .float();
-        let hits = (in_head * in_all.clone().expand([nh, hi - lo])).sum_dim(1);
-        let recall = hits.div(in_all.sum().reshape([1, 1]).expand([nh, 1]));
-        let recall = host_f32(recall)?;
-        let acc = &mut self.recall[ctx.layer];
-        if acc.len() != nh {
-            *acc = vec![0.0; nh];
-        }
-        for (a, r) in acc.iter_mut().zip(recall) {
-            *a += f64::from(r);
+        if self.cfg.heads.is_none() {
+            self.calib
+                .set(seq, ctx.layer, probs.sum_dim(3).reshape([nh, l]));
         }
         Ok(())
     }
@@ -367,40 +459,17 @@ impl<B: Backend> ImportanceEstimator<B> for Dustin<B> {
     fn score(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<Scores<B>> {
         let a = ctx.attn;
         let c = max_ctx(a)?;
-        let [b, nh, n, _] = a.q.dims();
-        let [_, kvh, l, _] = a.k.dims();
-        let g = nh / kvh.max(1);
-        let device = a.k.device();
-        let heads = self.layer_heads(a.layer, nh)?;
-        let e = heads.len();
-        // exact attention of the estimator heads only: [b, e, n, l]
-        let probs = head_probs(a.q.clone(), a.k.clone(), &heads, g, a.ctx_lens, a.scale);
-        let mut mix = vec![0.0f32; kvh * e];
-        for j in 0..kvh {
-            let own: Vec<usize> = (0..e).filter(|&i| heads[i] / g == j).collect();
-            let from = if own.is_empty() {
-                (0..e).collect()
-            } else {
-                own
-            };
-            for &i in &from {
-                mix[j * e + i] = 1.0 / from.len() as f32;
-            }
-        }
-        let mix = Tensor::<B, 3>::from_data(TensorData::new(mix, [1, kvh, e]), &device)
-            .expand([b, kvh, e]);
-        let contrib = mix
-            .matmul(probs.reshape([b, e, n * l]))
-            .reshape([b, kvh, n, l]);
+        let contrib = self.contribution(ctx)?;
+        let [b, kvh, n, l] = contrib.dims();
+        let device = contrib.device();
         let hist = self.history_at(a.layer, b, kvh, l, &device)?;
         let wts = Tensor::<B, 4>::from_data(
             TensorData::new(self.fold_weights(n - 1, n), [1, 1, n, 1]),
             &device,
         );
         let provisional = hist.mul_scalar(self.cfg.beta.powi(n as i32) as f32)
-            + (contrib.clone() * wts).sum_dim(2).reshape([b, kvh, l]);
-        self.pending[a.layer] = Some(contrib);
-        let mask = free_mask::<B>(a.ctx_lens, c, self.keep, &device);
+            + (contrib * wts).sum_dim(2).reshape([b, kvh, l]);
+        let mask = free_mask::<B>(a.ctx_lens, c, keep_rule(ctx), &device);
         let hist_n = normalise_on(provisional.narrow(2, 0, c), &mask);
         if self.alpha == 0.0 {
             return Ok(Scores::Tokens(hist_n));
@@ -411,6 +480,11 @@ impl<B: Backend> ImportanceEstimator<B> for Dustin<B> {
         Ok(Scores::Tokens(
             la_n.mul_scalar(alpha) + hist_n.mul_scalar(1.0 - alpha),
         ))
+    }
+
+    fn observe_verify(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<()> {
+        max_ctx(ctx.attn)?;
+        self.contribution(ctx).map(|_| ())
     }
 
     fn commit(&mut self, accepted: &[usize]) -> Result<()> {

@@ -75,3 +75,6 @@ impl<B: Backend> ImportanceEstimator<B> for H2o<B> {
         self.batch = keep.len();
     }
 }
+
+/// Nothing read at verification (prefill or draft state only).
+impl<B: Backend> crate::EstimationCost for H2o<B> {}

@@ -10,7 +10,7 @@ use burn_tensor::{backend::Backend, Tensor};
 use dustin_core::{ImportanceEstimator, LayerAttnCtx, Phase, Result, ScoreCtx, Scores};
 
 use super::dustin::{Dustin, DustinConfig};
-use crate::SelectConfig;
+use crate::{EstimationCost, SelectConfig};
 
 /// [`Dustin`] with `alpha = 0` (its `alpha` is ignored).
 #[derive(Debug, Clone)]
@@ -23,6 +23,14 @@ impl<B: Backend> HistoryOnly<B> {
     /// As [`Dustin::new`].
     pub fn new(cfg: DustinConfig, select: &SelectConfig) -> Result<Self> {
         Ok(Self(Dustin::new(cfg, select)?.without_lookahead()))
+    }
+
+    /// An estimator with `cfg` (`alpha` ignored); see [`Dustin::with_config`].
+    ///
+    /// # Errors
+    /// As [`Dustin::with_config`].
+    pub fn with_config(cfg: DustinConfig) -> Result<Self> {
+        Ok(Self(Dustin::with_config(cfg)?.without_lookahead()))
     }
 
     /// The underlying estimator (history, estimator heads).
@@ -50,10 +58,22 @@ impl<B: Backend> ImportanceEstimator<B> for HistoryOnly<B> {
     fn observe_probs(&mut self, layer: usize, phase: Phase, probs: &Tensor<B, 4>) -> Result<()> {
         self.0.observe_probs(layer, phase, probs)
     }
+    fn observe_verify(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<()> {
+        self.0.observe_verify(ctx)
+    }
     fn commit(&mut self, accepted: &[usize]) -> Result<()> {
         self.0.commit(accepted)
     }
     fn retain(&mut self, keep: &[usize]) {
         self.0.retain(keep);
+    }
+}
+
+impl<B: Backend> EstimationCost for HistoryOnly<B> {
+    fn score_reads(&self, layer: usize, ctx: usize, kv_heads: usize, heads: usize) -> f64 {
+        self.0.score_reads(layer, ctx, kv_heads, heads)
+    }
+    fn observe_reads(&self, layer: usize, ctx: usize, kv_heads: usize, heads: usize) -> f64 {
+        self.0.observe_reads(layer, ctx, kv_heads, heads)
     }
 }

@@ -38,3 +38,10 @@ impl<B: Backend> ImportanceEstimator<B> for Oracle {
         Ok(Scores::Tokens(mass))
     }
 }
+
+/// The keys of every KV head over the whole context (0.5 token-equivalent per position).
+impl crate::EstimationCost for Oracle {
+    fn score_reads(&self, _layer: usize, ctx: usize, kv_heads: usize, _heads: usize) -> f64 {
+        0.5 * (kv_heads * ctx) as f64
+    }
+}

@@ -84,6 +84,13 @@ impl<B: Backend> PromptRows<B> {
         Tensor::cat(rows, 0)
     }
 
+    /// The recorded rows of `layer`, one per sequence that has one.
+    pub(crate) fn layer_rows(&self, layer: usize) -> impl Iterator<Item = Tensor<B, 2>> + '_ {
+        self.rows
+            .iter()
+            .filter_map(move |r| r.get(layer).and_then(Option::clone))
+    }
+
     /// Drops `layer`'s rows (after they were moved into a batched state).
     pub(crate) fn take_layer(&mut self, layer: usize) {
         for r in &mut self.rows {

@@ -124,3 +124,12 @@ impl<B: Backend> ImportanceEstimator<B> for Quest {
         Ok(Scores::Tokens(tokens))
     }
 }
+
+/// One page summary (min and max key: 1 token-equivalent) per page and KV head. Quest keeps
+/// the summaries up to date as keys are written; this implementation recomputes them from the
+/// keys at each call, which is an implementation shortcut, not the method's cost.
+impl crate::EstimationCost for Quest {
+    fn score_reads(&self, _layer: usize, ctx: usize, kv_heads: usize, _heads: usize) -> f64 {
+        (kv_heads * ctx.div_ceil(self.cfg.page_size)) as f64
+    }
+}

@@ -131,3 +131,6 @@ impl<B: Backend> ImportanceEstimator<B> for SnapKv<B> {
         self.votes.retain(keep);
     }
 }
+
+/// Nothing read at verification (prefill or draft state only).
+impl<B: Backend> crate::EstimationCost for SnapKv<B> {}

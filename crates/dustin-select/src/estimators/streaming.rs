@@ -33,3 +33,5 @@ impl<B: Backend> ImportanceEstimator<B> for Streaming {
         Ok(Scores::Tokens(s))
     }
 }
+
+impl crate::EstimationCost for Streaming {}

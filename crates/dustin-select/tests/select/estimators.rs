@@ -8,7 +8,8 @@ use dustin_core::{
 };
 use dustin_select::estimators::quest::page_scores;
 use dustin_select::estimators::{Dustin, DustinConfig, HistoryOnly, Oracle};
-use dustin_select::{build, KeepRule, SelectConfig, Selector};
+use dustin_select::registry::build_budgeted;
+use dustin_select::{build, EstimationCost, KeepRule, SelectConfig, Selector};
 
 use crate::common::{check_selection, dev, host_f32, rows, Synth, B};
 
@@ -172,8 +173,12 @@ fn cfg() -> SelectConfig {
     }
 }
 
-fn prepared<E: ImportanceEstimator<B>>(est: E) -> Run<E> {
-    let mut p = Selector::new(est, cfg()).unwrap();
+fn prepared<E: ImportanceEstimator<B> + EstimationCost>(est: E) -> Run<E> {
+    prepared_with(est, cfg())
+}
+
+fn prepared_with<E: ImportanceEstimator<B> + EstimationCost>(est: E, cfg: SelectConfig) -> Run<E> {
+    let mut p = Selector::new(est, cfg).unwrap();
     let mut s = Synth::new(42, 2, 2, 6, 8, 2, 128);
     p.reset(2, 2);
     s.prefill(&mut p, &LENS, 16);
@@ -181,7 +186,7 @@ fn prepared<E: ImportanceEstimator<B>>(est: E) -> Run<E> {
 }
 
 /// One verification on `q` (first `n` queries of it) with contexts `lens`, then commit.
-fn verify_commit<E: ImportanceEstimator<B>>(
+fn verify_commit<E: ImportanceEstimator<B> + EstimationCost>(
     r: &mut Run<E>,
     qs: &[Tensor<B, 4>],
     lens: &[usize],
@@ -226,26 +231,69 @@ fn seq_history(h: Tensor<B, 3>, seq: usize, len: usize) -> Vec<f32> {
     out
 }
 
-fn rollback_case<E: ImportanceEstimator<B>>(
+/// Verification with partial acceptance, then the next selection, against a reference run
+/// that only ever saw the accepted rows. With `refresh = 2` a fully accepted warm-up
+/// verification comes first, so the checked verification *reuses* the warm-up's selection
+/// (the estimator sees it through `observe_verify`) and the next one recomputes.
+fn rollback_case<E: ImportanceEstimator<B> + EstimationCost>(
     make: impl Fn() -> E,
     history: impl Fn(&E, usize) -> Tensor<B, 3>,
+    refresh: usize,
 ) {
+    let cfg = SelectConfig { refresh, ..cfg() };
     let accepted = [1usize, 2];
-    let mut full = prepared(make());
+    let mut full = prepared_with(make(), cfg.clone());
+    let warm_qs: Vec<Tensor<B, 4>> = (0..2).map(|_| full.s.q(2, GAMMA1)).collect();
     let qs: Vec<Tensor<B, 4>> = (0..2).map(|_| full.s.q(2, GAMMA1)).collect();
     let next_qs: Vec<Tensor<B, 4>> = (0..2).map(|_| full.s.q(2, GAMMA1)).collect();
-    let la = full.s.lookahead(2, 58);
-    let la2 = full.s.lookahead(2, 70);
+    let la0 = full.s.lookahead(2, 58);
+    let la = full.s.lookahead(2, 63);
+    let la2 = full.s.lookahead(2, 75);
+    let warm = refresh > 1;
+    let all = [GAMMA1 - 1; 2];
+    let lens: Vec<usize> = if warm {
+        LENS.iter().map(|l| l + GAMMA1).collect()
+    } else {
+        LENS.to_vec()
+    };
+    let mut before = Vec::new();
+    if warm {
+        verify_commit(&mut full, &warm_qs, &LENS, GAMMA1, &la0, &all);
+        before = (0..2).map(|l| history(full.p.estimator(), l)).collect();
+    }
     // gamma + 1 queries, sequence b keeps accepted[b] + 1 of them
-    verify_commit(&mut full, &qs, &LENS, GAMMA1, &la, &accepted);
+    let sels = verify_commit(&mut full, &qs, &lens, GAMMA1, &la, &accepted);
     let hist_full: Vec<Tensor<B, 3>> = (0..2).map(|l| history(full.p.estimator(), l)).collect();
-    let lens_full: Vec<usize> = LENS.iter().zip(&accepted).map(|(l, a)| l + a + 1).collect();
+    if warm {
+        for layer in 0..2 {
+            // the reused selection is the warm-up's, extended by the warm-up's tokens
+            for seq in 0..2 {
+                let got = &rows(&sels[layer])[seq][0];
+                assert!(
+                    (LENS[seq]..lens[seq]).all(|p| got.contains(&p)),
+                    "layer {layer} seq {seq}: not an extended reuse"
+                );
+            }
+            let (b, a) = (
+                host_f32(before[layer].clone()),
+                host_f32(hist_full[layer].clone()),
+            );
+            assert!(
+                b.len() != a.len() || b.iter().zip(&a).any(|(x, y)| x != y),
+                "layer {layer}: a reused verification must still update the history"
+            );
+        }
+    }
+    let lens_full: Vec<usize> = lens.iter().zip(&accepted).map(|(l, a)| l + a + 1).collect();
     let next_full = verify_commit(&mut full, &next_qs, &lens_full, GAMMA1, &la2, &[0, 0]);
     for (seq, &a) in accepted.iter().enumerate() {
         // reference: only the first a + 1 queries, all of them committed
-        let mut part = prepared(make());
-        verify_commit(&mut part, &qs, &LENS, a + 1, &la, &[a, a]);
-        let lens_part: Vec<usize> = LENS.iter().map(|l| l + a + 1).collect();
+        let mut part = prepared_with(make(), cfg.clone());
+        if warm {
+            verify_commit(&mut part, &warm_qs, &LENS, GAMMA1, &la0, &all);
+        }
+        verify_commit(&mut part, &qs, &lens, a + 1, &la, &[a, a]);
+        let lens_part: Vec<usize> = lens.iter().map(|l| l + a + 1).collect();
         assert_eq!(lens_part[seq], lens_full[seq]);
         for (layer, hf) in hist_full.iter().enumerate() {
             let len = lens_part[seq];
@@ -254,7 +302,7 @@ fn rollback_case<E: ImportanceEstimator<B>>(
             for (x, y) in got.iter().zip(&want) {
                 assert!(
                     (x - y).abs() <= 1e-7 + 1e-4 * y.abs(),
-                    "layer {layer} seq {seq}: {x} vs {y}"
+                    "refresh {refresh} layer {layer} seq {seq}: {x} vs {y}"
                 );
             }
         }
@@ -264,7 +312,8 @@ fn rollback_case<E: ImportanceEstimator<B>>(
             assert_eq!(
                 rows(&next_full[layer])[seq],
                 rows(&next_part[layer])[seq],
-                "layer {layer} seq {seq}: the next selection must not see rejected rows"
+                "refresh {refresh} layer {layer} seq {seq}: the next selection must not see \
+                 rejected rows"
             );
         }
     }
@@ -272,18 +321,24 @@ fn rollback_case<E: ImportanceEstimator<B>>(
 
 #[test]
 fn dustin_rolls_back_rejected_rows() {
-    rollback_case(
-        || Dustin::<B>::new(DustinConfig::default(), &cfg()).unwrap(),
-        |e, l| e.history(l).expect("history"),
-    );
+    for refresh in [1, 2] {
+        rollback_case(
+            || Dustin::<B>::new(DustinConfig::default(), &cfg()).unwrap(),
+            |e, l| e.history(l).expect("history"),
+            refresh,
+        );
+    }
 }
 
 #[test]
 fn history_only_rolls_back_rejected_rows() {
-    rollback_case(
-        || HistoryOnly::<B>::new(DustinConfig::default(), &cfg()).unwrap(),
-        |e, l| e.inner().history(l).expect("history"),
-    );
+    for refresh in [1, 2] {
+        rollback_case(
+            || HistoryOnly::<B>::with_config(DustinConfig::default()).unwrap(),
+            |e, l| e.inner().history(l).expect("history"),
+            refresh,
+        );
+    }
 }
 
 #[test]
@@ -407,5 +462,65 @@ fn keeps_planted_heavy_hitter(spec: &str) {
 fn static_and_dynamic_estimators_keep_a_heavy_hitter() {
     for spec in ["h2o", "snapkv", "oracle", "quest", "history-only"] {
         keeps_planted_heavy_hitter(spec);
+    }
+}
+
+// ---------------------------------------------------------------- estimation reads
+
+#[test]
+fn estimation_reads_count_what_each_estimator_reads() {
+    let cfg = cfg();
+    let (layers, kvh, g) = (2usize, 2usize, 3usize);
+    for spec in [
+        "streaming",
+        "h2o",
+        "snapkv",
+        "oracle",
+        "quest",
+        "dustin",
+        "history-only",
+    ] {
+        let mut s = Synth::new(9, layers, kvh, g, 8, 2, 128);
+        let mut p = build_budgeted::<B>(spec, &cfg, None).unwrap();
+        p.reset(2, layers);
+        s.prefill(p.as_mut(), &LENS, 16);
+        assert_eq!(
+            p.estimation_reads(),
+            vec![0.0, 0.0],
+            "{spec}: nothing before verifying"
+        );
+        if p.wants_lookahead() {
+            let la = s.lookahead(2, 58);
+            p.observe_lookahead(&la);
+        }
+        p.begin_verify(0);
+        s.verify(p.as_mut(), &[0, 1], &LENS, GAMMA1);
+        let got = p.estimation_reads();
+        for (seq, &ctx) in LENS.iter().enumerate() {
+            let per_layer = match spec {
+                "oracle" => 0.5 * (kvh * ctx) as f64,
+                "quest" => (kvh * ctx.div_ceil(16)) as f64,
+                _ => 0.0,
+            };
+            match spec {
+                "dustin" | "history-only" => {
+                    // the keys of the KV heads holding the 2 estimator heads: 1 or 2 of them
+                    let (lo, hi) = (0.5 * ctx as f64, 0.5 * (2 * ctx) as f64);
+                    assert!(
+                        (layers as f64 * lo..=layers as f64 * hi).contains(&got[seq]),
+                        "{spec} seq {seq}: {}",
+                        got[seq]
+                    );
+                }
+                _ => assert_eq!(got[seq], layers as f64 * per_layer, "{spec} seq {seq}"),
+            }
+        }
+        p.commit(&[0, 0]).unwrap();
+        p.retain(&[1]);
+        assert_eq!(
+            p.estimation_reads(),
+            vec![got[1]],
+            "{spec}: retain keeps the survivor's"
+        );
     }
 }
