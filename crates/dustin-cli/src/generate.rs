@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use burn_tensor::backend::Backend;
 use clap::Args;
-use dustin_core::{DenseHook, SamplingConfig};
+use dustin_core::SamplingConfig;
 use dustin_qwen::generate::{generate, GenerateConfig};
 use dustin_qwen::{ModelFiles, StreamDecoder, Tokenizer};
 use dustin_spec::{ModelDrafter, ModelVerifier, SpecConfig, SpeculativeDecoder};
@@ -56,6 +56,74 @@ pub struct GenerateArgs {
     /// Draft tokens per speculative iteration (gamma), 1..=15.
     #[arg(long, default_value_t = 4)]
     pub gamma: usize,
+    /// KV selection for sparse verification (needs --draft): dense, streaming, h2o, snapkv,
+    /// quest, oracle, draft-only, history-only, dustin, or pyramid(<name>).
+    #[arg(long, default_value = "dense")]
+    pub selector: String,
+    /// KV budget of sparse verification: context tokens kept per layer and KV head (sinks and
+    /// recent window included).
+    #[arg(long, default_value_t = 2048)]
+    pub budget: usize,
+    /// TOML or JSON file with everything else: `[select]` (n_sink, window, refresh,
+    /// refresh_on_accept_drop) and `[estimator]` (the selector's own knobs, e.g. alpha, beta,
+    /// heads_per_layer for dustin). Command-line --budget wins over the file.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+/// The `--config` file: selection config and estimator knobs.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// Shared selection knobs.
+    #[serde(default)]
+    pub select: Option<serde_json::Value>,
+    /// The estimator's own knobs.
+    #[serde(default)]
+    pub estimator: Option<serde_json::Value>,
+}
+
+/// Reads `--config` (TOML by default, JSON when the name ends in `.json`).
+pub fn read_config(path: &Option<PathBuf>) -> Result<FileConfig, CliError> {
+    let Some(p) = path else {
+        return Ok(FileConfig::default());
+    };
+    let text = std::fs::read_to_string(p).map_err(|source| CliError::Io {
+        path: p.display().to_string(),
+        source,
+    })?;
+    let bad = |e: String| CliError::Usage(format!("--config {}: {e}", p.display()));
+    if p.extension().is_some_and(|e| e == "json") {
+        serde_json::from_str(&text).map_err(|e| bad(e.to_string()))
+    } else {
+        toml::from_str(&text).map_err(|e| bad(e.to_string()))
+    }
+}
+
+/// Builds the selection policy of `--selector` / `--budget` / `--config`.
+pub fn build_policy<B: Backend>(
+    selector: &str,
+    budget: usize,
+    file: &FileConfig,
+) -> Result<Box<dyn dustin_core::SelectionPolicy<B>>, CliError> {
+    let mut select = if selector == "dustin" {
+        dustin_select::estimators::dustin::recommended_select_config(budget)
+    } else {
+        dustin_select::SelectConfig::with_budget(budget)
+    };
+    if let Some(v) = &file.select {
+        let mut base = serde_json::to_value(&select).map_err(|e| CliError::Usage(e.to_string()))?;
+        if let (Some(b), Some(o)) = (base.as_object_mut(), v.as_object()) {
+            for (k, val) in o {
+                b.insert(k.clone(), val.clone());
+            }
+        }
+        select = serde_json::from_value(base)
+            .map_err(|e| CliError::Usage(format!("[select] in --config: {e}")))?;
+        select.budget = budget;
+    }
+    dustin_select::build_with::<B>(selector, &select, file.estimator.clone())
+        .map_err(|e| CliError::Usage(e.to_string()))
 }
 
 /// Reads the prompts of `args`.
@@ -125,6 +193,15 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
 
 fn run_on<B: Backend>(args: &GenerateArgs, dev: &B::Device) -> Result<(), CliError> {
     let prompts = read_prompts(args)?;
+    let file = read_config(&args.config)?;
+    if args.draft.is_none() && args.selector != "dense" {
+        return Err(CliError::Usage(format!(
+            "--selector {} needs speculative decoding: add --draft <path | self:layers=N>",
+            args.selector
+        )));
+    }
+    // check the selector name and knobs before loading the model
+    build_policy::<B>(&args.selector, args.budget, &file)?;
     let path = model_path(&args.model)?;
     let files = ModelFiles::open(&path)?;
     let tok = files.tokenizer.clone();
@@ -194,7 +271,8 @@ fn run_on<B: Backend>(args: &GenerateArgs, dev: &B::Device) -> Result<(), CliErr
                     ModelDrafter::new(Arc::new(df.build::<B>(positions, dev)?), None, extra)
                 }
             };
-            let verifier = ModelVerifier::new(model.clone(), DenseHook, extra, vocab);
+            let policy = build_policy::<B>(&args.selector, args.budget, &file)?;
+            let verifier = ModelVerifier::new(model.clone(), policy, extra, vocab);
             let mut dec = SpeculativeDecoder::new(drafter, verifier);
             let cfg = SpecConfig {
                 gamma: args.gamma,

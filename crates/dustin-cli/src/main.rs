@@ -8,8 +8,12 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod backend;
+mod bench;
+mod demo;
+mod eval;
 mod fetch;
 mod generate;
+mod ppl;
 
 /// dustin: speculative decoding with draft-augmented sparse verification for long contexts.
 #[derive(Debug, Parser)]
@@ -21,8 +25,18 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// The main job: continue a shipped book excerpt with SmolLM2-135M in five modes
+    /// (autoregressive; speculative with dense, dustin, streaming and quest verification)
+    /// and print one table (also written as JSON, Markdown and SVG).
+    Demo(demo::DemoArgs),
     /// Generate a continuation of a prompt file (autoregressive, or speculative with --draft).
     Generate(generate::GenerateArgs),
+    /// Perplexity of a text file under a model (dense attention) and a tokenizer round trip.
+    Ppl(ppl::PplArgs),
+    /// Time prefill and decode of a random-weight model at the shapes of a config.json.
+    Bench(bench::BenchArgs),
+    /// Evaluations: `eval fidelity` (sparse vs dense verification per selector and budget).
+    Eval(eval::EvalArgs),
     /// Download the default small model (SmolLM2-135M-Instruct, Q4_1 GGUF) into the cache.
     FetchModel(fetch::FetchArgs),
 }
@@ -31,6 +45,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let res = match cli.command {
         Command::Generate(a) => generate::run(a),
+        Command::Demo(a) => demo::run(a),
+        Command::Bench(a) => bench::run(a),
+        Command::Ppl(a) => ppl::run(a),
+        Command::Eval(a) => eval::run(a),
         Command::FetchModel(a) => fetch::run(a).map(|p| println!("{}", p.display())),
     };
     match res {

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use burn_tensor::{backend::Backend, Tensor};
+use burn_tensor::{activation, backend::Backend, Tensor};
 use dustin_core::{AttentionHook, KvStore, Phase, SamplingConfig};
 use dustin_kv::DenseKvCache;
 use rand::{Rng, SeedableRng};
@@ -392,4 +392,64 @@ pub fn generate<B: Backend>(
         decode_secs: t1.elapsed().as_secs_f64(),
         prefill_tokens: prompts.iter().map(Vec::len).sum(),
     })
+}
+
+/// Negative log-likelihood of `tokens[1..]` given their prefixes, with dense attention:
+/// returns `(sum of -ln p(token), number of predicted tokens)`; perplexity is
+/// `exp(sum / count)`. Runs in chunks of `chunk` tokens (the logits of one chunk at a time).
+///
+/// # Errors
+/// Prompt and model errors.
+pub fn nll<B: Backend>(model: &Qwen2<B>, tokens: &[u32], chunk: usize) -> Result<(f64, usize)> {
+    use burn_tensor::Int;
+    check_prompts(model, &[tokens.to_vec()], 0)?;
+    let chunk = chunk.max(1);
+    let mut cache = model.new_cache(1, tokens.len(), None);
+    let mut sum = 0.0f64;
+    let mut count = 0usize;
+    let mut start = 0;
+    while start < tokens.len() {
+        let end = (start + chunk).min(tokens.len());
+        let out = model.forward(
+            &[tokens[start..end].to_vec()],
+            &mut cache,
+            &mut dustin_core::DenseHook,
+            ForwardOpts {
+                phase: Phase::Prefill {
+                    seq: 0,
+                    last_chunk: end == tokens.len(),
+                },
+                logits: LogitsMode::All,
+                layers: None,
+            },
+        )?;
+        let logits = out
+            .logits
+            .ok_or_else(|| QwenError::Core(dustin_core::CoreError::Model("no logits".into())))?;
+        // predict tokens[start+1 ..= end] from positions start .. end (the last chunk has
+        // one target fewer)
+        let n_pred = (end - start).min(tokens.len() - 1 - start);
+        if n_pred > 0 {
+            let [_, _, v] = logits.dims();
+            let lp = activation::log_softmax(logits.slice([0..1, 0..n_pred, 0..v]), 2);
+            let targets: Vec<i64> = tokens[start + 1..start + 1 + n_pred]
+                .iter()
+                .map(|&t| t as i64)
+                .collect();
+            let idx = Tensor::<B, 3, Int>::from_data(
+                burn_tensor::TensorData::new(targets, [1, n_pred, 1]),
+                model.device(),
+            );
+            let picked: Vec<f32> = lp
+                .gather(2, idx)
+                .into_data()
+                .convert::<f32>()
+                .into_vec()
+                .map_err(|e| QwenError::Core(dustin_core::CoreError::Model(format!("{e:?}"))))?;
+            sum -= picked.iter().map(|&x| x as f64).sum::<f64>();
+            count += n_pred;
+        }
+        start = end;
+    }
+    Ok((sum, count))
 }

@@ -1,0 +1,126 @@
+//! `dustin bench`: prefill and decode speed of a model with random weights at the shapes of
+//! an HF `config.json` (for example `../shared/data/qwen2.5/Qwen2.5-7B-Instruct.config.json`).
+//! Random weights make the text meaningless; the timings are real.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use burn_tensor::backend::Backend;
+use clap::Args;
+use dustin_core::{DenseHook, Phase};
+use dustin_qwen::generate::{prefill, DEFAULT_PREFILL_CHUNK};
+use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2, QwenConfig};
+
+use crate::backend::DeviceKind;
+use crate::CliError;
+
+/// Arguments of `dustin bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// HF `config.json` giving the model shape.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Sequences in the batch.
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
+    /// Prompt tokens per sequence.
+    #[arg(long, default_value_t = 4096)]
+    pub prompt_len: usize,
+    /// Decode steps timed.
+    #[arg(long, default_value_t = 128)]
+    pub decode: usize,
+    /// Untimed decode steps first (JIT compilation and autotuning on the GPU).
+    #[arg(long, default_value_t = 8)]
+    pub warmup: usize,
+    /// Prefill chunk, tokens.
+    #[arg(long, default_value_t = DEFAULT_PREFILL_CHUNK)]
+    pub chunk: usize,
+    /// Where to run.
+    #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
+    pub device: DeviceKind,
+}
+
+/// `dustin bench`.
+pub fn run(args: BenchArgs) -> Result<(), CliError> {
+    crate::with_backend!(args.device, |B, dev| run_on::<B>(&args, &dev))
+}
+
+fn sync<B: Backend>(t: burn_tensor::Tensor<B, 3>) {
+    // reading one value waits for the device queue
+    let [b, n, v] = t.dims();
+    let _ = t.slice([b - 1..b, n - 1..n, v - 1..v]).into_data();
+}
+
+fn run_on<B: Backend>(args: &BenchArgs, dev: &B::Device) -> Result<(), CliError> {
+    let cfg = QwenConfig::from_file(&args.config)?;
+    let cap = args.prompt_len + args.warmup + args.decode + 1;
+    let t = Instant::now();
+    let model = Qwen2::<B>::random(&cfg, cap, dev)?;
+    let init_secs = t.elapsed().as_secs_f64();
+    let vocab = cfg.vocab_size as u32;
+    let prompts: Vec<Vec<u32>> = (0..args.batch)
+        .map(|b| {
+            (0..args.prompt_len)
+                .map(|i| ((i * 7919 + b * 104729) as u32) % vocab)
+                .collect()
+        })
+        .collect();
+    // warm-up prefill of a short prompt (kernel compilation)
+    let warm: Vec<Vec<u32>> = vec![prompts[0][..args.chunk.min(args.prompt_len)].to_vec()];
+    let (_, l, _) = prefill(&model, &warm, cap, None, &mut DenseHook, args.chunk, false)?;
+    let _ = l.into_data();
+    let t = Instant::now();
+    let (mut cache, last, _) = prefill(
+        &model,
+        &prompts,
+        cap,
+        None,
+        &mut DenseHook,
+        args.chunk,
+        false,
+    )?;
+    let _ = last.into_data();
+    let prefill_secs = t.elapsed().as_secs_f64();
+    let step = |cache: &mut dustin_kv::DenseKvCache<B>| -> Result<(), CliError> {
+        let toks: Vec<Vec<u32>> = (0..args.batch)
+            .map(|b| vec![(b as u32 * 31 + 7) % vocab])
+            .collect();
+        let out = model.forward(
+            &toks,
+            cache,
+            &mut DenseHook,
+            ForwardOpts {
+                phase: Phase::Decode,
+                logits: LogitsMode::Last,
+                layers: None,
+            },
+        )?;
+        if let Some(l) = out.logits {
+            sync(l.argmax(2).float());
+        }
+        Ok(())
+    };
+    for _ in 0..args.warmup {
+        step(&mut cache)?;
+    }
+    let t = Instant::now();
+    for _ in 0..args.decode {
+        step(&mut cache)?;
+    }
+    let decode_secs = t.elapsed().as_secs_f64();
+    let report = serde_json::json!({
+        "config": args.config.display().to_string(),
+        "device": format!("{:?}", args.device),
+        "batch": args.batch,
+        "prompt_len": args.prompt_len,
+        "chunk": args.chunk,
+        "init_secs": init_secs,
+        "prefill_secs": prefill_secs,
+        "prefill_tokens_per_sec": (args.batch * args.prompt_len) as f64 / prefill_secs,
+        "decode_steps": args.decode,
+        "decode_ms_per_step": 1e3 * decode_secs / args.decode as f64,
+        "decode_tokens_per_sec": (args.batch * args.decode) as f64 / decode_secs,
+    });
+    println!("{report}");
+    Ok(())
+}

@@ -1,0 +1,1402 @@
+//! `dustin eval fidelity`: how closely sparse verification through each selector follows
+//! dense verification, on PG-19 books (docs/fidelity.md has the method, the accounting and
+//! the results).
+//!
+//! Per book and context `N` (the shared part, computed once):
+//! 1. the first `P = N - E` tokens of the book text (Gutenberg header stripped) are the
+//!    prompt; `E` leaves room for the verified continuation inside `N` positions (the model's
+//!    RoPE table ends at `max_position_embeddings`);
+//! 2. `tokens[..P - 512]` is prefilled densely once; the last 512 prompt tokens then run
+//!    densely once more through a *fan-out* hook that shows that chunk, as the last prefill
+//!    chunk, to every selector instance (so each estimator gets its prefill observation
+//!    without a prefill of its own; H2O therefore accumulates over that last chunk only);
+//! 3. the draft's lookahead for each teacher-forced window and the dense reference
+//!    verification of each window.
+//!
+//! Per selector and budget: `W` teacher-forced verification windows (the pending book token
+//! and the next `gamma` book tokens, verified like `ModelVerifier::verify` and all committed),
+//! compared position by position with the dense reference (top-1 agreement, KL(dense ||
+//! sparse), perplexity of the true next tokens, KV fraction read with the estimators' own
+//! reads); then a short greedy speculative run (the engine's `SpeculativeDecoder`, the
+//! drafter and verifier starting from the shared prefill) for the mean acceptance length.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use burn_tensor::{activation, backend::Backend, Tensor};
+use clap::{Args, Subcommand};
+use dustin_core::{
+    AttentionHook, DenseHook, DraftCtx, Drafter, KvStore, LayerAttnCtx, LayerSelection, Phase,
+    Proposal, SamplingConfig, SelectionPolicy, TokenId, Verification, Verifier, VerifyCtx,
+};
+use dustin_eval::report::{plot_lines, Cell, ResultStore, Table};
+use dustin_kv::DenseKvCache;
+use dustin_qwen::generate::prefill;
+use dustin_qwen::{ForwardOpts, LogitsMode, ModelFiles, Qwen2};
+use dustin_select::registry::build_budgeted;
+use dustin_select::{BudgetedPolicy, SelectConfig};
+use dustin_spec::{SpecConfig, SpeculativeDecoder};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+
+use crate::backend::DeviceKind;
+use crate::generate::{model_path, parse_draft, DraftSpec};
+use crate::CliError;
+
+/// The last prompt tokens every selector sees as its prefill observation (the prefill chunk
+/// of `dustin_qwen::generate::prefill`).
+const OBSERVED_CHUNK: usize = 512;
+
+/// Arguments of `dustin eval`.
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// Which evaluation.
+    #[command(subcommand)]
+    pub command: EvalCommand,
+}
+
+/// The evaluations.
+#[derive(Debug, Subcommand)]
+pub enum EvalCommand {
+    /// Fidelity of sparse verification vs dense, per selector and budget, on PG-19 books.
+    Fidelity(FidelityArgs),
+}
+
+/// Arguments of `dustin eval fidelity`.
+#[derive(Debug, Args)]
+pub struct FidelityArgs {
+    /// Target model (HF directory or .gguf). Default: the cached SmolLM2-135M-Instruct.
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Draft: `self:layers=N` (early-exit self-draft) or a model path (same tokenizer).
+    #[arg(long, default_value = "self:layers=20")]
+    pub draft: String,
+    /// A PG-19 book (.txt) or a directory of them.
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Use at most this many books (in file-name order).
+    #[arg(long)]
+    pub books: Option<usize>,
+    /// Context lengths N (comma-separated): the last verified position is below N.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub ctx: Vec<usize>,
+    /// Token budgets (comma-separated): absolute (`512`) or fractions of the context
+    /// (`1/8`, `0.125`).
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub budget: Vec<String>,
+    /// Selectors (comma-separated registry names, `pyramid(<name>)`, or `label=<name>` for a
+    /// variant whose knobs `--knobs label=...` sets).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "dense,streaming,h2o,snapkv,quest,oracle,draft-only,history-only,dustin,pyramid(dustin)"
+    )]
+    pub selectors: Vec<String>,
+    /// Estimator knobs of one selector label as JSON, e.g. `dustin={"alpha":0.7}`
+    /// (repeatable).
+    #[arg(long = "knobs")]
+    pub knobs: Vec<String>,
+    /// Selector-config overrides of one selector label as JSON, e.g. `dustin={"refresh":1}`
+    /// (repeatable; the budget always comes from `--budget`).
+    #[arg(long = "select")]
+    pub select: Vec<String>,
+    /// Teacher-forced verification windows per (book, context, budget, selector).
+    #[arg(long, default_value_t = 16)]
+    pub windows: usize,
+    /// Draft tokens per verification (each window verifies gamma + 1 tokens).
+    #[arg(long, default_value_t = 4)]
+    pub gamma: usize,
+    /// Tokens generated by the speculative run that measures the acceptance length
+    /// (0: skip it).
+    #[arg(long, default_value_t = 32)]
+    pub spec_tokens: usize,
+    /// Output folder (results.jsonl, fidelity.md, fidelity.json, fidelity_ctx<N>.svg).
+    #[arg(long, default_value = "out/fidelity")]
+    pub out: PathBuf,
+    /// Where to run.
+    #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
+    pub device: DeviceKind,
+}
+
+/// `dustin eval`.
+pub fn run(args: EvalArgs) -> Result<(), CliError> {
+    match args.command {
+        EvalCommand::Fidelity(a) => {
+            crate::with_backend!(a.device, |B, dev| fidelity::<B>(&a, &dev))
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------- setup
+
+/// A budget as given: absolute tokens or a fraction of the context.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum BudgetSpec {
+    Tokens(usize),
+    Fraction(f64),
+}
+
+impl BudgetSpec {
+    fn parse(s: &str) -> Result<Self, CliError> {
+        let s = s.trim();
+        let bad = || CliError::Usage(format!("--budget {s}: expected K, a/b or a fraction"));
+        if let Some((a, b)) = s.split_once('/') {
+            let (a, b): (f64, f64) = (
+                a.trim().parse().map_err(|_| bad())?,
+                b.trim().parse().map_err(|_| bad())?,
+            );
+            if b > 0.0 && a > 0.0 && a <= b {
+                return Ok(Self::Fraction(a / b));
+            }
+            return Err(bad());
+        }
+        if let Ok(k) = s.parse::<usize>() {
+            return Ok(Self::Tokens(k));
+        }
+        match s.parse::<f64>() {
+            Ok(f) if f > 0.0 && f <= 1.0 => Ok(Self::Fraction(f)),
+            _ => Err(bad()),
+        }
+    }
+
+    fn tokens(&self, ctx: usize) -> usize {
+        match *self {
+            Self::Tokens(k) => k,
+            Self::Fraction(f) => (f * ctx as f64).round() as usize,
+        }
+    }
+}
+
+/// One selector of the run: its label in reports, the registry spec and its configs.
+#[derive(Debug, Clone)]
+struct SelectorSpec {
+    label: String,
+    spec: String,
+    knobs: Option<serde_json::Value>,
+    select: Option<serde_json::Value>,
+}
+
+impl SelectorSpec {
+    /// The selector config at `budget`: the `dustin` family (`dustin`, `history-only` and
+    /// their pyramids) starts from the recommended config (refresh 4, early refresh when
+    /// acceptance halves), every baseline from the defaults (recomputed every verification,
+    /// its own rule); `--select` overrides either.
+    fn select_config(&self, budget: usize) -> Result<SelectConfig, CliError> {
+        let dustin_family = self.spec.contains("dustin") || self.spec.contains("history-only");
+        let mut cfg = if dustin_family {
+            dustin_select::estimators::dustin::recommended_select_config(budget)
+        } else {
+            SelectConfig::with_budget(budget)
+        };
+        if let Some(v) = &self.select {
+            let mut base =
+                serde_json::to_value(&cfg).map_err(|e| CliError::Usage(e.to_string()))?;
+            if let (Some(b), Some(o)) = (base.as_object_mut(), v.as_object()) {
+                for (k, val) in o {
+                    b.insert(k.clone(), val.clone());
+                }
+            }
+            cfg = serde_json::from_value(base)
+                .map_err(|e| CliError::Usage(format!("--select {}: {e}", self.label)))?;
+            cfg.budget = budget;
+        }
+        Ok(cfg)
+    }
+
+    fn build<B: Backend>(&self, budget: usize) -> Result<Box<dyn BudgetedPolicy<B>>, CliError> {
+        let cfg = self.select_config(budget)?;
+        build_budgeted::<B>(&self.spec, &cfg, self.knobs.clone())
+            .map_err(|e| CliError::Usage(format!("selector {}: {e}", self.label)))
+    }
+
+    /// What identifies this selector's results (spec and configs), hashed into store keys.
+    fn fingerprint(&self) -> String {
+        format!(
+            "{}|{}|{}",
+            self.spec,
+            self.knobs.as_ref().map_or(String::new(), |v| v.to_string()),
+            self.select
+                .as_ref()
+                .map_or(String::new(), |v| v.to_string())
+        )
+    }
+}
+
+fn parse_label_json(
+    flag: &str,
+    items: &[String],
+) -> Result<BTreeMap<String, serde_json::Value>, CliError> {
+    let mut out = BTreeMap::new();
+    for it in items {
+        let (label, json) = it
+            .split_once('=')
+            .ok_or_else(|| CliError::Usage(format!("{flag} {it}: expected label=JSON")))?;
+        let v: serde_json::Value =
+            serde_json::from_str(json).map_err(|e| CliError::Usage(format!("{flag} {it}: {e}")))?;
+        out.insert(label.trim().to_string(), v);
+    }
+    Ok(out)
+}
+
+fn selector_specs(args: &FidelityArgs) -> Result<Vec<SelectorSpec>, CliError> {
+    let knobs = parse_label_json("--knobs", &args.knobs)?;
+    let select = parse_label_json("--select", &args.select)?;
+    let mut out: Vec<SelectorSpec> = Vec::new();
+    for s in &args.selectors {
+        let s = s.trim();
+        if s.is_empty() {
+            continue;
+        }
+        let (label, spec) = match s.split_once('=') {
+            Some((l, sp)) => (l.trim().to_string(), sp.trim().to_string()),
+            None => (s.to_string(), s.to_string()),
+        };
+        if out.iter().any(|o| o.label == label) {
+            return Err(CliError::Usage(format!("--selectors: {label} twice")));
+        }
+        out.push(SelectorSpec {
+            knobs: knobs.get(&label).cloned(),
+            select: select.get(&label).cloned(),
+            label,
+            spec,
+        });
+    }
+    for l in knobs.keys().chain(select.keys()) {
+        if !out.iter().any(|o| &o.label == l) {
+            return Err(CliError::Usage(format!(
+                "--knobs/--select for {l}, which is not in --selectors"
+            )));
+        }
+    }
+    if out.is_empty() {
+        return Err(CliError::Usage("--selectors: none given".into()));
+    }
+    Ok(out)
+}
+
+/// FNV-1a, for short stable fingerprints in store keys.
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+// ------------------------------------------------------------------------------- records
+
+/// One finished (book, context, budget, selector) row, as stored in results.jsonl.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Row {
+    book: String,
+    ctx: usize,
+    prompt_tokens: usize,
+    budget: usize,
+    budget_label: String,
+    selector: String,
+    spec: String,
+    windows: usize,
+    gamma: usize,
+    /// Verified positions compared with dense.
+    positions: usize,
+    /// Fraction of positions where the sparse and dense argmax agree.
+    top1: f64,
+    /// Mean KL(dense || sparse) of the next-token distributions, nats.
+    kl: f64,
+    /// Mean negative log-likelihood of the true next tokens under the sparse target, nats.
+    nll: f64,
+    /// The same under dense verification.
+    dense_nll: f64,
+    /// Context positions the sparse attention read / dense reads (all layers, KV heads).
+    kv_selected: f64,
+    /// The estimator's own reads (token-equivalents) / dense reads.
+    kv_estimation: f64,
+    /// Mean acceptance length of the speculative run (accepted drafts + 1 per iteration).
+    accept_len: Option<f64>,
+    /// Verification iterations of the speculative run.
+    spec_iterations: Option<usize>,
+    /// Seconds of the windows and of the speculative run.
+    secs_windows: f64,
+    secs_spec: f64,
+}
+
+fn row_key(
+    book: &str,
+    ctx: usize,
+    budget: usize,
+    sel: &SelectorSpec,
+    args: &FidelityArgs,
+) -> String {
+    format!(
+        "{book}|ctx={ctx}|budget={budget}|{}|W={}|g={}|spec={}|draft={}|{:016x}",
+        sel.label,
+        args.windows,
+        args.gamma,
+        args.spec_tokens,
+        args.draft,
+        fnv(&sel.fingerprint())
+    )
+}
+
+// ------------------------------------------------------------------------------- hooks
+
+/// Shows one prefill chunk to every selector instance (each returns no selection in prefill).
+struct FanOut<'a, B: Backend> {
+    policies: Vec<&'a mut Box<dyn BudgetedPolicy<B>>>,
+}
+
+impl<B: Backend> AttentionHook<B> for FanOut<'_, B> {
+    fn on_layer(
+        &mut self,
+        ctx: &LayerAttnCtx<'_, B>,
+    ) -> dustin_core::Result<Option<LayerSelection<B>>> {
+        for p in &mut self.policies {
+            if p.on_layer(ctx)?.is_some() {
+                return Err(dustin_core::CoreError::Model(format!(
+                    "selector {} selected during prefill",
+                    p.policy_name()
+                )));
+            }
+        }
+        Ok(None)
+    }
+    fn wants_probs(&self, layer: usize, phase: Phase) -> bool {
+        self.policies.iter().any(|p| p.wants_probs(layer, phase))
+    }
+    fn on_probs(
+        &mut self,
+        layer: usize,
+        phase: Phase,
+        probs: &Tensor<B, 4>,
+    ) -> dustin_core::Result<()> {
+        for p in &mut self.policies {
+            if p.wants_probs(layer, phase) {
+                p.on_probs(layer, phase, probs)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The draft's lookahead, as `dustin_spec::ModelDrafter` computes it: attention mass per
+/// key summed over every draft layer, head and the first `rows` query rows of each decode
+/// pass, normalised to sum 1.
+struct LookaheadSum<B: Backend> {
+    on: bool,
+    rows: usize,
+    acc: Option<Tensor<B, 2>>,
+}
+
+impl<B: Backend> LookaheadSum<B> {
+    fn new(on: bool, rows: usize) -> Self {
+        Self {
+            on,
+            rows,
+            acc: None,
+        }
+    }
+
+    fn take(&mut self) -> Option<Tensor<B, 2>> {
+        let acc = self.acc.take()?;
+        let sum = acc.clone().sum_dim(1).clamp_min(1e-30);
+        Some(acc / sum)
+    }
+}
+
+impl<B: Backend> AttentionHook<B> for LookaheadSum<B> {
+    fn on_layer(
+        &mut self,
+        _ctx: &LayerAttnCtx<'_, B>,
+    ) -> dustin_core::Result<Option<LayerSelection<B>>> {
+        Ok(None)
+    }
+    fn wants_probs(&self, _layer: usize, phase: Phase) -> bool {
+        self.on && phase == Phase::Decode
+    }
+    fn on_probs(
+        &mut self,
+        _layer: usize,
+        _phase: Phase,
+        probs: &Tensor<B, 4>,
+    ) -> dustin_core::Result<()> {
+        let [b, h, n, l] = probs.dims();
+        let r = self.rows.min(n);
+        let part = probs
+            .clone()
+            .slice([0..b, 0..h, 0..r, 0..l])
+            .sum_dim(1)
+            .sum_dim(2)
+            .reshape([b, l]);
+        self.acc = Some(match self.acc.take() {
+            None => part,
+            Some(a) => {
+                let la = a.dims()[1];
+                let dev = part.device();
+                let pad = |t: Tensor<B, 2>, from: usize, to: usize| {
+                    if from < to {
+                        Tensor::cat(vec![t, Tensor::zeros([b, to - from], &dev)], 1)
+                    } else {
+                        t
+                    }
+                };
+                let m = la.max(l);
+                pad(a, la, m) + pad(part, l, m)
+            }
+        });
+        Ok(())
+    }
+}
+
+// ------------------------------------------------------------------------------- caches
+
+/// A copy of the first `layers` layers (`None`: all) of `src`'s committed positions, in a
+/// new cache of `capacity` tokens.
+fn copy_cache<B: Backend>(
+    model: &Qwen2<B>,
+    src: &DenseKvCache<B>,
+    layers: Option<usize>,
+    capacity: usize,
+) -> Result<DenseKvCache<B>, CliError> {
+    let mut dst = model.new_cache(src.batch(), capacity, layers);
+    let len = src.lens().iter().copied().max().unwrap_or(0);
+    if src.lens().iter().any(|&l| l != len) {
+        return Err(CliError::Usage("copy_cache: ragged batch".into()));
+    }
+    for li in 0..dst.num_layers() {
+        let v = src.view(li, len);
+        dst.append(li, v.k, v.v)?;
+    }
+    dst.advance(len)?;
+    Ok(dst)
+}
+
+fn host_f32<B: Backend, const D: usize>(t: Tensor<B, D>) -> Result<Vec<f32>, CliError> {
+    t.into_data()
+        .convert::<f32>()
+        .into_vec::<f32>()
+        .map_err(|e| CliError::Usage(format!("tensor to host: {e:?}")))
+}
+
+fn host_i64<B: Backend, const D: usize>(
+    t: Tensor<B, D, burn_tensor::Int>,
+) -> Result<Vec<i64>, CliError> {
+    t.into_data()
+        .convert::<i64>()
+        .into_vec::<i64>()
+        .map_err(|e| CliError::Usage(format!("tensor to host: {e:?}")))
+}
+
+// ------------------------------------------------------------------------------- engine parts
+
+/// A greedy drafter that starts from a shared, already prefilled draft cache (the engine's
+/// `ModelDrafter` rules: pending tokens fed first, the last draft token not fed, rollback by
+/// truncation; one sequence).
+struct SharedDrafter<B: Backend> {
+    model: Arc<Qwen2<B>>,
+    layers: Option<usize>,
+    cache: DenseKvCache<B>,
+    pending: Vec<TokenId>,
+    base: usize,
+    fed: usize,
+    last: Vec<TokenId>,
+}
+
+fn err(msg: impl Into<String>) -> dustin_core::CoreError {
+    dustin_core::CoreError::Model(msg.into())
+}
+
+impl<B: Backend> Drafter<B> for SharedDrafter<B> {
+    fn prefill(&mut self, prompts: &[Vec<TokenId>], first: &[TokenId]) -> dustin_core::Result<()> {
+        if prompts.len() != 1 || prompts[0].len() != self.cache.lens()[0] || first.len() != 1 {
+            return Err(err(
+                "shared drafter: one prompt, the one it was prefilled with",
+            ));
+        }
+        self.pending = vec![first[0]];
+        Ok(())
+    }
+
+    fn propose(&mut self, ctx: &DraftCtx) -> dustin_core::Result<Proposal<B>> {
+        if ctx.temperature > 0.0 {
+            return Err(err("shared drafter: greedy only"));
+        }
+        let model = self.model.clone();
+        let base = self.cache.lens()[0];
+        let mut hook = LookaheadSum::<B>::new(ctx.want_lookahead, usize::MAX);
+        let mut input = self.pending.clone();
+        let mut tokens = Vec::with_capacity(ctx.gamma);
+        for step in 0..ctx.gamma {
+            let out = model
+                .forward(
+                    &[input.clone()],
+                    &mut self.cache,
+                    &mut hook,
+                    ForwardOpts {
+                        phase: Phase::Decode,
+                        logits: LogitsMode::Last,
+                        layers: self.layers,
+                    },
+                )
+                .map_err(|e| err(e.to_string()))?;
+            let logits = out.logits.ok_or_else(|| err("draft forward: no logits"))?;
+            let [_, _, v] = logits.dims();
+            let t = logits
+                .slice([0..1, 0..1, 0..ctx.vocab.min(v)])
+                .argmax(2)
+                .into_data()
+                .convert::<i64>()
+                .into_vec::<i64>()
+                .map_err(|e| err(format!("{e:?}")))?[0] as TokenId;
+            tokens.push(t);
+            if step + 1 == ctx.gamma {
+                break;
+            }
+            input = vec![t];
+        }
+        self.base = base;
+        self.fed = self.pending.len();
+        self.last = tokens.clone();
+        Ok(Proposal {
+            tokens: vec![tokens],
+            q: None,
+            lookahead: hook.take(),
+        })
+    }
+
+    fn commit(&mut self, accepted: &[usize], next: &[TokenId]) -> dustin_core::Result<()> {
+        let (a, gamma) = (accepted[0], self.last.len());
+        if a > gamma {
+            return Err(err("shared drafter: accepted more than drafted"));
+        }
+        if a == gamma && gamma > 0 {
+            self.cache.truncate(0, self.base + self.fed + gamma - 1)?;
+            self.pending = vec![self.last[gamma - 1], next[0]];
+        } else {
+            self.cache.truncate(0, self.base + self.fed + a)?;
+            self.pending = vec![next[0]];
+        }
+        Ok(())
+    }
+
+    fn retain(&mut self, keep: &[usize]) -> dustin_core::Result<()> {
+        if keep == [0] {
+            Ok(())
+        } else {
+            Err(err("shared drafter: one sequence"))
+        }
+    }
+}
+
+/// Runs the target over `tokens` (one sequence) through `policy`, as
+/// `dustin_spec::ModelVerifier::verify` does: the draft's lookahead first (when the policy
+/// wants it), `begin_verify(iteration)`, one forward pass with every position's logits.
+/// Returns the logits `[1, n, vocab]` and the selected and dense context reads.
+fn verify_pass<B: Backend, P: SelectionPolicy<B> + ?Sized>(
+    model: &Qwen2<B>,
+    cache: &mut DenseKvCache<B>,
+    policy: &mut P,
+    tokens: Vec<TokenId>,
+    lookahead: Option<&Tensor<B, 2>>,
+    iteration: usize,
+    vocab: usize,
+) -> dustin_core::Result<(Tensor<B, 3>, u64, u64)> {
+    if let Some(la) = lookahead {
+        if policy.wants_lookahead() {
+            policy.observe_lookahead(la);
+        }
+    }
+    policy.begin_verify(iteration);
+    let out = model
+        .forward(
+            &[tokens],
+            cache,
+            policy,
+            ForwardOpts {
+                phase: Phase::Decode,
+                logits: LogitsMode::All,
+                layers: None,
+            },
+        )
+        .map_err(|e| err(e.to_string()))?;
+    let logits = out.logits.ok_or_else(|| err("target forward: no logits"))?;
+    let [b, n, v] = logits.dims();
+    let logits = if vocab < v {
+        logits.slice([0..b, 0..n, 0..vocab])
+    } else {
+        logits
+    };
+    Ok((logits, out.ctx_reads[0], out.ctx_dense[0]))
+}
+
+/// The target as a verifier starting from a shared, already prefilled cache and a policy
+/// that has already seen the prompt's last chunk (one sequence).
+struct SharedVerifier<B: Backend> {
+    model: Arc<Qwen2<B>>,
+    policy: Box<dyn BudgetedPolicy<B>>,
+    cache: DenseKvCache<B>,
+    last: Tensor<B, 2>,
+    pending: Vec<TokenId>,
+    base: usize,
+    vocab: usize,
+}
+
+impl<B: Backend> Verifier<B> for SharedVerifier<B> {
+    fn prefill(&mut self, prompts: &[Vec<TokenId>]) -> dustin_core::Result<Tensor<B, 2>> {
+        if prompts.len() != 1 || prompts[0].len() != self.cache.lens()[0] {
+            return Err(err(
+                "shared verifier: one prompt, the one it was prefilled with",
+            ));
+        }
+        Ok(self.last.clone())
+    }
+
+    fn set_pending(&mut self, next: &[TokenId]) -> dustin_core::Result<()> {
+        self.pending = next.to_vec();
+        Ok(())
+    }
+
+    fn verify(&mut self, ctx: &VerifyCtx<'_, B>) -> dustin_core::Result<Verification<B>> {
+        let p = ctx.proposal;
+        let tokens: Vec<TokenId> = std::iter::once(self.pending[0])
+            .chain(p.tokens[0].iter().copied())
+            .collect();
+        self.base = self.cache.lens()[0];
+        let (logits, reads, dense) = verify_pass(
+            &self.model,
+            &mut self.cache,
+            &mut self.policy,
+            tokens,
+            p.lookahead.as_ref(),
+            ctx.iteration,
+            self.vocab,
+        )?;
+        Ok(Verification {
+            logits,
+            kv_read_fraction: vec![if dense == 0 {
+                1.0
+            } else {
+                reads as f64 / dense as f64
+            }],
+        })
+    }
+
+    fn commit(&mut self, accepted: &[usize], next: &[TokenId]) -> dustin_core::Result<()> {
+        self.cache.truncate(0, self.base + accepted[0] + 1)?;
+        self.pending = next.to_vec();
+        self.policy.commit(accepted)
+    }
+
+    fn retain(&mut self, keep: &[usize]) -> dustin_core::Result<()> {
+        if keep == [0] {
+            Ok(())
+        } else {
+            Err(err("shared verifier: one sequence"))
+        }
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.vocab
+    }
+
+    fn wants_lookahead(&self) -> bool {
+        self.policy.wants_lookahead()
+    }
+}
+
+// ------------------------------------------------------------------------------- the run
+
+/// What one (book, context) shares between its selectors.
+struct Shared<B: Backend> {
+    /// Target cache after the whole prompt (dense).
+    cache: DenseKvCache<B>,
+    /// Draft cache after the whole prompt (dense).
+    draft_cache: DenseKvCache<B>,
+    /// Target logits at the last prompt position `[1, vocab]`.
+    last: Tensor<B, 2>,
+    /// Teacher-forced lookahead per window (when a selector wants it).
+    lookaheads: Vec<Tensor<B, 2>>,
+    /// Dense log-probabilities per window `[1, gamma + 1, vocab]`.
+    dense_logp: Vec<Tensor<B, 3>>,
+    /// Dense argmax per verified position, all windows.
+    dense_top: Vec<i64>,
+    /// Dense NLL of the true next tokens, summed, and the count.
+    dense_nll: f64,
+}
+
+struct Ctx<'a, B: Backend> {
+    args: &'a FidelityArgs,
+    target: Arc<Qwen2<B>>,
+    draft: Arc<Qwen2<B>>,
+    draft_layers: Option<usize>,
+    self_draft: bool,
+    vocab: usize,
+    capacity: usize,
+}
+
+/// A selector instance pair for one (budget, selector) row: the windows' and the
+/// speculative run's.
+struct Pending<B: Backend> {
+    key: String,
+    sel: SelectorSpec,
+    budget: usize,
+    budget_label: String,
+    fid: Box<dyn BudgetedPolicy<B>>,
+    spec: Option<Box<dyn BudgetedPolicy<B>>>,
+}
+
+fn fidelity<B: Backend>(args: &FidelityArgs, dev: &B::Device) -> Result<(), CliError> {
+    if args.gamma == 0 || args.gamma > dustin_spec::MAX_GAMMA {
+        return Err(CliError::Usage(format!(
+            "--gamma {}: expected 1 ..= {}",
+            args.gamma,
+            dustin_spec::MAX_GAMMA
+        )));
+    }
+    if args.windows == 0 {
+        return Err(CliError::Usage("--windows: at least 1".into()));
+    }
+    let sels = selector_specs(args)?;
+    let budgets: Vec<(String, BudgetSpec)> = args
+        .budget
+        .iter()
+        .map(|b| BudgetSpec::parse(b).map(|s| (b.trim().to_string(), s)))
+        .collect::<Result<_, _>>()?;
+    // check every selector and config before loading anything
+    for s in &sels {
+        for (_, b) in &budgets {
+            for &n in &args.ctx {
+                s.build::<B>(b.tokens(n))?;
+            }
+        }
+    }
+    let books = if args.data.is_dir() {
+        dustin_eval::pg19::load_dir(&args.data)
+    } else {
+        dustin_eval::pg19::load_book(&args.data).map(|b| vec![b])
+    }
+    .map_err(|e| CliError::Usage(format!("--data {}: {e}", args.data.display())))?;
+    let books: Vec<_> = books
+        .into_iter()
+        .take(args.books.unwrap_or(usize::MAX))
+        .collect();
+    if books.is_empty() {
+        return Err(CliError::Usage(format!(
+            "--data {}: no .txt books",
+            args.data.display()
+        )));
+    }
+
+    let path = model_path(&args.model)?;
+    let files = ModelFiles::open(&path)?;
+    let tok = files.tokenizer.clone();
+    let max_ctx = *args.ctx.iter().max().unwrap_or(&0);
+    let limit = files.config.max_position_embeddings;
+    if max_ctx > limit {
+        return Err(CliError::Usage(format!(
+            "--ctx {max_ctx}: the model's positions end at {limit}"
+        )));
+    }
+    let target = Arc::new(files.build::<B>(max_ctx, dev)?);
+    let (draft, draft_layers, self_draft) = match parse_draft(&args.draft)? {
+        DraftSpec::SelfLayers(n) => {
+            if n >= target.config.num_hidden_layers {
+                return Err(CliError::Usage(format!(
+                    "--draft self:layers={n}: the target has {} layers",
+                    target.config.num_hidden_layers
+                )));
+            }
+            (target.clone(), Some(n), true)
+        }
+        DraftSpec::Model(p) => {
+            let df = ModelFiles::open(&p)?;
+            (Arc::new(df.build::<B>(max_ctx, dev)?), None, false)
+        }
+    };
+    let vocab = tok.vocab_size().min(target.config.vocab_size);
+    let cx = Ctx {
+        args,
+        target,
+        draft,
+        draft_layers,
+        self_draft,
+        vocab,
+        capacity: max_ctx,
+    };
+
+    std::fs::create_dir_all(&args.out).map_err(|source| CliError::Io {
+        path: args.out.display().to_string(),
+        source,
+    })?;
+    let mut store = ResultStore::open(args.out.join("results.jsonl"))
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+
+    let total: usize = books.len() * args.ctx.len() * budgets.len() * sels.len();
+    let mut todo = 0usize;
+    for b in &books {
+        for &n in &args.ctx {
+            for (_, bs) in &budgets {
+                for s in &sels {
+                    if !store.is_done(&row_key(&b.id, n, bs.tokens(n), s, args)) {
+                        todo += 1;
+                    }
+                }
+            }
+        }
+    }
+    let bar = ProgressBar::new(todo as u64);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:30}] {pos}/{len} rows (eta {eta}) {msg}",
+        )
+        .map_err(|e| CliError::Usage(e.to_string()))?
+        .progress_chars("=> "),
+    );
+    bar.println(format!(
+        "fidelity: {} books x {} contexts x {} budgets x {} selectors = {total} rows, {} to compute",
+        books.len(),
+        args.ctx.len(),
+        budgets.len(),
+        sels.len(),
+        todo
+    ));
+
+    let spec_extra = if args.spec_tokens > 0 {
+        args.spec_tokens + 2 * (args.gamma + 1)
+    } else {
+        0
+    };
+    let extra = (args.windows * (args.gamma + 1) + 1).max(spec_extra);
+    for book in &books {
+        // enough characters for the longest context (PG-19 prose: ~4 characters a token)
+        let chars: String = book.text.chars().take(max_ctx * 8 + 4096).collect();
+        let ids = tok.encode(&chars)?;
+        for &n in &args.ctx {
+            if n <= extra + OBSERVED_CHUNK + 1 {
+                return Err(CliError::Usage(format!(
+                    "--ctx {n}: too short for {extra} verified tokens and a {OBSERVED_CHUNK}-token observed chunk"
+                )));
+            }
+            let p = n - extra;
+            // the windows need tokens up to p + W(gamma + 1) (their next tokens included);
+            // leave a few tokens of margin before the cut of the text
+            if ids.len() < n + 16 {
+                bar.println(format!(
+                    "{}: {} tokens, fewer than {} for ctx {n}; skipped",
+                    book.id,
+                    ids.len(),
+                    n + 16
+                ));
+                continue;
+            }
+            let mut pend: Vec<Pending<B>> = Vec::new();
+            for (bl, bs) in &budgets {
+                let budget = bs.tokens(n);
+                for s in &sels {
+                    let key = row_key(&book.id, n, budget, s, args);
+                    if store.is_done(&key) {
+                        continue;
+                    }
+                    pend.push(Pending {
+                        key,
+                        sel: s.clone(),
+                        budget,
+                        budget_label: bl.clone(),
+                        fid: s.build::<B>(budget)?,
+                        spec: if args.spec_tokens > 0 {
+                            Some(s.build::<B>(budget)?)
+                        } else {
+                            None
+                        },
+                    });
+                }
+            }
+            if pend.is_empty() {
+                continue;
+            }
+            bar.set_message(format!("{} ctx {n}: prefill {p} tokens", book.id));
+            let t = Instant::now();
+            let shared = shared_part(&cx, &ids, p, &mut pend)?;
+            bar.println(format!(
+                "{} ctx {n}: prompt {p} tokens, shared prefill + references in {:.1} s; dense ppl {:.3}",
+                book.id,
+                t.elapsed().as_secs_f64(),
+                (shared.dense_nll / (args.windows * (args.gamma + 1)) as f64).exp()
+            ));
+            for pe in pend {
+                bar.set_message(format!(
+                    "{} ctx {n} budget {} {}",
+                    book.id, pe.budget, pe.sel.label
+                ));
+                let key = pe.key.clone();
+                let row = run_row(&cx, &ids, p, &shared, pe, &book.id, n)?;
+                bar.println(format!(
+                    "  {:<18} budget {:>5}: top-1 {:.4}  KL {:.5}  ppl {:.3}  KV {:.3}+{:.3}  tau {}  ({:.1}+{:.1} s)",
+                    row.selector,
+                    row.budget,
+                    row.top1,
+                    row.kl,
+                    row.nll.exp(),
+                    row.kv_selected,
+                    row.kv_estimation,
+                    row.accept_len.map_or("-".into(), |a| format!("{a:.2}")),
+                    row.secs_windows,
+                    row.secs_spec
+                ));
+                store
+                    .append(&key, &row)
+                    .map_err(|e| CliError::Usage(e.to_string()))?;
+                bar.inc(1);
+            }
+        }
+    }
+    bar.finish_with_message("done");
+    report(args, &store, &books, &budgets, &sels)
+}
+
+/// Prefill (dense, once), the selectors' prefill observation (fan-out), the draft cache, the
+/// teacher-forced lookaheads and the dense reference windows.
+fn shared_part<B: Backend>(
+    cx: &Ctx<'_, B>,
+    ids: &[TokenId],
+    p: usize,
+    pend: &mut [Pending<B>],
+) -> Result<Shared<B>, CliError> {
+    let args = cx.args;
+    let g1 = args.gamma + 1;
+    let head = p - OBSERVED_CHUNK;
+    let (mut cache, _, _) = prefill(
+        &cx.target,
+        &[ids[..head].to_vec()],
+        cx.capacity,
+        None,
+        &mut DenseHook,
+        OBSERVED_CHUNK,
+        false,
+    )?;
+    let layers = cx.target.config.num_hidden_layers;
+    let mut policies: Vec<&mut Box<dyn BudgetedPolicy<B>>> = Vec::new();
+    for pe in pend.iter_mut() {
+        policies.push(&mut pe.fid);
+        if let Some(s) = pe.spec.as_mut() {
+            policies.push(s);
+        }
+    }
+    for pol in policies.iter_mut() {
+        pol.reset(1, layers);
+    }
+    let mut fan = FanOut { policies };
+    let out = cx.target.forward(
+        &[ids[head..p].to_vec()],
+        &mut cache,
+        &mut fan,
+        ForwardOpts {
+            phase: Phase::Prefill {
+                seq: 0,
+                last_chunk: true,
+            },
+            logits: LogitsMode::Last,
+            layers: None,
+        },
+    )?;
+    let logits = out
+        .logits
+        .ok_or_else(|| CliError::Usage("prefill: no logits".into()))?;
+    let v = logits.dims()[2];
+    let last = logits.reshape([1, v]);
+    let draft_cache = if cx.self_draft {
+        copy_cache(&cx.target, &cache, cx.draft_layers, cx.capacity)?
+    } else {
+        prefill(
+            &cx.draft,
+            &[ids[..p].to_vec()],
+            cx.capacity,
+            None,
+            &mut DenseHook,
+            OBSERVED_CHUNK,
+            false,
+        )?
+        .0
+    };
+    let window = |j: usize| ids[p + j * g1..p + (j + 1) * g1].to_vec();
+    // teacher-forced lookaheads: the draft reads the window as if it had drafted the book's
+    // tokens; its first gamma query rows are the ones a real proposal computes
+    let mut lookaheads = Vec::new();
+    if pend.iter().any(|pe| pe.fid.wants_lookahead()) {
+        let mut dc = copy_cache(&cx.draft, &draft_cache, cx.draft_layers, cx.capacity)?;
+        for j in 0..args.windows {
+            let mut hook = LookaheadSum::<B>::new(true, args.gamma);
+            cx.draft.forward(
+                &[window(j)],
+                &mut dc,
+                &mut hook,
+                ForwardOpts {
+                    phase: Phase::Decode,
+                    logits: LogitsMode::None,
+                    layers: cx.draft_layers,
+                },
+            )?;
+            lookaheads.push(
+                hook.take()
+                    .ok_or_else(|| CliError::Usage("draft gave no lookahead".into()))?,
+            );
+        }
+    }
+    // dense reference
+    let mut tc = copy_cache(&cx.target, &cache, None, cx.capacity)?;
+    let mut dense_logp = Vec::new();
+    let mut dense_top = Vec::new();
+    let mut dense_nll = 0.0;
+    for j in 0..args.windows {
+        let (logits, _, _) = verify_pass(
+            &cx.target,
+            &mut tc,
+            &mut DenseHook,
+            window(j),
+            None,
+            j,
+            cx.vocab,
+        )?;
+        let lp = activation::log_softmax(logits, 2);
+        dense_top.extend(host_i64(lp.clone().argmax(2))?);
+        dense_nll += nll_of(&lp, &ids[p + j * g1 + 1..p + (j + 1) * g1 + 1])?;
+        dense_logp.push(lp);
+    }
+    Ok(Shared {
+        cache,
+        draft_cache,
+        last,
+        lookaheads,
+        dense_logp,
+        dense_top,
+        dense_nll,
+    })
+}
+
+/// Summed negative log-likelihood of `truth` (one per position) under `logp` `[1, n, vocab]`.
+fn nll_of<B: Backend>(logp: &Tensor<B, 3>, truth: &[TokenId]) -> Result<f64, CliError> {
+    let n = truth.len();
+    let idx: Vec<i64> = truth.iter().map(|&t| i64::from(t)).collect();
+    let idx = Tensor::<B, 3, burn_tensor::Int>::from_data(
+        burn_tensor::TensorData::new(idx, [1, n, 1]),
+        &logp.device(),
+    );
+    let picked = host_f32(logp.clone().gather(2, idx))?;
+    Ok(-picked.iter().map(|&x| f64::from(x)).sum::<f64>())
+}
+
+fn run_row<B: Backend>(
+    cx: &Ctx<'_, B>,
+    ids: &[TokenId],
+    p: usize,
+    sh: &Shared<B>,
+    pe: Pending<B>,
+    book: &str,
+    n: usize,
+) -> Result<Row, CliError> {
+    let args = cx.args;
+    let g1 = args.gamma + 1;
+    let Pending {
+        sel,
+        budget,
+        budget_label,
+        mut fid,
+        spec,
+        ..
+    } = pe;
+    let t = Instant::now();
+    let mut cache = copy_cache(&cx.target, &sh.cache, None, cx.capacity)?;
+    let (mut agree, mut kl, mut nll) = (0usize, 0.0f64, 0.0f64);
+    let (mut reads, mut dense) = (0u64, 0u64);
+    let mut est_before = fid.estimation_reads().first().copied().unwrap_or(0.0);
+    let mut est = 0.0f64;
+    for j in 0..args.windows {
+        let (logits, r, d) = verify_pass(
+            &cx.target,
+            &mut cache,
+            &mut fid,
+            ids[p + j * g1..p + (j + 1) * g1].to_vec(),
+            sh.lookaheads.get(j),
+            j,
+            cx.vocab,
+        )?;
+        // every verified position is committed (teacher forcing)
+        fid.commit(&[args.gamma])?;
+        let e = fid.estimation_reads().first().copied().unwrap_or(0.0);
+        est += e - est_before;
+        est_before = e;
+        reads += r;
+        dense += d;
+        let lp = activation::log_softmax(logits, 2);
+        let dl = &sh.dense_logp[j];
+        let kls = (dl.clone().exp() * (dl.clone() - lp.clone())).sum_dim(2);
+        kl += host_f32(kls)?.iter().map(|&x| f64::from(x)).sum::<f64>();
+        let top = host_i64(lp.clone().argmax(2))?;
+        agree += top
+            .iter()
+            .zip(&sh.dense_top[j * g1..(j + 1) * g1])
+            .filter(|(a, b)| a == b)
+            .count();
+        nll += nll_of(&lp, &ids[p + j * g1 + 1..p + (j + 1) * g1 + 1])?;
+    }
+    let secs_windows = t.elapsed().as_secs_f64();
+    let positions = args.windows * g1;
+    let t = Instant::now();
+    let (accept_len, spec_iterations) = match spec {
+        Some(policy) => {
+            let drafter = SharedDrafter {
+                model: cx.draft.clone(),
+                layers: cx.draft_layers,
+                cache: copy_cache(&cx.draft, &sh.draft_cache, cx.draft_layers, cx.capacity)?,
+                pending: Vec::new(),
+                base: 0,
+                fed: 0,
+                last: Vec::new(),
+            };
+            let verifier = SharedVerifier {
+                model: cx.target.clone(),
+                policy,
+                cache: copy_cache(&cx.target, &sh.cache, None, cx.capacity)?,
+                last: sh.last.clone(),
+                pending: Vec::new(),
+                base: 0,
+                vocab: cx.vocab,
+            };
+            let mut dec = SpeculativeDecoder::new(drafter, verifier);
+            let cfg = SpecConfig {
+                gamma: args.gamma,
+                max_new_tokens: args.spec_tokens,
+                sampling: SamplingConfig::greedy(),
+                seed: 0,
+                eos: Vec::new(),
+                stop_strings: Vec::new(),
+            };
+            let o = dec.generate(&[ids[..p].to_vec()], &cfg, None, &mut |_, _| {})?;
+            (
+                Some(o.summary.mean_acceptance_length),
+                Some(o.summary.iterations),
+            )
+        }
+        None => (None, None),
+    };
+    let secs_spec = t.elapsed().as_secs_f64();
+    let dense_f = dense.max(1) as f64;
+    Ok(Row {
+        book: book.to_string(),
+        ctx: n,
+        prompt_tokens: p,
+        budget,
+        budget_label,
+        selector: sel.label.clone(),
+        spec: sel.spec.clone(),
+        windows: args.windows,
+        gamma: args.gamma,
+        positions,
+        top1: agree as f64 / positions as f64,
+        kl: kl / positions as f64,
+        nll: nll / positions as f64,
+        dense_nll: sh.dense_nll / positions as f64,
+        kv_selected: reads as f64 / dense_f,
+        kv_estimation: est / dense_f,
+        accept_len,
+        spec_iterations,
+        secs_windows,
+        secs_spec,
+    })
+}
+
+// ------------------------------------------------------------------------------- report
+
+/// Means of a group of rows (one per book).
+#[derive(Debug, Default)]
+struct Agg {
+    n: usize,
+    top1: f64,
+    kl: f64,
+    nll: f64,
+    dense_nll: f64,
+    kv_sel: f64,
+    kv_est: f64,
+    acc: f64,
+    acc_n: usize,
+}
+
+impl Agg {
+    fn add(&mut self, r: &Row) {
+        self.n += 1;
+        self.top1 += r.top1;
+        self.kl += r.kl;
+        self.nll += r.nll;
+        self.dense_nll += r.dense_nll;
+        self.kv_sel += r.kv_selected;
+        self.kv_est += r.kv_estimation;
+        if let Some(a) = r.accept_len {
+            self.acc += a;
+            self.acc_n += 1;
+        }
+    }
+    fn mean(&self, x: f64) -> f64 {
+        x / self.n.max(1) as f64
+    }
+}
+
+fn report(
+    args: &FidelityArgs,
+    store: &ResultStore,
+    books: &[dustin_eval::pg19::Book],
+    budgets: &[(String, BudgetSpec)],
+    sels: &[SelectorSpec],
+) -> Result<(), CliError> {
+    let uerr = |e: dustin_eval::EvalError| CliError::Usage(e.to_string());
+    let (records, _warnings) = store.records::<Row>().map_err(uerr)?;
+    let rows: BTreeMap<String, Row> = records.into_iter().collect();
+    let mut table = Table::new([
+        "ctx",
+        "budget",
+        "selector",
+        "books",
+        "top-1 agree",
+        "KL(dense||sparse)",
+        "ppl",
+        "dense ppl",
+        "KV read: selected",
+        "KV read: estimation",
+        "KV read: total",
+        "accept len",
+    ])
+    .with_title(format!(
+        "Fidelity of sparse verification vs dense ({} teacher-forced windows of gamma + 1 = {} tokens per book; acceptance: greedy run of {} tokens)",
+        args.windows,
+        args.gamma + 1,
+        args.spec_tokens
+    ))
+    .with_precision(4);
+    for &n in &args.ctx {
+        let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+        for s in sels {
+            let mut pts = Vec::new();
+            for (bl, bs) in budgets {
+                let budget = bs.tokens(n);
+                let mut agg = Agg::default();
+                for b in books {
+                    if let Some(r) = rows.get(&row_key(&b.id, n, budget, s, args)) {
+                        agg.add(r);
+                    }
+                }
+                if agg.n == 0 {
+                    continue;
+                }
+                let acc = (agg.acc_n > 0).then(|| agg.acc / agg.acc_n as f64);
+                table
+                    .push_row([
+                        Cell::from(n),
+                        Cell::from(format!("{bl} ({budget})")),
+                        Cell::from(s.label.clone()),
+                        Cell::from(agg.n),
+                        Cell::from(agg.mean(agg.top1)),
+                        Cell::from(agg.mean(agg.kl)),
+                        Cell::from(agg.mean(agg.nll).exp()),
+                        Cell::from(agg.mean(agg.dense_nll).exp()),
+                        Cell::from(agg.mean(agg.kv_sel)),
+                        Cell::from(agg.mean(agg.kv_est)),
+                        Cell::from(agg.mean(agg.kv_sel + agg.kv_est)),
+                        Cell::from(acc),
+                    ])
+                    .map_err(uerr)?;
+                pts.push((budget as f64 / n as f64, agg.mean(agg.top1)));
+            }
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            series.push((s.label.clone(), pts));
+        }
+        plot_lines(
+            args.out.join(format!("fidelity_ctx{n}.svg")),
+            &format!("Top-1 agreement with dense verification, SmolLM2 context {n}"),
+            "budget / context",
+            "top-1 agreement",
+            &series,
+        )
+        .map_err(uerr)?;
+    }
+    table
+        .write_markdown(args.out.join("fidelity.md"))
+        .map_err(uerr)?;
+    table
+        .write_json(args.out.join("fidelity.json"))
+        .map_err(uerr)?;
+    // per-book rows, for the record
+    let mut per = Table::new([
+        "book",
+        "ctx",
+        "budget",
+        "selector",
+        "top-1",
+        "KL",
+        "ppl",
+        "KV total",
+        "accept len",
+    ])
+    .with_title("Per book")
+    .with_precision(4);
+    for r in rows.values() {
+        if !sels.iter().any(|s| s.label == r.selector) {
+            continue;
+        }
+        per.push_row([
+            Cell::from(r.book.clone()),
+            Cell::from(r.ctx),
+            Cell::from(r.budget),
+            Cell::from(r.selector.clone()),
+            Cell::from(r.top1),
+            Cell::from(r.kl),
+            Cell::from(r.nll.exp()),
+            Cell::from(r.kv_selected + r.kv_estimation),
+            Cell::from(r.accept_len),
+        ])
+        .map_err(uerr)?;
+    }
+    per.write_markdown(args.out.join("per_book.md"))
+        .map_err(uerr)?;
+    println!("{}", table.to_markdown());
+    println!(
+        "wrote {}",
+        [
+            "fidelity.md",
+            "fidelity.json",
+            "per_book.md",
+            "results.jsonl"
+        ]
+        .iter()
+        .map(|f| args.out.join(f).display().to_string())
+        .chain(args.ctx.iter().map(|n| {
+            args.out
+                .join(format!("fidelity_ctx{n}.svg"))
+                .display()
+                .to_string()
+        }))
+        .collect::<Vec<_>>()
+        .join(", ")
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budgets_parse_as_tokens_or_fractions() {
+        assert_eq!(BudgetSpec::parse("512").unwrap().tokens(4096), 512);
+        assert_eq!(BudgetSpec::parse("1/8").unwrap().tokens(4096), 512);
+        assert_eq!(BudgetSpec::parse(" 1/16 ").unwrap().tokens(8192), 512);
+        assert_eq!(BudgetSpec::parse("0.125").unwrap().tokens(8192), 1024);
+        for bad in ["", "x", "0/8", "9/8", "1.5", "-1"] {
+            assert!(BudgetSpec::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn label_json_pairs_parse() {
+        let m = parse_label_json("--knobs", &[r#"d2={"alpha":0.7,"beta":0.9}"#.into()]).unwrap();
+        assert_eq!(m["d2"]["beta"], serde_json::json!(0.9));
+        assert!(parse_label_json("--knobs", &["nojson".into()]).is_err());
+    }
+}

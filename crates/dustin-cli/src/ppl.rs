@@ -1,0 +1,78 @@
+//! `dustin ppl`: perplexity of a text (for example a PG-19 book) under a model, dense
+//! attention, and a tokenizer round-trip check.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use burn_tensor::backend::Backend;
+use clap::Args;
+use dustin_qwen::generate::nll;
+use dustin_qwen::ModelFiles;
+
+use crate::backend::DeviceKind;
+use crate::CliError;
+
+/// Arguments of `dustin ppl`.
+#[derive(Debug, Args)]
+pub struct PplArgs {
+    /// Model (HF directory or .gguf). Default: the cached SmolLM2-135M-Instruct.
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Text file; a Project Gutenberg header and footer are stripped.
+    #[arg(long)]
+    pub text_file: PathBuf,
+    /// Tokens scored (from the start of the text).
+    #[arg(long, default_value_t = 2048)]
+    pub tokens: usize,
+    /// Chunk size, tokens.
+    #[arg(long, default_value_t = 512)]
+    pub chunk: usize,
+    /// Where to run.
+    #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
+    pub device: DeviceKind,
+}
+
+/// `dustin ppl`.
+pub fn run(args: PplArgs) -> Result<(), CliError> {
+    crate::with_backend!(args.device, |B, dev| run_on::<B>(&args, &dev))
+}
+
+fn run_on<B: Backend>(args: &PplArgs, dev: &B::Device) -> Result<(), CliError> {
+    let book = dustin_eval::pg19::load_book(&args.text_file)
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let path = crate::generate::model_path(&args.model)?;
+    let files = ModelFiles::open(&path)?;
+    let tok = &files.tokenizer;
+    let t = Instant::now();
+    let ids = tok.encode(&book.text)?;
+    let enc_secs = t.elapsed().as_secs_f64();
+    let back = tok.decode(&ids)?;
+    println!(
+        "tokenizer: {} chars -> {} tokens in {:.2} s; round trip exact: {}",
+        book.text.chars().count(),
+        ids.len(),
+        enc_secs,
+        back == book.text
+    );
+    let n = args
+        .tokens
+        .min(ids.len())
+        .min(files.config.max_position_embeddings);
+    if n < 2 {
+        return Err(CliError::Usage(format!(
+            "{}: fewer than 2 tokens",
+            args.text_file.display()
+        )));
+    }
+    let model = files.build::<B>(n, dev)?;
+    let t = Instant::now();
+    let (sum, count) = nll(&model, &ids[..n], args.chunk)?;
+    let secs = t.elapsed().as_secs_f64();
+    println!(
+        "perplexity of the first {n} tokens: {:.3} (mean NLL {:.4} nats over {count} predictions) in {secs:.1} s ({:.1} tokens/s)",
+        (sum / count as f64).exp(),
+        sum / count as f64,
+        n as f64 / secs
+    );
+    Ok(())
+}
