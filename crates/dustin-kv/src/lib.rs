@@ -40,7 +40,10 @@ impl KvShape {
 }
 
 /// A dense, preallocated KV cache with ragged per-sequence lengths.
-#[derive(Debug)]
+///
+/// Cloning is cheap (tensors are reference-counted) and safe: a later append to either copy
+/// leaves the other unchanged (copy on write).
+#[derive(Debug, Clone)]
 pub struct DenseKvCache<B: Backend> {
     k: Vec<Option<Tensor<B, 4>>>,
     v: Vec<Option<Tensor<B, 4>>>,
@@ -71,6 +74,22 @@ impl<B: Backend> DenseKvCache<B> {
     /// The cache's shape (batch is the current number of sequences).
     pub fn shape(&self) -> KvShape {
         self.shape
+    }
+
+    /// A cache holding only the first `layers` layers of this one (for an early-exit
+    /// self-draft, whose KV entries equal the target's for those layers).
+    pub fn first_layers(&self, layers: usize) -> Self {
+        let layers = layers.min(self.shape.layers);
+        Self {
+            k: self.k[..layers].to_vec(),
+            v: self.v[..layers].to_vec(),
+            lens: self.lens.clone(),
+            shape: KvShape {
+                layers,
+                ..self.shape
+            },
+            device: self.device.clone(),
+        }
     }
 
     /// Concatenates caches of equal layers / heads / capacity along the batch.

@@ -82,14 +82,63 @@ pub fn prefill<B: Backend, H: AttentionHook<B> + ?Sized>(
     chunk: usize,
     all_logits: bool,
 ) -> Result<(DenseKvCache<B>, Tensor<B, 2>, Vec<Tensor<B, 3>>)> {
+    prefill_from(
+        model, prompts, None, capacity, layers, hook, chunk, all_logits,
+    )
+}
+
+/// As [`prefill`], continuing from `prefixes`: one batch-1 cache per prompt that already
+/// holds the prompt's first `prefix.lens()[0]` tokens (for example a shared dense prefill of
+/// a common prefix, cloned per run). Only the rest of each prompt is run, so the hook sees
+/// the remaining chunks (always including the last one). With `all_logits`, the logits
+/// returned cover only the positions run here.
+///
+/// # Errors
+/// Prompt and model errors; [`QwenError::Prompt`] when a prefix is longer than its prompt
+/// (it must leave at least one token to run) or the counts differ.
+#[allow(clippy::type_complexity, clippy::too_many_arguments)]
+pub fn prefill_from<B: Backend, H: AttentionHook<B> + ?Sized>(
+    model: &Qwen2<B>,
+    prompts: &[Vec<u32>],
+    prefixes: Option<Vec<DenseKvCache<B>>>,
+    capacity: usize,
+    layers: Option<usize>,
+    hook: &mut H,
+    chunk: usize,
+    all_logits: bool,
+) -> Result<(DenseKvCache<B>, Tensor<B, 2>, Vec<Tensor<B, 3>>)> {
     check_prompts(model, prompts, 0)?;
+    if let Some(p) = &prefixes {
+        if p.len() != prompts.len() {
+            return Err(QwenError::Prompt {
+                index: 0,
+                msg: format!("{} prefix caches for {} prompts", p.len(), prompts.len()),
+            });
+        }
+    }
+    let mut prefixes = prefixes.map(|v| v.into_iter());
     let chunk = chunk.max(1);
     let mut caches = Vec::with_capacity(prompts.len());
     let mut lasts = Vec::with_capacity(prompts.len());
     let mut alls = Vec::new();
     for (seq, p) in prompts.iter().enumerate() {
-        let mut cache = model.new_cache(1, capacity, layers);
-        let mut start = 0;
+        let (mut cache, mut start) = match prefixes.as_mut().and_then(Iterator::next) {
+            Some(c) => {
+                let done = c.lens().first().copied().unwrap_or(0);
+                if c.batch() != 1 || done >= p.len() {
+                    return Err(QwenError::Prompt {
+                        index: seq,
+                        msg: format!(
+                            "prefix cache of {done} tokens (batch {}) for a prompt of {} tokens: it must be batch 1 and shorter than the prompt",
+                            c.batch(),
+                            p.len()
+                        ),
+                    });
+                }
+                (c, done)
+            }
+            None => (model.new_cache(1, capacity, layers), 0),
+        };
         let mut per = Vec::new();
         while start < p.len() {
             // the last chunk takes the remainder, so it is never shorter than needed to hold

@@ -6,7 +6,9 @@ use dustin_core::{
     SamplingConfig, TokenId,
 };
 use dustin_kv::DenseKvCache;
-use dustin_qwen::generate::{pick_tokens, prefill, rows_to_host, seq_rng, DEFAULT_PREFILL_CHUNK};
+use dustin_qwen::generate::{
+    pick_tokens, prefill_from, rows_to_host, seq_rng, DEFAULT_PREFILL_CHUNK,
+};
 use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2};
 use rand::Rng;
 
@@ -71,6 +73,7 @@ pub struct ModelDrafter<B: Backend> {
     extra_capacity: usize,
     lookahead: LookaheadConfig,
     prefill_chunk: usize,
+    prefix: Option<Vec<DenseKvCache<B>>>,
 }
 
 impl<B: Backend> ModelDrafter<B> {
@@ -88,7 +91,18 @@ impl<B: Backend> ModelDrafter<B> {
             extra_capacity,
             lookahead: LookaheadConfig::default(),
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
+            prefix: None,
         }
+    }
+
+    /// Stages prefix caches for the next [`Drafter::prefill`] (see
+    /// `ModelVerifier::with_prefix`). For a self-draft, the target's own prefix caches may be
+    /// given: only their first `layers` layers are kept, since an early-exit draft's KV
+    /// entries equal the target's for those layers.
+    pub fn with_prefix(mut self, prefixes: Vec<DenseKvCache<B>>) -> Self {
+        let n = self.layers.unwrap_or(usize::MAX);
+        self.prefix = Some(prefixes.into_iter().map(|c| c.first_layers(n)).collect());
+        self
     }
 
     /// Sets which layers feed the lookahead signal.
@@ -119,9 +133,10 @@ impl<B: Backend> Drafter<B> for ModelDrafter<B> {
             ));
         }
         let capacity = prompts.iter().map(Vec::len).max().unwrap_or(0) + self.extra_capacity;
-        let (cache, _, _) = prefill(
+        let (cache, _, _) = prefill_from(
             &self.model,
             prompts,
+            self.prefix.take(),
             capacity,
             self.layers,
             &mut dustin_core::DenseHook,

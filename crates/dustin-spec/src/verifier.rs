@@ -3,7 +3,7 @@ use std::sync::Arc;
 use burn_tensor::{backend::Backend, Tensor};
 use dustin_core::{KvStore, Phase, SelectionPolicy, TokenId, Verification, Verifier, VerifyCtx};
 use dustin_kv::DenseKvCache;
-use dustin_qwen::generate::{prefill, DEFAULT_PREFILL_CHUNK};
+use dustin_qwen::generate::{prefill_from, DEFAULT_PREFILL_CHUNK};
 use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2};
 
 /// The target model as a [`Verifier`]: one forward pass over the pending token and the
@@ -19,6 +19,7 @@ pub struct ModelVerifier<B: Backend, P: SelectionPolicy<B>> {
     extra_capacity: usize,
     vocab: usize,
     prefill_chunk: usize,
+    prefix: Option<Vec<DenseKvCache<B>>>,
 }
 
 impl<B: Backend, P: SelectionPolicy<B>> ModelVerifier<B, P> {
@@ -35,7 +36,17 @@ impl<B: Backend, P: SelectionPolicy<B>> ModelVerifier<B, P> {
             extra_capacity,
             vocab,
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
+            prefix: None,
         }
+    }
+
+    /// Stages prefix caches for the next [`Verifier::prefill`]: one batch-1 cache per prompt
+    /// holding that prompt's first tokens (a dense prefill shared between runs). Prefill then
+    /// runs only the rest of each prompt, through the selection policy. The caches must have
+    /// the capacity this verifier would allocate (longest prompt + `extra_capacity`).
+    pub fn with_prefix(mut self, prefixes: Vec<DenseKvCache<B>>) -> Self {
+        self.prefix = Some(prefixes);
+        self
     }
 
     /// The selection policy.
@@ -68,9 +79,10 @@ impl<B: Backend, P: SelectionPolicy<B>> Verifier<B> for ModelVerifier<B, P> {
         self.policy
             .reset(prompts.len(), self.model.config.num_hidden_layers);
         let capacity = prompts.iter().map(Vec::len).max().unwrap_or(0) + self.extra_capacity;
-        let (cache, last, _) = prefill(
+        let (cache, last, _) = prefill_from(
             &self.model,
             prompts,
+            self.prefix.take(),
             capacity,
             None,
             &mut self.policy,

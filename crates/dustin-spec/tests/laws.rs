@@ -335,3 +335,43 @@ fn acceptance_rule_is_exact_and_the_test_catches_a_wrong_one() {
     assert!(sr < cr, "exact rule: {sr}");
     assert!(sw > cw, "the test must catch the wrong rule: {sw}");
 }
+
+/// A shared dense prefix prefill, cloned into a verifier and an early-exit drafter
+/// (`with_prefix`), gives the same greedy output as prefilling from scratch.
+#[test]
+fn prefix_prefill_gives_the_same_output() {
+    let target = model("qwen2-tied");
+    let max_new = 11;
+    let (reference, _) = ar(&target, max_new, &[]);
+    let gamma = 3;
+    let extra = max_new + 2 * (gamma + 2);
+    let longest = prompts().iter().map(Vec::len).max().unwrap_or(0);
+    let prefixes: Vec<_> = prompts()
+        .iter()
+        .map(|p| {
+            let (c, _, _) = prefill(
+                &target,
+                &[p[..p.len() - 2].to_vec()],
+                longest + extra,
+                None,
+                &mut DenseHook,
+                4,
+                false,
+            )
+            .unwrap();
+            c
+        })
+        .collect();
+    let drafter = ModelDrafter::new(target.clone(), Some(1), extra).with_prefix(prefixes.clone());
+    let verifier = ModelVerifier::new(target.clone(), DenseHook, extra, 96).with_prefix(prefixes);
+    let mut dec = SpeculativeDecoder::new(drafter, verifier);
+    let cfg = SpecConfig {
+        gamma,
+        max_new_tokens: max_new,
+        ..SpecConfig::default()
+    };
+    let o = dec
+        .generate(&prompts(), &cfg, None, &mut |_, _| {})
+        .unwrap();
+    assert_eq!(o.tokens, reference);
+}
