@@ -33,7 +33,7 @@ use dustin_core::{
 };
 use dustin_eval::report::{plot_lines, Cell, ResultStore, Table};
 use dustin_kv::DenseKvCache;
-use dustin_qwen::generate::prefill;
+use dustin_qwen::generate::{prefill, prefill_from};
 use dustin_qwen::{ForwardOpts, LogitsMode, ModelFiles, Qwen2};
 use dustin_select::registry::build_budgeted;
 use dustin_select::{BudgetedPolicy, SelectConfig};
@@ -112,7 +112,7 @@ pub struct FidelityArgs {
     /// (0: skip it).
     #[arg(long, default_value_t = 32)]
     pub spec_tokens: usize,
-    /// Output folder (results.jsonl, fidelity.md, fidelity.json, fidelity_ctx<N>.svg).
+    /// Output folder (results.jsonl, fidelity.md, fidelity.json, `fidelity_ctx<N>.svg`).
     #[arg(long, default_value = "out/fidelity")]
     pub out: PathBuf,
     /// Where to run.
@@ -315,9 +315,13 @@ struct Row {
     accept_len: Option<f64>,
     /// Verification iterations of the speculative run.
     spec_iterations: Option<usize>,
-    /// Seconds of the windows and of the speculative run.
+    /// Seconds of the windows and of the speculative run (and its drafting and verifying).
     secs_windows: f64,
     secs_spec: f64,
+    #[serde(default)]
+    secs_spec_draft: f64,
+    #[serde(default)]
+    secs_spec_verify: f64,
 }
 
 fn row_key(
@@ -448,27 +452,6 @@ impl<B: Backend> AttentionHook<B> for LookaheadSum<B> {
 }
 
 // ------------------------------------------------------------------------------- caches
-
-/// A copy of the first `layers` layers (`None`: all) of `src`'s committed positions, in a
-/// new cache of `capacity` tokens.
-fn copy_cache<B: Backend>(
-    model: &Qwen2<B>,
-    src: &DenseKvCache<B>,
-    layers: Option<usize>,
-    capacity: usize,
-) -> Result<DenseKvCache<B>, CliError> {
-    let mut dst = model.new_cache(src.batch(), capacity, layers);
-    let len = src.lens().iter().copied().max().unwrap_or(0);
-    if src.lens().iter().any(|&l| l != len) {
-        return Err(CliError::Usage("copy_cache: ragged batch".into()));
-    }
-    for li in 0..dst.num_layers() {
-        let v = src.view(li, len);
-        dst.append(li, v.k, v.v)?;
-    }
-    dst.advance(len)?;
-    Ok(dst)
-}
 
 fn host_f32<B: Backend, const D: usize>(t: Tensor<B, D>) -> Result<Vec<f32>, CliError> {
     t.into_data()
@@ -719,8 +702,10 @@ struct Shared<B: Backend> {
     dense_logp: Vec<Tensor<B, 3>>,
     /// Dense argmax per verified position, all windows.
     dense_top: Vec<i64>,
-    /// Dense NLL of the true next tokens, summed, and the count.
+    /// Dense NLL of the true next tokens, summed.
     dense_nll: f64,
+    /// Seconds: dense prefill, fan-out chunk, draft cache and lookaheads, dense reference.
+    secs: [f64; 4],
 }
 
 struct Ctx<'a, B: Backend> {
@@ -731,6 +716,8 @@ struct Ctx<'a, B: Backend> {
     self_draft: bool,
     vocab: usize,
     capacity: usize,
+    /// Prompt tokens every selector sees as its last prefill chunk.
+    observed: usize,
 }
 
 /// A selector instance pair for one (budget, selector) row: the windows' and the
@@ -742,6 +729,16 @@ struct Pending<B: Backend> {
     budget_label: String,
     fid: Box<dyn BudgetedPolicy<B>>,
     spec: Option<Box<dyn BudgetedPolicy<B>>>,
+}
+
+/// A log line above the progress bar, or on standard error when the bar is hidden (not a
+/// terminal).
+fn say(bar: &ProgressBar, msg: String) {
+    if bar.is_hidden() {
+        eprintln!("{msg}");
+    } else {
+        bar.println(msg);
+    }
 }
 
 fn fidelity<B: Backend>(args: &FidelityArgs, dev: &B::Device) -> Result<(), CliError> {
@@ -821,6 +818,7 @@ fn fidelity<B: Backend>(args: &FidelityArgs, dev: &B::Device) -> Result<(), CliE
         self_draft,
         vocab,
         capacity: max_ctx,
+        observed: OBSERVED_CHUNK,
     };
 
     std::fs::create_dir_all(&args.out).map_err(|source| CliError::Io {
@@ -851,7 +849,7 @@ fn fidelity<B: Backend>(args: &FidelityArgs, dev: &B::Device) -> Result<(), CliE
         .map_err(|e| CliError::Usage(e.to_string()))?
         .progress_chars("=> "),
     );
-    bar.println(format!(
+    say(&bar, format!(
         "fidelity: {} books x {} contexts x {} budgets x {} selectors = {total} rows, {} to compute",
         books.len(),
         args.ctx.len(),
@@ -870,7 +868,12 @@ fn fidelity<B: Backend>(args: &FidelityArgs, dev: &B::Device) -> Result<(), CliE
         // enough characters for the longest context (PG-19 prose: ~4 characters a token)
         let chars: String = book.text.chars().take(max_ctx * 8 + 4096).collect();
         let ids = tok.encode(&chars)?;
-        for &n in &args.ctx {
+        // ascending, so that each context's dense prefill continues the previous one's
+        let mut ctxs = args.ctx.clone();
+        ctxs.sort_unstable();
+        ctxs.dedup();
+        let mut prefix: Option<DenseKvCache<B>> = None;
+        for &n in &ctxs {
             if n <= extra + OBSERVED_CHUNK + 1 {
                 return Err(CliError::Usage(format!(
                     "--ctx {n}: too short for {extra} verified tokens and a {OBSERVED_CHUNK}-token observed chunk"
@@ -880,12 +883,15 @@ fn fidelity<B: Backend>(args: &FidelityArgs, dev: &B::Device) -> Result<(), CliE
             // the windows need tokens up to p + W(gamma + 1) (their next tokens included);
             // leave a few tokens of margin before the cut of the text
             if ids.len() < n + 16 {
-                bar.println(format!(
-                    "{}: {} tokens, fewer than {} for ctx {n}; skipped",
-                    book.id,
-                    ids.len(),
-                    n + 16
-                ));
+                say(
+                    &bar,
+                    format!(
+                        "{}: {} tokens, fewer than {} for ctx {n}; skipped",
+                        book.id,
+                        ids.len(),
+                        n + 16
+                    ),
+                );
                 continue;
             }
             let mut pend: Vec<Pending<B>> = Vec::new();
@@ -915,11 +921,15 @@ fn fidelity<B: Backend>(args: &FidelityArgs, dev: &B::Device) -> Result<(), CliE
             }
             bar.set_message(format!("{} ctx {n}: prefill {p} tokens", book.id));
             let t = Instant::now();
-            let shared = shared_part(&cx, &ids, p, &mut pend)?;
-            bar.println(format!(
-                "{} ctx {n}: prompt {p} tokens, shared prefill + references in {:.1} s; dense ppl {:.3}",
+            let shared = shared_part(&cx, &ids, p, &mut pend, &mut prefix)?;
+            say(&bar, format!(
+                "{} ctx {n}: prompt {p} tokens, shared part in {:.1} s (prefill {:.1}, observed chunk {:.1}, draft lookaheads {:.1}, dense windows {:.1}); dense ppl {:.3}",
                 book.id,
                 t.elapsed().as_secs_f64(),
+                shared.secs[0],
+                shared.secs[1],
+                shared.secs[2],
+                shared.secs[3],
                 (shared.dense_nll / (args.windows * (args.gamma + 1)) as f64).exp()
             ));
             for pe in pend {
@@ -929,8 +939,8 @@ fn fidelity<B: Backend>(args: &FidelityArgs, dev: &B::Device) -> Result<(), CliE
                 ));
                 let key = pe.key.clone();
                 let row = run_row(&cx, &ids, p, &shared, pe, &book.id, n)?;
-                bar.println(format!(
-                    "  {:<18} budget {:>5}: top-1 {:.4}  KL {:.5}  ppl {:.3}  KV {:.3}+{:.3}  tau {}  ({:.1}+{:.1} s)",
+                say(&bar, format!(
+                    "  {:<18} budget {:>5}: top-1 {:.4}  KL {:.5}  ppl {:.3}  KV {:.3}+{:.3}  tau {}  (windows {:.1} s, spec {:.1} s: draft {:.1}, verify {:.1})",
                     row.selector,
                     row.budget,
                     row.top1,
@@ -940,7 +950,9 @@ fn fidelity<B: Backend>(args: &FidelityArgs, dev: &B::Device) -> Result<(), CliE
                     row.kv_estimation,
                     row.accept_len.map_or("-".into(), |a| format!("{a:.2}")),
                     row.secs_windows,
-                    row.secs_spec
+                    row.secs_spec,
+                    row.secs_spec_draft,
+                    row.secs_spec_verify
                 ));
                 store
                     .append(&key, &row)
@@ -955,24 +967,40 @@ fn fidelity<B: Backend>(args: &FidelityArgs, dev: &B::Device) -> Result<(), CliE
 
 /// Prefill (dense, once), the selectors' prefill observation (fan-out), the draft cache, the
 /// teacher-forced lookaheads and the dense reference windows.
+///
+/// `prefix` is a dense cache of the book's first tokens from a shorter context (contexts run
+/// in ascending order): the prefill continues from it.
 fn shared_part<B: Backend>(
     cx: &Ctx<'_, B>,
     ids: &[TokenId],
     p: usize,
     pend: &mut [Pending<B>],
+    prefix: &mut Option<DenseKvCache<B>>,
 ) -> Result<Shared<B>, CliError> {
     let args = cx.args;
     let g1 = args.gamma + 1;
-    let head = p - OBSERVED_CHUNK;
-    let (mut cache, _, _) = prefill(
+    let head = p - cx.observed;
+    let mut clock = Instant::now();
+    let mut secs = [0.0; 4];
+    let mut lap = |i: usize, secs: &mut [f64; 4]| {
+        secs[i] = clock.elapsed().as_secs_f64();
+        clock = Instant::now();
+    };
+    let from = prefix
+        .take()
+        .filter(|c| c.lens()[0] < head && c.capacity() == cx.capacity);
+    let (mut cache, _, _) = prefill_from(
         &cx.target,
         &[ids[..head].to_vec()],
+        from.map(|c| vec![c]),
         cx.capacity,
         None,
         &mut DenseHook,
-        OBSERVED_CHUNK,
+        cx.observed,
         false,
     )?;
+    *prefix = Some(cache.clone());
+    lap(0, &mut secs);
     let layers = cx.target.config.num_hidden_layers;
     let mut policies: Vec<&mut Box<dyn BudgetedPolicy<B>>> = Vec::new();
     for pe in pend.iter_mut() {
@@ -1003,8 +1031,9 @@ fn shared_part<B: Backend>(
         .ok_or_else(|| CliError::Usage("prefill: no logits".into()))?;
     let v = logits.dims()[2];
     let last = logits.reshape([1, v]);
+    lap(1, &mut secs);
     let draft_cache = if cx.self_draft {
-        copy_cache(&cx.target, &cache, cx.draft_layers, cx.capacity)?
+        cache.first_layers(cx.draft_layers.unwrap_or(usize::MAX))
     } else {
         prefill(
             &cx.draft,
@@ -1012,7 +1041,7 @@ fn shared_part<B: Backend>(
             cx.capacity,
             None,
             &mut DenseHook,
-            OBSERVED_CHUNK,
+            cx.observed,
             false,
         )?
         .0
@@ -1022,7 +1051,7 @@ fn shared_part<B: Backend>(
     // tokens; its first gamma query rows are the ones a real proposal computes
     let mut lookaheads = Vec::new();
     if pend.iter().any(|pe| pe.fid.wants_lookahead()) {
-        let mut dc = copy_cache(&cx.draft, &draft_cache, cx.draft_layers, cx.capacity)?;
+        let mut dc = draft_cache.clone();
         for j in 0..args.windows {
             let mut hook = LookaheadSum::<B>::new(true, args.gamma);
             cx.draft.forward(
@@ -1041,8 +1070,9 @@ fn shared_part<B: Backend>(
             );
         }
     }
+    lap(2, &mut secs);
     // dense reference
-    let mut tc = copy_cache(&cx.target, &cache, None, cx.capacity)?;
+    let mut tc = cache.clone();
     let mut dense_logp = Vec::new();
     let mut dense_top = Vec::new();
     let mut dense_nll = 0.0;
@@ -1061,6 +1091,7 @@ fn shared_part<B: Backend>(
         dense_nll += nll_of(&lp, &ids[p + j * g1 + 1..p + (j + 1) * g1 + 1])?;
         dense_logp.push(lp);
     }
+    lap(3, &mut secs);
     Ok(Shared {
         cache,
         draft_cache,
@@ -1069,6 +1100,7 @@ fn shared_part<B: Backend>(
         dense_logp,
         dense_top,
         dense_nll,
+        secs,
     })
 }
 
@@ -1104,7 +1136,7 @@ fn run_row<B: Backend>(
         ..
     } = pe;
     let t = Instant::now();
-    let mut cache = copy_cache(&cx.target, &sh.cache, None, cx.capacity)?;
+    let mut cache = sh.cache.clone();
     let (mut agree, mut kl, mut nll) = (0usize, 0.0f64, 0.0f64);
     let (mut reads, mut dense) = (0u64, 0u64);
     let mut est_before = fid.estimation_reads().first().copied().unwrap_or(0.0);
@@ -1141,12 +1173,13 @@ fn run_row<B: Backend>(
     let secs_windows = t.elapsed().as_secs_f64();
     let positions = args.windows * g1;
     let t = Instant::now();
+    let (mut sd, mut sv) = (0.0, 0.0);
     let (accept_len, spec_iterations) = match spec {
         Some(policy) => {
             let drafter = SharedDrafter {
                 model: cx.draft.clone(),
                 layers: cx.draft_layers,
-                cache: copy_cache(&cx.draft, &sh.draft_cache, cx.draft_layers, cx.capacity)?,
+                cache: sh.draft_cache.clone(),
                 pending: Vec::new(),
                 base: 0,
                 fed: 0,
@@ -1155,7 +1188,7 @@ fn run_row<B: Backend>(
             let verifier = SharedVerifier {
                 model: cx.target.clone(),
                 policy,
-                cache: copy_cache(&cx.target, &sh.cache, None, cx.capacity)?,
+                cache: sh.cache.clone(),
                 last: sh.last.clone(),
                 pending: Vec::new(),
                 base: 0,
@@ -1171,6 +1204,8 @@ fn run_row<B: Backend>(
                 stop_strings: Vec::new(),
             };
             let o = dec.generate(&[ids[..p].to_vec()], &cfg, None, &mut |_, _| {})?;
+            sd = o.summary.draft_secs;
+            sv = o.summary.verify_secs;
             (
                 Some(o.summary.mean_acceptance_length),
                 Some(o.summary.iterations),
@@ -1201,6 +1236,8 @@ fn run_row<B: Backend>(
         spec_iterations,
         secs_windows,
         secs_spec,
+        secs_spec_draft: sd,
+        secs_spec_verify: sv,
     })
 }
 
@@ -1270,12 +1307,15 @@ fn report(
         args.spec_tokens
     ))
     .with_precision(4);
-    for &n in &args.ctx {
-        let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
-        for s in sels {
-            let mut pts = Vec::new();
-            for (bl, bs) in budgets {
-                let budget = bs.tokens(n);
+    let mut ctxs = args.ctx.clone();
+    ctxs.sort_unstable();
+    ctxs.dedup();
+    for &n in &ctxs {
+        let mut series: Vec<(String, Vec<(f64, f64)>)> =
+            sels.iter().map(|s| (s.label.clone(), Vec::new())).collect();
+        for (bl, bs) in budgets {
+            let budget = bs.tokens(n);
+            for (si, s) in sels.iter().enumerate() {
                 let mut agg = Agg::default();
                 for b in books {
                     if let Some(r) = rows.get(&row_key(&b.id, n, budget, s, args)) {
@@ -1288,10 +1328,10 @@ fn report(
                 let acc = (agg.acc_n > 0).then(|| agg.acc / agg.acc_n as f64);
                 table
                     .push_row([
-                        Cell::from(n),
+                        Cell::from(n.to_string()),
                         Cell::from(format!("{bl} ({budget})")),
                         Cell::from(s.label.clone()),
-                        Cell::from(agg.n),
+                        Cell::from(agg.n.to_string()),
                         Cell::from(agg.mean(agg.top1)),
                         Cell::from(agg.mean(agg.kl)),
                         Cell::from(agg.mean(agg.nll).exp()),
@@ -1302,10 +1342,13 @@ fn report(
                         Cell::from(acc),
                     ])
                     .map_err(uerr)?;
-                pts.push((budget as f64 / n as f64, agg.mean(agg.top1)));
+                series[si]
+                    .1
+                    .push((budget as f64 / n as f64, agg.mean(agg.top1)));
             }
+        }
+        for (_, pts) in series.iter_mut() {
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-            series.push((s.label.clone(), pts));
         }
         plot_lines(
             args.out.join(format!("fidelity_ctx{n}.svg")),
@@ -1342,8 +1385,8 @@ fn report(
         }
         per.push_row([
             Cell::from(r.book.clone()),
-            Cell::from(r.ctx),
-            Cell::from(r.budget),
+            Cell::from(r.ctx.to_string()),
+            Cell::from(r.budget.to_string()),
             Cell::from(r.selector.clone()),
             Cell::from(r.top1),
             Cell::from(r.kl),
@@ -1381,6 +1424,105 @@ fn report(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use burn_flex::{Flex, FlexDevice};
+    use dustin_qwen::{QwenConfig, SafetensorsDir};
+
+    fn tiny() -> Arc<Qwen2<Flex>> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../dustin-qwen/tests/fixtures/parity/llama");
+        let cfg = QwenConfig::from_file(&dir.join("config.json")).expect("config");
+        let src = SafetensorsDir::open(&dir).expect("weights");
+        Arc::new(Qwen2::load(&cfg, &src, 256, &FlexDevice).expect("model"))
+    }
+
+    /// Every selector with a budget over the context is dense verification bit for bit
+    /// (top-1 1, KL 0, the same acceptance length); a small budget reads about its share.
+    #[test]
+    fn fitting_budgets_are_dense_bit_for_bit_and_small_ones_read_their_share() {
+        let target = tiny();
+        let args = FidelityArgs {
+            model: None,
+            draft: "self:layers=1".into(),
+            data: PathBuf::new(),
+            books: None,
+            ctx: vec![128],
+            budget: vec![],
+            selectors: vec![],
+            knobs: vec![],
+            select: vec![],
+            windows: 3,
+            gamma: 3,
+            spec_tokens: 6,
+            out: PathBuf::new(),
+            device: DeviceKind::Cpu,
+        };
+        let cx = Ctx {
+            args: &args,
+            target: target.clone(),
+            draft: target.clone(),
+            draft_layers: Some(1),
+            self_draft: true,
+            vocab: 96,
+            capacity: 128,
+            observed: 16,
+        };
+        let ids: Vec<u32> = (0..150).map(|i| ((i * 37 + 11) % 96) as u32).collect();
+        let p = 128 - 14; // extra = max(W (gamma + 1) + 1, spec + 2 (gamma + 1)) = 14
+        let mut names: Vec<String> = dustin_select::names()
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        names.push("pyramid(dustin)".into());
+        let mut pend = Vec::new();
+        for (budget, label) in [(4096usize, "fits"), (80, "sparse")] {
+            for name in &names {
+                let sel = SelectorSpec {
+                    label: name.clone(),
+                    spec: name.clone(),
+                    knobs: None,
+                    select: None,
+                };
+                pend.push(Pending {
+                    key: format!("{label}|{name}"),
+                    budget,
+                    budget_label: label.into(),
+                    fid: sel.build::<Flex>(budget).unwrap(),
+                    spec: Some(sel.build::<Flex>(budget).unwrap()),
+                    sel,
+                });
+            }
+        }
+        let mut prefix = None;
+        let sh = shared_part(&cx, &ids, p, &mut pend, &mut prefix).unwrap();
+        let rows: Vec<Row> = pend
+            .into_iter()
+            .map(|pe| run_row(&cx, &ids, p, &sh, pe, "b", 128).unwrap())
+            .collect();
+        let dense_tau = rows[0].accept_len.unwrap();
+        for r in &rows {
+            let what = format!("{} budget {}", r.selector, r.budget);
+            assert_eq!(r.positions, 12, "{what}");
+            assert!(
+                (0.0..=1.0).contains(&r.top1) && r.kl >= -1e-6 && r.kl.is_finite(),
+                "{what}"
+            );
+            if r.budget == 4096 || r.selector == "dense" {
+                assert_eq!(r.top1, 1.0, "{what}");
+                assert_eq!(r.kl, 0.0, "{what}");
+                assert_eq!(r.nll, r.dense_nll, "{what}");
+                assert_eq!(r.kv_selected, 1.0, "{what}");
+                assert_eq!(r.kv_estimation, 0.0, "{what}");
+                assert_eq!(r.accept_len, Some(dense_tau), "{what}");
+            } else {
+                // 80 of about 114 .. 126 context tokens, new tokens aside
+                assert!(
+                    r.kv_selected > 0.5 && r.kv_selected < 0.8,
+                    "{what}: {}",
+                    r.kv_selected
+                );
+            }
+        }
+    }
 
     #[test]
     fn budgets_parse_as_tokens_or_fractions() {

@@ -143,7 +143,7 @@ fn build_selector<B: Backend>(
             selector(H2o::<B>::new(), cfg)
         }
         "snapkv" => selector(SnapKv::<B>::new(parse::<SnapKvConfig>(name, value)?)?, cfg),
-        "quest" => selector(Quest::new(parse::<QuestConfig>(name, value)?)?, cfg),
+        "quest" => selector(Quest::<B>::new(parse::<QuestConfig>(name, value)?)?, cfg),
         "oracle" => {
             parse::<NoConfig>(name, value)?;
             selector(Oracle, cfg)

@@ -10,7 +10,12 @@
 //! ([`page_scores`], `[batch, kv_heads, pages]`), and every token gets its page's score:
 //! writes `[batch, kv_heads, ctx]`.
 //!
-//! Dynamic (recomputed every verification); no state, nothing to roll back.
+//! Dynamic (recomputed every verification). The only state is a cache of the bounds of
+//! *full* pages (every position below the context of the call that computed them): those
+//! positions are committed and never change, so the cache survives rollback (which only drops
+//! positions past the context); it is dropped at reset, retain, and for ragged batches (which
+//! take the uncached path, [`page_scores`]). Quest maintains the bounds as keys are written;
+//! the cache gives the same cost profile without a hook into the KV cache.
 
 use burn_tensor::{backend::Backend, Int, Tensor};
 use dustin_core::{CoreError, ImportanceEstimator, Result, ScoreCtx, Scores};
@@ -33,13 +38,22 @@ impl Default for QuestConfig {
     }
 }
 
-/// Quest's page upper bounds, recomputed at every verification.
+/// Cached per-page key bounds of one layer: `[batch, kv_heads, pages, head_dim]`.
 #[derive(Debug, Clone)]
-pub struct Quest {
-    cfg: QuestConfig,
+struct Bounds<B: Backend> {
+    pages: usize,
+    kmin: Tensor<B, 4>,
+    kmax: Tensor<B, 4>,
 }
 
-impl Quest {
+/// Quest's page upper bounds, recomputed at every verification.
+#[derive(Debug, Clone)]
+pub struct Quest<B: Backend> {
+    cfg: QuestConfig,
+    bounds: Vec<Option<Bounds<B>>>,
+}
+
+impl<B: Backend> Quest<B> {
     /// An estimator with `cfg`.
     ///
     /// # Errors
@@ -48,7 +62,76 @@ impl Quest {
         if cfg.page_size == 0 {
             return Err(CoreError::invalid("page_size", "at least 1", 0));
         }
-        Ok(Self { cfg })
+        Ok(Self {
+            cfg,
+            bounds: Vec::new(),
+        })
+    }
+
+    /// Page bounds of `k` `[batch, kv_heads, >= c, head_dim]` for a batch whose every context
+    /// is `c` tokens: `(kmin, kmax)` `[batch, kv_heads, ceil(c / page_size), head_dim]`, full
+    /// pages from the cache of `layer` (extended and stored), the partial last page computed.
+    fn uniform_bounds(
+        &mut self,
+        layer: usize,
+        k: &Tensor<B, 4>,
+        c: usize,
+    ) -> (Tensor<B, 4>, Tensor<B, 4>) {
+        let p = self.cfg.page_size;
+        let [b, kvh, _, d] = k.dims();
+        if self.bounds.len() <= layer {
+            self.bounds.resize(layer + 1, None);
+        }
+        let full = c / p;
+        let cached = self.bounds[layer]
+            .take()
+            .filter(|x| x.pages <= full && x.kmin.dims()[0] == b && x.kmin.dims()[1] == kvh);
+        let from = cached.as_ref().map_or(0, |x| x.pages);
+        let (mut kmin, mut kmax) = match cached {
+            Some(x) => (Some(x.kmin), Some(x.kmax)),
+            None => (None, None),
+        };
+        if full > from {
+            let new = k
+                .clone()
+                .slice([0..b, 0..kvh, from * p..full * p, 0..d])
+                .reshape([b, kvh, full - from, p, d]);
+            let nmin = new.clone().min_dim(3).reshape([b, kvh, full - from, d]);
+            let nmax = new.max_dim(3).reshape([b, kvh, full - from, d]);
+            kmin = Some(match kmin {
+                Some(m) => Tensor::cat(vec![m, nmin], 2),
+                None => nmin,
+            });
+            kmax = Some(match kmax {
+                Some(m) => Tensor::cat(vec![m, nmax], 2),
+                None => nmax,
+            });
+        }
+        if let (Some(mn), Some(mx)) = (&kmin, &kmax) {
+            self.bounds[layer] = Some(Bounds {
+                pages: full,
+                kmin: mn.clone(),
+                kmax: mx.clone(),
+            });
+        }
+        if c > full * p {
+            let last = k.clone().slice([0..b, 0..kvh, full * p..c, 0..d]);
+            let lmin = last.clone().min_dim(2);
+            let lmax = last.max_dim(2);
+            kmin = Some(match kmin {
+                Some(m) => Tensor::cat(vec![m, lmin], 2),
+                None => lmin,
+            });
+            kmax = Some(match kmax {
+                Some(m) => Tensor::cat(vec![m, lmax], 2),
+                None => lmax,
+            });
+        }
+        let dev = k.device();
+        (
+            kmin.unwrap_or_else(|| Tensor::zeros([b, kvh, 1, d], &dev)),
+            kmax.unwrap_or_else(|| Tensor::zeros([b, kvh, 1, d], &dev)),
+        )
     }
 }
 
@@ -64,9 +147,8 @@ pub fn page_scores<B: Backend>(
     ctx_lens: &[usize],
     page_size: usize,
 ) -> Tensor<B, 3> {
-    let [b, nh, n, d] = q.dims();
+    let [b, _, _, d] = q.dims();
     let [_, kvh, _, _] = k.dims();
-    let g = nh / kvh.max(1);
     let c = ctx_lens.iter().copied().max().unwrap_or(0);
     if c == 0 {
         return Tensor::zeros([b, kvh, 1], &q.device());
@@ -97,24 +179,50 @@ pub fn page_scores<B: Backend>(
     let empty = start.greater_equal(lens.reshape([b, 1, 1, 1]).expand([b, kvh, pages, d]));
     let kmin = kmin.mask_fill(empty.clone(), 0.0);
     let kmax = kmax.mask_fill(empty, 0.0);
+    bound_scores(q, kmin, kmax)
+}
+
+/// `sum_d max(q_d * min_d, q_d * max_d)` per query head and page, maximised over the group's
+/// heads and the queries: `q` `[batch, heads, n, d]`, bounds `[batch, kv_heads, pages, d]`
+/// -> `[batch, kv_heads, pages]`.
+fn bound_scores<B: Backend>(
+    q: &Tensor<B, 4>,
+    kmin: Tensor<B, 4>,
+    kmax: Tensor<B, 4>,
+) -> Tensor<B, 3> {
+    let [b, nh, n, d] = q.dims();
+    let [_, kvh, pages, _] = kmin.dims();
+    let g = nh / kvh.max(1);
     let qg = q.clone().reshape([b, kvh, g * n, d]);
     let s = qg.clone().clamp_min(0.0).matmul(kmax.swap_dims(2, 3))
         + qg.clamp_max(0.0).matmul(kmin.swap_dims(2, 3));
     s.max_dim(2).reshape([b, kvh, pages])
 }
 
-impl<B: Backend> ImportanceEstimator<B> for Quest {
+impl<B: Backend> ImportanceEstimator<B> for Quest<B> {
     fn name(&self) -> String {
         "quest".into()
     }
 
-    fn reset(&mut self, _batch: usize, _num_layers: usize) {}
+    fn reset(&mut self, _batch: usize, _num_layers: usize) {
+        self.bounds.clear();
+    }
+
+    fn retain(&mut self, _keep: &[usize]) {
+        self.bounds.clear();
+    }
 
     fn score(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<Scores<B>> {
         let a = ctx.attn;
         let c = max_ctx(a)?;
         let p = self.cfg.page_size;
-        let pages = page_scores(a.q, a.k, a.ctx_lens, p);
+        let uniform = c > 0 && a.ctx_lens.iter().all(|&l| l == c);
+        let pages = if uniform {
+            let (kmin, kmax) = self.uniform_bounds(a.layer, a.k, c);
+            bound_scores(a.q, kmin, kmax)
+        } else {
+            page_scores(a.q, a.k, a.ctx_lens, p)
+        };
         let [b, kvh, np] = pages.dims();
         let tokens = pages
             .reshape([b, kvh, np, 1])
@@ -128,7 +236,7 @@ impl<B: Backend> ImportanceEstimator<B> for Quest {
 /// One page summary (min and max key: 1 token-equivalent) per page and KV head. Quest keeps
 /// the summaries up to date as keys are written; this implementation recomputes them from the
 /// keys at each call, which is an implementation shortcut, not the method's cost.
-impl crate::EstimationCost for Quest {
+impl<B: Backend> crate::EstimationCost for Quest<B> {
     fn score_reads(&self, _layer: usize, ctx: usize, kv_heads: usize, _heads: usize) -> f64 {
         (kv_heads * ctx.div_ceil(self.cfg.page_size)) as f64
     }
