@@ -57,7 +57,7 @@ pub struct GenerateArgs {
     #[arg(long, default_value_t = 4)]
     pub gamma: usize,
     /// KV selection for sparse verification (needs --draft): dense, streaming, h2o, snapkv,
-    /// quest, oracle, draft-only, history-only, dustin, or pyramid(<name>).
+    /// quest, oracle, draft-only, history-only, dustin, or `pyramid(<name>)`.
     #[arg(long, default_value = "dense")]
     pub selector: String,
     /// KV budget of sparse verification: context tokens kept per layer and KV head (sinks and

@@ -292,7 +292,7 @@ impl StopRule {
 /// Host copy of `[batch, vocab]` logits (first `vocab` columns), one row per sequence.
 ///
 /// # Errors
-/// [`QwenError::Model`]-style error if the data cannot be read as f32.
+/// [`QwenError::Core`] if the data cannot be read as f32.
 pub fn rows_to_host<B: Backend>(logits: Tensor<B, 2>, vocab: usize) -> Result<Vec<Vec<f32>>> {
     let [b, v] = logits.dims();
     let vocab = vocab.min(v);
