@@ -6,22 +6,22 @@ use burn_tensor::{activation, backend::Backend, Int, Tensor, TensorData};
 
 use crate::topk::lens_tensor;
 
-/// Causal softmax over the last dim of `logits` `[batch, x, y, n, keys]`.
+/// Causal softmax over the last dim of `logits` `[batch, x, y, n, keys]`: an additive mask
+/// `[batch, 1, 1, n, keys]` built on the host (as the model builds its own) and broadcast,
+/// so no full-size index tensor is materialised.
 pub(crate) fn causal_softmax<B: Backend>(logits: Tensor<B, 5>, first: &[usize]) -> Tensor<B, 5> {
-    let [b, x, y, n, l] = logits.dims();
+    let [b, _, _, n, l] = logits.dims();
     let device = logits.device();
-    let limit: Vec<i64> = first
-        .iter()
-        .flat_map(|&f| (0..n).map(move |i| (f + i) as i64))
-        .collect();
-    let limit = Tensor::<B, 2, Int>::from_data(TensorData::new(limit, [b, n]), &device)
-        .reshape([b, 1, 1, n, 1])
-        .expand([b, x, y, n, l]);
-    let pos = Tensor::<B, 1, Int>::arange(0..l as i64, &device)
-        .reshape([1, 1, 1, 1, l])
-        .expand([b, x, y, n, l]);
-    let hidden = pos.greater(limit);
-    activation::softmax(logits.mask_fill(hidden, f32::NEG_INFINITY), 4)
+    let mut mask = Vec::with_capacity(b * n * l);
+    for &f in first.iter().take(b) {
+        for i in 0..n {
+            let lim = (f + i + 1).min(l);
+            mask.extend(std::iter::repeat_n(0.0f32, lim));
+            mask.extend(std::iter::repeat_n(f32::NEG_INFINITY, l - lim));
+        }
+    }
+    let mask = Tensor::<B, 5>::from_data(TensorData::new(mask, [b, 1, 1, n, l]), &device);
+    activation::softmax(logits + mask, 4)
 }
 
 /// All query heads' probabilities grouped by KV head: `q` `[batch, heads, n, head_dim]`,

@@ -85,6 +85,12 @@ pub struct DustinConfig {
     /// `k` of the calibration's top-k recall. Default `None`: the selector's free budget
     /// (`budget - n_sink - window`), i.e. what the top-k step will choose.
     pub calib_top_k: Option<usize>,
+    /// Whether a verification that reuses a selection (`refresh > 1`) still feeds the
+    /// history (the estimator heads' attention, read every verification). Default `true`:
+    /// the history then follows every verified token; `false` reads the estimator heads only
+    /// when the selection is recomputed (a quarter of the reads at `refresh = 4`), with a
+    /// history that skips the reusing verifications.
+    pub history_on_reuse: bool,
 }
 
 impl Default for DustinConfig {
@@ -96,6 +102,7 @@ impl Default for DustinConfig {
             heads: None,
             obs_window: 32,
             calib_top_k: None,
+            history_on_reuse: true,
         }
     }
 }
@@ -402,7 +409,11 @@ impl<B: Backend> EstimationCost for Dustin<B> {
     }
 
     fn observe_reads(&self, layer: usize, ctx: usize, kv_heads: usize, heads: usize) -> f64 {
-        self.score_reads(layer, ctx, kv_heads, heads)
+        if self.cfg.history_on_reuse {
+            self.score_reads(layer, ctx, kv_heads, heads)
+        } else {
+            0.0
+        }
     }
 }
 
@@ -484,6 +495,9 @@ impl<B: Backend> ImportanceEstimator<B> for Dustin<B> {
 
     fn observe_verify(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<()> {
         max_ctx(ctx.attn)?;
+        if !self.cfg.history_on_reuse {
+            return Ok(());
+        }
         self.contribution(ctx).map(|_| ())
     }
 
