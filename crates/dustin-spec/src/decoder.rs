@@ -77,7 +77,8 @@ pub struct SpecSummary {
     pub prefill_secs: f64,
     /// Decode seconds (all iterations).
     pub decode_secs: f64,
-    /// Decode tokens per second (all sequences).
+    /// Decode tokens per second (all sequences; the first token of each sequence, which comes
+    /// from the prefill logits, is not counted).
     pub tokens_per_sec: f64,
     /// Seconds per stage, summed.
     pub draft_secs: f64,
@@ -366,6 +367,7 @@ fn run<B: Backend, D: Drafter<B>, V: Verifier<B>>(
     }
     let decode_secs = t1.elapsed().as_secs_f64();
     let generated: usize = out.iter().map(Vec::len).sum();
+    let first_emitted = if cfg.max_new_tokens == 0 { 0 } else { n };
     let seq_iters: usize = iters.iter().map(|i| i.accepted.len()).sum();
     let tau: f64 = iters
         .iter()
@@ -384,7 +386,8 @@ fn run<B: Backend, D: Drafter<B>, V: Verifier<B>>(
         generated_tokens: generated,
         prefill_secs,
         decode_secs,
-        tokens_per_sec: generated as f64 / decode_secs.max(1e-9),
+        // the first token of each sequence comes from the prefill logits, not from decoding
+        tokens_per_sec: generated.saturating_sub(first_emitted) as f64 / decode_secs.max(1e-9),
         draft_secs: iters.iter().map(|i| i.draft_secs).sum(),
         verify_secs: iters.iter().map(|i| i.verify_secs).sum(),
         accept_secs: iters.iter().map(|i| i.accept_secs).sum(),
