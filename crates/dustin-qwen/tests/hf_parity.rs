@@ -200,7 +200,10 @@ fn truncated_safetensors_is_a_clear_error() {
     std::fs::write(dir.join("model.safetensors"), &bytes[..bytes.len() / 2]).expect("write");
     let err = SafetensorsDir::open(&dir).unwrap_err().to_string();
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(err.contains("malformed safetensors") && err.contains("model.safetensors"), "{err}");
+    assert!(
+        err.contains("malformed safetensors") && err.contains("model.safetensors"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -208,10 +211,19 @@ fn prompt_errors_are_named() {
     let (model, _) = load("llama");
     let limit = model.config.max_position_embeddings;
     let long = vec![1u32; limit + 1];
-    let err = dustin_qwen::generate::check_prompts(&model, &[vec![1, 2], long], 0).unwrap_err().to_string();
-    assert!(err.contains("prompt 1") && err.contains("max_position_embeddings"), "{err}");
-    let err = dustin_qwen::generate::check_prompts(&model, &[vec![]], 0).unwrap_err().to_string();
+    let err = dustin_qwen::generate::check_prompts(&model, &[vec![1, 2], long], 0)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("prompt 1") && err.contains("max_position_embeddings"),
+        "{err}"
+    );
+    let err = dustin_qwen::generate::check_prompts(&model, &[vec![]], 0)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("prompt 0") && err.contains("empty"), "{err}");
-    let err = dustin_qwen::generate::check_prompts(&model, &[vec![96]], 0).unwrap_err().to_string();
+    let err = dustin_qwen::generate::check_prompts(&model, &[vec![96]], 0)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("outside the vocabulary"), "{err}");
 }

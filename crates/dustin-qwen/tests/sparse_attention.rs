@@ -15,7 +15,9 @@ use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2, QwenConfig, SafetensorsDir};
 type B = Flex;
 
 fn model(name: &str) -> Qwen2<B> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/parity").join(name);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/parity")
+        .join(name);
     let cfg = QwenConfig::from_file(&dir.join("config.json")).unwrap();
     let src = SafetensorsDir::open(&dir).unwrap();
     Qwen2::load(&cfg, &src, 64, &FlexDevice).unwrap()
@@ -26,12 +28,20 @@ fn model(name: &str) -> Qwen2<B> {
 struct Select<F: Fn(usize, usize) -> Vec<usize>>(F);
 
 impl<F: Fn(usize, usize) -> Vec<usize>> AttentionHook<B> for Select<F> {
-    fn on_layer(&mut self, ctx: &LayerAttnCtx<'_, B>) -> dustin_core::Result<Option<LayerSelection<B>>> {
+    fn on_layer(
+        &mut self,
+        ctx: &LayerAttnCtx<'_, B>,
+    ) -> dustin_core::Result<Option<LayerSelection<B>>> {
         if ctx.phase != Phase::Decode {
             return Ok(None);
         }
         let kvh = ctx.k.dims()[1];
-        let rows: Vec<Vec<usize>> = ctx.ctx_lens.iter().enumerate().map(|(b, &l)| (self.0)(b, l)).collect();
+        let rows: Vec<Vec<usize>> = ctx
+            .ctx_lens
+            .iter()
+            .enumerate()
+            .map(|(b, &l)| (self.0)(b, l))
+            .collect();
         let k = rows.iter().map(Vec::len).max().unwrap_or(0).max(1);
         let mut data = Vec::new();
         for r in &rows {
@@ -41,15 +51,35 @@ impl<F: Fn(usize, usize) -> Vec<usize>> AttentionHook<B> for Select<F> {
                 }
             }
         }
-        let indices = Tensor::<B, 3, Int>::from_data(TensorData::new(data, [rows.len(), kvh, k]), &FlexDevice);
-        Ok(Some(LayerSelection { indices, counts: rows.iter().map(Vec::len).collect() }))
+        let indices = Tensor::<B, 3, Int>::from_data(
+            TensorData::new(data, [rows.len(), kvh, k]),
+            &FlexDevice,
+        );
+        Ok(Some(LayerSelection {
+            indices,
+            counts: rows.iter().map(Vec::len).collect(),
+        }))
     }
 }
 
-fn verify_logits<H: AttentionHook<B>>(m: &Qwen2<B>, prompts: &[Vec<u32>], new: &[Vec<u32>], hook: &mut H) -> Vec<f32> {
+fn verify_logits<H: AttentionHook<B>>(
+    m: &Qwen2<B>,
+    prompts: &[Vec<u32>],
+    new: &[Vec<u32>],
+    hook: &mut H,
+) -> Vec<f32> {
     let (mut cache, _, _) = prefill(m, prompts, 64, None, &mut DenseHook, 512, false).unwrap();
     let out = m
-        .forward(new, &mut cache, hook, ForwardOpts { phase: Phase::Decode, logits: LogitsMode::All, layers: None })
+        .forward(
+            new,
+            &mut cache,
+            hook,
+            ForwardOpts {
+                phase: Phase::Decode,
+                logits: LogitsMode::All,
+                layers: None,
+            },
+        )
         .unwrap();
     out.logits.unwrap().into_data().into_vec().unwrap()
 }
@@ -58,11 +88,18 @@ fn verify_logits<H: AttentionHook<B>>(m: &Qwen2<B>, prompts: &[Vec<u32>], new: &
 fn selecting_every_position_equals_dense() {
     for name in ["qwen2-tied", "qwen2-gqa7", "llama"] {
         let m = model(name);
-        let prompts = vec![vec![5u32, 17, 33, 2, 90, 61, 7, 44, 12, 3, 71], vec![9, 1, 64, 30, 22]];
+        let prompts = vec![
+            vec![5u32, 17, 33, 2, 90, 61, 7, 44, 12, 3, 71],
+            vec![9, 1, 64, 30, 22],
+        ];
         let new = vec![vec![3u32, 4, 5], vec![6, 7, 8]];
         let dense = verify_logits(&m, &prompts, &new, &mut DenseHook);
         let sparse = verify_logits(&m, &prompts, &new, &mut Select(|_, l| (0..l).collect()));
-        let err = dense.iter().zip(&sparse).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        let err = dense
+            .iter()
+            .zip(&sparse)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
         println!("{name}: max abs diff full selection vs dense {err:.2e}");
         assert!(err < 1e-5, "{name}: {err}");
     }
@@ -79,15 +116,40 @@ fn sparse_selection_equals_dense_over_the_kept_tokens() {
     // whose other positions are made unattendable by a hook-less model is not expressible.
     // What we can check exactly: order does not matter and padding is ignored.
     let m = model("llama");
-    let prompts = vec![vec![5u32, 17, 33, 2, 90, 61, 7, 44, 12, 3, 71], vec![9, 1, 64, 30, 22]];
+    let prompts = vec![
+        vec![5u32, 17, 33, 2, 90, 61, 7, 44, 12, 3, 71],
+        vec![9, 1, 64, 30, 22],
+    ];
     let new = vec![vec![3u32, 4], vec![6, 7]];
-    let a = verify_logits(&m, &prompts, &new, &mut Select(|b, l| if b == 0 { vec![0, 1, 8, 9, 10] } else { (0..l).collect() }));
+    let a = verify_logits(
+        &m,
+        &prompts,
+        &new,
+        &mut Select(|b, l| {
+            if b == 0 {
+                vec![0, 1, 8, 9, 10]
+            } else {
+                (0..l).collect()
+            }
+        }),
+    );
     let dense = verify_logits(&m, &prompts, &new, &mut DenseHook);
     // sequence 1 keeps everything: equals dense; sequence 0 differs from dense
     let v = a.len() / 4;
-    let d1 = a[2 * v..].iter().zip(&dense[2 * v..]).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
-    let d0 = a[..2 * v].iter().zip(&dense[..2 * v]).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+    let d1 = a[2 * v..]
+        .iter()
+        .zip(&dense[2 * v..])
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f32, f32::max);
+    let d0 = a[..2 * v]
+        .iter()
+        .zip(&dense[..2 * v])
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f32, f32::max);
     println!("ragged: full row diff {d1:.2e}, sparse row diff {d0:.2e}");
     assert!(d1 < 1e-5, "padding of the shorter row leaked: {d1}");
-    assert!(d0 > 1e-4, "dropping 6 of 11 positions must change the logits: {d0}");
+    assert!(
+        d0 > 1e-4,
+        "dropping 6 of 11 positions must change the logits: {d0}"
+    );
 }
