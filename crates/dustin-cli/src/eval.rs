@@ -180,7 +180,8 @@ struct SelectorSpec {
 
 impl SelectorSpec {
     /// The selector config at `budget`: the `dustin` family (`dustin`, `history-only` and
-    /// their pyramids) starts from the recommended config (refresh 4, early refresh when
+    /// their pyramids) starts from the recommended config (`recommended_select_config`: a new selection every
+    /// verification since the tuning in docs/fidelity.md; early refresh when
     /// acceptance halves), every baseline from the defaults (recomputed every verification,
     /// its own rule); `--select` overrides either.
     fn select_config(&self, budget: usize) -> Result<SelectConfig, CliError> {
@@ -908,11 +909,7 @@ fn fidelity<B: Backend>(args: &FidelityArgs, dev: &B::Device) -> Result<(), CliE
                         budget,
                         budget_label: bl.clone(),
                         fid: s.build::<B>(budget)?,
-                        spec: if args.spec_tokens > 0 {
-                            Some(s.build::<B>(budget)?)
-                        } else {
-                            None
-                        },
+                        spec: None,
                     });
                 }
             }
@@ -1002,13 +999,8 @@ fn shared_part<B: Backend>(
     *prefix = Some(cache.clone());
     lap(0, &mut secs);
     let layers = cx.target.config.num_hidden_layers;
-    let mut policies: Vec<&mut Box<dyn BudgetedPolicy<B>>> = Vec::new();
-    for pe in pend.iter_mut() {
-        policies.push(&mut pe.fid);
-        if let Some(s) = pe.spec.as_mut() {
-            policies.push(s);
-        }
-    }
+    let mut policies: Vec<&mut Box<dyn BudgetedPolicy<B>>> =
+        pend.iter_mut().map(|pe| &mut pe.fid).collect();
     for pol in policies.iter_mut() {
         pol.reset(1, layers);
     }
@@ -1031,6 +1023,12 @@ fn shared_part<B: Backend>(
         .ok_or_else(|| CliError::Usage("prefill: no logits".into()))?;
     let v = logits.dims()[2];
     let last = logits.reshape([1, v]);
+    // the speculative run's instance: a copy after the prefill observation
+    if args.spec_tokens > 0 {
+        for pe in pend.iter_mut() {
+            pe.spec = Some(pe.fid.boxed_clone());
+        }
+    }
     lap(1, &mut secs);
     let draft_cache = if cx.self_draft {
         cache.first_layers(cx.draft_layers.unwrap_or(usize::MAX))
@@ -1487,7 +1485,7 @@ mod tests {
                     budget,
                     budget_label: label.into(),
                     fid: sel.build::<Flex>(budget).unwrap(),
-                    spec: Some(sel.build::<Flex>(budget).unwrap()),
+                    spec: None,
                     sel,
                 });
             }

@@ -82,7 +82,7 @@ pub fn pyramid_budgets(cfg: &SelectConfig, num_layers: usize, beta: f64) -> Vec<
 
 /// `pyramid(S)`: the wrapped policy `P` with PyramidKV's per-layer budgets (see the module
 /// doc). `P` is any [`BudgetedPolicy`], usually a [`Selector`](crate::Selector).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Pyramid<P> {
     inner: P,
     cfg: PyramidConfig,
@@ -141,7 +141,7 @@ impl<P> Pyramid<P> {
     }
 }
 
-impl<B: Backend, P: BudgetedPolicy<B>> BudgetedPolicy<B> for Pyramid<P> {
+impl<B: Backend, P: BudgetedPolicy<B> + Clone + 'static> BudgetedPolicy<B> for Pyramid<P> {
     fn select_config(&self) -> &SelectConfig {
         self.inner.select_config()
     }
@@ -159,9 +159,13 @@ impl<B: Backend, P: BudgetedPolicy<B>> BudgetedPolicy<B> for Pyramid<P> {
     fn estimation_reads(&self) -> Vec<f64> {
         self.inner.estimation_reads()
     }
+
+    fn boxed_clone(&self) -> Box<dyn BudgetedPolicy<B>> {
+        Box::new(self.clone())
+    }
 }
 
-impl<B: Backend, P: BudgetedPolicy<B>> AttentionHook<B> for Pyramid<P> {
+impl<B: Backend, P: BudgetedPolicy<B> + Clone + 'static> AttentionHook<B> for Pyramid<P> {
     fn on_layer(&mut self, ctx: &LayerAttnCtx<'_, B>) -> Result<Option<LayerSelection<B>>> {
         let budget = self.inner.select_config().budget;
         self.select_with_budget(ctx, budget)
@@ -176,7 +180,7 @@ impl<B: Backend, P: BudgetedPolicy<B>> AttentionHook<B> for Pyramid<P> {
     }
 }
 
-impl<B: Backend, P: BudgetedPolicy<B>> SelectionPolicy<B> for Pyramid<P> {
+impl<B: Backend, P: BudgetedPolicy<B> + Clone + 'static> SelectionPolicy<B> for Pyramid<P> {
     fn policy_name(&self) -> String {
         format!("pyramid({})", self.inner.policy_name())
     }

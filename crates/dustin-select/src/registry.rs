@@ -116,7 +116,7 @@ fn parse<T: DeserializeOwned + Default>(
 
 fn selector<
     B: Backend,
-    E: dustin_core::ImportanceEstimator<B> + crate::EstimationCost + 'static,
+    E: dustin_core::ImportanceEstimator<B> + crate::EstimationCost + Clone + 'static,
 >(
     est: E,
     cfg: &SelectConfig,

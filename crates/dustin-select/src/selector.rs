@@ -26,6 +26,10 @@ pub trait BudgetedPolicy<B: Backend>: SelectionPolicy<B> {
     /// The estimator's own reads of the KV cache since the last reset, per sequence of the
     /// current batch, in token-equivalents (see [`EstimationCost`]).
     fn estimation_reads(&self) -> Vec<f64>;
+
+    /// A copy of this policy in its current state (for example after prefill, so that two
+    /// runs from one prefill need one prefill observation).
+    fn boxed_clone(&self) -> Box<dyn BudgetedPolicy<B>>;
 }
 
 impl<B: Backend, P: BudgetedPolicy<B> + ?Sized> BudgetedPolicy<B> for Box<P> {
@@ -42,9 +46,18 @@ impl<B: Backend, P: BudgetedPolicy<B> + ?Sized> BudgetedPolicy<B> for Box<P> {
     fn estimation_reads(&self) -> Vec<f64> {
         (**self).estimation_reads()
     }
+    fn boxed_clone(&self) -> Box<dyn BudgetedPolicy<B>> {
+        (**self).boxed_clone()
+    }
 }
 
-#[derive(Debug)]
+impl<B: Backend> Clone for Box<dyn BudgetedPolicy<B>> {
+    fn clone(&self) -> Self {
+        self.boxed_clone()
+    }
+}
+
+#[derive(Debug, Clone)]
 struct Cached<B: Backend> {
     sel: LayerSelection<B>,
     lens: Vec<usize>,
@@ -61,7 +74,7 @@ struct Cached<B: Backend> {
 /// verifications `t .. t + refresh`, each time extended with the positions that entered the
 /// context since it was made ([`extend_selection`]); [`SelectionPolicy::retain`], a reset, and
 /// an acceptance drop (see [`SelectConfig::refresh_on_accept_drop`]) force a recompute.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Selector<B: Backend, E> {
     est: E,
     cfg: SelectConfig,
@@ -136,7 +149,9 @@ impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost> Selector<B, E> {
     }
 }
 
-impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost> BudgetedPolicy<B> for Selector<B, E> {
+impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static> BudgetedPolicy<B>
+    for Selector<B, E>
+{
     fn select_config(&self) -> &SelectConfig {
         &self.cfg
     }
@@ -203,9 +218,15 @@ impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost> BudgetedPolicy<B> f
     fn estimation_reads(&self) -> Vec<f64> {
         self.reads.clone()
     }
+
+    fn boxed_clone(&self) -> Box<dyn BudgetedPolicy<B>> {
+        Box::new(self.clone())
+    }
 }
 
-impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost> AttentionHook<B> for Selector<B, E> {
+impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static> AttentionHook<B>
+    for Selector<B, E>
+{
     fn on_layer(&mut self, ctx: &LayerAttnCtx<'_, B>) -> Result<Option<LayerSelection<B>>> {
         let budget = self.cfg.budget;
         self.select_with_budget(ctx, budget)
@@ -220,7 +241,9 @@ impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost> AttentionHook<B> fo
     }
 }
 
-impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost> SelectionPolicy<B> for Selector<B, E> {
+impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static> SelectionPolicy<B>
+    for Selector<B, E>
+{
     fn policy_name(&self) -> String {
         self.est.name()
     }

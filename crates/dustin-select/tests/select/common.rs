@@ -15,6 +15,7 @@ pub fn dev() -> FlexDevice {
     FlexDevice
 }
 
+#[derive(Clone)]
 pub struct Synth {
     pub layers: usize,
     pub kvh: usize,

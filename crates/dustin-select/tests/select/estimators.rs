@@ -173,11 +173,14 @@ fn cfg() -> SelectConfig {
     }
 }
 
-fn prepared<E: ImportanceEstimator<B> + EstimationCost>(est: E) -> Run<E> {
+fn prepared<E: ImportanceEstimator<B> + EstimationCost + Clone + 'static>(est: E) -> Run<E> {
     prepared_with(est, cfg())
 }
 
-fn prepared_with<E: ImportanceEstimator<B> + EstimationCost>(est: E, cfg: SelectConfig) -> Run<E> {
+fn prepared_with<E: ImportanceEstimator<B> + EstimationCost + Clone + 'static>(
+    est: E,
+    cfg: SelectConfig,
+) -> Run<E> {
     let mut p = Selector::new(est, cfg).unwrap();
     let mut s = Synth::new(42, 2, 2, 6, 8, 2, 128);
     p.reset(2, 2);
@@ -186,7 +189,7 @@ fn prepared_with<E: ImportanceEstimator<B> + EstimationCost>(est: E, cfg: Select
 }
 
 /// One verification on `q` (first `n` queries of it) with contexts `lens`, then commit.
-fn verify_commit<E: ImportanceEstimator<B> + EstimationCost>(
+fn verify_commit<E: ImportanceEstimator<B> + EstimationCost + Clone + 'static>(
     r: &mut Run<E>,
     qs: &[Tensor<B, 4>],
     lens: &[usize],
@@ -235,7 +238,7 @@ fn seq_history(h: Tensor<B, 3>, seq: usize, len: usize) -> Vec<f32> {
 /// that only ever saw the accepted rows. With `refresh = 2` a fully accepted warm-up
 /// verification comes first, so the checked verification *reuses* the warm-up's selection
 /// (the estimator sees it through `observe_verify`) and the next one recomputes.
-fn rollback_case<E: ImportanceEstimator<B> + EstimationCost>(
+fn rollback_case<E: ImportanceEstimator<B> + EstimationCost + Clone + 'static>(
     make: impl Fn() -> E,
     history: impl Fn(&E, usize) -> Tensor<B, 3>,
     refresh: usize,

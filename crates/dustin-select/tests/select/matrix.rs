@@ -3,9 +3,10 @@
 //! commits, then a retain.
 
 use dustin_core::SelectionPolicy;
+use dustin_select::registry::build_budgeted;
 use dustin_select::{build, names, pyramid_budgets, SelectConfig};
 
-use crate::common::{check_selection, Synth, B};
+use crate::common::{check_selection, rows, Synth, B};
 
 const LAYERS: usize = 3;
 
@@ -160,5 +161,47 @@ fn pyramid_layer_with_no_free_budget_keeps_sinks_and_window() {
     assert_eq!(pyramid_budgets(&cfg, LAYERS, 20.0), vec![26, 17, 8]);
     for spec in ["pyramid(oracle)", "pyramid(dustin)", "pyramid(snapkv)"] {
         run(spec, 6, &cfg, [37, 58]);
+    }
+}
+
+#[test]
+fn a_clone_after_prefill_selects_like_the_original() {
+    let cfg = SelectConfig {
+        budget: 24,
+        n_sink: 2,
+        window: 6,
+        ..SelectConfig::default()
+    };
+    for spec in specs() {
+        let mut p = build_budgeted::<B>(&spec, &cfg, None).unwrap();
+        let mut s = Synth::new(3, LAYERS, 2, 6, 8, 2, 128);
+        let mut lens = vec![37usize, 58];
+        p.reset(2, LAYERS);
+        s.prefill(p.as_mut(), &lens, 16);
+        let mut q = p.boxed_clone();
+        let mut t = s.clone();
+        for it in 0..3 {
+            for (pol, syn) in [(&mut p, &mut s), (&mut q, &mut t)] {
+                if pol.wants_lookahead() {
+                    let la = syn.lookahead(2, *lens.iter().max().unwrap());
+                    pol.observe_lookahead(&la);
+                }
+                pol.begin_verify(it);
+            }
+            let a = s.verify(p.as_mut(), &[0, 1], &lens, 4);
+            let b = t.verify(q.as_mut(), &[0, 1], &lens, 4);
+            for (layer, (x, y)) in a.iter().zip(&b).enumerate() {
+                assert_eq!(
+                    x.as_ref().map(rows),
+                    y.as_ref().map(rows),
+                    "{spec} it {it} layer {layer}"
+                );
+            }
+            p.commit(&[1, 3]).unwrap();
+            q.commit(&[1, 3]).unwrap();
+            lens[0] += 2;
+            lens[1] += 4;
+        }
+        assert_eq!(p.estimation_reads(), q.estimation_reads(), "{spec}");
     }
 }
