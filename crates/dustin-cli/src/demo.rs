@@ -21,11 +21,12 @@ use serde::Serialize;
 use crate::backend::DeviceKind;
 use crate::CliError;
 
-/// The shipped prompt: "Looking Inward", the first essay of George Eliot's *Impressions of
-/// Theophrastus Such* (1879), Project Gutenberg eBook #10762, from the PG-19 test split
-/// (`../shared/data/pg19/10762.txt`), public domain; the whole essay (7,552 characters,
-/// 1,744 SmolLM2 tokens).
-pub const EXCERPT: &str = include_str!("../assets/excerpt_10762.txt");
+/// The shipped prompt: the opening of "A Niece of Snapshot Harry's", the first story of Bret
+/// Harte's *From Sand Hill to Pine* (1900), Project Gutenberg eBook #2544, from the PG-19
+/// test split (`../shared/data/pg19/2544.txt`), public domain: the story's title and its
+/// first 7,400 characters (1,929 SmolLM2 tokens), cut in the middle of a sentence ("There was
+/// no other light than") so that the continuation has a sentence to finish.
+pub const EXCERPT: &str = include_str!("../assets/excerpt_2544.txt");
 
 /// Arguments of `dustin demo`.
 #[derive(Debug, Args)]
@@ -39,9 +40,10 @@ pub struct DemoArgs {
     /// Tokens to generate per mode.
     #[arg(long, default_value_t = 64)]
     pub max_new_tokens: usize,
-    /// KV budget of the sparse modes: context tokens kept per layer and KV head (224 is
-    /// about 1/8 of the shipped excerpt, the budget ratio of the fidelity table).
-    #[arg(long, default_value_t = 224)]
+    /// KV budget of the sparse modes: context tokens kept per layer and KV head. 512 is
+    /// about 1/4 of the shipped excerpt: at 1/8 (256) SmolLM2-135M's greedy continuation
+    /// under every sparse selector drifts into loops within a few lines (docs/decisions.md).
+    #[arg(long, default_value_t = 512)]
     pub budget: usize,
     /// Draft tokens per iteration (gamma).
     #[arg(long, default_value_t = 4)]
@@ -68,8 +70,12 @@ pub struct ModeResult {
     pub tokens_per_sec: f64,
     /// Mean acceptance length (tokens per verification; 1 for autoregressive).
     pub mean_acceptance_length: f64,
-    /// KV fraction read per verification (selected / dense positions, target attention).
+    /// KV fraction read per verification by the target's attention (selected / dense
+    /// positions, summed over layers and KV heads).
     pub kv_fraction_read: f64,
+    /// KV fraction read per verification by the selector itself (estimation: for Dustin the
+    /// estimator heads' keys, for Quest the page summaries), same denominator.
+    pub estimation_fraction_read: f64,
     /// Share of positions equal to the dense autoregressive output.
     pub agreement_with_dense: f64,
     /// Tokens equal to the dense output before the first difference.
@@ -217,6 +223,7 @@ fn run_on<B: Backend>(args: &DemoArgs, dev: &B::Device) -> Result<(), CliError> 
             tokens_per_sec: s.tokens_per_sec,
             mean_acceptance_length: s.mean_acceptance_length,
             kv_fraction_read: s.mean_kv_read_fraction,
+            estimation_fraction_read: s.mean_estimation_read_fraction,
             agreement_with_dense: same as f64 / reference.len().max(1) as f64,
             identical_prefix: prefix,
             wall_secs: wall,
@@ -225,8 +232,8 @@ fn run_on<B: Backend>(args: &DemoArgs, dev: &B::Device) -> Result<(), CliError> 
             timeline,
         };
         eprintln!(
-            "      {:.2} tokens/s, acceptance length {:.2}, KV read {:.3}, agreement {:.3}, {:.1} s",
-            res.tokens_per_sec, res.mean_acceptance_length, res.kv_fraction_read, res.agreement_with_dense, res.wall_secs
+            "      {:.2} tokens/s, acceptance length {:.2}, KV read {:.3} (+ {:.3} estimation), agreement {:.3}, {:.1} s",
+            res.tokens_per_sec, res.mean_acceptance_length, res.kv_fraction_read, res.estimation_fraction_read, res.agreement_with_dense, res.wall_secs
         );
         results.push(res);
     }
@@ -236,6 +243,7 @@ fn run_on<B: Backend>(args: &DemoArgs, dev: &B::Device) -> Result<(), CliError> 
         "tokens/s",
         "mean acceptance length",
         "KV fraction read",
+        "+ estimation reads",
         "agreement with dense",
         "identical prefix",
         "wall time (s)",
@@ -247,6 +255,7 @@ fn run_on<B: Backend>(args: &DemoArgs, dev: &B::Device) -> Result<(), CliError> 
                 r.tokens_per_sec.into(),
                 r.mean_acceptance_length.into(),
                 r.kv_fraction_read.into(),
+                r.estimation_fraction_read.into(),
                 r.agreement_with_dense.into(),
                 (r.identical_prefix as f64).into(),
                 r.wall_secs.into(),

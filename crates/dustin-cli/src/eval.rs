@@ -645,6 +645,12 @@ impl<B: Backend> Verifier<B> for SharedVerifier<B> {
             .chain(p.tokens[0].iter().copied())
             .collect();
         self.base = self.cache.lens()[0];
+        let est_before = self
+            .policy
+            .estimation_reads()
+            .first()
+            .copied()
+            .unwrap_or(0.0);
         let (logits, reads, dense) = verify_pass(
             &self.model,
             &mut self.cache,
@@ -660,6 +666,18 @@ impl<B: Backend> Verifier<B> for SharedVerifier<B> {
                 1.0
             } else {
                 reads as f64 / dense as f64
+            }],
+            estimation_read_fraction: vec![if dense == 0 {
+                0.0
+            } else {
+                (self
+                    .policy
+                    .estimation_reads()
+                    .first()
+                    .copied()
+                    .unwrap_or(0.0)
+                    - est_before)
+                    / dense as f64
             }],
         })
     }

@@ -288,7 +288,7 @@ fn run_on<B: Backend>(args: &GenerateArgs, dev: &B::Device) -> Result<(), CliErr
             let s = &o.summary;
             eprintln!(
                 "speculative (gamma {}): {} iterations, mean acceptance length {:.2}, {} tokens in {:.2} s ({:.2} tokens/s); \
-                 draft {:.2} s, verify {:.2} s, accept {:.3} s, commit {:.3} s; prefill {:.2} s; KV fraction read {:.3}",
+                 draft {:.2} s, verify {:.2} s, accept {:.3} s, commit {:.3} s; prefill {:.2} s; KV fraction read {:.3} (+ {:.3} by the selector's estimation)",
                 args.gamma,
                 s.iterations,
                 s.mean_acceptance_length,
@@ -300,7 +300,8 @@ fn run_on<B: Backend>(args: &GenerateArgs, dev: &B::Device) -> Result<(), CliErr
                 s.accept_secs,
                 s.commit_secs,
                 s.prefill_secs,
-                s.mean_kv_read_fraction
+                s.mean_kv_read_fraction,
+                s.mean_estimation_read_fraction
             );
         }
     }

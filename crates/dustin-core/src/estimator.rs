@@ -181,6 +181,19 @@ pub trait ImportanceEstimator<B: Backend> {
         Ok(())
     }
 
+    /// On a verification that *reuses* a selection (after
+    /// [`observe_verify`](Self::observe_verify)): fresh scores made only from what the
+    /// estimator already holds, without reading the KV cache (for example `dustin`'s new
+    /// draft lookahead mixed with its last history), or `None` to reuse the earlier selection
+    /// extended by the new positions. Scores returned here go through the same top-k step as
+    /// [`score`](Self::score)'s. Default: `None`.
+    ///
+    /// # Errors
+    /// Whatever the implementation reports.
+    fn rescore_on_reuse(&mut self, _ctx: &ScoreCtx<'_, B>) -> Result<Option<Scores<B>>> {
+        Ok(None)
+    }
+
     /// Whether the estimator wants the layer's dense probabilities (see
     /// [`AttentionHook::wants_probs`]). Default: no.
     fn wants_probs(&self, _layer: usize, _phase: Phase) -> bool {
@@ -238,6 +251,15 @@ pub trait SelectionPolicy<B: Backend>: AttentionHook<B> {
     }
     /// Keeps only the sequences listed in `keep` (ascending).
     fn retain(&mut self, _keep: &[usize]) {}
+    /// The policy's own reads of the KV cache since the last [`reset`](Self::reset), per
+    /// sequence of the current batch, cumulative, in token-equivalents: one = the key and the
+    /// value vector of one context position of one KV head, what dense attention reads per
+    /// position and KV head (a key alone is half). These are the *estimation reads* (for
+    /// example the exact attention of estimator heads over the whole context) that a report
+    /// adds to the positions the selection makes the verifier read. Default: empty (no reads).
+    fn estimation_reads(&self) -> Vec<f64> {
+        Vec::new()
+    }
 }
 
 impl<B: Backend> SelectionPolicy<B> for DenseHook {
@@ -274,6 +296,9 @@ impl<B: Backend, P: SelectionPolicy<B> + ?Sized> SelectionPolicy<B> for Box<P> {
     }
     fn begin_verify(&mut self, iteration: usize) {
         (**self).begin_verify(iteration)
+    }
+    fn estimation_reads(&self) -> Vec<f64> {
+        (**self).estimation_reads()
     }
     fn commit(&mut self, accepted: &[usize]) -> Result<()> {
         (**self).commit(accepted)

@@ -43,6 +43,12 @@ pub struct Verification<B: Backend> {
     /// Context positions read per sequence by the target's attention, summed over layers and
     /// KV heads, divided by what dense attention would read (1.0 for dense verification).
     pub kv_read_fraction: Vec<f64>,
+    /// The selection policy's own reads of the KV cache during this verification (see
+    /// [`crate::SelectionPolicy::estimation_reads`]: for example the exact attention of
+    /// estimator heads over the whole context), per sequence, over the same denominator as
+    /// `kv_read_fraction`; 0.0 for a policy that reads nothing. A report's total KV read is
+    /// the sum of the two.
+    pub estimation_read_fraction: Vec<f64>,
 }
 
 /// What the engine gives the verifier for one verification.

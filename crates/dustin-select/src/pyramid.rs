@@ -156,10 +156,6 @@ impl<B: Backend, P: BudgetedPolicy<B> + Clone + 'static> BudgetedPolicy<B> for P
         self.inner.select_with_budget(ctx, b)
     }
 
-    fn estimation_reads(&self) -> Vec<f64> {
-        self.inner.estimation_reads()
-    }
-
     fn boxed_clone(&self) -> Box<dyn BudgetedPolicy<B>> {
         Box::new(self.clone())
     }
@@ -203,5 +199,8 @@ impl<B: Backend, P: BudgetedPolicy<B> + Clone + 'static> SelectionPolicy<B> for 
     }
     fn retain(&mut self, keep: &[usize]) {
         self.inner.retain(keep);
+    }
+    fn estimation_reads(&self) -> Vec<f64> {
+        self.inner.estimation_reads()
     }
 }

@@ -23,10 +23,6 @@ pub trait BudgetedPolicy<B: Backend>: SelectionPolicy<B> {
         budget: usize,
     ) -> Result<Option<LayerSelection<B>>>;
 
-    /// The estimator's own reads of the KV cache since the last reset, per sequence of the
-    /// current batch, in token-equivalents (see [`EstimationCost`]).
-    fn estimation_reads(&self) -> Vec<f64>;
-
     /// A copy of this policy in its current state (for example after prefill, so that two
     /// runs from one prefill need one prefill observation).
     fn boxed_clone(&self) -> Box<dyn BudgetedPolicy<B>>;
@@ -42,9 +38,6 @@ impl<B: Backend, P: BudgetedPolicy<B> + ?Sized> BudgetedPolicy<B> for Box<P> {
         budget: usize,
     ) -> Result<Option<LayerSelection<B>>> {
         (**self).select_with_budget(ctx, budget)
-    }
-    fn estimation_reads(&self) -> Vec<f64> {
-        (**self).estimation_reads()
     }
     fn boxed_clone(&self) -> Box<dyn BudgetedPolicy<B>> {
         (**self).boxed_clone()
@@ -181,11 +174,40 @@ impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static> B
             let sel = extend_selection(&c.sel, &c.lens, ctx.ctx_lens)?;
             self.est.observe_verify(&sctx)?;
             self.count_reads(ctx.ctx_lens, |e, l| e.observe_reads(ctx.layer, l, kvh, nh));
-            return Ok(Some(sel));
+            return match self.est.rescore_on_reuse(&sctx)? {
+                Some(scores) => self.top_k(scores, ctx, budget),
+                None => Ok(Some(sel)),
+            };
         }
         let scores = self.est.score(&sctx)?;
         self.count_reads(ctx.ctx_lens, |e, l| e.score_reads(ctx.layer, l, kvh, nh));
-        let sel = match scores {
+        let sel = self.top_k(scores, ctx, budget)?;
+        if self.cache.len() <= ctx.layer {
+            self.cache.resize_with(ctx.layer + 1, || None);
+        }
+        self.cache[ctx.layer] = sel.as_ref().map(|s| Cached {
+            sel: s.clone(),
+            lens: ctx.ctx_lens.to_vec(),
+            made_at: self.clock,
+            budget,
+        });
+        Ok(sel)
+    }
+
+    fn boxed_clone(&self) -> Box<dyn BudgetedPolicy<B>> {
+        Box::new(self.clone())
+    }
+}
+
+impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static> Selector<B, E> {
+    /// The top-k step over `scores` (`None`: dense).
+    fn top_k(
+        &self,
+        scores: Scores<B>,
+        ctx: &LayerAttnCtx<'_, B>,
+        budget: usize,
+    ) -> Result<Option<LayerSelection<B>>> {
+        Ok(match scores {
             Scores::Dense => None,
             Scores::Tokens(s) => {
                 let (got, want) = (s.dims(), ctx.k.dims()[1]);
@@ -202,25 +224,7 @@ impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static> B
                     self.cfg.keep_with_budget(budget),
                 )?)
             }
-        };
-        if self.cache.len() <= ctx.layer {
-            self.cache.resize_with(ctx.layer + 1, || None);
-        }
-        self.cache[ctx.layer] = sel.as_ref().map(|s| Cached {
-            sel: s.clone(),
-            lens: ctx.ctx_lens.to_vec(),
-            made_at: self.clock,
-            budget,
-        });
-        Ok(sel)
-    }
-
-    fn estimation_reads(&self) -> Vec<f64> {
-        self.reads.clone()
-    }
-
-    fn boxed_clone(&self) -> Box<dyn BudgetedPolicy<B>> {
-        Box::new(self.clone())
+        })
     }
 }
 
@@ -295,5 +299,9 @@ impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static> S
             .map(|&k| self.reads.get(k).copied().unwrap_or(0.0))
             .collect();
         self.invalidate();
+    }
+
+    fn estimation_reads(&self) -> Vec<f64> {
+        self.reads.clone()
     }
 }

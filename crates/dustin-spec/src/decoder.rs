@@ -61,6 +61,9 @@ pub struct IterationStats {
     pub commit_secs: f64,
     /// KV fraction read by the target per active sequence.
     pub kv_read_fraction: Vec<f64>,
+    /// The selection policy's own KV reads per active sequence, same unit
+    /// ([`dustin_core::Verification::estimation_read_fraction`]).
+    pub estimation_read_fraction: Vec<f64>,
 }
 
 /// Summary of a run.
@@ -88,8 +91,10 @@ pub struct SpecSummary {
     pub accept_secs: f64,
     /// Seconds committing, summed.
     pub commit_secs: f64,
-    /// Mean KV fraction read per verification.
+    /// Mean KV fraction read per verification by the target's attention (the selection).
     pub mean_kv_read_fraction: f64,
+    /// Mean KV fraction read per verification by the selection policy itself (estimation).
+    pub mean_estimation_read_fraction: f64,
 }
 
 /// Output of a run.
@@ -361,6 +366,7 @@ fn run<B: Backend, D: Drafter<B>, V: Verifier<B>>(
             accept_secs,
             commit_secs,
             kv_read_fraction: ver.kv_read_fraction.clone(),
+            estimation_read_fraction: ver.estimation_read_fraction.clone(),
         });
         active = keep.iter().map(|&k| active[k]).collect();
         iteration += 1;
@@ -380,6 +386,11 @@ fn run<B: Backend, D: Drafter<B>, V: Verifier<B>>(
         .flat_map(|i| i.kv_read_fraction.iter())
         .sum::<f64>()
         / seq_iters.max(1) as f64;
+    let estf: f64 = iters
+        .iter()
+        .flat_map(|i| i.estimation_read_fraction.iter())
+        .sum::<f64>()
+        / seq_iters.max(1) as f64;
     let summary = SpecSummary {
         iterations: iters.len(),
         mean_acceptance_length: tau,
@@ -393,6 +404,7 @@ fn run<B: Backend, D: Drafter<B>, V: Verifier<B>>(
         accept_secs: iters.iter().map(|i| i.accept_secs).sum(),
         commit_secs: iters.iter().map(|i| i.commit_secs).sum(),
         mean_kv_read_fraction: kvf,
+        mean_estimation_read_fraction: estf,
     };
     Ok(SpecOutput {
         tokens: out,

@@ -128,6 +128,7 @@ impl<B: Backend, P: SelectionPolicy<B>> Verifier<B> for ModelVerifier<B, P> {
             }
         }
         self.policy.begin_verify(ctx.iteration);
+        let est_before = self.policy.estimation_reads();
         let model = self.model.clone();
         let mut cache = self
             .cache
@@ -161,9 +162,25 @@ impl<B: Backend, P: SelectionPolicy<B>> Verifier<B> for ModelVerifier<B, P> {
             .zip(&out.ctx_dense)
             .map(|(&r, &d)| if d == 0 { 1.0 } else { r as f64 / d as f64 })
             .collect();
+        let est_after = self.policy.estimation_reads();
+        let estimation_read_fraction = out
+            .ctx_dense
+            .iter()
+            .enumerate()
+            .map(|(s, &d)| {
+                let e = est_after.get(s).copied().unwrap_or(0.0)
+                    - est_before.get(s).copied().unwrap_or(0.0);
+                if d == 0 {
+                    0.0
+                } else {
+                    e / d as f64
+                }
+            })
+            .collect();
         Ok(Verification {
             logits,
             kv_read_fraction,
+            estimation_read_fraction,
         })
     }
 

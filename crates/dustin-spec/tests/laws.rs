@@ -375,3 +375,73 @@ fn prefix_prefill_gives_the_same_output() {
         .unwrap();
     assert_eq!(o.tokens, reference);
 }
+
+/// A dense policy that reports `PER_LAYER` token-equivalents of estimation reads per layer and
+/// sequence at every verification: the verifier must report them over the dense reads.
+#[derive(Debug, Default)]
+struct CountingPolicy {
+    reads: Vec<f64>,
+}
+
+const PER_LAYER: f64 = 3.0;
+
+impl dustin_core::AttentionHook<B> for CountingPolicy {
+    fn on_layer(
+        &mut self,
+        ctx: &dustin_core::LayerAttnCtx<'_, B>,
+    ) -> dustin_core::Result<Option<dustin_core::LayerSelection<B>>> {
+        if ctx.phase == Phase::Decode {
+            self.reads.iter_mut().for_each(|r| *r += PER_LAYER);
+        }
+        Ok(None)
+    }
+}
+
+impl dustin_core::SelectionPolicy<B> for CountingPolicy {
+    fn policy_name(&self) -> String {
+        "counting".into()
+    }
+    fn reset(&mut self, batch: usize, _num_layers: usize) {
+        self.reads = vec![0.0; batch];
+    }
+    fn estimation_reads(&self) -> Vec<f64> {
+        self.reads.clone()
+    }
+}
+
+#[test]
+fn estimation_reads_are_reported_per_verification_over_the_dense_reads() {
+    let target = model("qwen2-tied");
+    let (layers, kvh) = (target.config.num_hidden_layers, target.config.kv_heads());
+    let (gamma, max_new) = (2usize, 7usize);
+    let extra = max_new + 2 * (gamma + 2);
+    let drafter = ModelDrafter::new(target.clone(), None, extra);
+    let verifier = ModelVerifier::new(target.clone(), CountingPolicy::default(), extra, 96);
+    let mut dec = SpeculativeDecoder::new(drafter, verifier);
+    let cfg = SpecConfig {
+        gamma,
+        max_new_tokens: max_new,
+        ..SpecConfig::default()
+    };
+    let o = dec
+        .generate(&prompts(), &cfg, None, &mut |_, _| {})
+        .expect("spec");
+    // draft == target: every draft accepted, so verification i of sequence s starts from a
+    // context of prompt_len + 1 + i (gamma + 1) - 1 committed positions (the pending token
+    // is among the new ones)
+    let lens: Vec<usize> = prompts().iter().map(Vec::len).collect();
+    assert!(!o.iterations.is_empty());
+    for (i, it) in o.iterations.iter().enumerate() {
+        assert_eq!(it.accepted, vec![gamma; 3], "iteration {i}: all accepted");
+        for (s, &f) in it.estimation_read_fraction.iter().enumerate() {
+            let ctx = lens[s] + i * (gamma + 1);
+            let want = PER_LAYER / (kvh * ctx) as f64;
+            assert!(
+                (f - want).abs() < 1e-12,
+                "iteration {i}, sequence {s}: {f} vs {want} ({layers} layers)"
+            );
+        }
+    }
+    let mean = o.summary.mean_estimation_read_fraction;
+    assert!(mean > 0.0 && mean < PER_LAYER / kvh as f64, "{mean}");
+}

@@ -99,6 +99,12 @@ pub struct DustinConfig {
     /// when the selection is recomputed (a quarter of the reads at `refresh = 4`), with a
     /// history that skips the reusing verifications.
     pub history_on_reuse: bool,
+    /// With `history_on_reuse = false`: whether a verification that reuses a selection still
+    /// re-ranks it with the draft's new lookahead mixed with the last history (no KV reads:
+    /// the lookahead comes from drafting, the history is held), instead of reusing the old
+    /// selection as it is. Default `true`: our addition (docs/fidelity.md, "Lazy history");
+    /// the lookahead of the tokens being verified is the freshest signal there is.
+    pub lookahead_on_reuse: bool,
 }
 
 impl Default for DustinConfig {
@@ -111,6 +117,7 @@ impl Default for DustinConfig {
             obs_window: 32,
             calib_top_k: None,
             history_on_reuse: true,
+            lookahead_on_reuse: true,
         }
     }
 }
@@ -393,6 +400,27 @@ impl<B: Backend> Dustin<B> {
     }
 }
 
+impl<B: Backend> Dustin<B> {
+    /// `alpha * lookahead + (1 - alpha) * history`, each normalised over the free range of
+    /// the first `c` positions; `history` is `[batch, kv_heads, >= c]`.
+    fn mix(&self, ctx: &ScoreCtx<'_, B>, history: Tensor<B, 3>, c: usize) -> Result<Scores<B>> {
+        let a = ctx.attn;
+        let [b, kvh, _] = history.dims();
+        let device = history.device();
+        let mask = free_mask::<B>(a.ctx_lens, c, keep_rule(ctx), &device);
+        let hist_n = normalise_on(history.narrow(2, 0, c), &mask);
+        if self.alpha == 0.0 {
+            return Ok(Scores::Tokens(hist_n));
+        }
+        let la = lookahead_for(self.lookahead.as_ref(), b, c)?.reshape([b, 1, c]);
+        let la_n = normalise_on(la, &mask).expand([b, kvh, c]);
+        let alpha = self.alpha as f32;
+        Ok(Scores::Tokens(
+            la_n.mul_scalar(alpha) + hist_n.mul_scalar(1.0 - alpha),
+        ))
+    }
+}
+
 /// The keep rule of the top-k step this score feeds.
 fn keep_rule<B: Backend>(ctx: &ScoreCtx<'_, B>) -> KeepRule {
     KeepRule {
@@ -488,17 +516,22 @@ impl<B: Backend> ImportanceEstimator<B> for Dustin<B> {
         );
         let provisional = hist.mul_scalar(self.cfg.beta.powi(n as i32) as f32)
             + (contrib * wts).sum_dim(2).reshape([b, kvh, l]);
-        let mask = free_mask::<B>(a.ctx_lens, c, keep_rule(ctx), &device);
-        let hist_n = normalise_on(provisional.narrow(2, 0, c), &mask);
-        if self.alpha == 0.0 {
-            return Ok(Scores::Tokens(hist_n));
+        self.mix(ctx, provisional, c)
+    }
+
+    fn rescore_on_reuse(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<Option<Scores<B>>> {
+        if self.cfg.history_on_reuse
+            || !self.cfg.lookahead_on_reuse
+            || self.alpha == 0.0
+            || self.lookahead.is_none()
+        {
+            return Ok(None);
         }
-        let la = lookahead_for(self.lookahead.as_ref(), b, c)?.reshape([b, 1, c]);
-        let la_n = normalise_on(la, &mask).expand([b, kvh, c]);
-        let alpha = self.alpha as f32;
-        Ok(Scores::Tokens(
-            la_n.mul_scalar(alpha) + hist_n.mul_scalar(1.0 - alpha),
-        ))
+        let a = ctx.attn;
+        let c = max_ctx(a)?;
+        let [b, kvh, l, _] = a.k.dims();
+        let hist = self.history_at(a.layer, b, kvh, l, &a.k.device())?;
+        self.mix(ctx, hist, c).map(Some)
     }
 
     fn observe_verify(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<()> {

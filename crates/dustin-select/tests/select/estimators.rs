@@ -581,3 +581,71 @@ fn quest_cached_bounds_match_the_uncached_page_scores() {
         len += accepted + 1;
     }
 }
+
+// ---------------------------------------------------------------- lazy history, fresh lookahead
+
+/// With `refresh = 4` and `history_on_reuse = false`, a verification that reuses a selection
+/// reads nothing of the KV cache; with `lookahead_on_reuse` it re-ranks with the new
+/// lookahead (a position the lookahead puts all its mass on, outside the old selection, gets
+/// in), without it the old selection is extended as it is (that position stays out).
+#[test]
+fn lazy_dustin_reranks_a_reused_selection_with_the_new_lookahead_without_reads() {
+    let cfg = SelectConfig {
+        refresh: 4,
+        refresh_on_accept_drop: None,
+        ..cfg()
+    };
+    for rerank in [true, false] {
+        let mut s = Synth::new(5, 2, 2, 3, 8, 2, 128);
+        let knobs = serde_json::json!({"history_on_reuse": false, "lookahead_on_reuse": rerank});
+        let mut p = build_budgeted::<B>("dustin", &cfg, Some(knobs)).unwrap();
+        p.reset(2, 2);
+        s.prefill(p.as_mut(), &LENS, 16);
+        let la = s.lookahead(2, LENS[1]);
+        p.observe_lookahead(&la);
+        p.begin_verify(0);
+        let first = s.verify(p.as_mut(), &[0, 1], &LENS, GAMMA1);
+        p.commit(&[0, 0]).unwrap();
+        let reads = p.estimation_reads();
+        assert!(
+            reads.iter().all(|&r| r > 0.0),
+            "the first verification scores: {reads:?}"
+        );
+        // a free position (past the 2 sinks, before the 6-token window) the first selection
+        // left out at layer 0, sequence 0, on both KV heads
+        let lens2 = [LENS[0] + 1, LENS[1] + 1];
+        let old = rows(first[0].as_ref().unwrap());
+        let pos = (2..lens2[0] - 6)
+            .find(|p| !old[0][0].contains(p) && !old[0][1].contains(p))
+            .expect("a free position outside the old selection");
+        let mut v = vec![0.0f32; 2 * lens2[1]];
+        v[pos] = 1.0;
+        v[lens2[1] + pos] = 1.0;
+        let la2 = Tensor::<B, 2>::from_data(TensorData::new(v, [2, lens2[1]]), &dev());
+        p.observe_lookahead(&la2);
+        p.begin_verify(1);
+        let second = s.verify(p.as_mut(), &[0, 1], &lens2, GAMMA1);
+        assert_eq!(
+            p.estimation_reads(),
+            reads,
+            "a reusing verification reads nothing"
+        );
+        let new = rows(second[0].as_ref().unwrap());
+        for (kv, row) in new[0].iter().enumerate() {
+            assert_eq!(
+                row.contains(&pos),
+                rerank,
+                "lookahead_on_reuse {rerank}: kv head {kv} {row:?}"
+            );
+        }
+        if !rerank {
+            continue; // an extended selection grows by the committed positions
+        }
+        check_selection(
+            second[0].as_ref().unwrap(),
+            &lens2,
+            cfg.keep_with_budget(24),
+            "re-ranked",
+        );
+    }
+}
