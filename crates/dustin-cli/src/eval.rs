@@ -180,10 +180,11 @@ struct SelectorSpec {
 
 impl SelectorSpec {
     /// The selector config at `budget`: the `dustin` family (`dustin`, `history-only` and
-    /// their pyramids) starts from the recommended config (`recommended_select_config`: a new selection every
-    /// verification since the tuning in docs/fidelity.md; early refresh when
-    /// acceptance halves), every baseline from the defaults (recomputed every verification,
-    /// its own rule); `--select` overrides either.
+    /// their pyramids) starts from the recommended config (`recommended_select_config`: a
+    /// new selection every second verification, re-ranked with the new lookahead in between,
+    /// as tuned in docs/fidelity.md; early refresh when acceptance halves), every baseline
+    /// from the defaults (recomputed every verification, its own rule); `--select` overrides
+    /// either.
     fn select_config(&self, budget: usize) -> Result<SelectConfig, CliError> {
         let dustin_family = self.spec.contains("dustin") || self.spec.contains("history-only");
         let mut cfg = if dustin_family {
@@ -212,16 +213,14 @@ impl SelectorSpec {
             .map_err(|e| CliError::Usage(format!("selector {}: {e}", self.label)))
     }
 
-    /// What identifies this selector's results (spec and configs), hashed into store keys.
-    fn fingerprint(&self) -> String {
-        format!(
-            "{}|{}|{}",
-            self.spec,
-            self.knobs.as_ref().map_or(String::new(), |v| v.to_string()),
-            self.select
-                .as_ref()
-                .map_or(String::new(), |v| v.to_string())
-        )
+    /// What identifies this selector's results at `budget`, hashed into store keys: the spec
+    /// and the *resolved* configs (defaults included), so that a changed default recomputes.
+    fn fingerprint(&self, budget: usize) -> Result<String, CliError> {
+        let est = dustin_select::registry::resolved_config(&self.spec, self.knobs.clone())
+            .map_err(|e| CliError::Usage(format!("selector {}: {e}", self.label)))?;
+        let sel = serde_json::to_value(self.select_config(budget)?)
+            .map_err(|e| CliError::Usage(e.to_string()))?;
+        Ok(format!("{}|{est}|{sel}", self.spec))
     }
 }
 
@@ -331,16 +330,16 @@ fn row_key(
     budget: usize,
     sel: &SelectorSpec,
     args: &FidelityArgs,
-) -> String {
-    format!(
+) -> Result<String, CliError> {
+    Ok(format!(
         "{book}|ctx={ctx}|budget={budget}|{}|W={}|g={}|spec={}|draft={}|{:016x}",
         sel.label,
         args.windows,
         args.gamma,
         args.spec_tokens,
         args.draft,
-        fnv(&sel.fingerprint())
-    )
+        fnv(&sel.fingerprint(budget)?)
+    ))
 }
 
 // ------------------------------------------------------------------------------- hooks
@@ -853,7 +852,7 @@ fn fidelity<B: Backend>(args: &FidelityArgs, dev: &B::Device) -> Result<(), CliE
         for &n in &args.ctx {
             for (_, bs) in &budgets {
                 for s in &sels {
-                    if !store.is_done(&row_key(&b.id, n, bs.tokens(n), s, args)) {
+                    if !store.is_done(&row_key(&b.id, n, bs.tokens(n), s, args)?) {
                         todo += 1;
                     }
                 }
@@ -917,7 +916,7 @@ fn fidelity<B: Backend>(args: &FidelityArgs, dev: &B::Device) -> Result<(), CliE
             for (bl, bs) in &budgets {
                 let budget = bs.tokens(n);
                 for s in &sels {
-                    let key = row_key(&book.id, n, budget, s, args);
+                    let key = row_key(&book.id, n, budget, s, args)?;
                     if store.is_done(&key) {
                         continue;
                     }
@@ -1334,7 +1333,7 @@ fn report(
             for (si, s) in sels.iter().enumerate() {
                 let mut agg = Agg::default();
                 for b in books {
-                    if let Some(r) = rows.get(&row_key(&b.id, n, budget, s, args)) {
+                    if let Some(r) = rows.get(&row_key(&b.id, n, budget, s, args)?) {
                         agg.add(r);
                     }
                 }

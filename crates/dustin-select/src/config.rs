@@ -23,7 +23,7 @@ pub struct SelectConfig {
     pub window: usize,
     /// Verifications a selection is reused for (the multi-step verification window of
     /// DESIGN.md): 1 = recompute at every verification. Default 1 so that every baseline is
-    /// measured at its own rule; the `dustin` estimator's recommended config uses 4
+    /// measured at its own rule; the `dustin` estimator's recommended config uses 2
     /// (see [`crate::estimators::dustin::recommended_select_config`]).
     pub refresh: usize,
     /// Recompute early when an iteration's mean accepted count (over the batch) falls below

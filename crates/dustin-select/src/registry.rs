@@ -101,6 +101,58 @@ pub fn build_budgeted<B: Backend>(
     build_selector(spec, cfg, estimator_cfg)
 }
 
+/// The estimator config `spec` (`name` or `pyramid(<name>)`) runs with: `estimator_cfg` over
+/// the estimator's defaults, as JSON (under `"pyramid"` for the wrapper's own knobs). What a
+/// report or a results store records, so that a changed default is a different run.
+///
+/// # Errors
+/// As [`build_with`], except validation.
+pub fn resolved_config(
+    spec: &str,
+    estimator_cfg: Option<serde_json::Value>,
+) -> Result<serde_json::Value, SelectError> {
+    let spec = spec.trim();
+    if let Some(inner) = spec
+        .strip_prefix("pyramid(")
+        .and_then(|s| s.strip_suffix(')'))
+    {
+        let mut value = estimator_cfg;
+        let pcfg = match value
+            .as_mut()
+            .and_then(|v| v.as_object_mut())
+            .and_then(|o| o.remove("pyramid"))
+        {
+            Some(p) => parse::<PyramidConfig>(spec, Some(p))?,
+            None => PyramidConfig::default(),
+        };
+        let mut out = resolved_config(inner, value)?;
+        let p = to_json(spec, &pcfg)?;
+        if let Some(o) = out.as_object_mut() {
+            o.insert("pyramid".into(), p);
+        }
+        return Ok(out);
+    }
+    match spec {
+        "dense" | "streaming" | "h2o" | "oracle" | "draft-only" => {
+            to_json(spec, &parse::<NoConfig>(spec, estimator_cfg)?)
+        }
+        "snapkv" => to_json(spec, &parse::<SnapKvConfig>(spec, estimator_cfg)?),
+        "quest" => to_json(spec, &parse::<QuestConfig>(spec, estimator_cfg)?),
+        "dustin" | "history-only" => to_json(spec, &parse::<DustinConfig>(spec, estimator_cfg)?),
+        _ => Err(SelectError::UnknownName {
+            name: spec.to_string(),
+            known: NAMES.join(", "),
+        }),
+    }
+}
+
+fn to_json<T: serde::Serialize>(name: &str, v: &T) -> Result<serde_json::Value, SelectError> {
+    serde_json::to_value(v).map_err(|source| SelectError::Config {
+        name: name.to_string(),
+        source,
+    })
+}
+
 fn parse<T: DeserializeOwned + Default>(
     name: &str,
     value: Option<serde_json::Value>,

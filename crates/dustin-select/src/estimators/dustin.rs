@@ -45,18 +45,18 @@ use super::prompt::{max_ctx, prefill_seq, PromptRows};
 use crate::attn::{fit_last, free_mask, grouped_probs, head_probs, normalise_on};
 use crate::{EstimationCost, KeepRule, SelectConfig};
 
-/// The recommended refresh of a `dustin` selection: 1, a new selection at every verification.
+/// The recommended refresh of a `dustin` selection: 2, a new selection every second
+/// verification, with the default [`DustinConfig`] (`history_on_reuse = false`,
+/// `lookahead_on_reuse = true`): the estimator heads are read only when the selection is
+/// recomputed, and the verification in between re-ranks it with the draft's new lookahead and
+/// the last history, reading nothing.
 ///
-/// DESIGN.md's multi-step verification window reuses a selection for several verifications
-/// to save estimation work; here the estimator heads are read at every verification anyway
-/// (so that the history follows every verified token, see
-/// [`ImportanceEstimator::observe_verify`]), so reuse saves only the top-k step, while the
-/// stale selection costs fidelity: on SmolLM2-135M at 4096 tokens (docs/fidelity.md, 3 PG-19
-/// books) going from 4 to 1 cut KL(dense || sparse) from 0.142 to 0.022 at a 1/8 budget and
-/// from 0.240 to 0.070 at 1/16, for the same KV reads. `refresh > 1` with
-/// [`DustinConfig::history_on_reuse`] `= false` is the cheap variant (a quarter of the
-/// estimator reads at 4) and was measured too.
-pub const RECOMMENDED_REFRESH: usize = 1;
+/// Measured on SmolLM2-135M at 4096 tokens, 3 PG-19 books (docs/fidelity.md, "Tuning"):
+/// refresh 1 has KL(dense || sparse) 0.022 (budget 1/8) and 0.070 (1/16) for 0.25 of a dense
+/// read in estimation; refresh 2 as here 0.024 and 0.082 for half of that (0.13); refresh 4,
+/// 0.061 and 0.123 (0.06); refresh 4 without the lookahead re-ranking, 0.141 and 0.237.
+/// DESIGN.md's multi-step verification window is this reuse.
+pub const RECOMMENDED_REFRESH: usize = 2;
 
 /// The recommended [`SelectConfig`] for `dustin` at `budget`: a new selection every
 /// [`RECOMMENDED_REFRESH`] verifications, or earlier when acceptance halves (0.5: our choice;
@@ -94,10 +94,11 @@ pub struct DustinConfig {
     /// (`budget - n_sink - window`), i.e. what the top-k step will choose.
     pub calib_top_k: Option<usize>,
     /// Whether a verification that reuses a selection (`refresh > 1`) still feeds the
-    /// history (the estimator heads' attention, read every verification). Default `true`:
-    /// the history then follows every verified token; `false` reads the estimator heads only
-    /// when the selection is recomputed (a quarter of the reads at `refresh = 4`), with a
-    /// history that skips the reusing verifications.
+    /// history (the estimator heads' attention, read every verification). Default `false`:
+    /// the estimator heads are read only when the selection is recomputed (half the reads at
+    /// `refresh = 2`), with a history that skips the reusing verifications; `true` makes the
+    /// history follow every verified token at the full read cost (measured in
+    /// docs/fidelity.md: the reuse then saves only the top-k step).
     pub history_on_reuse: bool,
     /// With `history_on_reuse = false`: whether a verification that reuses a selection still
     /// re-ranks it with the draft's new lookahead mixed with the last history (no KV reads:
@@ -116,7 +117,7 @@ impl Default for DustinConfig {
             heads: None,
             obs_window: 32,
             calib_top_k: None,
-            history_on_reuse: true,
+            history_on_reuse: false,
             lookahead_on_reuse: true,
         }
     }

@@ -242,6 +242,7 @@ fn rollback_case<E: ImportanceEstimator<B> + EstimationCost + Clone + 'static>(
     make: impl Fn() -> E,
     history: impl Fn(&E, usize) -> Tensor<B, 3>,
     refresh: usize,
+    history_on_reuse: bool,
 ) {
     let cfg = SelectConfig { refresh, ..cfg() };
     let accepted = [1usize, 2];
@@ -267,7 +268,7 @@ fn rollback_case<E: ImportanceEstimator<B> + EstimationCost + Clone + 'static>(
     // gamma + 1 queries, sequence b keeps accepted[b] + 1 of them
     let sels = verify_commit(&mut full, &qs, &lens, GAMMA1, &la, &accepted);
     let hist_full: Vec<Tensor<B, 3>> = (0..2).map(|l| history(full.p.estimator(), l)).collect();
-    if warm {
+    if warm && history_on_reuse {
         for layer in 0..2 {
             // the reused selection is the warm-up's, extended by the warm-up's tokens
             for seq in 0..2 {
@@ -322,25 +323,46 @@ fn rollback_case<E: ImportanceEstimator<B> + EstimationCost + Clone + 'static>(
     }
 }
 
+/// The default config (lazy history, re-ranked reuse) and the one whose history follows
+/// every verification.
+fn rollback_configs() -> [(DustinConfig, bool); 2] {
+    [
+        (DustinConfig::default(), false),
+        (
+            DustinConfig {
+                history_on_reuse: true,
+                ..DustinConfig::default()
+            },
+            true,
+        ),
+    ]
+}
+
 #[test]
 fn dustin_rolls_back_rejected_rows() {
     for refresh in [1, 2] {
-        rollback_case(
-            || Dustin::<B>::new(DustinConfig::default(), &cfg()).unwrap(),
-            |e, l| e.history(l).expect("history"),
-            refresh,
-        );
+        for (c, on_reuse) in rollback_configs() {
+            rollback_case(
+                || Dustin::<B>::new(c.clone(), &cfg()).unwrap(),
+                |e, l| e.history(l).expect("history"),
+                refresh,
+                on_reuse,
+            );
+        }
     }
 }
 
 #[test]
 fn history_only_rolls_back_rejected_rows() {
     for refresh in [1, 2] {
-        rollback_case(
-            || HistoryOnly::<B>::with_config(DustinConfig::default()).unwrap(),
-            |e, l| e.inner().history(l).expect("history"),
-            refresh,
-        );
+        for (c, on_reuse) in rollback_configs() {
+            rollback_case(
+                || HistoryOnly::<B>::with_config(c.clone()).unwrap(),
+                |e, l| e.inner().history(l).expect("history"),
+                refresh,
+                on_reuse,
+            );
+        }
     }
 }
 

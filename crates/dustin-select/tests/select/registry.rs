@@ -142,3 +142,29 @@ fn pyramid_budgets_shrink_and_keep_the_total() {
         "beta 1 = uniform"
     );
 }
+
+#[test]
+fn resolved_config_fills_defaults_and_names_unknown_selectors() {
+    use dustin_select::registry::resolved_config;
+    let v = resolved_config(
+        "pyramid(dustin)",
+        Some(json!({"alpha": 0.3, "pyramid": {"beta": 10.0}})),
+    )
+    .unwrap();
+    assert_eq!(v["alpha"], json!(0.3), "given knob kept");
+    assert_eq!(v["beta"], json!(0.8), "missing knob takes Dustin's default");
+    assert_eq!(v["history_on_reuse"], json!(false));
+    assert_eq!(
+        v["pyramid"]["beta"],
+        json!(10.0),
+        "wrapper knobs under `pyramid`"
+    );
+    assert_eq!(resolved_config("h2o", None).unwrap(), json!({}));
+    assert_eq!(
+        resolved_config("quest", None).unwrap(),
+        json!({"page_size": 16})
+    );
+    let err = resolved_config("quests", None).unwrap_err().to_string();
+    assert!(err.contains("quests") && err.contains("quest"), "{err}");
+    assert!(resolved_config("snapkv", Some(json!({"kernal": 7}))).is_err());
+}
