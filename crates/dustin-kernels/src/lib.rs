@@ -237,11 +237,7 @@ pub fn check_attn(q: [usize; 4], k: [usize; 4], ctx_lens: &[usize]) -> Result<At
         ));
     }
     if n == 0 || n > MAX_NEW {
-        return Err(KernelError::invalid(
-            "n_new",
-            format!("1 ..= {MAX_NEW}"),
-            n,
-        ));
+        return Err(KernelError::invalid("n_new", format!("1 ..= {MAX_NEW}"), n));
     }
     if d == 0 {
         return Err(KernelError::invalid("head_dim", "at least 1", d));
@@ -330,7 +326,11 @@ pub fn check_heads(heads: &[usize], q_heads: usize) -> Result<()> {
 ///
 /// # Errors
 /// [`KernelError::Shape`] / [`KernelError::InvalidInput`].
-pub fn check_top_k(scores: [usize; 3], ctx_lens: &[usize], keep: Keep) -> Result<(Vec<usize>, usize)> {
+pub fn check_top_k(
+    scores: [usize; 3],
+    ctx_lens: &[usize],
+    keep: Keep,
+) -> Result<(Vec<usize>, usize)> {
     let [b, h, c] = scores;
     let cmax = ctx_lens.iter().copied().max().unwrap_or(0);
     if b != ctx_lens.len() || c < cmax {
@@ -359,7 +359,12 @@ pub fn check_top_k(scores: [usize; 3], ctx_lens: &[usize], keep: Keep) -> Result
 ///
 /// # Errors
 /// [`KernelError::InvalidInput`].
-pub fn check_pages(ctx_lens: &[usize], batch: usize, capacity: usize, page_size: usize) -> Result<usize> {
+pub fn check_pages(
+    ctx_lens: &[usize],
+    batch: usize,
+    capacity: usize,
+    page_size: usize,
+) -> Result<usize> {
     if page_size == 0 {
         return Err(KernelError::invalid("page_size", "at least 1", 0));
     }
@@ -381,3 +386,62 @@ pub fn check_pages(ctx_lens: &[usize], batch: usize, capacity: usize, page_size:
     Ok(c.div_ceil(page_size).max(1))
 }
 
+impl KernelOps for burn_flex::Flex {
+    fn verify_attention(
+        q: Tensor<Self, 4>,
+        k: Tensor<Self, 4>,
+        v: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        scale: f32,
+    ) -> Result<Tensor<Self, 4>> {
+        plain::verify_attention(q, k, v, ctx_lens, scale)
+    }
+
+    fn sparse_verify_attention(
+        q: Tensor<Self, 4>,
+        k: Tensor<Self, 4>,
+        v: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        indices: Tensor<Self, 3, Int>,
+        counts: &[usize],
+        scale: f32,
+    ) -> Result<Tensor<Self, 4>> {
+        plain::sparse_verify_attention(q, k, v, ctx_lens, indices, counts, scale)
+    }
+
+    fn head_subset_scores(
+        q: Tensor<Self, 4>,
+        k: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        heads: &[usize],
+        scale: f32,
+    ) -> Result<Tensor<Self, 3>> {
+        plain::head_subset_scores(q, k, ctx_lens, heads, scale)
+    }
+
+    fn quest_page_bounds(
+        k: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        page_size: usize,
+    ) -> Result<(Tensor<Self, 4>, Tensor<Self, 4>)> {
+        plain::quest_page_bounds(k, ctx_lens, page_size)
+    }
+
+    fn quest_page_scores(
+        q: Tensor<Self, 4>,
+        kmin: Tensor<Self, 4>,
+        kmax: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        page_size: usize,
+    ) -> Result<Tensor<Self, 3>> {
+        plain::quest_page_scores(q, kmin, kmax, ctx_lens, page_size)
+    }
+
+    fn top_k_positions(
+        scores: Tensor<Self, 3>,
+        ctx_lens: &[usize],
+        keep: Keep,
+    ) -> Result<Positions<Self>> {
+        plain::top_k_positions(scores, ctx_lens, keep)
+    }
+}

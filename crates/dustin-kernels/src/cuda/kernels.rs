@@ -8,7 +8,8 @@
 //! `P V` accumulates in WMMA fragments, warp `w` owning output columns `d/4 * w ..`.
 //! The running maximum of a row is only moved when a tile's maximum exceeds it by more than
 //! [`RESCALE_SLACK`] (so the accumulators are rescaled rarely; `exp(s - m)` stays below
-//! `e^8` and the final normalisation is exact).
+//! `e^8` and the final normalisation is exact). Masked logits and empty maxima are `f32::MIN`
+//! (CubeCL's C++ output has no spelling for an infinite constant).
 
 use cubecl::cmma::{self, MatrixIdent, MatrixLayout};
 use cubecl::prelude::*;
@@ -66,10 +67,10 @@ pub fn split_kernel<F: Float, I: Int, N: Size>(
     let sst = comptime![TILE + 4];
     let pst = comptime![TILE + 8];
     let cpw = comptime![d / 64];
-    let vsize = comptime![if score { 1usize } else { TILE * (d + 8) }];
-    let psize = comptime![if score { 1usize } else { 16 * mt * (TILE + 8) }];
+    let vsize = comptime![if score { 16usize } else { TILE * (d + 8) }];
+    let psize = comptime![if score { 16usize } else { 16 * mt * (TILE + 8) }];
     let n = n_new as usize;
-    let neg_inf = f32::new(f32::NEG_INFINITY);
+    let lowest = f32::new(f32::MIN);
 
     let tstride = table.stride(0);
     let kvh = u32::cast_from(table[slot * tstride]) as usize;
@@ -87,12 +88,12 @@ pub fn split_kernel<F: Float, I: Int, N: Size>(
         end = total;
     }
 
-    let mut qs = SharedMemory::<F>::new(rows * sq);
-    let mut ks = SharedMemory::<F>::new(TILE * sq);
-    let mut vs = SharedMemory::<F>::new(vsize);
-    let mut ss = SharedMemory::<f32>::new(rows * sst);
-    let mut ps = SharedMemory::<F>::new(psize);
-    let mut stage = SharedMemory::<f32>::new(1024usize);
+    let mut qs = SharedMemory::<F>::new_aligned(rows * sq, 32usize);
+    let mut ks = SharedMemory::<F>::new_aligned(TILE * sq, 32usize);
+    let mut vs = SharedMemory::<F>::new_aligned(vsize, 32usize);
+    let mut ss = SharedMemory::<f32>::new_aligned(rows * sst, 32usize);
+    let mut ps = SharedMemory::<F>::new_aligned(psize, 32usize);
+    let mut stage = SharedMemory::<f32>::new_aligned(1024usize, 32usize);
     let mut mref = SharedMemory::<f32>::new(rows);
     let mut lsum = SharedMemory::<f32>::new(rows);
     let mut alpha = SharedMemory::<f32>::new(rows);
@@ -116,7 +117,7 @@ pub fn split_kernel<F: Float, I: Int, N: Size>(
         e += THREADS;
     }
     if tid < rows {
-        mref[tid] = neg_inf;
+        mref[tid] = lowest;
         lsum[tid] = 0.0;
         alpha[tid] = 1.0;
     }
@@ -284,8 +285,8 @@ pub fn split_kernel<F: Float, I: Int, N: Size>(
             let rvalid = rg < rtot;
             let vis0 = rvalid && kneed[lane] <= i;
             let vis1 = rvalid && kneed[lane + 32] <= i;
-            let mut s0 = neg_inf;
-            let mut s1 = neg_inf;
+            let mut s0 = lowest;
+            let mut s1 = lowest;
             if vis0 {
                 s0 = ss[rr * sst + lane] * scale;
             }
@@ -294,8 +295,8 @@ pub fn split_kernel<F: Float, I: Int, N: Size>(
             }
             if score {
                 if rvalid {
-                    let lrow = ((b * slots as usize + slot) * rowblocks * rows + rg)
-                        * lmax as usize;
+                    let lrow =
+                        ((b * slots as usize + slot) * rowblocks * rows + rg) * lmax as usize;
                     if kneed[lane] < 1073741824u32 {
                         logits[lrow + kpos[lane] as usize] = s0;
                     }
@@ -316,10 +317,10 @@ pub fn split_kernel<F: Float, I: Int, N: Size>(
             }
             let mut p0 = 0.0f32;
             let mut p1 = 0.0f32;
-            if s0 > neg_inf {
+            if s0 > lowest {
                 p0 = (s0 - mnew).exp();
             }
-            if s1 > neg_inf {
+            if s1 > lowest {
                 p1 = (s1 - mnew).exp();
             }
             if comptime![!score] {
@@ -331,7 +332,7 @@ pub fn split_kernel<F: Float, I: Int, N: Size>(
                 let mut a = 1.0f32;
                 if mnew > mold {
                     a = (mold - mnew).exp();
-                    if mold > neg_inf {
+                    if mold > lowest {
                         flag[0usize] = 1;
                     }
                 }
@@ -466,7 +467,7 @@ pub fn combine_kernel<F: Float, I: Int>(
     if rg < hcount * n {
         let rpad = rpad as usize;
         let base = (b * slots as usize + slot) * splits as usize * rpad + rg;
-        let mut mmax = f32::new(f32::NEG_INFINITY);
+        let mut mmax = f32::new(f32::MIN);
         for s in 0..splits as usize {
             let m = pm[base + s * rpad];
             if m > mmax {
@@ -477,7 +478,7 @@ pub fn combine_kernel<F: Float, I: Int>(
         let mut acc = 0.0f32;
         for s in 0..splits as usize {
             let m = pm[base + s * rpad];
-            if m > f32::NEG_INFINITY {
+            if m > f32::new(f32::MIN) {
                 let w = (m - mmax).exp();
                 l += pl[base + s * rpad] * w;
                 acc += pacc[(base + s * rpad) * d + c] * w;
@@ -528,7 +529,7 @@ pub fn score_reduce_kernel<I: Int>(
     }
     if tid < rtot {
         let base = (b * slots as usize + slot) * splits as usize * rpad + tid;
-        let mut mmax = f32::new(f32::NEG_INFINITY);
+        let mut mmax = f32::new(f32::MIN);
         for s in 0..splits as usize {
             let m = pm[base + s * rpad];
             if m > mmax {
@@ -538,7 +539,7 @@ pub fn score_reduce_kernel<I: Int>(
         let mut l = 0.0f32;
         for s in 0..splits as usize {
             let m = pm[base + s * rpad];
-            if m > f32::NEG_INFINITY {
+            if m > f32::new(f32::MIN) {
                 l += pl[base + s * rpad] * (m - mmax).exp();
             }
         }
@@ -554,7 +555,7 @@ pub fn score_reduce_kernel<I: Int>(
             let lbase = (b * slots as usize + slot) * rpad * lmax + pos;
             for r in 0..rtot {
                 let s = logits[lbase + r * lmax];
-                if s > f32::NEG_INFINITY {
+                if s > f32::new(f32::MIN) {
                     acc += (s - mrow[r]).exp() / lrow[r];
                 }
             }
@@ -603,7 +604,8 @@ pub fn page_bounds_kernel<F: Float, I: Int>(
                 }
             }
         }
-        let o = b * kmin.stride(0) + h * kmin.stride(1) + page * kmin.stride(2) + c * kmin.stride(3);
+        let o =
+            b * kmin.stride(0) + h * kmin.stride(1) + page * kmin.stride(2) + c * kmin.stride(3);
         kmin[o] = mn;
         kmax[o] = mx;
         c += CUBE_DIM_X as usize;
@@ -649,7 +651,7 @@ pub fn page_scores_kernel<F: Float, I: Int>(
         let ctx_b = u32::cast_from(ctx[b]) as usize;
         let mut best = 0.0f32;
         if page * (page_size as usize) < ctx_b {
-            best = f32::new(f32::NEG_INFINITY);
+            best = f32::new(f32::MIN);
             let base = b * kmin.stride(0) + h * kmin.stride(1) + page * kmin.stride(2);
             for r in 0..rows {
                 let mut s = 0.0f32;
@@ -689,6 +691,10 @@ fn select_key<F: Float>(x: F, forced: bool) -> u32 {
         }
         if s < lo {
             s = lo;
+        }
+        if s == f32::new(0.0) {
+            // -0 ranks with +0
+            s = f32::new(0.0);
         }
         let bits = u32::reinterpret(s);
         if bits >= 0x8000_0000u32 {
@@ -843,7 +849,12 @@ pub fn topk_kernel<F: Float, I: Int>(
 
 /// Fills a float tensor with `value` (used to poison outputs before a checked run).
 #[cube(launch)]
-pub fn fill_kernel<F: Float>(out: &mut Tensor<F>, value: f32, len: u32, #[define(F)] _dtype: StorageType) {
+pub fn fill_kernel<F: Float>(
+    out: &mut Tensor<F>,
+    value: f32,
+    len: u32,
+    #[define(F)] _dtype: StorageType,
+) {
     let i = ABSOLUTE_POS as usize;
     if i < len as usize {
         out[i] = F::cast_from(value);

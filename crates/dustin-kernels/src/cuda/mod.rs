@@ -19,9 +19,7 @@ use burn_cubecl::{
     kernel::into_contiguous, ops::numeric::empty_device_dtype, tensor::CubeTensor, BoolElement,
     CubeBackend, FloatElement, IntElement,
 };
-use burn_tensor::{
-    backend::Backend, DType, Int, Shape, Tensor, TensorData, TensorPrimitive,
-};
+use burn_tensor::{backend::Backend, DType, Int, Shape, Tensor, TensorData, TensorPrimitive};
 use cubecl::cuda::CudaRuntime;
 use cubecl::prelude::*;
 
@@ -94,7 +92,12 @@ fn poison(t: &Ct) {
 }
 
 fn empty(t: &Ct, shape: Vec<usize>, dtype: DType) -> Ct {
-    let out = empty_device_dtype(t.client.clone(), t.device.clone(), Shape::from(shape), dtype);
+    let out = empty_device_dtype(
+        t.client.clone(),
+        t.device.clone(),
+        Shape::from(shape),
+        dtype,
+    );
     poison(&out);
     out
 }
@@ -104,7 +107,8 @@ fn int_tensor<F: FloatElement, I: IntElement, BT: BoolElement, const D: usize>(
     shape: [usize; D],
     device: &<Cube<F, I, BT> as burn_tensor::backend::BackendTypes>::Device,
 ) -> Ct {
-    Tensor::<Cube<F, I, BT>, D, Int>::from_data(TensorData::new(vals, shape), device).into_primitive()
+    Tensor::<Cube<F, I, BT>, D, Int>::from_data(TensorData::new(vals, shape), device)
+        .into_primitive()
 }
 
 fn ctx_tensor<F: FloatElement, I: IntElement, BT: BoolElement>(
@@ -295,7 +299,9 @@ fn attention<F: FloatElement, I: IntElement, BT: BoolElement>(
     check_dtype("k", k.dtype)?;
     check_dtype("v", v.dtype)?;
     if k.dtype != q.dtype || v.dtype != q.dtype {
-        return Err(KernelError::Unsupported("q, k, v of different dtypes".into()));
+        return Err(KernelError::Unsupported(
+            "q, k, v of different dtypes".into(),
+        ));
     }
     let (k, v) = (rows_ready(k), rows_ready(v));
     let g = dims.group();
@@ -442,7 +448,11 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         let id = table.dtype;
         kernels::score_reduce_kernel::launch::<CudaRuntime>(
             &client,
-            CubeCount::Static(dims.keys.div_ceil(256) as u32, dims.kv_heads as u32, b as u32),
+            CubeCount::Static(
+                dims.keys.div_ceil(256) as u32,
+                dims.kv_heads as u32,
+                b as u32,
+            ),
             CubeDim::new_1d(256),
             parts.pm.into_tensor_arg(),
             parts.pl.into_tensor_arg(),
@@ -541,7 +551,9 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         let client = q.client.clone();
         let (fd, id) = (q.dtype, ctx.dtype);
         if kmin.dtype != fd || kmax.dtype != fd {
-            return Err(KernelError::Unsupported("q and bounds of different dtypes".into()));
+            return Err(KernelError::Unsupported(
+                "q and bounds of different dtypes".into(),
+            ));
         }
         kernels::page_scores_kernel::launch::<CudaRuntime>(
             &client,
