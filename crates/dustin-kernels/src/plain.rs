@@ -29,6 +29,21 @@ fn causal_mask<B: Backend>(
     Tensor::from_data(TensorData::new(m, [b, 1, 1, n, l]), device)
 }
 
+/// The first `l` cache positions with every slot at or past `ctx_lens[b] + n` zeroed (stale
+/// slots may hold anything, NaN too; masked scores alone would turn NaN into NaN).
+fn live_keys<B: Backend>(t: Tensor<B, 4>, ctx_lens: &[usize], n: usize, l: usize) -> Tensor<B, 4> {
+    let [b, h, _, d] = t.dims();
+    let device = t.device();
+    let mut stale = Vec::with_capacity(b * l);
+    for &c in ctx_lens {
+        stale.extend((0..l).map(|p| p >= c + n));
+    }
+    let stale =
+        Tensor::<B, 4, burn_tensor::Bool>::from_data(TensorData::new(stale, [b, 1, l, 1]), &device)
+            .expand([b, h, l, d]);
+    t.narrow(2, 0, l).mask_fill(stale, 0.0)
+}
+
 fn check_v(k: [usize; 4], v: [usize; 4]) -> Result<()> {
     if k == v {
         Ok(())
@@ -63,8 +78,8 @@ pub fn verify_attention<B: Backend>(
         dims.group(),
     );
     let device = q.device();
-    let kk = k.narrow(2, 0, l);
-    let vv = v.narrow(2, 0, l);
+    let kk = live_keys(k, ctx_lens, n, l);
+    let vv = live_keys(v, ctx_lens, n, l);
     let scores = q
         .reshape([b, kvh, g * n, d])
         .matmul(kk.swap_dims(2, 3))
@@ -196,7 +211,7 @@ pub fn head_subset_scores<B: Backend>(
     let kh = Tensor::<B, 1, Int>::from_data(TensorData::new(kh, [e]), &device);
     let logits = q
         .select(1, qh)
-        .matmul(k.narrow(2, 0, l).select(1, kh).swap_dims(2, 3))
+        .matmul(live_keys(k, ctx_lens, n, l).select(1, kh).swap_dims(2, 3))
         .mul_scalar(scale)
         .reshape([b, e, 1, n, l])
         + causal_mask::<B>(ctx_lens, n, l, &device);

@@ -4,6 +4,9 @@
 //! Layouts are row-major and as in the crate docs: `q` `[batch, q_heads, n_new, head_dim]`,
 //! `k`, `v` `[batch, kv_heads, capacity, head_dim]`.
 
+// Plain index loops mirror the formulas.
+#![allow(clippy::needless_range_loop, clippy::too_many_arguments)]
+
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

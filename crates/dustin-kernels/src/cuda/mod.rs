@@ -65,7 +65,7 @@ fn check_dtype(name: &'static str, dt: DType) -> Result<()> {
 /// Contiguous last dim, row stride a multiple of [`NV`] (else a contiguous copy).
 fn rows_ready(t: Ct) -> Ct {
     let s = t.meta.strides();
-    let ok = s[3] == 1 && s[2] % NV == 0 && s[1] % NV == 0 && s[0] % NV == 0;
+    let ok = s[3] == 1 && s[..3].iter().all(|x| x.is_multiple_of(NV));
     if ok {
         t
     } else {
@@ -268,13 +268,15 @@ fn check_kernel_dims(dims: &AttnDims) -> Result<()> {
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
+/// A sparse selection: indices `[batch, kv_heads, budget]` and counts.
+type Selection<'a, F, I, BT> = (Tensor<Cube<F, I, BT>, 3, Int>, &'a [usize]);
+
 fn attention<F: FloatElement, I: IntElement, BT: BoolElement>(
     q: Tensor<Cube<F, I, BT>, 4>,
     k: Tensor<Cube<F, I, BT>, 4>,
     v: Tensor<Cube<F, I, BT>, 4>,
     ctx_lens: &[usize],
-    sel: Option<(Tensor<Cube<F, I, BT>, 3, Int>, &[usize])>,
+    sel: Option<Selection<'_, F, I, BT>>,
     scale: f32,
 ) -> Result<Tensor<Cube<F, I, BT>, 4>> {
     let dims = check_attn(q.dims(), k.dims(), ctx_lens)?;
@@ -409,10 +411,10 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         let g = dims.group();
         let mut slots: Vec<(usize, Vec<usize>)> = Vec::new();
         let mut kv2slot = vec![-1i64; dims.kv_heads];
-        for kv in 0..dims.kv_heads {
+        for (kv, slot) in kv2slot.iter_mut().enumerate() {
             let hs: Vec<usize> = heads.iter().copied().filter(|&h| h / g == kv).collect();
             if !hs.is_empty() {
-                kv2slot[kv] = slots.len() as i64;
+                *slot = slots.len() as i64;
                 slots.push((kv, hs));
             }
         }
