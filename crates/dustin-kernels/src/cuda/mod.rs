@@ -102,13 +102,44 @@ fn empty(t: &Ct, shape: Vec<usize>, dtype: DType) -> Ct {
     out
 }
 
+/// Small integer tables (lengths, head tables, counts) uploaded once per distinct content and
+/// device: a decode step calls every layer with the same lengths, and a host-to-device copy
+/// per call costs more than the kernels at small sizes. At most [`INT_CACHE`] entries (FIFO);
+/// the kernels only read these tensors.
+const INT_CACHE: usize = 64;
+
+type IntKey = (Vec<i64>, Vec<usize>, String);
+
+thread_local! {
+    static INTS: std::cell::RefCell<std::collections::VecDeque<(IntKey, Ct)>> =
+        const { std::cell::RefCell::new(std::collections::VecDeque::new()) };
+}
+
 fn int_tensor<F: FloatElement, I: IntElement, BT: BoolElement, const D: usize>(
     vals: Vec<i64>,
     shape: [usize; D],
     device: &<Cube<F, I, BT> as burn_tensor::backend::BackendTypes>::Device,
 ) -> Ct {
-    Tensor::<Cube<F, I, BT>, D, Int>::from_data(TensorData::new(vals, shape), device)
-        .into_primitive()
+    let key: IntKey = (vals, shape.to_vec(), format!("{device:?}/{:?}", I::dtype()));
+    if let Some(t) = INTS.with(|c| {
+        c.borrow()
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, t)| t.clone())
+    }) {
+        return t;
+    }
+    let t: Ct =
+        Tensor::<Cube<F, I, BT>, D, Int>::from_data(TensorData::new(key.0.clone(), shape), device)
+            .into_primitive();
+    INTS.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() >= INT_CACHE {
+            c.pop_front();
+        }
+        c.push_back((key, t.clone()));
+    });
+    t
 }
 
 fn ctx_tensor<F: FloatElement, I: IntElement, BT: BoolElement>(
