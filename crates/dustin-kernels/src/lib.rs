@@ -16,7 +16,7 @@
 //!   sinks and recent window, ties to the lower index, ascending output.
 //!
 //! Implementations: [`burn_flex::Flex`] (plain Burn ops and host code, f32; the CPU path CI
-//! tests against [`reference`]) and, behind the `cuda` feature,
+//! tests against [`reference`](mod@reference)) and, behind the `cuda` feature,
 //! `burn_cubecl::CubeBackend<CudaRuntime, F, I, BT>` (CubeCL kernels, bf16/f16 in, f32
 //! accumulation; see [`cuda`](crate#cuda-kernels)).
 //!
