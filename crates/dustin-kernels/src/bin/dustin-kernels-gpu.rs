@@ -1,0 +1,563 @@
+//! GPU check and benchmark of the dustin-kernels CUDA ops (built with `--features cuda`,
+//! staged by `cargo run -p xtask -- gpu-kernels`).
+//!
+//! - `check`: every op against the float64 references of `dustin_kernels::reference` on fresh
+//!   random bf16 inputs, outputs poisoned with NaN first, stale cache slots NaN, odd sizes.
+//!   Bound: normwise relative error `max|out - ref| / max|ref| < 1e-2`; top-k must match
+//!   exactly. Exit code 1 on any failure.
+//! - `bench`: Qwen2.5-7B / 72B attention shapes, batch 1 / 8 / 16, context 8k / 16k / 32k,
+//!   5 query tokens: dense, sparse at budgets 512 / 1024 / 2048 (+4 sinks +64 window),
+//!   head-subset scoring of two query heads over one KV head's keys, top-k; microseconds per
+//!   layer and TB/s of KV read. JSON lines go to `--json PATH` as well.
+
+use std::io::Write;
+use std::time::Instant;
+
+use burn_tensor::{backend::Backend, Distribution, Int, Tensor, TensorData};
+use dustin_kernels::reference::{self, Dims, Sel};
+use dustin_kernels::{Keep, KernelOps};
+
+type B = burn_cuda::Cuda<half::bf16, i32>;
+
+const BOUND: f64 = 1e-2;
+
+fn dev() -> burn_cuda::CudaDevice {
+    burn_cuda::CudaDevice::default()
+}
+
+fn to_f32<const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+    t.into_data()
+        .convert::<f32>()
+        .to_vec::<f32>()
+        .unwrap_or_default()
+}
+
+fn upload<const D: usize>(v: Vec<f32>, shape: [usize; D]) -> Tensor<B, D> {
+    Tensor::from_data(TensorData::new(v, shape), &dev())
+}
+
+struct Case {
+    name: &'static str,
+    batch: usize,
+    q_heads: usize,
+    kv_heads: usize,
+    n: usize,
+    d: usize,
+    ctx: Vec<usize>,
+    /// key scale grows along the context (exercises the rare rescale path)
+    ramp: bool,
+}
+
+struct Report {
+    failures: usize,
+    lines: Vec<String>,
+}
+
+impl Report {
+    fn add(&mut self, case: &str, op: &str, err: f64, bound: f64) {
+        let ok = err < bound;
+        if !ok {
+            self.failures += 1;
+        }
+        let line = format!(
+            "{case:<28} {op:<26} max rel err {err:>10.3e}  bound {bound:.0e}  {}",
+            if ok { "ok" } else { "FAIL" }
+        );
+        println!("{line}");
+        self.lines.push(line);
+    }
+}
+
+fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
+    let want = |name: &str| op == "all" || op == name;
+    let cap = c.ctx.iter().max().copied().unwrap_or(0) + c.n + 7;
+    let dims = Dims {
+        batch: c.batch,
+        q_heads: c.q_heads,
+        kv_heads: c.kv_heads,
+        n_new: c.n,
+        head_dim: c.d,
+        capacity: cap,
+    };
+    let scale = 1.0 / (c.d as f64).sqrt();
+    let q = reference::random_bf16(c.batch * c.q_heads * c.n * c.d, 2.0, seed);
+    let mut k = reference::random_bf16(c.batch * c.kv_heads * cap * c.d, 2.0, seed + 1);
+    let mut v = reference::random_bf16(c.batch * c.kv_heads * cap * c.d, 1.0, seed + 2);
+    for b in 0..c.batch {
+        for h in 0..c.kv_heads {
+            for p in 0..cap {
+                let o = ((b * c.kv_heads + h) * cap + p) * c.d;
+                for x in 0..c.d {
+                    if p >= c.ctx[b] + c.n {
+                        // stale slots: must never be read
+                        k[o + x] = f32::NAN;
+                        v[o + x] = f32::NAN;
+                    } else if c.ramp {
+                        let f = 1.0 + 6.0 * p as f32 / cap as f32;
+                        k[o + x] = half::bf16::from_f32(k[o + x] * f).to_f32();
+                    }
+                }
+            }
+        }
+    }
+    let qt = upload(q.clone(), [c.batch, c.q_heads, c.n, c.d]);
+    let kt = upload(k.clone(), [c.batch, c.kv_heads, cap, c.d]);
+    let vt = upload(v.clone(), [c.batch, c.kv_heads, cap, c.d]);
+
+    // dense
+    if want("dense") {
+        let r = reference::attention(&q, &k, &v, &dims, &c.ctx, scale, None);
+        match B::verify_attention(qt.clone(), kt.clone(), vt.clone(), &c.ctx, scale as f32) {
+            Ok(o) => rep.add(c.name, "dense", reference::rel_err(&to_f32(o), &r), BOUND),
+            Err(e) => rep.add(c.name, &format!("dense error {e}"), f64::INFINITY, BOUND),
+        }
+    }
+
+    // sparse: a budget below the contexts and one above all of them
+    let cmax = c.ctx.iter().max().copied().unwrap_or(0);
+    for budget in [cmax / 3 + 1, cmax + 50] {
+        if !want("sparse") {
+            break;
+        }
+        let (idx, counts) =
+            reference::random_selection(c.batch, c.kv_heads, budget, &c.ctx, seed + 3);
+        let r = reference::attention(
+            &q,
+            &k,
+            &v,
+            &dims,
+            &c.ctx,
+            scale,
+            Some(Sel {
+                indices: &idx,
+                budget,
+                counts: &counts,
+            }),
+        );
+        let it = Tensor::<B, 3, Int>::from_data(
+            TensorData::new(idx.clone(), [c.batch, c.kv_heads, budget]),
+            &dev(),
+        );
+        let op = format!("sparse budget {budget}");
+        match B::sparse_verify_attention(
+            qt.clone(),
+            kt.clone(),
+            vt.clone(),
+            &c.ctx,
+            it,
+            &counts,
+            scale as f32,
+        ) {
+            Ok(o) => rep.add(c.name, &op, reference::rel_err(&to_f32(o), &r), BOUND),
+            Err(e) => rep.add(c.name, &format!("{op} error {e}"), f64::INFINITY, BOUND),
+        }
+    }
+
+    // head-subset scores: a head of KV head 0, two of the last KV head
+    let g = c.q_heads / c.kv_heads;
+    let mut heads = vec![1 % g, c.q_heads - 1, c.q_heads - g];
+    heads.dedup();
+    if want("scores") {
+        let r = reference::head_scores(&q, &k, &dims, &c.ctx, &heads, scale);
+        let scores = B::head_subset_scores(qt.clone(), kt.clone(), &c.ctx, &heads, scale as f32);
+        match scores {
+            Ok(s) => {
+                let host = to_f32(s.clone());
+                rep.add(
+                    c.name,
+                    "head-subset scores",
+                    reference::rel_err(&host, &r),
+                    BOUND,
+                );
+                // top-k of those f32 scores, exact
+                let keep = Keep {
+                    budget: (cmax / 4).max(80),
+                    n_sink: 4,
+                    window: 16,
+                };
+                let l = cmax + c.n;
+                topk_check(
+                    c.name,
+                    "top-k (f32 scores)",
+                    s,
+                    &host,
+                    c.batch,
+                    c.kv_heads,
+                    l,
+                    &c.ctx,
+                    keep,
+                    rep,
+                );
+            }
+            Err(e) => rep.add(c.name, &format!("scores error {e}"), f64::INFINITY, BOUND),
+        }
+    }
+
+    // quest
+    let page = 16;
+    let pages = cmax.div_ceil(page).max(1);
+    if want("quest") {
+        let (mn, mx) = reference::page_bounds(&k, &dims, &c.ctx, page, pages);
+        match B::quest_page_bounds(kt.clone(), &c.ctx, page) {
+            Ok((a, bnd)) => {
+                let (ha, hb) = (to_f32(a.clone()), to_f32(bnd.clone()));
+                let e = reference::rel_err(&ha, &mn).max(reference::rel_err(&hb, &mx));
+                rep.add(c.name, "quest page bounds", e, 1e-6);
+                let r = reference::page_scores(&q, &mn, &mx, &dims, &c.ctx, page, pages);
+                match B::quest_page_scores(qt.clone(), a, bnd, &c.ctx, page) {
+                    Ok(s) => rep.add(
+                        c.name,
+                        "quest page scores",
+                        reference::rel_err(&to_f32(s), &r),
+                        BOUND,
+                    ),
+                    Err(e) => rep.add(
+                        c.name,
+                        &format!("quest scores error {e}"),
+                        f64::INFINITY,
+                        BOUND,
+                    ),
+                }
+            }
+            Err(e) => rep.add(
+                c.name,
+                &format!("quest bounds error {e}"),
+                f64::INFINITY,
+                BOUND,
+            ),
+        }
+    }
+
+    // top-k of bf16 scores: many ties (bf16 has 8 mantissa bits), some NaN and inf
+    if !want("topk") {
+        return;
+    }
+    let l = cmax + 3;
+    let mut s = reference::random_bf16(c.batch * c.kv_heads * l, 1.0, seed + 9);
+    for (i, x) in s.iter_mut().enumerate() {
+        *x = (*x * 8.0).round() / 8.0;
+        if i % 97 == 5 {
+            *x = f32::NAN;
+        }
+        if i % 89 == 7 {
+            *x = f32::INFINITY;
+        }
+    }
+    let st = upload(s.clone(), [c.batch, c.kv_heads, l]);
+    let keep = Keep {
+        budget: cmax / 2 + 5,
+        n_sink: 4,
+        window: 64,
+    };
+    topk_check(
+        c.name,
+        "top-k (bf16, ties, NaN)",
+        st,
+        &s,
+        c.batch,
+        c.kv_heads,
+        l,
+        &c.ctx,
+        keep,
+        rep,
+    );
+}
+
+#[allow(clippy::too_many_arguments)]
+fn topk_check(
+    case: &str,
+    op: &str,
+    scores: Tensor<B, 3>,
+    host: &[f32],
+    batch: usize,
+    heads: usize,
+    l: usize,
+    ctx: &[usize],
+    keep: Keep,
+    rep: &mut Report,
+) {
+    let want = reference::top_k(host, batch, heads, l, ctx, keep);
+    match B::top_k_positions(scores, ctx, keep) {
+        Ok(p) => {
+            let kk = p.indices.dims()[2];
+            let got: Vec<i64> = p
+                .indices
+                .into_data()
+                .convert::<i64>()
+                .to_vec::<i64>()
+                .unwrap_or_default();
+            let mut bad = 0usize;
+            for (r, w) in want.iter().enumerate() {
+                let b = r / heads;
+                let row = &got[r * kk..(r + 1) * kk];
+                let cnt = p.counts[b];
+                let ok = cnt == w.len()
+                    && row[..cnt].iter().zip(w).all(|(&g, &x)| g as usize == x)
+                    && row[cnt..].iter().all(|&g| g == 0);
+                if !ok {
+                    bad += 1;
+                }
+            }
+            rep.add(
+                case,
+                &format!("{op}: {bad} bad rows"),
+                if bad == 0 { 0.0 } else { 1.0 },
+                0.5,
+            );
+        }
+        Err(e) => rep.add(case, &format!("{op} error {e}"), f64::INFINITY, 0.5),
+    }
+}
+
+fn check(op: &str) -> usize {
+    dustin_kernels::cuda::set_poison_outputs(true);
+    let cases = [
+        Case {
+            name: "g7 n1 d128 ragged",
+            batch: 3,
+            q_heads: 14,
+            kv_heads: 2,
+            n: 1,
+            d: 128,
+            ctx: vec![1000, 77, 2049],
+            ramp: false,
+        },
+        Case {
+            name: "g7 n5 d128 ragged",
+            batch: 3,
+            q_heads: 14,
+            kv_heads: 2,
+            n: 5,
+            d: 128,
+            ctx: vec![1000, 77, 2049],
+            ramp: false,
+        },
+        Case {
+            name: "g7 n16 d128 (2 row blocks)",
+            batch: 2,
+            q_heads: 14,
+            kv_heads: 2,
+            n: 16,
+            d: 128,
+            ctx: vec![1500, 0],
+            ramp: false,
+        },
+        Case {
+            name: "g5 n5 d128 ramp (rescale)",
+            batch: 2,
+            q_heads: 20,
+            kv_heads: 4,
+            n: 5,
+            d: 128,
+            ctx: vec![3001, 130],
+            ramp: true,
+        },
+        Case {
+            name: "g8 n16 d128 (72B rows)",
+            batch: 1,
+            q_heads: 16,
+            kv_heads: 2,
+            n: 16,
+            d: 128,
+            ctx: vec![4099],
+            ramp: false,
+        },
+        Case {
+            name: "g3 n5 d64",
+            batch: 2,
+            q_heads: 9,
+            kv_heads: 3,
+            n: 5,
+            d: 64,
+            ctx: vec![500, 33],
+            ramp: false,
+        },
+    ];
+    let mut rep = Report {
+        failures: 0,
+        lines: Vec::new(),
+    };
+    for (i, c) in cases.iter().enumerate() {
+        check_case(c, 1000 * i as u64 + 17, op, &mut rep);
+    }
+    dustin_kernels::cuda::set_poison_outputs(false);
+    println!(
+        "check: {} results, {} failures",
+        rep.lines.len(),
+        rep.failures
+    );
+    rep.failures
+}
+
+/// Microseconds per call, averaged over `iters` after `warm` warm-up calls.
+fn time_us(warm: usize, iters: usize, mut f: impl FnMut()) -> f64 {
+    for _ in 0..warm {
+        f();
+    }
+    let _ = B::sync(&dev());
+    let t = Instant::now();
+    for _ in 0..iters {
+        f();
+    }
+    let _ = B::sync(&dev());
+    t.elapsed().as_secs_f64() * 1e6 / iters as f64
+}
+
+fn selection(
+    batch: usize,
+    kvh: usize,
+    ctx: usize,
+    budget: usize,
+    seed: u64,
+) -> (Tensor<B, 3, Int>, Vec<usize>) {
+    // 4 sinks, 64 window, `budget` others at random (ascending)
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let cnt = (budget + 68).min(ctx);
+    let mut idx = Vec::with_capacity(batch * kvh * cnt);
+    for _ in 0..batch * kvh {
+        let mut row: Vec<i64> = (0..4).chain(ctx as i64 - 64..ctx as i64).collect();
+        let mut seen: std::collections::HashSet<i64> = row.iter().copied().collect();
+        while row.len() < cnt {
+            let p = rng.random_range(4..ctx as i64 - 64);
+            if seen.insert(p) {
+                row.push(p);
+            }
+        }
+        row.sort_unstable();
+        idx.extend(row);
+    }
+    (
+        Tensor::from_data(TensorData::new(idx, [batch, kvh, cnt]), &dev()),
+        vec![cnt; batch],
+    )
+}
+
+fn bench(json: Option<&str>, quick: bool) {
+    let mut out = json.and_then(|p| std::fs::File::create(p).ok());
+    let models = [("7B", 28usize, 4usize), ("72B", 64, 8)];
+    let batches: &[usize] = if quick { &[8] } else { &[1, 8, 16] };
+    let ctxs: &[usize] = if quick {
+        &[32768]
+    } else {
+        &[8192, 16384, 32768]
+    };
+    let (n, d) = (5usize, 128usize);
+    let scale = 1.0 / (d as f32).sqrt();
+    println!("| model | B | ctx | dense us | dense TB/s | sparse 512 us | sparse 1024 us | sparse 2048 us | dense/sparse1024 | score 1 kv head us | dense/score | top-k us |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for (name, hq, kvh) in models {
+        for &b in batches {
+            for &ctx in ctxs {
+                let cap = ctx + n;
+                let q =
+                    Tensor::<B, 4>::random([b, hq, n, d], Distribution::Uniform(-1.0, 1.0), &dev());
+                let k = Tensor::<B, 4>::random(
+                    [b, kvh, cap, d],
+                    Distribution::Uniform(-1.0, 1.0),
+                    &dev(),
+                );
+                let v = Tensor::<B, 4>::random(
+                    [b, kvh, cap, d],
+                    Distribution::Uniform(-1.0, 1.0),
+                    &dev(),
+                );
+                let lens = vec![ctx; b];
+                let kv_bytes = |keys: usize| (2 * b * kvh * keys * d * 2) as f64;
+                let iters = 20;
+                let dense = time_us(3, iters, || {
+                    let _ = B::verify_attention(q.clone(), k.clone(), v.clone(), &lens, scale);
+                });
+                let mut sparse = Vec::new();
+                for budget in [512usize, 1024, 2048] {
+                    let (idx, counts) = selection(b, kvh, ctx, budget, budget as u64);
+                    let t = time_us(3, iters, || {
+                        let _ = B::sparse_verify_attention(
+                            q.clone(),
+                            k.clone(),
+                            v.clone(),
+                            &lens,
+                            idx.clone(),
+                            &counts,
+                            scale,
+                        );
+                    });
+                    sparse.push((budget, counts[0], t));
+                }
+                let heads = [0usize, 1];
+                let score = time_us(3, iters, || {
+                    let _ = B::head_subset_scores(q.clone(), k.clone(), &lens, &heads, scale);
+                });
+                let sc =
+                    Tensor::<B, 3>::random([b, kvh, ctx], Distribution::Uniform(0.0, 1.0), &dev());
+                let keep = Keep {
+                    budget: 1024 + 68,
+                    n_sink: 4,
+                    window: 64,
+                };
+                let topk = time_us(2, 10, || {
+                    let _ = B::top_k_positions(sc.clone(), &lens, keep);
+                });
+                let dense_tbs = kv_bytes(ctx + n) / dense / 1e6;
+                println!(
+                    "| {name} | {b} | {ctx} | {dense:.1} | {dense_tbs:.2} | {:.1} | {:.1} | {:.1} | {:.1}x | {score:.1} | {:.1}x | {topk:.1} |",
+                    sparse[0].2,
+                    sparse[1].2,
+                    sparse[2].2,
+                    dense / sparse[1].2,
+                    dense / score
+                );
+                if let Some(f) = out.as_mut() {
+                    let sp: Vec<String> = sparse
+                        .iter()
+                        .map(|(bu, cnt, t)| {
+                            format!(
+                                "{{\"budget\":{bu},\"count\":{cnt},\"us\":{t:.2},\"tbs\":{:.3}}}",
+                                kv_bytes(cnt + n) / t / 1e6
+                            )
+                        })
+                        .collect();
+                    let _ = writeln!(
+                        f,
+                        "{{\"model\":\"{name}\",\"q_heads\":{hq},\"kv_heads\":{kvh},\"batch\":{b},\"ctx\":{ctx},\"n_new\":{n},\"dense_us\":{dense:.2},\"dense_tbs\":{dense_tbs:.3},\"sparse\":[{}],\"score_us\":{score:.2},\"score_k_tbs\":{:.3},\"topk_us\":{topk:.2}}}",
+                        sp.join(","),
+                        kv_bytes(ctx + n) / (2.0 * kvh as f64) / score / 1e6
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let json = args
+        .iter()
+        .position(|a| a == "--json")
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str);
+    let quick = args.iter().any(|a| a == "--quick");
+    let op = args
+        .iter()
+        .position(|a| a == "--op")
+        .and_then(|i| args.get(i + 1))
+        .map_or("all", String::as_str);
+    let mut failures = 0;
+    match args.get(1).map(String::as_str) {
+        Some("check") => failures = check(op),
+        Some("bench") => bench(json, quick),
+        Some("all") => {
+            failures = check(op);
+            bench(json, quick);
+        }
+        _ => {
+            eprintln!("usage: dustin-kernels-gpu check [--op dense|sparse|scores|quest|topk] | bench [--quick] [--json PATH] | all");
+            return std::process::ExitCode::from(2);
+        }
+    }
+    if failures == 0 {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,863 @@
+//! The CubeCL kernels. Shapes and formulas are documented on the launchers in
+//! [`super`]; this file holds the device code only.
+//!
+//! Block layout of the split kernel (flash-decoding, one block per (split, row block, slot,
+//! sequence), 128 threads = 4 warps): a tile of 64 keys (and values) is staged in shared
+//! memory; warp `w` computes the scores of keys `16w .. 16w + 16` for all the block's rows on
+//! tensor cores; each warp then runs the online softmax of every fourth row (lane = key);
+//! `P V` accumulates in WMMA fragments, warp `w` owning output columns `d/4 * w ..`.
+//! The running maximum of a row is only moved when a tile's maximum exceeds it by more than
+//! [`RESCALE_SLACK`] (so the accumulators are rescaled rarely; `exp(s - m)` stays below
+//! `e^8` and the final normalisation is exact). Masked logits and empty maxima are `f32::MIN`
+//! (CubeCL's C++ output has no spelling for an infinite constant).
+
+// Device code: nested `if`s and explicit casts keep the generated C++ predictable.
+#![allow(clippy::collapsible_if, clippy::unnecessary_cast)]
+
+use cubecl::cmma::{self, MatrixIdent, MatrixLayout};
+use cubecl::prelude::*;
+
+/// Keys per tile.
+pub const TILE: usize = 64;
+/// Threads per block of the split kernel.
+pub const THREADS: usize = 128;
+/// A row's reference maximum moves only when a tile's maximum exceeds it by this much
+/// (natural-log units).
+pub const RESCALE_SLACK: f32 = 8.0;
+/// One block of the flash-decoding split: partial `(max, sum, acc)` of its rows over the keys
+/// `split * chunk .. (split + 1) * chunk` of its (sequence, slot); `score` mode writes the
+/// scaled logits instead of `P V`.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub fn split_kernel<F: Float, I: Int, N: Size>(
+    q: &Tensor<F>,
+    k: &Tensor<Vector<F, N>>,
+    v: &Tensor<Vector<F, N>>,
+    ctx: &Tensor<I>,
+    table: &Tensor<I>,
+    idx: &Tensor<I>,
+    counts: &Tensor<I>,
+    pm: &mut Tensor<f32>,
+    pl: &mut Tensor<f32>,
+    pacc: &mut Tensor<f32>,
+    logits: &mut Tensor<f32>,
+    scale: f32,
+    n_new: u32,
+    chunk: u32,
+    splits: u32,
+    rowblocks: u32,
+    slots: u32,
+    lmax: u32,
+    #[comptime] mt: usize,
+    #[comptime] d: usize,
+    #[comptime] nv: usize,
+    #[comptime] sparse: bool,
+    #[comptime] score: bool,
+    #[define(F, I)] _dtypes: [StorageType; 2],
+) {
+    let tid = UNIT_POS as usize;
+    let warp = tid / 32;
+    let lane = tid % 32;
+    let rowblocks = rowblocks as usize;
+    let rb = CUBE_POS_X as usize % rowblocks;
+    let split = CUBE_POS_X as usize / rowblocks;
+    let slot = CUBE_POS_Y as usize;
+    let b = CUBE_POS_Z as usize;
+    let rows = comptime![16 * mt];
+    let sq = comptime![d + 8];
+    let sst = comptime![TILE + 4];
+    let pst = comptime![TILE + 8];
+    let cpw = comptime![d / 64];
+    let vsize = comptime![if score { 16usize } else { TILE * (d + 8) }];
+    let psize = comptime![if score { 16usize } else { 16 * mt * (TILE + 8) }];
+    let n = n_new as usize;
+    let lowest = f32::new(f32::MIN);
+
+    let tstride = table.stride(0);
+    let kvh = u32::cast_from(table[slot * tstride]) as usize;
+    let hcount = u32::cast_from(table[slot * tstride + 1]) as usize;
+    let rtot = hcount * n;
+    let ctx_b = u32::cast_from(ctx[b]) as usize;
+    let mut cnt = 0usize;
+    if sparse {
+        cnt = u32::cast_from(counts[b]) as usize;
+    }
+    let total = if sparse { cnt + n } else { ctx_b + n };
+    let start = split * chunk as usize;
+    let mut end = start + chunk as usize;
+    if end > total {
+        end = total;
+    }
+
+    let mut qs = SharedMemory::<F>::new_aligned(rows * sq, 32usize);
+    let mut ks = SharedMemory::<F>::new_aligned(TILE * sq, 32usize);
+    let mut vs = SharedMemory::<F>::new_aligned(vsize, 32usize);
+    let mut ss = SharedMemory::<f32>::new_aligned(rows * sst, 32usize);
+    let mut ps = SharedMemory::<F>::new_aligned(psize, 32usize);
+    let mut stage = SharedMemory::<f32>::new_aligned(1024usize, 32usize);
+    let mut mref = SharedMemory::<f32>::new(rows);
+    let mut lsum = SharedMemory::<f32>::new(rows);
+    let mut alpha = SharedMemory::<f32>::new(rows);
+    let mut kpos = SharedMemory::<u32>::new(TILE);
+    let mut kneed = SharedMemory::<u32>::new(TILE);
+    let mut flag = SharedMemory::<u32>::new(1usize);
+
+    // queries of the block's rows: row rg = e * n + i is head table[2 + e], query i
+    let mut e = tid;
+    while e < rows * d {
+        let r = e / d;
+        let c = e % d;
+        let rg = rb * rows + r;
+        let mut val = F::new(0.0);
+        if rg < rtot {
+            let h = u32::cast_from(table[slot * tstride + 2 + rg / n]) as usize;
+            let i = rg % n;
+            val = q[b * q.stride(0) + h * q.stride(1) + i * q.stride(2) + c * q.stride(3)];
+        }
+        qs[r * sq + c] = val;
+        e += THREADS;
+    }
+    if tid < rows {
+        mref[tid] = lowest;
+        lsum[tid] = 0.0;
+        alpha[tid] = 1.0;
+    }
+    if tid == 0 {
+        flag[0usize] = 0;
+    }
+
+    let mut oacc = Sequence::<cmma::Matrix<f32>>::new();
+    if comptime![!score] {
+        #[unroll]
+        for _ in 0..mt * cpw {
+            oacc.push(cmma::Matrix::<f32>::from_value(
+                MatrixIdent::Accumulator,
+                16usize,
+                16usize,
+                16usize,
+                MatrixLayout::Undefined,
+                0.0,
+            ));
+        }
+    }
+
+    let kb = b * k.stride(0) + kvh * k.stride(1);
+    let vb = b * v.stride(0) + kvh * v.stride(1);
+    let vpr = comptime![d / nv];
+    let mut t0 = start;
+    while t0 < end {
+        // which cache slot each key of the tile reads, and from which query row it is visible
+        if tid < TILE {
+            let j = t0 + tid;
+            let mut p = 0u32;
+            let mut need = 1073741824u32;
+            if j < end {
+                if sparse {
+                    if j < cnt {
+                        let ix = i32::cast_from(
+                            idx[b * idx.stride(0) + kvh * idx.stride(1) + j * idx.stride(2)],
+                        );
+                        if ix >= 0 && usize::cast_from(ix) < ctx_b {
+                            p = u32::cast_from(ix);
+                            need = 0;
+                        }
+                    } else {
+                        p = (ctx_b + j - cnt) as u32;
+                        need = (j - cnt) as u32;
+                    }
+                } else {
+                    p = j as u32;
+                    if j >= ctx_b {
+                        need = (j - ctx_b) as u32;
+                    } else {
+                        need = 0;
+                    }
+                }
+            }
+            kpos[tid] = p;
+            kneed[tid] = need;
+        }
+        sync_cube();
+
+        // stage K (and V): invisible slots read position 0 (finite) and are masked below
+        let iters = comptime![TILE * d / (nv * THREADS)];
+        let mut kreg = Array::<Vector<F, N>>::new(iters);
+        #[unroll]
+        for it in 0..iters {
+            let e = tid + it * THREADS;
+            let t = e / vpr;
+            let c = e % vpr;
+            let p = kpos[t] as usize;
+            kreg[it] = k[(kb + p * k.stride(2)) / nv + c];
+        }
+        if comptime![!score] {
+            let mut vreg = Array::<Vector<F, N>>::new(iters);
+            #[unroll]
+            for it in 0..iters {
+                let e = tid + it * THREADS;
+                let t = e / vpr;
+                let c = e % vpr;
+                let p = kpos[t] as usize;
+                vreg[it] = v[(vb + p * v.stride(2)) / nv + c];
+            }
+            #[unroll]
+            for it in 0..iters {
+                let e = tid + it * THREADS;
+                let t = e / vpr;
+                let c = e % vpr;
+                let vv = vreg[it];
+                #[unroll]
+                for jj in 0..nv {
+                    vs[t * sq + c * nv + jj] = vv[jj];
+                }
+            }
+        }
+        #[unroll]
+        for it in 0..iters {
+            let e = tid + it * THREADS;
+            let t = e / vpr;
+            let c = e % vpr;
+            let kv = kreg[it];
+            #[unroll]
+            for jj in 0..nv {
+                ks[t * sq + c * nv + jj] = kv[jj];
+            }
+        }
+        sync_cube();
+
+        // S = Q K^T for keys 16 warp .. 16 warp + 16
+        let mut sacc = Sequence::<cmma::Matrix<f32>>::new();
+        #[unroll]
+        for _ in 0..mt {
+            sacc.push(cmma::Matrix::<f32>::from_value(
+                MatrixIdent::Accumulator,
+                16usize,
+                16usize,
+                16usize,
+                MatrixLayout::Undefined,
+                0.0,
+            ));
+        }
+        #[unroll]
+        for kk in 0..comptime![d / 16] {
+            let kst = warp * 16 * sq + kk * 16;
+            let bm = cmma::Matrix::<F>::from_slice(
+                MatrixIdent::B,
+                16usize,
+                16usize,
+                16usize,
+                MatrixLayout::ColMajor,
+                &ks.slice(kst, kst + 15 * sq + 16),
+                sq as u32,
+            );
+            #[unroll]
+            for m in 0..mt {
+                let qst = m * 16 * sq + kk * 16;
+                let am = cmma::Matrix::<F>::from_slice(
+                    MatrixIdent::A,
+                    16usize,
+                    16usize,
+                    16usize,
+                    MatrixLayout::RowMajor,
+                    &qs.slice(qst, qst + 15 * sq + 16),
+                    sq as u32,
+                );
+                let acc = sacc.index(m);
+                cmma::execute::<F, F, f32, f32>(&am, &bm, acc, acc);
+            }
+        }
+        #[unroll]
+        for m in 0..mt {
+            let o = m * 16 * sst + warp * 16;
+            cmma::store(
+                &mut ss.slice_mut(o, o + 15 * sst + 16),
+                sacc.index(m),
+                sst as u32,
+                MatrixLayout::RowMajor,
+            );
+        }
+        sync_cube();
+
+        // online softmax, one warp per row, lane = key (and key + 32)
+        let mut rr = warp;
+        while rr < rows {
+            let rg = rb * rows + rr;
+            let i = (rg % n) as u32;
+            let rvalid = rg < rtot;
+            let vis0 = rvalid && kneed[lane] <= i;
+            let vis1 = rvalid && kneed[lane + 32] <= i;
+            let mut s0 = lowest;
+            let mut s1 = lowest;
+            if vis0 {
+                s0 = ss[rr * sst + lane] * scale;
+            }
+            if vis1 {
+                s1 = ss[rr * sst + lane + 32] * scale;
+            }
+            if score {
+                if rvalid {
+                    let lrow =
+                        ((b * slots as usize + slot) * rowblocks * rows + rg) * lmax as usize;
+                    if kneed[lane] < 1073741824u32 {
+                        logits[lrow + kpos[lane] as usize] = s0;
+                    }
+                    if kneed[lane + 32] < 1073741824u32 {
+                        logits[lrow + kpos[lane + 32] as usize] = s1;
+                    }
+                }
+            }
+            let mut tm = s0;
+            if s1 > tm {
+                tm = s1;
+            }
+            let tmax = plane_max(tm);
+            let mold = mref[rr];
+            let mut mnew = mold;
+            if tmax > mold + RESCALE_SLACK {
+                mnew = tmax;
+            }
+            let mut p0 = 0.0f32;
+            let mut p1 = 0.0f32;
+            if s0 > lowest {
+                p0 = (s0 - mnew).exp();
+            }
+            if s1 > lowest {
+                p1 = (s1 - mnew).exp();
+            }
+            if comptime![!score] {
+                ps[rr * pst + lane] = F::cast_from(p0);
+                ps[rr * pst + lane + 32] = F::cast_from(p1);
+            }
+            let tsum = plane_sum(p0 + p1);
+            if lane == 0 {
+                let mut a = 1.0f32;
+                if mnew > mold {
+                    a = (mold - mnew).exp();
+                    if mold > lowest {
+                        flag[0usize] = 1;
+                    }
+                }
+                alpha[rr] = a;
+                lsum[rr] = lsum[rr] * a + tsum;
+                mref[rr] = mnew;
+            }
+            rr += 4usize;
+        }
+        sync_cube();
+
+        if comptime![!score] {
+            // rare: a row's reference maximum moved, rescale its accumulators
+            if flag[0usize] == 1 {
+                let so = warp * 256;
+                #[unroll]
+                for m in 0..mt {
+                    #[unroll]
+                    for c in 0..cpw {
+                        let acc = oacc.index(m * cpw + c);
+                        cmma::store(
+                            &mut stage.slice_mut(so, so + 256),
+                            acc,
+                            16u32,
+                            MatrixLayout::RowMajor,
+                        );
+                        sync_plane();
+                        #[unroll]
+                        for el in 0..8usize {
+                            let x = lane * 8 + el;
+                            stage[so + x] = stage[so + x] * alpha[m * 16 + x / 16];
+                        }
+                        sync_plane();
+                        cmma::load_with_layout(
+                            acc,
+                            &stage.slice(so, so + 256),
+                            16u32,
+                            MatrixLayout::RowMajor,
+                        );
+                        sync_plane();
+                    }
+                }
+            }
+            // O += P V
+            #[unroll]
+            for kk in 0..comptime![TILE / 16] {
+                #[unroll]
+                for c in 0..cpw {
+                    let vst = kk * 16 * sq + (warp * cpw + c) * 16;
+                    let bm = cmma::Matrix::<F>::from_slice(
+                        MatrixIdent::B,
+                        16usize,
+                        16usize,
+                        16usize,
+                        MatrixLayout::RowMajor,
+                        &vs.slice(vst, vst + 15 * sq + 16),
+                        sq as u32,
+                    );
+                    #[unroll]
+                    for m in 0..mt {
+                        let pst0 = m * 16 * pst + kk * 16;
+                        let am = cmma::Matrix::<F>::from_slice(
+                            MatrixIdent::A,
+                            16usize,
+                            16usize,
+                            16usize,
+                            MatrixLayout::RowMajor,
+                            &ps.slice(pst0, pst0 + 15 * pst + 16),
+                            pst as u32,
+                        );
+                        let acc = oacc.index(m * cpw + c);
+                        cmma::execute::<F, F, f32, f32>(&am, &bm, acc, acc);
+                    }
+                }
+            }
+        }
+        sync_cube();
+        if tid == 0 {
+            flag[0usize] = 0;
+        }
+        t0 += TILE;
+    }
+
+    // partial results of the block's rows
+    let rpad = rowblocks * rows;
+    let pbase = ((b * slots as usize + slot) * splits as usize + split) * rpad + rb * rows;
+    if tid < rows {
+        pm[pbase + tid] = mref[tid];
+        pl[pbase + tid] = lsum[tid];
+    }
+    if comptime![!score] {
+        #[unroll]
+        for m in 0..mt {
+            #[unroll]
+            for c in 0..cpw {
+                let o = (pbase + m * 16) * d + (warp * cpw + c) * 16;
+                cmma::store(
+                    &mut pacc.slice_mut(o, o + 15 * d + 16),
+                    oacc.index(m * cpw + c),
+                    d as u32,
+                    MatrixLayout::RowMajor,
+                );
+            }
+        }
+    }
+}
+
+/// Merges the splits of one query row: `out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M)`.
+/// One block per (row, slot, sequence), one thread per output column.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub fn combine_kernel<F: Float, I: Int>(
+    pm: &Tensor<f32>,
+    pl: &Tensor<f32>,
+    pacc: &Tensor<f32>,
+    table: &Tensor<I>,
+    out: &mut Tensor<F>,
+    n_new: u32,
+    splits: u32,
+    rpad: u32,
+    slots: u32,
+    #[comptime] d: usize,
+    #[define(F, I)] _dtypes: [StorageType; 2],
+) {
+    let rg = CUBE_POS_X as usize;
+    let slot = CUBE_POS_Y as usize;
+    let b = CUBE_POS_Z as usize;
+    let c = UNIT_POS as usize;
+    let n = n_new as usize;
+    let tstride = table.stride(0);
+    let hcount = u32::cast_from(table[slot * tstride + 1]) as usize;
+    if rg < hcount * n {
+        let rpad = rpad as usize;
+        let base = (b * slots as usize + slot) * splits as usize * rpad + rg;
+        let mut mmax = f32::new(f32::MIN);
+        for s in 0..splits as usize {
+            let m = pm[base + s * rpad];
+            if m > mmax {
+                mmax = m;
+            }
+        }
+        let mut l = 0.0f32;
+        let mut acc = 0.0f32;
+        for s in 0..splits as usize {
+            let m = pm[base + s * rpad];
+            if m > f32::new(f32::MIN) {
+                let w = (m - mmax).exp();
+                l += pl[base + s * rpad] * w;
+                acc += pacc[(base + s * rpad) * d + c] * w;
+            }
+        }
+        let h = u32::cast_from(table[slot * tstride + 2 + rg / n]) as usize;
+        let i = rg % n;
+        out[b * out.stride(0) + h * out.stride(1) + i * out.stride(2) + c * out.stride(3)] =
+            F::cast_from(acc / l);
+    }
+}
+
+/// Scores from the logits the split kernel wrote in `score` mode: per (sequence, KV head,
+/// position) `sum over the slot's rows of exp(logit - M_r) / L_r`, with `(M_r, L_r)` merged
+/// from the splits. One block of 256 positions per (block, KV head, sequence).
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub fn score_reduce_kernel<I: Int>(
+    pm: &Tensor<f32>,
+    pl: &Tensor<f32>,
+    logits: &Tensor<f32>,
+    table: &Tensor<I>,
+    kv2slot: &Tensor<I>,
+    ctx: &Tensor<I>,
+    out: &mut Tensor<f32>,
+    n_new: u32,
+    splits: u32,
+    rpad: u32,
+    slots: u32,
+    lmax: u32,
+    #[comptime] rmax: usize,
+    #[define(I)] _dtype: StorageType,
+) {
+    let kvh = CUBE_POS_Y as usize;
+    let b = CUBE_POS_Z as usize;
+    let tid = UNIT_POS as usize;
+    let pos = CUBE_POS_X as usize * 256 + tid;
+    let n = n_new as usize;
+    let rpad = rpad as usize;
+    let slot_i = i32::cast_from(kv2slot[kvh]);
+    let mut mrow = SharedMemory::<f32>::new(rmax);
+    let mut lrow = SharedMemory::<f32>::new(rmax);
+    let mut rtot = 0usize;
+    let mut slot = 0usize;
+    if slot_i >= 0 {
+        slot = usize::cast_from(slot_i);
+        rtot = u32::cast_from(table[slot * table.stride(0) + 1]) as usize * n;
+    }
+    if tid < rtot {
+        let base = (b * slots as usize + slot) * splits as usize * rpad + tid;
+        let mut mmax = f32::new(f32::MIN);
+        for s in 0..splits as usize {
+            let m = pm[base + s * rpad];
+            if m > mmax {
+                mmax = m;
+            }
+        }
+        let mut l = 0.0f32;
+        for s in 0..splits as usize {
+            let m = pm[base + s * rpad];
+            if m > f32::new(f32::MIN) {
+                l += pl[base + s * rpad] * (m - mmax).exp();
+            }
+        }
+        mrow[tid] = mmax;
+        lrow[tid] = l;
+    }
+    sync_cube();
+    let lmax = lmax as usize;
+    if pos < lmax {
+        let keys = u32::cast_from(ctx[b]) as usize + n;
+        let mut acc = 0.0f32;
+        if pos < keys {
+            let lbase = (b * slots as usize + slot) * rpad * lmax + pos;
+            for r in 0..rtot {
+                let s = logits[lbase + r * lmax];
+                if s > f32::new(f32::MIN) {
+                    acc += (s - mrow[r]).exp() / lrow[r];
+                }
+            }
+        }
+        out[b * out.stride(0) + kvh * out.stride(1) + pos] = acc;
+    }
+}
+
+/// Quest page bounds: one block per (page, KV head, sequence), thread `c` = column `c`
+/// (and `c + blockDim`, ...): min and max of the keys `page * page_size ..` below `ctx[b]`.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub fn page_bounds_kernel<F: Float, I: Int>(
+    k: &Tensor<F>,
+    ctx: &Tensor<I>,
+    kmin: &mut Tensor<F>,
+    kmax: &mut Tensor<F>,
+    page_size: u32,
+    #[comptime] d: usize,
+    #[define(F, I)] _dtypes: [StorageType; 2],
+) {
+    let page = CUBE_POS_X as usize;
+    let h = CUBE_POS_Y as usize;
+    let b = CUBE_POS_Z as usize;
+    let ctx_b = u32::cast_from(ctx[b]) as usize;
+    let start = page * page_size as usize;
+    let mut end = start + page_size as usize;
+    if end > ctx_b {
+        end = ctx_b;
+    }
+    let mut c = UNIT_POS as usize;
+    while c < d {
+        let mut mn = F::new(0.0);
+        let mut mx = F::new(0.0);
+        if start < ctx_b {
+            let base = b * k.stride(0) + h * k.stride(1) + c * k.stride(3);
+            mn = k[base + start * k.stride(2)];
+            mx = mn;
+            for t in start + 1..end {
+                let x = k[base + t * k.stride(2)];
+                if x < mn {
+                    mn = x;
+                }
+                if x > mx {
+                    mx = x;
+                }
+            }
+        }
+        let o =
+            b * kmin.stride(0) + h * kmin.stride(1) + page * kmin.stride(2) + c * kmin.stride(3);
+        kmin[o] = mn;
+        kmax[o] = mx;
+        c += CUBE_DIM_X as usize;
+    }
+}
+
+/// Quest page scores: one thread per page, `max over rows of sum_c max(q_c mn_c, q_c mx_c)`
+/// with the group's `rows = group * n_new` query rows staged in shared memory (f32).
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub fn page_scores_kernel<F: Float, I: Int>(
+    q: &Tensor<F>,
+    kmin: &Tensor<F>,
+    kmax: &Tensor<F>,
+    ctx: &Tensor<I>,
+    out: &mut Tensor<f32>,
+    page_size: u32,
+    pages: u32,
+    #[comptime] group: usize,
+    #[comptime] n_new: usize,
+    #[comptime] d: usize,
+    #[define(F, I)] _dtypes: [StorageType; 2],
+) {
+    let h = CUBE_POS_Y as usize;
+    let b = CUBE_POS_Z as usize;
+    let tid = UNIT_POS as usize;
+    let page = CUBE_POS_X as usize * 128 + tid;
+    let rows = comptime![group * n_new];
+    let mut qs = SharedMemory::<f32>::new(rows * d);
+    let mut e = tid;
+    while e < rows * d {
+        let r = e / d;
+        let c = e % d;
+        let head = h * group + r / n_new;
+        let i = r % n_new;
+        qs[e] = f32::cast_from(
+            q[b * q.stride(0) + head * q.stride(1) + i * q.stride(2) + c * q.stride(3)],
+        );
+        e += 128usize;
+    }
+    sync_cube();
+    if page < pages as usize {
+        let ctx_b = u32::cast_from(ctx[b]) as usize;
+        let mut best = 0.0f32;
+        if page * (page_size as usize) < ctx_b {
+            best = f32::new(f32::MIN);
+            let base = b * kmin.stride(0) + h * kmin.stride(1) + page * kmin.stride(2);
+            for r in 0..rows {
+                let mut s = 0.0f32;
+                for c in 0..d {
+                    let qv = qs[r * d + c];
+                    let lo = qv * f32::cast_from(kmin[base + c * kmin.stride(3)]);
+                    let hi = qv * f32::cast_from(kmax[base + c * kmax.stride(3)]);
+                    if lo > hi {
+                        s += lo;
+                    } else {
+                        s += hi;
+                    }
+                }
+                if s > best {
+                    best = s;
+                }
+            }
+        }
+        out[b * out.stride(0) + h * out.stride(1) + page] = best;
+    }
+}
+
+/// Order-preserving key of a score for the radix select: forced positions highest, NaN as
+/// `f32::MIN`, `+-inf` as the extreme finite values.
+#[cube]
+fn select_key<F: Float>(x: F, forced: bool) -> u32 {
+    let mut key = 0xFFFF_FFFFu32;
+    if !forced {
+        let mut s = f32::cast_from(x);
+        let lo = f32::new(f32::MIN);
+        let hi = f32::new(f32::MAX);
+        if s.is_nan() {
+            s = lo;
+        }
+        if s > hi {
+            s = hi;
+        }
+        if s < lo {
+            s = lo;
+        }
+        if s == f32::new(0.0) {
+            // -0 ranks with +0
+            s = f32::new(0.0);
+        }
+        let bits = u32::reinterpret(s);
+        if bits >= 0x8000_0000u32 {
+            key = 0xFFFF_FFFFu32 - bits;
+        } else {
+            key = bits | 0x8000_0000u32;
+        }
+    }
+    key
+}
+
+/// Top-k per (KV head, sequence) block of 256 threads: a 4-pass radix select (8 bits a pass)
+/// finds the k-th largest key `T` and how many keys equal to `T` to take (lowest positions
+/// first); a scan in position order writes the kept positions ascending; padding slots get 0.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub fn topk_kernel<F: Float, I: Int>(
+    scores: &Tensor<F>,
+    ctx: &Tensor<I>,
+    out: &mut Tensor<I>,
+    budget: u32,
+    n_sink: u32,
+    window: u32,
+    kout: u32,
+    #[define(F, I)] _dtypes: [StorageType; 2],
+) {
+    let h = CUBE_POS_Y as usize;
+    let b = CUBE_POS_Z as usize;
+    let tid = UNIT_POS as usize;
+    let lane = tid % 32;
+    let warp = tid / 32;
+    let c = u32::cast_from(ctx[b]) as usize;
+    let mut kk = budget as usize;
+    if c < kk {
+        kk = c;
+    }
+    let sbase = b * scores.stride(0) + h * scores.stride(1);
+    let s2 = scores.stride(2);
+    let mut win_lo = 0usize;
+    if c > window as usize {
+        win_lo = c - window as usize;
+    }
+    let nsink = n_sink as usize;
+
+    let hist = SharedMemory::<Atomic<u32>>::new(256usize);
+    let mut shared = SharedMemory::<u32>::new(4usize);
+    let mut wt = SharedMemory::<u32>::new(16usize);
+
+    let mut prefix = 0u32;
+    let mut mask = 0u32;
+    let mut remaining = kk as u32;
+    #[unroll]
+    for pass in 0..4u32 {
+        let shift = 24 - 8 * pass;
+        hist[tid].store(0u32);
+        sync_cube();
+        let mut pos = tid;
+        while pos < c {
+            let key = select_key::<F>(scores[sbase + pos * s2], pos < nsink || pos >= win_lo);
+            if (key & mask) == prefix {
+                hist[((key >> shift) & 255) as usize].fetch_add(1u32);
+            }
+            pos += 256usize;
+        }
+        sync_cube();
+        if tid == 0 {
+            let mut cum = 0u32;
+            let mut sel = 0u32;
+            let mut found = false;
+            let mut bin = 256u32;
+            while bin > 0 && !found {
+                bin -= 1;
+                let cnt = hist[bin as usize].load();
+                if cum + cnt >= remaining {
+                    sel = bin;
+                    found = true;
+                } else {
+                    cum += cnt;
+                }
+            }
+            shared[0usize] = prefix | (sel << shift);
+            shared[1usize] = remaining - cum;
+        }
+        sync_cube();
+        prefix = shared[0usize];
+        remaining = shared[1usize];
+        mask |= 255u32 << shift;
+        sync_cube();
+    }
+
+    // keys > prefix, and the first `remaining` keys == prefix, in position order
+    let need_eq = remaining;
+    let mut carry_sel = 0u32;
+    let mut carry_eq = 0u32;
+    let obase = b * out.stride(0) + h * out.stride(1);
+    let mut base = 0usize;
+    while base < c {
+        let pos = base + tid;
+        let mut key = 0u32;
+        let mut valid = false;
+        if pos < c {
+            key = select_key::<F>(scores[sbase + pos * s2], pos < nsink || pos >= win_lo);
+            valid = true;
+        }
+        let gt = valid && key > prefix;
+        let is_eq = valid && key == prefix;
+        let eq = u32::cast_from(is_eq);
+        let ex = plane_exclusive_sum(eq);
+        if lane == 31 {
+            wt[warp] = ex + eq;
+        }
+        sync_cube();
+        let mut before = 0u32;
+        let mut tot = 0u32;
+        for w in 0..8usize {
+            let t = wt[w];
+            if w < warp {
+                before += t;
+            }
+            tot += t;
+        }
+        let take = gt || (is_eq && carry_eq + before + ex < need_eq);
+        let sel = u32::cast_from(take);
+        carry_eq += tot;
+        let ex2 = plane_exclusive_sum(sel);
+        if lane == 31 {
+            wt[warp + 8] = ex2 + sel;
+        }
+        sync_cube();
+        let mut before2 = 0u32;
+        let mut tot2 = 0u32;
+        for w in 0..8usize {
+            let t = wt[w + 8];
+            if w < warp {
+                before2 += t;
+            }
+            tot2 += t;
+        }
+        if take {
+            out[obase + (carry_sel + before2 + ex2) as usize * out.stride(2)] = I::cast_from(pos);
+        }
+        carry_sel += tot2;
+        sync_cube();
+        base += 256usize;
+    }
+    let mut j = kk + tid;
+    while j < kout as usize {
+        out[obase + j * out.stride(2)] = I::cast_from(0u32);
+        j += 256usize;
+    }
+}
+
+/// Fills a float tensor with `value` (used to poison outputs before a checked run).
+#[cube(launch)]
+pub fn fill_kernel<F: Float>(
+    out: &mut Tensor<F>,
+    value: f32,
+    len: u32,
+    #[define(F)] _dtype: StorageType,
+) {
+    let i = ABSOLUTE_POS as usize;
+    if i < len as usize {
+        out[i] = F::cast_from(value);
+    }
+}

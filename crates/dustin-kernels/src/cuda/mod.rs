@@ -1,0 +1,654 @@
+//! [`KernelOps`] for `burn_cubecl::CubeBackend<CudaRuntime, F, I, BT>`: CubeCL kernels.
+//!
+//! What the kernels take (else [`KernelError::Unsupported`]): `q`, `k`, `v` in bf16 or f16
+//! (the WMMA input types; f32 accumulation), `head_dim` 64 or 128 (attention and scoring;
+//! any width for Quest), contiguous last dimension with a row stride that is a multiple of 8
+//! (true of the `dustin-kv` cache and its views). Query rows per block: up to 64
+//! (`group * n_new` rows are split into blocks of at most 64; the blocks of one split run side
+//! by side, so a key is read from HBM once and from L2 by the other blocks).
+//!
+//! Outputs are freshly allocated; [`set_poison_outputs`] fills them (and the partial buffers)
+//! with NaN before each launch, so a checked run fails on any element a kernel leaves
+//! unwritten.
+
+mod kernels;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use burn_cubecl::{
+    kernel::into_contiguous, ops::numeric::empty_device_dtype, tensor::CubeTensor, BoolElement,
+    CubeBackend, FloatElement, IntElement,
+};
+use burn_tensor::{backend::Backend, DType, Int, Shape, Tensor, TensorData, TensorPrimitive};
+use cubecl::cuda::CudaRuntime;
+use cubecl::prelude::*;
+
+use crate::{
+    check_attn, check_heads, check_pages, check_selection, check_top_k, AttnDims, Keep,
+    KernelError, KernelOps, Positions, Result,
+};
+
+pub use kernels::{RESCALE_SLACK, THREADS, TILE};
+
+static POISON: AtomicBool = AtomicBool::new(false);
+
+/// When `on`, every output and partial buffer is filled with NaN before the kernels run
+/// (for correctness checks: an element a kernel does not write stays NaN).
+pub fn set_poison_outputs(on: bool) {
+    POISON.store(on, Ordering::Relaxed);
+}
+
+/// The CUDA backend the kernels are implemented for.
+type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
+type Ct = CubeTensor<CudaRuntime>;
+
+/// Thread blocks the splitter aims for (132 SMs x about 6 resident blocks).
+const TARGET_BLOCKS: usize = 800;
+/// Fewest keys per split.
+const MIN_CHUNK: usize = 256;
+/// Elements per vector load of K and V (16 bytes of bf16).
+const NV: usize = 8;
+
+fn float_prim<B: Backend>(t: Tensor<B, 4>) -> TensorPrimitive<B> {
+    t.into_primitive()
+}
+
+fn check_dtype(name: &'static str, dt: DType) -> Result<()> {
+    match dt {
+        DType::BF16 | DType::F16 => Ok(()),
+        other => Err(KernelError::Unsupported(format!(
+            "{name} of dtype {other:?} (the CUDA kernels take bf16 or f16)"
+        ))),
+    }
+}
+
+/// Contiguous last dim, row stride a multiple of [`NV`] (else a contiguous copy).
+fn rows_ready(t: Ct) -> Ct {
+    let s = t.meta.strides();
+    let ok = s[3] == 1 && s[..3].iter().all(|x| x.is_multiple_of(NV));
+    if ok {
+        t
+    } else {
+        into_contiguous(t)
+    }
+}
+
+fn poison(t: &Ct) {
+    if !POISON.load(Ordering::Relaxed) {
+        return;
+    }
+    let len = t.meta.shape().num_elements();
+    let dim = CubeDim::new_1d(256);
+    let count = CubeCount::Static(len.div_ceil(256) as u32, 1, 1);
+    kernels::fill_kernel::launch::<CudaRuntime>(
+        &t.client,
+        count,
+        dim,
+        t.clone().into_tensor_arg(),
+        f32::NAN,
+        len as u32,
+        t.dtype.into(),
+    );
+}
+
+fn empty(t: &Ct, shape: Vec<usize>, dtype: DType) -> Ct {
+    let out = empty_device_dtype(
+        t.client.clone(),
+        t.device.clone(),
+        Shape::from(shape),
+        dtype,
+    );
+    poison(&out);
+    out
+}
+
+/// Small integer tables (lengths, head tables, counts) uploaded once per distinct content and
+/// device: a decode step calls every layer with the same lengths, and a host-to-device copy
+/// per call costs more than the kernels at small sizes. At most [`INT_CACHE`] entries (FIFO);
+/// the kernels only read these tensors.
+const INT_CACHE: usize = 64;
+
+type IntKey = (Vec<i64>, Vec<usize>, String);
+
+thread_local! {
+    static INTS: std::cell::RefCell<std::collections::VecDeque<(IntKey, Ct)>> =
+        const { std::cell::RefCell::new(std::collections::VecDeque::new()) };
+}
+
+fn int_tensor<F: FloatElement, I: IntElement, BT: BoolElement, const D: usize>(
+    vals: Vec<i64>,
+    shape: [usize; D],
+    device: &<Cube<F, I, BT> as burn_tensor::backend::BackendTypes>::Device,
+) -> Ct {
+    let key: IntKey = (vals, shape.to_vec(), format!("{device:?}/{:?}", I::dtype()));
+    if let Some(t) = INTS.with(|c| {
+        c.borrow()
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, t)| t.clone())
+    }) {
+        return t;
+    }
+    let t: Ct =
+        Tensor::<Cube<F, I, BT>, D, Int>::from_data(TensorData::new(key.0.clone(), shape), device)
+            .into_primitive();
+    INTS.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() >= INT_CACHE {
+            c.pop_front();
+        }
+        c.push_back((key, t.clone()));
+    });
+    t
+}
+
+fn ctx_tensor<F: FloatElement, I: IntElement, BT: BoolElement>(
+    ctx_lens: &[usize],
+    device: &<Cube<F, I, BT> as burn_tensor::backend::BackendTypes>::Device,
+) -> Ct {
+    let v = ctx_lens.iter().map(|&l| l as i64).collect();
+    int_tensor::<F, I, BT, 1>(v, [ctx_lens.len()], device)
+}
+
+/// Slot table `[slots, 2 + max_heads]`: KV head, head count, query heads.
+fn slot_table(slots: &[(usize, Vec<usize>)]) -> (Vec<i64>, [usize; 2]) {
+    let w = 2 + slots.iter().map(|s| s.1.len()).max().unwrap_or(0);
+    let mut t = vec![0i64; slots.len() * w];
+    for (i, (kv, hs)) in slots.iter().enumerate() {
+        t[i * w] = *kv as i64;
+        t[i * w + 1] = hs.len() as i64;
+        for (j, &h) in hs.iter().enumerate() {
+            t[i * w + 2 + j] = h as i64;
+        }
+    }
+    (t, [slots.len(), w])
+}
+
+/// Launch geometry of the split kernel.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    mt: usize,
+    rowblocks: usize,
+    splits: usize,
+    chunk: usize,
+}
+
+fn plan(batch: usize, slots: usize, rows: usize, max_keys: usize) -> Plan {
+    let tiles = rows.div_ceil(16).max(1);
+    let mt = tiles.min(4);
+    let rowblocks = tiles.div_ceil(mt);
+    let per = batch * slots * rowblocks;
+    let want = TARGET_BLOCKS.div_ceil(per.max(1)).max(1);
+    let most = max_keys.div_ceil(MIN_CHUNK).max(1);
+    let splits = want.min(most);
+    let chunk = max_keys.div_ceil(splits).div_ceil(TILE).max(1) * TILE;
+    let splits = max_keys.div_ceil(chunk).max(1);
+    Plan {
+        mt,
+        rowblocks,
+        splits,
+        chunk,
+    }
+}
+
+/// Everything the split kernel reads for one call.
+struct SplitArgs {
+    q: Ct,
+    k: Ct,
+    v: Ct,
+    ctx: Ct,
+    table: Ct,
+    idx: Ct,
+    counts: Ct,
+    slots: usize,
+    max_rows: usize,
+    max_keys: usize,
+    n_new: usize,
+    head_dim: usize,
+    scale: f32,
+    sparse: bool,
+    score: bool,
+}
+
+/// Partial results of the split kernel.
+struct Partials {
+    pm: Ct,
+    pl: Ct,
+    pacc: Ct,
+    logits: Ct,
+    plan: Plan,
+    rpad: usize,
+}
+
+fn run_split(a: SplitArgs, batch: usize) -> Partials {
+    let plan = plan(batch, a.slots, a.max_rows, a.max_keys);
+    let rpad = plan.rowblocks * plan.mt * 16;
+    let d = a.head_dim;
+    let pm = empty(&a.q, vec![batch, a.slots, plan.splits, rpad], DType::F32);
+    let pl = empty(&a.q, vec![batch, a.slots, plan.splits, rpad], DType::F32);
+    let pacc = if a.score {
+        empty(&a.q, vec![1], DType::F32)
+    } else {
+        empty(&a.q, vec![batch, a.slots, plan.splits, rpad, d], DType::F32)
+    };
+    let lmax = if a.score { a.max_keys } else { 1 };
+    let logits = if a.score {
+        empty(&a.q, vec![batch, a.slots, rpad, lmax], DType::F32)
+    } else {
+        empty(&a.q, vec![1], DType::F32)
+    };
+    let client = a.q.client.clone();
+    let (fd, id) = (a.q.dtype, a.ctx.dtype);
+    let count = CubeCount::Static(
+        (plan.splits * plan.rowblocks) as u32,
+        a.slots as u32,
+        batch as u32,
+    );
+    // SAFETY: shapes were validated by the caller; every index the kernel forms is inside
+    // the tensors (positions < ctx + n_new <= capacity, rows < rpad, splits * chunk covers
+    // max_keys, shared tiles sized from the same comptime values).
+    unsafe {
+        kernels::split_kernel::launch_unchecked::<CudaRuntime>(
+            &client,
+            count,
+            CubeDim::new_1d(THREADS as u32),
+            NV,
+            a.q.into_tensor_arg(),
+            a.k.into_tensor_arg(),
+            a.v.into_tensor_arg(),
+            a.ctx.into_tensor_arg(),
+            a.table.into_tensor_arg(),
+            a.idx.into_tensor_arg(),
+            a.counts.into_tensor_arg(),
+            pm.clone().into_tensor_arg(),
+            pl.clone().into_tensor_arg(),
+            pacc.clone().into_tensor_arg(),
+            logits.clone().into_tensor_arg(),
+            a.scale,
+            a.n_new as u32,
+            plan.chunk as u32,
+            plan.splits as u32,
+            plan.rowblocks as u32,
+            a.slots as u32,
+            lmax as u32,
+            plan.mt,
+            d,
+            NV,
+            a.sparse,
+            a.score,
+            [fd.into(), id.into()],
+        );
+    }
+    Partials {
+        pm,
+        pl,
+        pacc,
+        logits,
+        plan,
+        rpad,
+    }
+}
+
+fn check_kernel_dims(dims: &AttnDims) -> Result<()> {
+    if dims.head_dim != 64 && dims.head_dim != 128 {
+        return Err(KernelError::Unsupported(format!(
+            "head_dim {} (the CUDA attention kernels take 64 or 128)",
+            dims.head_dim
+        )));
+    }
+    Ok(())
+}
+
+/// A sparse selection: indices `[batch, kv_heads, budget]` and counts.
+type Selection<'a, F, I, BT> = (Tensor<Cube<F, I, BT>, 3, Int>, &'a [usize]);
+
+fn attention<F: FloatElement, I: IntElement, BT: BoolElement>(
+    q: Tensor<Cube<F, I, BT>, 4>,
+    k: Tensor<Cube<F, I, BT>, 4>,
+    v: Tensor<Cube<F, I, BT>, 4>,
+    ctx_lens: &[usize],
+    sel: Option<Selection<'_, F, I, BT>>,
+    scale: f32,
+) -> Result<Tensor<Cube<F, I, BT>, 4>> {
+    let dims = check_attn(q.dims(), k.dims(), ctx_lens)?;
+    if v.dims() != k.dims() {
+        return Err(KernelError::Shape {
+            name: "v",
+            expected: k.dims().to_vec(),
+            found: v.dims().to_vec(),
+        });
+    }
+    check_kernel_dims(&dims)?;
+    if let Some((idx, counts)) = &sel {
+        check_selection(&dims, idx.dims(), counts)?;
+    }
+    let device = q.device();
+    let (q, k, v) = (
+        float_prim(q).tensor(),
+        float_prim(k).tensor(),
+        float_prim(v).tensor(),
+    );
+    check_dtype("q", q.dtype)?;
+    check_dtype("k", k.dtype)?;
+    check_dtype("v", v.dtype)?;
+    if k.dtype != q.dtype || v.dtype != q.dtype {
+        return Err(KernelError::Unsupported(
+            "q, k, v of different dtypes".into(),
+        ));
+    }
+    let (k, v) = (rows_ready(k), rows_ready(v));
+    let g = dims.group();
+    let slots: Vec<(usize, Vec<usize>)> = (0..dims.kv_heads)
+        .map(|h| (h, (h * g..(h + 1) * g).collect()))
+        .collect();
+    let (tv, ts) = slot_table(&slots);
+    let table = int_tensor::<F, I, BT, 2>(tv, ts, &device);
+    let ctx = ctx_tensor::<F, I, BT>(ctx_lens, &device);
+    let (sparse, idx, counts, max_keys) = match sel {
+        Some((idx, counts)) => {
+            let cv = counts.iter().map(|&c| c as i64).collect();
+            let ct = int_tensor::<F, I, BT, 1>(cv, [counts.len()], &device);
+            let mk = counts.iter().copied().max().unwrap_or(0) + dims.n_new;
+            (true, idx.into_primitive(), ct, mk)
+        }
+        None => (false, ctx.clone(), ctx.clone(), dims.keys),
+    };
+    let b = dims.batch;
+    let out_shape = vec![b, dims.q_heads, dims.n_new, dims.head_dim];
+    let fd = q.dtype;
+    let out = empty(&q, out_shape, fd);
+    let parts = run_split(
+        SplitArgs {
+            q,
+            k,
+            v,
+            ctx,
+            table: table.clone(),
+            idx,
+            counts,
+            slots: dims.kv_heads,
+            max_rows: g * dims.n_new,
+            max_keys,
+            n_new: dims.n_new,
+            head_dim: dims.head_dim,
+            scale,
+            sparse,
+            score: false,
+        },
+        b,
+    );
+    let client = out.client.clone();
+    let id = table.dtype;
+    kernels::combine_kernel::launch::<CudaRuntime>(
+        &client,
+        CubeCount::Static((g * dims.n_new) as u32, dims.kv_heads as u32, b as u32),
+        CubeDim::new_1d(dims.head_dim as u32),
+        parts.pm.into_tensor_arg(),
+        parts.pl.into_tensor_arg(),
+        parts.pacc.into_tensor_arg(),
+        table.into_tensor_arg(),
+        out.clone().into_tensor_arg(),
+        dims.n_new as u32,
+        parts.plan.splits as u32,
+        parts.rpad as u32,
+        dims.kv_heads as u32,
+        dims.head_dim,
+        [fd.into(), id.into()],
+    );
+    Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
+}
+
+impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, BT> {
+    fn verify_attention(
+        q: Tensor<Self, 4>,
+        k: Tensor<Self, 4>,
+        v: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        scale: f32,
+    ) -> Result<Tensor<Self, 4>> {
+        attention(q, k, v, ctx_lens, None, scale)
+    }
+
+    fn sparse_verify_attention(
+        q: Tensor<Self, 4>,
+        k: Tensor<Self, 4>,
+        v: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        indices: Tensor<Self, 3, Int>,
+        counts: &[usize],
+        scale: f32,
+    ) -> Result<Tensor<Self, 4>> {
+        attention(q, k, v, ctx_lens, Some((indices, counts)), scale)
+    }
+
+    fn head_subset_scores(
+        q: Tensor<Self, 4>,
+        k: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        heads: &[usize],
+        scale: f32,
+    ) -> Result<Tensor<Self, 3>> {
+        let dims = check_attn(q.dims(), k.dims(), ctx_lens)?;
+        check_kernel_dims(&dims)?;
+        check_heads(heads, dims.q_heads)?;
+        let device = q.device();
+        let (q, k) = (float_prim(q).tensor(), float_prim(k).tensor());
+        check_dtype("q", q.dtype)?;
+        check_dtype("k", k.dtype)?;
+        if k.dtype != q.dtype {
+            return Err(KernelError::Unsupported("q, k of different dtypes".into()));
+        }
+        let k = rows_ready(k);
+        let g = dims.group();
+        let mut slots: Vec<(usize, Vec<usize>)> = Vec::new();
+        let mut kv2slot = vec![-1i64; dims.kv_heads];
+        for (kv, slot) in kv2slot.iter_mut().enumerate() {
+            let hs: Vec<usize> = heads.iter().copied().filter(|&h| h / g == kv).collect();
+            if !hs.is_empty() {
+                *slot = slots.len() as i64;
+                slots.push((kv, hs));
+            }
+        }
+        let max_heads = slots.iter().map(|s| s.1.len()).max().unwrap_or(1);
+        let (tv, ts) = slot_table(&slots);
+        let table = int_tensor::<F, I, BT, 2>(tv, ts, &device);
+        let kv2slot = int_tensor::<F, I, BT, 1>(kv2slot, [dims.kv_heads], &device);
+        let ctx = ctx_tensor::<F, I, BT>(ctx_lens, &device);
+        let b = dims.batch;
+        let out = empty(&q, vec![b, dims.kv_heads, dims.keys], DType::F32);
+        let nslots = slots.len();
+        let parts = run_split(
+            SplitArgs {
+                q,
+                k: k.clone(),
+                v: k,
+                ctx: ctx.clone(),
+                table: table.clone(),
+                idx: ctx.clone(),
+                counts: ctx.clone(),
+                slots: nslots,
+                max_rows: max_heads * dims.n_new,
+                max_keys: dims.keys,
+                n_new: dims.n_new,
+                head_dim: dims.head_dim,
+                scale,
+                sparse: false,
+                score: true,
+            },
+            b,
+        );
+        let client = out.client.clone();
+        let id = table.dtype;
+        kernels::score_reduce_kernel::launch::<CudaRuntime>(
+            &client,
+            CubeCount::Static(
+                dims.keys.div_ceil(256) as u32,
+                dims.kv_heads as u32,
+                b as u32,
+            ),
+            CubeDim::new_1d(256),
+            parts.pm.into_tensor_arg(),
+            parts.pl.into_tensor_arg(),
+            parts.logits.into_tensor_arg(),
+            table.into_tensor_arg(),
+            kv2slot.into_tensor_arg(),
+            ctx.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            dims.n_new as u32,
+            parts.plan.splits as u32,
+            parts.rpad as u32,
+            nslots as u32,
+            dims.keys as u32,
+            parts.rpad,
+            id.into(),
+        );
+        Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
+    }
+
+    fn quest_page_bounds(
+        k: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        page_size: usize,
+    ) -> Result<(Tensor<Self, 4>, Tensor<Self, 4>)> {
+        let [b, kvh, cap, d] = k.dims();
+        let pages = check_pages(ctx_lens, b, cap, page_size)?;
+        let device = k.device();
+        let k = float_prim(k).tensor();
+        let ctx = ctx_tensor::<F, I, BT>(ctx_lens, &device);
+        let fd = k.dtype;
+        let kmin = empty(&k, vec![b, kvh, pages, d], fd);
+        let kmax = empty(&k, vec![b, kvh, pages, d], fd);
+        let client = k.client.clone();
+        let id = ctx.dtype;
+        kernels::page_bounds_kernel::launch::<CudaRuntime>(
+            &client,
+            CubeCount::Static(pages as u32, kvh as u32, b as u32),
+            CubeDim::new_1d(d.min(128) as u32),
+            k.into_tensor_arg(),
+            ctx.into_tensor_arg(),
+            kmin.clone().into_tensor_arg(),
+            kmax.clone().into_tensor_arg(),
+            page_size as u32,
+            d,
+            [fd.into(), id.into()],
+        );
+        Ok((
+            Tensor::from_primitive(TensorPrimitive::Float(kmin)),
+            Tensor::from_primitive(TensorPrimitive::Float(kmax)),
+        ))
+    }
+
+    fn quest_page_scores(
+        q: Tensor<Self, 4>,
+        kmin: Tensor<Self, 4>,
+        kmax: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        page_size: usize,
+    ) -> Result<Tensor<Self, 3>> {
+        let [b, hq, n, d] = q.dims();
+        let [kb, kvh, pages, kd] = kmin.dims();
+        if kb != b || kd != d || kvh == 0 || kmax.dims() != kmin.dims() {
+            return Err(KernelError::Shape {
+                name: "kmin/kmax",
+                expected: vec![b, kvh.max(1), pages, d],
+                found: kmax.dims().to_vec(),
+            });
+        }
+        if hq % kvh != 0 || n == 0 {
+            return Err(KernelError::invalid(
+                "q",
+                format!("heads a multiple of {kvh}, n_new >= 1"),
+                format!("{hq} heads, n_new {n}"),
+            ));
+        }
+        let need = check_pages(ctx_lens, b, usize::MAX, page_size)?;
+        if need > pages {
+            return Err(KernelError::invalid(
+                "kmin",
+                format!("at least {need} pages"),
+                pages,
+            ));
+        }
+        let g = hq / kvh;
+        if g * n * d * 4 > 160 * 1024 {
+            return Err(KernelError::Unsupported(format!(
+                "{} query rows of width {d} per KV head (shared memory)",
+                g * n
+            )));
+        }
+        let device = q.device();
+        let q = float_prim(q).tensor();
+        let (kmin, kmax) = (float_prim(kmin).tensor(), float_prim(kmax).tensor());
+        let ctx = ctx_tensor::<F, I, BT>(ctx_lens, &device);
+        let out = empty(&q, vec![b, kvh, pages], DType::F32);
+        let client = q.client.clone();
+        let (fd, id) = (q.dtype, ctx.dtype);
+        if kmin.dtype != fd || kmax.dtype != fd {
+            return Err(KernelError::Unsupported(
+                "q and bounds of different dtypes".into(),
+            ));
+        }
+        kernels::page_scores_kernel::launch::<CudaRuntime>(
+            &client,
+            CubeCount::Static(pages.div_ceil(128) as u32, kvh as u32, b as u32),
+            CubeDim::new_1d(128),
+            q.into_tensor_arg(),
+            kmin.into_tensor_arg(),
+            kmax.into_tensor_arg(),
+            ctx.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            page_size as u32,
+            pages as u32,
+            g,
+            n,
+            d,
+            [fd.into(), id.into()],
+        );
+        Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
+    }
+
+    fn top_k_positions(
+        scores: Tensor<Self, 3>,
+        ctx_lens: &[usize],
+        keep: Keep,
+    ) -> Result<Positions<Self>> {
+        let dims = scores.dims();
+        let (counts, kk) = check_top_k(dims, ctx_lens, keep)?;
+        let device = scores.device();
+        let s = match scores.into_primitive() {
+            TensorPrimitive::Float(t) => t,
+            TensorPrimitive::QFloat(_) => {
+                return Err(KernelError::Unsupported("quantized scores".into()))
+            }
+        };
+        let ctx = ctx_tensor::<F, I, BT>(ctx_lens, &device);
+        let [b, h, _] = dims;
+        let out = empty_device_dtype(
+            s.client.clone(),
+            s.device.clone(),
+            Shape::from(vec![b, h, kk]),
+            I::dtype(),
+        );
+        if kk > 0 {
+            let client = s.client.clone();
+            let (fd, id) = (s.dtype, ctx.dtype);
+            kernels::topk_kernel::launch::<CudaRuntime>(
+                &client,
+                CubeCount::Static(1, h as u32, b as u32),
+                CubeDim::new_1d(256),
+                s.into_tensor_arg(),
+                ctx.into_tensor_arg(),
+                out.clone().into_tensor_arg(),
+                keep.budget as u32,
+                keep.n_sink as u32,
+                keep.window as u32,
+                kk as u32,
+                [fd.into(), id.into()],
+            );
+        }
+        Ok(Positions {
+            indices: Tensor::from_primitive(out),
+            counts,
+        })
+    }
+}

@@ -1,0 +1,447 @@
+//! # dustin-kernels
+//!
+//! Fused kernels for speculative verification with sparse attention, behind one backend
+//! extension trait, [`KernelOps`]:
+//!
+//! - [`KernelOps::verify_attention`]: dense grouped-query attention (GQA) of `n_new <= 16` new
+//!   tokens per sequence over a ragged KV cache, causal among the new tokens.
+//! - [`KernelOps::sparse_verify_attention`]: the same over an index list per (sequence, KV
+//!   head), read straight from the cache, plus the new tokens.
+//! - [`KernelOps::head_subset_scores`]: exact softmax probabilities of a subset of query heads
+//!   over the full context, summed per (sequence, KV head, position) (the `dustin` and
+//!   `oracle` estimators of `dustin-select`).
+//! - [`KernelOps::quest_page_bounds`] and [`KernelOps::quest_page_scores`]: Quest's per-page
+//!   key min/max and the upper bound `sum_d max(q_d min_d, q_d max_d)` (Tang et al. 2024).
+//! - [`KernelOps::top_k_positions`]: top-k of positions per (sequence, KV head) with forced
+//!   sinks and recent window, ties to the lower index, ascending output.
+//!
+//! Implementations: [`burn_flex::Flex`] (plain Burn ops and host code, f32; the CPU path CI
+//! tests against [`reference`](mod@reference)) and, behind the `cuda` feature,
+//! `burn_cubecl::CubeBackend<CudaRuntime, F, I, BT>` (CubeCL kernels, bf16/f16 in, f32
+//! accumulation; see [`cuda`](crate#cuda-kernels)).
+//!
+//! ## Conventions (every op)
+//! - Queries `q`: `[batch, q_heads, n_new, head_dim]`, query head `h` reads KV head
+//!   `h / (q_heads / kv_heads)` (heads of a group are contiguous, as in `dustin-qwen`).
+//! - Cache `k`, `v`: `[batch, kv_heads, capacity, head_dim]` (`dustin-kv`'s `DenseKvCache`
+//!   layout) with the new tokens already appended.
+//! - `ctx_lens[b]`: the context of sequence `b` *before* the new tokens; the new token `i` sits
+//!   at position `ctx_lens[b] + i` and sees keys `j <= ctx_lens[b] + i` (the model's mask rule).
+//!   Slots at and past `ctx_lens[b] + n_new` are never read (they may hold anything, NaN too).
+//!
+//! ## CUDA kernels
+//! Flash-decoding (Dao et al. 2023, "Flash-Decoding for long-context inference"): the keys of
+//! one (sequence, KV head) are split across thread blocks; each block holds the queries of all
+//! the heads of the group (`group * n_new` rows, up to 64 rows per block) and reads each key and
+//! value once for all of them; `Q K^T` and `P V` run on tensor cores (WMMA 16x16x16, bf16 in, f32
+//! accumulate); a combine kernel merges the per-block `(max, sum, acc)`. See `docs/decisions.md`.
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod plain;
+pub mod reference;
+
+#[cfg(feature = "cuda")]
+pub mod cuda;
+
+use burn_tensor::{backend::Backend, Int, Tensor};
+
+pub use error::{KernelError, Result};
+
+/// Most new tokens per sequence the verify kernels take (`gamma + 1 <= 16`).
+pub const MAX_NEW: usize = 16;
+
+/// Which positions the top-k step always keeps and how many it keeps in all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keep {
+    /// Positions kept per (sequence, KV head): `min(budget, ctx_b)`. At least 1.
+    pub budget: usize,
+    /// Leading positions always kept (attention sinks, StreamingLLM, Xiao et al. 2023).
+    pub n_sink: usize,
+    /// Most recent context positions always kept.
+    pub window: usize,
+}
+
+/// A selection of context positions per (sequence, KV head), as the top-k step returns it.
+#[derive(Debug, Clone)]
+pub struct Positions<B: Backend> {
+    /// `[batch, kv_heads, k]` positions; entries `0 .. counts[b]` are ascending and distinct,
+    /// entries `counts[b] .. k` are padding (0).
+    pub indices: Tensor<B, 3, Int>,
+    /// Valid entries per sequence (the same for every KV head of a sequence).
+    pub counts: Vec<usize>,
+}
+
+/// Fused attention, scoring and selection ops; implemented per backend.
+///
+/// Every method validates its input and returns [`KernelError`] instead of panicking.
+pub trait KernelOps: Backend {
+    /// Dense GQA attention of the new tokens over their whole context.
+    ///
+    /// `q` `[batch, q_heads, n_new, head_dim]`, `k`, `v` `[batch, kv_heads, capacity,
+    /// head_dim]`, `ctx_lens` `[batch]`, `scale` (usually `1 / sqrt(head_dim)`).
+    /// Returns `[batch, q_heads, n_new, head_dim]` in `q`'s dtype:
+    /// `softmax(scale q k^T + mask) v` with the causal rule of the crate docs.
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] / [`KernelError::InvalidInput`] for inconsistent shapes,
+    /// `n_new` of 0 or over [`MAX_NEW`], a context that does not fit the capacity;
+    /// [`KernelError::Unsupported`] for what a backend's kernels cannot take (see its docs).
+    fn verify_attention(
+        q: Tensor<Self, 4>,
+        k: Tensor<Self, 4>,
+        v: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        scale: f32,
+    ) -> Result<Tensor<Self, 4>>;
+
+    /// Sparse GQA attention: each query head of KV head `h` of sequence `b` attends to the
+    /// context positions `indices[b, h, 0 .. counts[b]]` plus the new tokens (causal among
+    /// them), reading them straight from the cache.
+    ///
+    /// `indices` `[batch, kv_heads, budget]`: entries past `counts[b]` are ignored (padding),
+    /// listed positions must be distinct (a repeat counts twice); a position outside
+    /// `0 .. ctx_lens[b]` is skipped. Shapes and result as [`KernelOps::verify_attention`].
+    ///
+    /// # Errors
+    /// As [`KernelOps::verify_attention`], and [`KernelError::InvalidInput`] for
+    /// `counts[b] > budget` or a wrong number of counts.
+    #[allow(clippy::too_many_arguments)]
+    fn sparse_verify_attention(
+        q: Tensor<Self, 4>,
+        k: Tensor<Self, 4>,
+        v: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        indices: Tensor<Self, 3, Int>,
+        counts: &[usize],
+        scale: f32,
+    ) -> Result<Tensor<Self, 4>>;
+
+    /// Exact attention probabilities of the query heads `heads` over the full context (the
+    /// softmax of the dense verify attention, causal rule included), summed over those heads
+    /// of each KV head and over the `n_new` query rows.
+    ///
+    /// `q` `[batch, q_heads, n_new, head_dim]`, `k` `[batch, kv_heads, capacity, head_dim]`.
+    /// Returns f32 `[batch, kv_heads, max_b(ctx_lens[b]) + n_new]`: entry `(b, h, j)` is
+    /// `sum_{q in heads, q / group = h} sum_i p_{q,i}(j)`; 0 for KV heads without a chosen
+    /// head and for `j >= ctx_lens[b] + n_new`.
+    ///
+    /// # Errors
+    /// As [`KernelOps::verify_attention`]; [`KernelError::InvalidInput`] for an empty,
+    /// repeated or out-of-range head list.
+    fn head_subset_scores(
+        q: Tensor<Self, 4>,
+        k: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        heads: &[usize],
+        scale: f32,
+    ) -> Result<Tensor<Self, 3>>;
+
+    /// Quest's page key bounds: the context of `b` (positions `< ctx_lens[b]`) cut into pages
+    /// of `page_size`; per page and KV head the elementwise min and max of its keys.
+    ///
+    /// `k` `[batch, kv_heads, capacity, head_dim]`. Returns `(kmin, kmax)`, each
+    /// `[batch, kv_heads, ceil(max ctx / page_size), head_dim]` in `k`'s dtype; pages that
+    /// start at or past `ctx_lens[b]` are 0.
+    ///
+    /// # Errors
+    /// [`KernelError::InvalidInput`] for `page_size` 0 or a context over the capacity.
+    fn quest_page_bounds(
+        k: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        page_size: usize,
+    ) -> Result<(Tensor<Self, 4>, Tensor<Self, 4>)>;
+
+    /// Quest's page scores (upper bounds of `q . k` over a page, Tang et al. 2024):
+    /// `max over the group's heads and the n_new rows of sum_d max(q_d min_d, q_d max_d)`.
+    ///
+    /// `q` `[batch, q_heads, n_new, head_dim]`, `kmin`, `kmax` `[batch, kv_heads, pages,
+    /// head_dim]`. Returns f32 `[batch, kv_heads, pages]`; pages starting at or past
+    /// `ctx_lens[b]` score 0.
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for inconsistent shapes, [`KernelError::InvalidInput`] for
+    /// `page_size` 0.
+    fn quest_page_scores(
+        q: Tensor<Self, 4>,
+        kmin: Tensor<Self, 4>,
+        kmax: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        page_size: usize,
+    ) -> Result<Tensor<Self, 3>>;
+
+    /// Top-k positions per (sequence, KV head) of `scores` `[batch, kv_heads, c]`
+    /// (`c >= max ctx`): keeps the sinks `[0, n_sink)` and the window
+    /// `[ctx_b - window, ctx_b)` always, fills up to `min(budget, ctx_b)` with the highest
+    /// scores among the other positions `< ctx_b` (NaN lowest, `+-inf` like the extreme finite
+    /// values, ties to the lower position), and returns them ascending.
+    ///
+    /// Returns [`Positions`] with `k = min(budget, max ctx)` columns.
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] when `scores` is too short or has another batch;
+    /// [`KernelError::InvalidInput`] for `budget` 0 or `budget < n_sink + window`.
+    fn top_k_positions(
+        scores: Tensor<Self, 3>,
+        ctx_lens: &[usize],
+        keep: Keep,
+    ) -> Result<Positions<Self>>;
+}
+
+/// Shapes of a verify-attention call, checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttnDims {
+    /// Sequences.
+    pub batch: usize,
+    /// Query heads.
+    pub q_heads: usize,
+    /// KV heads.
+    pub kv_heads: usize,
+    /// New tokens per sequence.
+    pub n_new: usize,
+    /// Head width.
+    pub head_dim: usize,
+    /// Cache capacity per sequence.
+    pub capacity: usize,
+    /// Keys of the longest sequence, `max ctx + n_new`.
+    pub keys: usize,
+}
+
+impl AttnDims {
+    /// Query heads per KV head.
+    pub fn group(&self) -> usize {
+        self.q_heads / self.kv_heads
+    }
+}
+
+/// Checks `q` `[batch, q_heads, n_new, head_dim]` against a cache `[batch, kv_heads,
+/// capacity, head_dim]` and `ctx_lens`.
+///
+/// # Errors
+/// [`KernelError::Shape`] / [`KernelError::InvalidInput`] naming the first problem.
+pub fn check_attn(q: [usize; 4], k: [usize; 4], ctx_lens: &[usize]) -> Result<AttnDims> {
+    let [b, hq, n, d] = q;
+    let [kb, kvh, cap, kd] = k;
+    if kb != b || kd != d || kvh == 0 {
+        return Err(KernelError::Shape {
+            name: "k",
+            expected: vec![b, kvh.max(1), cap, d],
+            found: k.to_vec(),
+        });
+    }
+    if hq == 0 || hq % kvh != 0 {
+        return Err(KernelError::invalid(
+            "q_heads",
+            format!("a positive multiple of kv_heads = {kvh}"),
+            hq,
+        ));
+    }
+    if n == 0 || n > MAX_NEW {
+        return Err(KernelError::invalid("n_new", format!("1 ..= {MAX_NEW}"), n));
+    }
+    if d == 0 {
+        return Err(KernelError::invalid("head_dim", "at least 1", d));
+    }
+    if ctx_lens.len() != b {
+        return Err(KernelError::invalid(
+            "ctx_lens",
+            format!("{b} lengths"),
+            ctx_lens.len(),
+        ));
+    }
+    if let Some((s, &l)) = ctx_lens.iter().enumerate().find(|(_, &l)| l + n > cap) {
+        return Err(KernelError::invalid(
+            "ctx_lens",
+            format!("ctx + n_new <= capacity {cap} (sequence {s})"),
+            l,
+        ));
+    }
+    let keys = ctx_lens.iter().copied().max().unwrap_or(0) + n;
+    Ok(AttnDims {
+        batch: b,
+        q_heads: hq,
+        kv_heads: kvh,
+        n_new: n,
+        head_dim: d,
+        capacity: cap,
+        keys,
+    })
+}
+
+/// Checks a sparse selection `[batch, kv_heads, budget]` and its counts against `dims`.
+///
+/// # Errors
+/// [`KernelError::Shape`] / [`KernelError::InvalidInput`].
+pub fn check_selection(dims: &AttnDims, idx: [usize; 3], counts: &[usize]) -> Result<()> {
+    let [b, h, budget] = idx;
+    if b != dims.batch || h != dims.kv_heads {
+        return Err(KernelError::Shape {
+            name: "indices",
+            expected: vec![dims.batch, dims.kv_heads, budget],
+            found: idx.to_vec(),
+        });
+    }
+    if counts.len() != b {
+        return Err(KernelError::invalid(
+            "counts",
+            format!("{b} counts"),
+            counts.len(),
+        ));
+    }
+    if let Some(&c) = counts.iter().find(|&&c| c > budget) {
+        return Err(KernelError::invalid(
+            "counts",
+            format!("at most the budget {budget}"),
+            c,
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a head list for [`KernelOps::head_subset_scores`].
+///
+/// # Errors
+/// [`KernelError::InvalidInput`] naming `heads`.
+pub fn check_heads(heads: &[usize], q_heads: usize) -> Result<()> {
+    if heads.is_empty() {
+        return Err(KernelError::invalid("heads", "at least one head", 0));
+    }
+    for (i, &h) in heads.iter().enumerate() {
+        if h >= q_heads {
+            return Err(KernelError::invalid(
+                "heads",
+                format!("heads < {q_heads}"),
+                h,
+            ));
+        }
+        if heads[..i].contains(&h) {
+            return Err(KernelError::invalid("heads", "distinct heads", h));
+        }
+    }
+    Ok(())
+}
+
+/// Checks the keep rule and the scores' shape for [`KernelOps::top_k_positions`]; returns
+/// `(counts, k)`.
+///
+/// # Errors
+/// [`KernelError::Shape`] / [`KernelError::InvalidInput`].
+pub fn check_top_k(
+    scores: [usize; 3],
+    ctx_lens: &[usize],
+    keep: Keep,
+) -> Result<(Vec<usize>, usize)> {
+    let [b, h, c] = scores;
+    let cmax = ctx_lens.iter().copied().max().unwrap_or(0);
+    if b != ctx_lens.len() || c < cmax {
+        return Err(KernelError::Shape {
+            name: "scores",
+            expected: vec![ctx_lens.len(), h, cmax],
+            found: scores.to_vec(),
+        });
+    }
+    if keep.budget == 0 {
+        return Err(KernelError::invalid("budget", "at least 1", 0));
+    }
+    if keep.budget < keep.n_sink + keep.window {
+        return Err(KernelError::invalid(
+            "budget",
+            format!("at least n_sink + window = {}", keep.n_sink + keep.window),
+            keep.budget,
+        ));
+    }
+    let counts: Vec<usize> = ctx_lens.iter().map(|&l| l.min(keep.budget)).collect();
+    let k = counts.iter().copied().max().unwrap_or(0);
+    Ok((counts, k))
+}
+
+/// Checks `page_size` and the contexts for the Quest ops; returns the number of pages.
+///
+/// # Errors
+/// [`KernelError::InvalidInput`].
+pub fn check_pages(
+    ctx_lens: &[usize],
+    batch: usize,
+    capacity: usize,
+    page_size: usize,
+) -> Result<usize> {
+    if page_size == 0 {
+        return Err(KernelError::invalid("page_size", "at least 1", 0));
+    }
+    if ctx_lens.len() != batch {
+        return Err(KernelError::invalid(
+            "ctx_lens",
+            format!("{batch} lengths"),
+            ctx_lens.len(),
+        ));
+    }
+    let c = ctx_lens.iter().copied().max().unwrap_or(0);
+    if c > capacity {
+        return Err(KernelError::invalid(
+            "ctx_lens",
+            format!("at most the capacity {capacity}"),
+            c,
+        ));
+    }
+    Ok(c.div_ceil(page_size).max(1))
+}
+
+impl KernelOps for burn_flex::Flex {
+    fn verify_attention(
+        q: Tensor<Self, 4>,
+        k: Tensor<Self, 4>,
+        v: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        scale: f32,
+    ) -> Result<Tensor<Self, 4>> {
+        plain::verify_attention(q, k, v, ctx_lens, scale)
+    }
+
+    fn sparse_verify_attention(
+        q: Tensor<Self, 4>,
+        k: Tensor<Self, 4>,
+        v: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        indices: Tensor<Self, 3, Int>,
+        counts: &[usize],
+        scale: f32,
+    ) -> Result<Tensor<Self, 4>> {
+        plain::sparse_verify_attention(q, k, v, ctx_lens, indices, counts, scale)
+    }
+
+    fn head_subset_scores(
+        q: Tensor<Self, 4>,
+        k: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        heads: &[usize],
+        scale: f32,
+    ) -> Result<Tensor<Self, 3>> {
+        plain::head_subset_scores(q, k, ctx_lens, heads, scale)
+    }
+
+    fn quest_page_bounds(
+        k: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        page_size: usize,
+    ) -> Result<(Tensor<Self, 4>, Tensor<Self, 4>)> {
+        plain::quest_page_bounds(k, ctx_lens, page_size)
+    }
+
+    fn quest_page_scores(
+        q: Tensor<Self, 4>,
+        kmin: Tensor<Self, 4>,
+        kmax: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        page_size: usize,
+    ) -> Result<Tensor<Self, 3>> {
+        plain::quest_page_scores(q, kmin, kmax, ctx_lens, page_size)
+    }
+
+    fn top_k_positions(
+        scores: Tensor<Self, 3>,
+        ctx_lens: &[usize],
+        keep: Keep,
+    ) -> Result<Positions<Self>> {
+        plain::top_k_positions(scores, ctx_lens, keep)
+    }
+}

@@ -1,0 +1,365 @@
+//! The plain path: every op from Burn tensor ops (and host code for the top-k), generic over
+//! the backend. [`KernelOps`](crate::KernelOps) for `burn_flex::Flex` calls these; they are
+//! also the fallback for any other backend. Same shapes and rules as the trait's docs.
+
+use burn_tensor::{activation, backend::Backend, Int, Tensor, TensorData};
+
+use crate::{
+    check_attn, check_heads, check_pages, check_selection, check_top_k, Keep, KernelError,
+    Positions, Result,
+};
+
+/// Additive causal mask `[batch, 1, 1, n, l]`: key `j` visible to query `i` of `b` iff
+/// `j <= ctx_lens[b] + i`.
+fn causal_mask<B: Backend>(
+    ctx_lens: &[usize],
+    n: usize,
+    l: usize,
+    device: &B::Device,
+) -> Tensor<B, 5> {
+    let b = ctx_lens.len();
+    let mut m = Vec::with_capacity(b * n * l);
+    for &c in ctx_lens {
+        for i in 0..n {
+            let lim = (c + i + 1).min(l);
+            m.extend(std::iter::repeat_n(0.0f32, lim));
+            m.extend(std::iter::repeat_n(f32::NEG_INFINITY, l - lim));
+        }
+    }
+    Tensor::from_data(TensorData::new(m, [b, 1, 1, n, l]), device)
+}
+
+/// The first `l` cache positions with every slot at or past `ctx_lens[b] + n` zeroed (stale
+/// slots may hold anything, NaN too; masked scores alone would turn NaN into NaN).
+fn live_keys<B: Backend>(t: Tensor<B, 4>, ctx_lens: &[usize], n: usize, l: usize) -> Tensor<B, 4> {
+    let [b, h, _, d] = t.dims();
+    let device = t.device();
+    let mut stale = Vec::with_capacity(b * l);
+    for &c in ctx_lens {
+        stale.extend((0..l).map(|p| p >= c + n));
+    }
+    let stale =
+        Tensor::<B, 4, burn_tensor::Bool>::from_data(TensorData::new(stale, [b, 1, l, 1]), &device)
+            .expand([b, h, l, d]);
+    t.narrow(2, 0, l).mask_fill(stale, 0.0)
+}
+
+fn check_v(k: [usize; 4], v: [usize; 4]) -> Result<()> {
+    if k == v {
+        Ok(())
+    } else {
+        Err(KernelError::Shape {
+            name: "v",
+            expected: k.to_vec(),
+            found: v.to_vec(),
+        })
+    }
+}
+
+/// Dense verify attention ([`KernelOps::verify_attention`](crate::KernelOps::verify_attention)).
+///
+/// # Errors
+/// As the trait method.
+pub fn verify_attention<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    ctx_lens: &[usize],
+    scale: f32,
+) -> Result<Tensor<B, 4>> {
+    let dims = check_attn(q.dims(), k.dims(), ctx_lens)?;
+    check_v(k.dims(), v.dims())?;
+    let (b, kvh, n, d, l, g) = (
+        dims.batch,
+        dims.kv_heads,
+        dims.n_new,
+        dims.head_dim,
+        dims.keys,
+        dims.group(),
+    );
+    let device = q.device();
+    let kk = live_keys(k, ctx_lens, n, l);
+    let vv = live_keys(v, ctx_lens, n, l);
+    let scores = q
+        .reshape([b, kvh, g * n, d])
+        .matmul(kk.swap_dims(2, 3))
+        .mul_scalar(scale)
+        .reshape([b, kvh, g, n, l])
+        + causal_mask::<B>(ctx_lens, n, l, &device);
+    let p = activation::softmax(scores, 4).reshape([b, kvh, g * n, l]);
+    Ok(p.matmul(vv).reshape([b, dims.q_heads, n, d]))
+}
+
+/// Sparse verify attention
+/// ([`KernelOps::sparse_verify_attention`](crate::KernelOps::sparse_verify_attention)):
+/// gathers the selected rows and the new tokens, then attends with a mask.
+///
+/// # Errors
+/// As the trait method.
+#[allow(clippy::too_many_arguments)]
+pub fn sparse_verify_attention<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    ctx_lens: &[usize],
+    indices: Tensor<B, 3, Int>,
+    counts: &[usize],
+    scale: f32,
+) -> Result<Tensor<B, 4>> {
+    let dims = check_attn(q.dims(), k.dims(), ctx_lens)?;
+    check_v(k.dims(), v.dims())?;
+    check_selection(&dims, indices.dims(), counts)?;
+    let (b, kvh, n, d, g, cap) = (
+        dims.batch,
+        dims.kv_heads,
+        dims.n_new,
+        dims.head_dim,
+        dims.group(),
+        dims.capacity,
+    );
+    let budget = indices.dims()[2];
+    let m = budget + n;
+    let device = q.device();
+    let ctx_i: Vec<i64> = ctx_lens.iter().map(|&c| c as i64).collect();
+    let ctx_t = Tensor::<B, 1, Int>::from_data(TensorData::new(ctx_i, [b]), &device)
+        .reshape([b, 1, 1])
+        .expand([b, kvh, budget]);
+    let cnt_i: Vec<i64> = counts.iter().map(|&c| c as i64).collect();
+    let cnt_t = Tensor::<B, 1, Int>::from_data(TensorData::new(cnt_i, [b]), &device)
+        .reshape([b, 1, 1])
+        .expand([b, kvh, budget]);
+    let slot = Tensor::<B, 1, Int>::arange(0..budget as i64, &device)
+        .reshape([1, 1, budget])
+        .expand([b, kvh, budget]);
+    // a listed position is read iff slot < count and 0 <= position < ctx
+    let valid = slot
+        .lower(cnt_t)
+        .bool_and(indices.clone().greater_equal_elem(0))
+        .bool_and(indices.clone().lower(ctx_t));
+    let ctx_mask = Tensor::<B, 3>::zeros([b, kvh, budget], &device)
+        .mask_fill(valid.clone().bool_not(), f32::NEG_INFINITY)
+        .reshape([b, kvh, 1, 1, budget])
+        .expand([b, kvh, 1, n, budget]);
+    let mut new_mask = Vec::with_capacity(b * n * n);
+    for _ in 0..b {
+        for i in 0..n {
+            for j in 0..n {
+                new_mask.push(if j <= i { 0.0f32 } else { f32::NEG_INFINITY });
+            }
+        }
+    }
+    let new_mask = Tensor::<B, 5>::from_data(TensorData::new(new_mask, [b, 1, 1, n, n]), &device)
+        .expand([b, kvh, 1, n, n]);
+    let mask = Tensor::cat(vec![ctx_mask, new_mask], 4);
+    // positions: the selection (invalid ones replaced by 0) then ctx_b + i
+    let sel = indices.mask_fill(valid.bool_not(), 0);
+    let mut newp = Vec::with_capacity(b * kvh * n);
+    for &c in ctx_lens {
+        for _ in 0..kvh {
+            newp.extend((0..n).map(|i| (c + i) as i64));
+        }
+    }
+    let newp = Tensor::<B, 3, Int>::from_data(TensorData::new(newp, [b, kvh, n]), &device);
+    let pos = Tensor::cat(vec![sel, newp], 2);
+    let offs: Vec<i64> = (0..b * kvh).map(|r| (r * cap) as i64).collect();
+    let offs = Tensor::<B, 3, Int>::from_data(TensorData::new(offs, [b, kvh, 1]), &device);
+    let flat = (pos + offs).reshape([b * kvh * m]);
+    let ks = k
+        .reshape([b * kvh * cap, d])
+        .select(0, flat.clone())
+        .reshape([b, kvh, m, d]);
+    let vs = v
+        .reshape([b * kvh * cap, d])
+        .select(0, flat)
+        .reshape([b, kvh, m, d]);
+    let scores = q
+        .reshape([b, kvh, g * n, d])
+        .matmul(ks.swap_dims(2, 3))
+        .mul_scalar(scale)
+        .reshape([b, kvh, g, n, m])
+        + mask;
+    let p = activation::softmax(scores, 4).reshape([b, kvh, g * n, m]);
+    Ok(p.matmul(vs).reshape([b, dims.q_heads, n, d]))
+}
+
+/// Head-subset scores
+/// ([`KernelOps::head_subset_scores`](crate::KernelOps::head_subset_scores)).
+///
+/// # Errors
+/// As the trait method.
+pub fn head_subset_scores<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    ctx_lens: &[usize],
+    heads: &[usize],
+    scale: f32,
+) -> Result<Tensor<B, 3>> {
+    let dims = check_attn(q.dims(), k.dims(), ctx_lens)?;
+    check_heads(heads, dims.q_heads)?;
+    let (b, kvh, n, l, g) = (
+        dims.batch,
+        dims.kv_heads,
+        dims.n_new,
+        dims.keys,
+        dims.group(),
+    );
+    let e = heads.len();
+    let device = q.device();
+    let qh: Vec<i64> = heads.iter().map(|&h| h as i64).collect();
+    let kh: Vec<i64> = heads.iter().map(|&h| (h / g) as i64).collect();
+    let qh = Tensor::<B, 1, Int>::from_data(TensorData::new(qh, [e]), &device);
+    let kh = Tensor::<B, 1, Int>::from_data(TensorData::new(kh, [e]), &device);
+    let logits = q
+        .select(1, qh)
+        .matmul(live_keys(k, ctx_lens, n, l).select(1, kh).swap_dims(2, 3))
+        .mul_scalar(scale)
+        .reshape([b, e, 1, n, l])
+        + causal_mask::<B>(ctx_lens, n, l, &device);
+    let p = activation::softmax(logits, 4).sum_dim(3).reshape([b, e, l]);
+    let mut mix = vec![0.0f32; kvh * e];
+    for (i, &h) in heads.iter().enumerate() {
+        mix[(h / g) * e + i] = 1.0;
+    }
+    let mix =
+        Tensor::<B, 3>::from_data(TensorData::new(mix, [1, kvh, e]), &device).expand([b, kvh, e]);
+    Ok(mix.matmul(p))
+}
+
+/// Quest page bounds
+/// ([`KernelOps::quest_page_bounds`](crate::KernelOps::quest_page_bounds)).
+///
+/// # Errors
+/// As the trait method.
+pub fn quest_page_bounds<B: Backend>(
+    k: Tensor<B, 4>,
+    ctx_lens: &[usize],
+    page_size: usize,
+) -> Result<(Tensor<B, 4>, Tensor<B, 4>)> {
+    let [b, kvh, cap, d] = k.dims();
+    let pages = check_pages(ctx_lens, b, cap, page_size)?;
+    let device = k.device();
+    let cp = pages * page_size;
+    let avail = cp.min(cap);
+    let mut keys = k.narrow(2, 0, avail);
+    if avail < cp {
+        keys = Tensor::cat(
+            vec![keys, Tensor::zeros([b, kvh, cp - avail, d], &device)],
+            2,
+        );
+    }
+    // per position: 0 inside the context of b, 1 outside
+    let mut outside = Vec::with_capacity(b * cp);
+    for &c in ctx_lens {
+        outside.extend((0..cp).map(|p| p >= c));
+    }
+    let outside = Tensor::<B, 4, burn_tensor::Bool>::from_data(
+        TensorData::new(outside, [b, 1, cp, 1]),
+        &device,
+    )
+    .expand([b, kvh, cp, d]);
+    let kmin = keys
+        .clone()
+        .mask_fill(outside.clone(), f32::INFINITY)
+        .reshape([b, kvh, pages, page_size, d])
+        .min_dim(3)
+        .reshape([b, kvh, pages, d]);
+    let kmax = keys
+        .mask_fill(outside, f32::NEG_INFINITY)
+        .reshape([b, kvh, pages, page_size, d])
+        .max_dim(3)
+        .reshape([b, kvh, pages, d]);
+    let empty =
+        page_empty_mask::<B>(ctx_lens, pages, page_size, &device).expand([b, kvh, pages, d]);
+    Ok((
+        kmin.mask_fill(empty.clone(), 0.0),
+        kmax.mask_fill(empty, 0.0),
+    ))
+}
+
+/// `[batch, 1, pages, 1]`: true where the page starts at or past the context.
+fn page_empty_mask<B: Backend>(
+    ctx_lens: &[usize],
+    pages: usize,
+    page_size: usize,
+    device: &B::Device,
+) -> Tensor<B, 4, burn_tensor::Bool> {
+    let b = ctx_lens.len();
+    let mut e = Vec::with_capacity(b * pages);
+    for &c in ctx_lens {
+        e.extend((0..pages).map(|p| p * page_size >= c));
+    }
+    Tensor::from_data(TensorData::new(e, [b, 1, pages, 1]), device)
+}
+
+/// Quest page scores
+/// ([`KernelOps::quest_page_scores`](crate::KernelOps::quest_page_scores)), as
+/// `relu(q) . max + min(q, 0) . min` (two matmuls, same value as the elementwise max).
+///
+/// # Errors
+/// As the trait method.
+pub fn quest_page_scores<B: Backend>(
+    q: Tensor<B, 4>,
+    kmin: Tensor<B, 4>,
+    kmax: Tensor<B, 4>,
+    ctx_lens: &[usize],
+    page_size: usize,
+) -> Result<Tensor<B, 3>> {
+    let [b, hq, n, d] = q.dims();
+    let [kb, kvh, pages, kd] = kmin.dims();
+    if kb != b || kd != d || kvh == 0 || kmax.dims() != kmin.dims() || hq % kvh != 0 || n == 0 {
+        return Err(KernelError::Shape {
+            name: "kmin/kmax",
+            expected: vec![b, kvh.max(1), pages, d],
+            found: kmax.dims().to_vec(),
+        });
+    }
+    let need = check_pages(ctx_lens, b, usize::MAX, page_size)?;
+    if need > pages {
+        return Err(KernelError::invalid(
+            "kmin",
+            format!("at least {need} pages"),
+            pages,
+        ));
+    }
+    let g = hq / kvh;
+    let device = q.device();
+    let qg = q.reshape([b, kvh, g * n, d]);
+    let s = qg.clone().clamp_min(0.0).matmul(kmax.swap_dims(2, 3))
+        + qg.clamp_max(0.0).matmul(kmin.swap_dims(2, 3));
+    let s = s.max_dim(2); // [b, kvh, 1, pages]
+    let empty = page_empty_mask::<B>(ctx_lens, pages, page_size, &device)
+        .reshape([b, 1, 1, pages])
+        .expand([b, kvh, 1, pages]);
+    Ok(s.mask_fill(empty, 0.0).reshape([b, kvh, pages]))
+}
+
+/// Top-k on the host
+/// ([`KernelOps::top_k_positions`](crate::KernelOps::top_k_positions)).
+///
+/// # Errors
+/// As the trait method.
+pub fn top_k_positions<B: Backend>(
+    scores: Tensor<B, 3>,
+    ctx_lens: &[usize],
+    keep: Keep,
+) -> Result<Positions<B>> {
+    let [b, h, c] = scores.dims();
+    let (counts, kk) = check_top_k([b, h, c], ctx_lens, keep)?;
+    let device = scores.device();
+    let host: Vec<f32> = scores
+        .into_data()
+        .convert::<f32>()
+        .to_vec()
+        .map_err(|e| KernelError::Unsupported(format!("reading scores: {e:?}")))?;
+    let rows = crate::reference::top_k(&host, b, h, c, ctx_lens, keep);
+    let mut idx = vec![0i64; b * h * kk];
+    for (r, row) in rows.iter().enumerate() {
+        for (s, &p) in row.iter().enumerate() {
+            idx[r * kk + s] = p as i64;
+        }
+    }
+    Ok(Positions {
+        indices: Tensor::from_data(TensorData::new(idx, [b, h, kk]), &device),
+        counts,
+    })
+}

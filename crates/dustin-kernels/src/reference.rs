@@ -1,0 +1,337 @@
+//! Float64 host references of every op (plain loops, independent of Burn), the random inputs
+//! the checks use, and the error measure. Used by the CPU tests and by the GPU check.
+//!
+//! Layouts are row-major and as in the crate docs: `q` `[batch, q_heads, n_new, head_dim]`,
+//! `k`, `v` `[batch, kv_heads, capacity, head_dim]`.
+
+// Plain index loops mirror the formulas.
+#![allow(clippy::needless_range_loop, clippy::too_many_arguments)]
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::Keep;
+
+/// Sizes of a reference call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dims {
+    /// Sequences.
+    pub batch: usize,
+    /// Query heads.
+    pub q_heads: usize,
+    /// KV heads.
+    pub kv_heads: usize,
+    /// New tokens per sequence.
+    pub n_new: usize,
+    /// Head width.
+    pub head_dim: usize,
+    /// Cache capacity per sequence.
+    pub capacity: usize,
+}
+
+impl Dims {
+    fn q(&self, b: usize, h: usize, i: usize) -> usize {
+        ((b * self.q_heads + h) * self.n_new + i) * self.head_dim
+    }
+    fn kv(&self, b: usize, h: usize, p: usize) -> usize {
+        ((b * self.kv_heads + h) * self.capacity + p) * self.head_dim
+    }
+    fn group(&self) -> usize {
+        self.q_heads / self.kv_heads
+    }
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f64 {
+    a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum()
+}
+
+/// Softmax attention of one query row over `keys` (cache positions) of `(b, kvh)`:
+/// `sum_j softmax(scale q.k_j) v_j` in f64.
+fn attend_row(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    dims: &Dims,
+    b: usize,
+    kvh: usize,
+    keys: &[usize],
+    scale: f64,
+) -> Vec<f64> {
+    let d = dims.head_dim;
+    let logits: Vec<f64> = keys
+        .iter()
+        .map(|&p| scale * dot(q, &k[dims.kv(b, kvh, p)..dims.kv(b, kvh, p) + d]))
+        .collect();
+    let m = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let w: Vec<f64> = logits.iter().map(|&s| (s - m).exp()).collect();
+    let z: f64 = w.iter().sum();
+    let mut out = vec![0.0f64; d];
+    for (&p, &wj) in keys.iter().zip(&w) {
+        let row = &v[dims.kv(b, kvh, p)..dims.kv(b, kvh, p) + d];
+        for (o, &x) in out.iter_mut().zip(row) {
+            *o += wj / z * x as f64;
+        }
+    }
+    out
+}
+
+/// A sparse selection for [`attention`]: `indices` `[batch, kv_heads, budget]`, `counts`.
+#[derive(Debug, Clone, Copy)]
+pub struct Sel<'a> {
+    /// Positions, row-major `[batch, kv_heads, budget]`.
+    pub indices: &'a [i64],
+    /// Columns of `indices`.
+    pub budget: usize,
+    /// Valid entries per sequence.
+    pub counts: &'a [usize],
+}
+
+/// Verify attention, dense (`sel` `None`) or sparse: `[batch, q_heads, n_new, head_dim]`.
+/// Query `i` of `b` sees keys `j <= ctx_lens[b] + i` (dense), or the selected positions in
+/// `0 .. ctx_lens[b]` plus the new tokens `ctx_lens[b] + i'` with `i' <= i` (sparse).
+pub fn attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    dims: &Dims,
+    ctx_lens: &[usize],
+    scale: f64,
+    sel: Option<Sel<'_>>,
+) -> Vec<f64> {
+    let (d, n, g) = (dims.head_dim, dims.n_new, dims.group());
+    let mut out = vec![0.0f64; dims.batch * dims.q_heads * n * d];
+    for b in 0..dims.batch {
+        let c = ctx_lens[b];
+        for h in 0..dims.q_heads {
+            let kvh = h / g;
+            for i in 0..n {
+                let keys: Vec<usize> = match sel {
+                    None => (0..=c + i).collect(),
+                    Some(s) => {
+                        let row = &s.indices[(b * dims.kv_heads + kvh) * s.budget..][..s.counts[b]];
+                        let mut ks: Vec<usize> = row
+                            .iter()
+                            .filter(|&&p| p >= 0 && (p as usize) < c)
+                            .map(|&p| p as usize)
+                            .collect();
+                        ks.extend(c..=c + i);
+                        ks
+                    }
+                };
+                let o = dims.q(b, h, i);
+                let r = attend_row(&q[o..o + d], k, v, dims, b, kvh, &keys, scale);
+                out[o..o + d].copy_from_slice(&r);
+            }
+        }
+    }
+    out
+}
+
+/// Head-subset scores `[batch, kv_heads, max ctx + n_new]`: per KV head the sum over the
+/// chosen heads of that KV head and the query rows of the dense softmax probabilities.
+pub fn head_scores(
+    q: &[f32],
+    k: &[f32],
+    dims: &Dims,
+    ctx_lens: &[usize],
+    heads: &[usize],
+    scale: f64,
+) -> Vec<f64> {
+    let (d, n, g) = (dims.head_dim, dims.n_new, dims.group());
+    let l = ctx_lens.iter().copied().max().unwrap_or(0) + n;
+    let mut out = vec![0.0f64; dims.batch * dims.kv_heads * l];
+    for b in 0..dims.batch {
+        let c = ctx_lens[b];
+        for &h in heads {
+            let kvh = h / g;
+            for i in 0..n {
+                let o = dims.q(b, h, i);
+                let qr = &q[o..o + d];
+                let logits: Vec<f64> = (0..=c + i)
+                    .map(|p| scale * dot(qr, &k[dims.kv(b, kvh, p)..dims.kv(b, kvh, p) + d]))
+                    .collect();
+                let m = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let z: f64 = logits.iter().map(|&s| (s - m).exp()).sum();
+                for (p, &s) in logits.iter().enumerate() {
+                    out[(b * dims.kv_heads + kvh) * l + p] += (s - m).exp() / z;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Quest page bounds `(kmin, kmax)`, each `[batch, kv_heads, pages, head_dim]`; pages past the
+/// context are 0.
+pub fn page_bounds(
+    k: &[f32],
+    dims: &Dims,
+    ctx_lens: &[usize],
+    page: usize,
+    pages: usize,
+) -> (Vec<f64>, Vec<f64>) {
+    let d = dims.head_dim;
+    let mut mn = vec![0.0f64; dims.batch * dims.kv_heads * pages * d];
+    let mut mx = mn.clone();
+    for b in 0..dims.batch {
+        for h in 0..dims.kv_heads {
+            for pg in 0..pages {
+                let (s, e) = (pg * page, ((pg + 1) * page).min(ctx_lens[b]));
+                if s >= e {
+                    continue;
+                }
+                for c in 0..d {
+                    let vals = (s..e).map(|p| k[dims.kv(b, h, p) + c] as f64);
+                    let o = ((b * dims.kv_heads + h) * pages + pg) * d + c;
+                    mn[o] = vals.clone().fold(f64::INFINITY, f64::min);
+                    mx[o] = vals.fold(f64::NEG_INFINITY, f64::max);
+                }
+            }
+        }
+    }
+    (mn, mx)
+}
+
+/// Quest page scores `[batch, kv_heads, pages]`: max over the group's heads and rows of
+/// `sum_c max(q_c mn_c, q_c mx_c)`; pages starting at or past the context score 0.
+pub fn page_scores(
+    q: &[f32],
+    mn: &[f64],
+    mx: &[f64],
+    dims: &Dims,
+    ctx_lens: &[usize],
+    page: usize,
+    pages: usize,
+) -> Vec<f64> {
+    let (d, n, g) = (dims.head_dim, dims.n_new, dims.group());
+    let mut out = vec![0.0f64; dims.batch * dims.kv_heads * pages];
+    for b in 0..dims.batch {
+        for h in 0..dims.kv_heads {
+            for pg in 0..pages {
+                if pg * page >= ctx_lens[b] {
+                    continue;
+                }
+                let o = ((b * dims.kv_heads + h) * pages + pg) * d;
+                let mut best = f64::NEG_INFINITY;
+                for hq in h * g..(h + 1) * g {
+                    for i in 0..n {
+                        let qo = dims.q(b, hq, i);
+                        let s: f64 = (0..d)
+                            .map(|c| {
+                                let x = q[qo + c] as f64;
+                                (x * mn[o + c]).max(x * mx[o + c])
+                            })
+                            .sum();
+                        best = best.max(s);
+                    }
+                }
+                out[(b * dims.kv_heads + h) * pages + pg] = best;
+            }
+        }
+    }
+    out
+}
+
+/// Top-k reference: per (sequence, KV head) row of `scores` `[batch, heads, c]`, the kept
+/// positions ascending (sinks and window forced, NaN lowest, `+-inf` clamped to the finite
+/// extremes, ties to the lower position).
+pub fn top_k(
+    scores: &[f32],
+    batch: usize,
+    heads: usize,
+    c: usize,
+    ctx_lens: &[usize],
+    keep: Keep,
+) -> Vec<Vec<usize>> {
+    let mut rows = Vec::with_capacity(batch * heads);
+    for b in 0..batch {
+        let cb = ctx_lens[b];
+        let kk = keep.budget.min(cb);
+        for h in 0..heads {
+            let row = &scores[(b * heads + h) * c..][..cb];
+            let mut order: Vec<(bool, f64, usize)> = row
+                .iter()
+                .enumerate()
+                .map(|(p, &s)| {
+                    let forced = p < keep.n_sink || p + keep.window >= cb;
+                    let s = if s.is_nan() {
+                        f32::MIN
+                    } else {
+                        s.clamp(f32::MIN, f32::MAX)
+                    };
+                    (forced, s as f64, p)
+                })
+                .collect();
+            order.sort_by(|a, b| {
+                b.0.cmp(&a.0)
+                    .then(b.1.partial_cmp(&a.1).unwrap_or(std::cmp::Ordering::Equal))
+                    .then(a.2.cmp(&b.2))
+            });
+            let mut kept: Vec<usize> = order[..kk].iter().map(|x| x.2).collect();
+            kept.sort_unstable();
+            rows.push(kept);
+        }
+    }
+    rows
+}
+
+/// Normwise relative error `max |out - ref| / max |ref|`; infinite if any output is not
+/// finite or the lengths differ.
+pub fn rel_err(out: &[f32], reference: &[f64]) -> f64 {
+    if out.len() != reference.len() || out.iter().any(|x| !x.is_finite()) {
+        return f64::INFINITY;
+    }
+    let den = reference
+        .iter()
+        .fold(0.0f64, |m, x| m.max(x.abs()))
+        .max(1e-30);
+    let num = out
+        .iter()
+        .zip(reference)
+        .fold(0.0f64, |m, (&o, &r)| m.max((o as f64 - r).abs()));
+    num / den
+}
+
+/// `len` values uniform in `[-amp, amp)`, rounded to bf16 (so a bf16 device copy holds them
+/// exactly), never exactly zero.
+pub fn random_bf16(len: usize, amp: f32, seed: u64) -> Vec<f32> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..len)
+        .map(|_| {
+            let mut x: f32 = rng.random_range(-amp..amp);
+            if x == 0.0 {
+                x = amp * 0.5;
+            }
+            half::bf16::from_f32(x).to_f32()
+        })
+        .collect()
+}
+
+/// A random selection `[batch, kv_heads, budget]` of distinct positions `< ctx_lens[b]`
+/// (ascending), `counts[b] = min(budget, ctx_lens[b])`; padding slots hold 0.
+pub fn random_selection(
+    batch: usize,
+    kv_heads: usize,
+    budget: usize,
+    ctx_lens: &[usize],
+    seed: u64,
+) -> (Vec<i64>, Vec<usize>) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let counts: Vec<usize> = ctx_lens.iter().map(|&c| c.min(budget)).collect();
+    let mut idx = vec![0i64; batch * kv_heads * budget];
+    for b in 0..batch {
+        for h in 0..kv_heads {
+            let mut all: Vec<usize> = (0..ctx_lens[b]).collect();
+            for i in 0..counts[b] {
+                let j = rng.random_range(i..all.len());
+                all.swap(i, j);
+            }
+            let mut pick = all[..counts[b]].to_vec();
+            pick.sort_unstable();
+            for (s, p) in pick.into_iter().enumerate() {
+                idx[(b * kv_heads + h) * budget + s] = p as i64;
+            }
+        }
+    }
+    (idx, counts)
+}

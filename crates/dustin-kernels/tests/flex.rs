@@ -1,0 +1,300 @@
+//! The CPU path (`burn_flex::Flex`, f32) against the float64 references, on random inputs
+//! (bf16-rounded, never zero) with ragged contexts, group sizes 5 and 7, n_new 1 / 5 / 16,
+//! NaN in the stale cache slots. f32 path: bound 1e-4 (normwise relative).
+
+use burn_flex::{Flex, FlexDevice};
+use burn_tensor::{Int, Tensor, TensorData};
+use dustin_kernels::reference::{self, Dims, Sel};
+use dustin_kernels::{Keep, KernelError, KernelOps};
+
+const BOUND: f64 = 1e-4;
+
+fn dev() -> FlexDevice {
+    FlexDevice
+}
+
+fn host<const D: usize>(t: Tensor<Flex, D>) -> Vec<f32> {
+    t.into_data()
+        .convert::<f32>()
+        .to_vec::<f32>()
+        .expect("f32 data")
+}
+
+struct Inputs {
+    dims: Dims,
+    ctx: Vec<usize>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+}
+
+impl Inputs {
+    fn new(
+        batch: usize,
+        q_heads: usize,
+        kv_heads: usize,
+        n: usize,
+        d: usize,
+        ctx: &[usize],
+        seed: u64,
+    ) -> Self {
+        let cap = ctx.iter().max().copied().unwrap_or(0) + n + 3;
+        let dims = Dims {
+            batch,
+            q_heads,
+            kv_heads,
+            n_new: n,
+            head_dim: d,
+            capacity: cap,
+        };
+        let q = reference::random_bf16(batch * q_heads * n * d, 2.0, seed);
+        let mut k = reference::random_bf16(batch * kv_heads * cap * d, 2.0, seed + 1);
+        let mut v = reference::random_bf16(batch * kv_heads * cap * d, 1.0, seed + 2);
+        for (b, &cb) in ctx.iter().enumerate().take(batch) {
+            for h in 0..kv_heads {
+                for p in cb + n..cap {
+                    let o = ((b * kv_heads + h) * cap + p) * d;
+                    k[o..o + d].fill(f32::NAN);
+                    v[o..o + d].fill(f32::NAN);
+                }
+            }
+        }
+        Self {
+            dims,
+            ctx: ctx.to_vec(),
+            q,
+            k,
+            v,
+        }
+    }
+
+    fn tensors(&self) -> (Tensor<Flex, 4>, Tensor<Flex, 4>, Tensor<Flex, 4>) {
+        let d = &self.dims;
+        let q = Tensor::from_data(
+            TensorData::new(self.q.clone(), [d.batch, d.q_heads, d.n_new, d.head_dim]),
+            &dev(),
+        );
+        let k = Tensor::from_data(
+            TensorData::new(
+                self.k.clone(),
+                [d.batch, d.kv_heads, d.capacity, d.head_dim],
+            ),
+            &dev(),
+        );
+        let v = Tensor::from_data(
+            TensorData::new(
+                self.v.clone(),
+                [d.batch, d.kv_heads, d.capacity, d.head_dim],
+            ),
+            &dev(),
+        );
+        (q, k, v)
+    }
+
+    fn scale(&self) -> f64 {
+        1.0 / (self.dims.head_dim as f64).sqrt()
+    }
+}
+
+fn cases() -> Vec<Inputs> {
+    vec![
+        Inputs::new(3, 14, 2, 1, 16, &[40, 7, 65], 1),
+        Inputs::new(2, 10, 2, 5, 32, &[33, 0], 2),
+        Inputs::new(2, 7, 1, 16, 8, &[20, 51], 3),
+    ]
+}
+
+#[test]
+fn dense_matches_f64_reference() {
+    for c in cases() {
+        let (q, k, v) = c.tensors();
+        let out = Flex::verify_attention(q, k, v, &c.ctx, c.scale() as f32).expect("dense");
+        let r = reference::attention(&c.q, &c.k, &c.v, &c.dims, &c.ctx, c.scale(), None);
+        let e = reference::rel_err(&host(out), &r);
+        assert!(e < BOUND, "dense {:?}: rel err {e}", c.dims);
+    }
+}
+
+#[test]
+fn sparse_matches_f64_reference_budget_below_and_above_context() {
+    for (i, c) in cases().into_iter().enumerate() {
+        let cmax = c.ctx.iter().max().copied().unwrap_or(0);
+        for budget in [cmax / 3 + 1, cmax + 9] {
+            let (mut idx, counts) = reference::random_selection(
+                c.dims.batch,
+                c.dims.kv_heads,
+                budget,
+                &c.ctx,
+                10 + i as u64,
+            );
+            // an out-of-range entry inside the counted part is skipped by both sides
+            if counts[0] > 1 {
+                idx[0] = (c.ctx[0] + 2) as i64;
+            }
+            let (q, k, v) = c.tensors();
+            let it = Tensor::<Flex, 3, Int>::from_data(
+                TensorData::new(idx.clone(), [c.dims.batch, c.dims.kv_heads, budget]),
+                &dev(),
+            );
+            let out = Flex::sparse_verify_attention(q, k, v, &c.ctx, it, &counts, c.scale() as f32)
+                .expect("sparse");
+            let sel = Sel {
+                indices: &idx,
+                budget,
+                counts: &counts,
+            };
+            let r = reference::attention(&c.q, &c.k, &c.v, &c.dims, &c.ctx, c.scale(), Some(sel));
+            let e = reference::rel_err(&host(out), &r);
+            assert!(
+                e < BOUND,
+                "sparse budget {budget} {:?}: rel err {e}",
+                c.dims
+            );
+        }
+    }
+}
+
+#[test]
+fn sparse_with_everything_selected_equals_dense() {
+    let c = Inputs::new(2, 14, 2, 5, 16, &[30, 12], 7);
+    let budget = 30;
+    let mut idx = vec![0i64; 2 * 2 * budget];
+    for b in 0..2 {
+        for h in 0..2 {
+            for s in 0..c.ctx[b] {
+                idx[(b * 2 + h) * budget + s] = s as i64;
+            }
+        }
+    }
+    let (q, k, v) = c.tensors();
+    let it = Tensor::<Flex, 3, Int>::from_data(TensorData::new(idx, [2, 2, budget]), &dev());
+    let out = Flex::sparse_verify_attention(q, k, v, &c.ctx, it, &c.ctx, c.scale() as f32)
+        .expect("sparse");
+    let r = reference::attention(&c.q, &c.k, &c.v, &c.dims, &c.ctx, c.scale(), None);
+    assert!(reference::rel_err(&host(out), &r) < BOUND);
+}
+
+#[test]
+fn head_subset_scores_match_f64_reference() {
+    for c in cases() {
+        let g = c.dims.q_heads / c.dims.kv_heads;
+        let mut heads = vec![1 % g, c.dims.q_heads - 1];
+        heads.dedup();
+        let (q, k, _) = c.tensors();
+        let out = Flex::head_subset_scores(q, k, &c.ctx, &heads, c.scale() as f32).expect("scores");
+        let r = reference::head_scores(&c.q, &c.k, &c.dims, &c.ctx, &heads, c.scale());
+        let e = reference::rel_err(&host(out), &r);
+        assert!(e < BOUND, "scores {:?}: rel err {e}", c.dims);
+        // each chosen head's row of probabilities sums to 1 per query: n_new per head
+        let total: f64 = r.iter().sum();
+        assert!((total - (heads.len() * c.dims.n_new * c.dims.batch) as f64).abs() < 1e-9);
+    }
+}
+
+#[test]
+fn quest_bounds_and_scores_match_f64_reference() {
+    for c in cases() {
+        let page = 4;
+        let cmax = c.ctx.iter().max().copied().unwrap_or(0);
+        let pages = cmax.div_ceil(page).max(1);
+        let (q, k, _) = c.tensors();
+        let (mn, mx) = Flex::quest_page_bounds(k, &c.ctx, page).expect("bounds");
+        let (rmn, rmx) = reference::page_bounds(&c.k, &c.dims, &c.ctx, page, pages);
+        assert_eq!(reference::rel_err(&host(mn.clone()), &rmn), 0.0);
+        assert_eq!(reference::rel_err(&host(mx.clone()), &rmx), 0.0);
+        let s = Flex::quest_page_scores(q, mn, mx, &c.ctx, page).expect("scores");
+        let r = reference::page_scores(&c.q, &rmn, &rmx, &c.dims, &c.ctx, page, pages);
+        let e = reference::rel_err(&host(s), &r);
+        assert!(e < BOUND, "quest {:?}: rel err {e}", c.dims);
+    }
+}
+
+#[test]
+fn top_k_hand_worked_example() {
+    // one row, ctx 10: sinks {0}, window {8, 9}, budget 5 -> two free picks among 1..8;
+    // scores 0.5 at 3 and 6 (tie -> lower first), 0.9 at 5, NaN at 2 (lowest)
+    let s = vec![0.0, 0.1, f32::NAN, 0.5, 0.2, 0.9, 0.5, 0.3, 0.0, 0.0, 7.0];
+    let t = Tensor::<Flex, 3>::from_data(TensorData::new(s, [1, 1, 11]), &dev());
+    let keep = Keep {
+        budget: 5,
+        n_sink: 1,
+        window: 2,
+    };
+    let p = Flex::top_k_positions(t, &[10], keep).expect("top-k");
+    assert_eq!(p.counts, vec![5]);
+    let got = p
+        .indices
+        .into_data()
+        .convert::<i64>()
+        .to_vec::<i64>()
+        .expect("ints");
+    assert_eq!(got, vec![0, 3, 5, 8, 9]);
+}
+
+#[test]
+fn top_k_pads_short_rows_with_zero() {
+    let s = vec![0.3f32, 0.1, 0.2, 0.9, 0.8, 0.7, 0.6, 0.5];
+    let t = Tensor::<Flex, 3>::from_data(TensorData::new(s, [2, 1, 4]), &dev());
+    let keep = Keep {
+        budget: 3,
+        n_sink: 0,
+        window: 0,
+    };
+    let p = Flex::top_k_positions(t, &[4, 2], keep).expect("top-k");
+    assert_eq!(p.counts, vec![3, 2]);
+    let got = p
+        .indices
+        .into_data()
+        .convert::<i64>()
+        .to_vec::<i64>()
+        .expect("ints");
+    assert_eq!(got, vec![0, 2, 3, 0, 1, 0]);
+}
+
+#[test]
+fn bad_input_is_an_error_not_a_panic() {
+    let c = Inputs::new(1, 4, 2, 2, 8, &[5], 9);
+    let (q, k, v) = c.tensors();
+    // 17 new tokens
+    let q17 = Tensor::<Flex, 4>::zeros([1, 4, 17, 8], &dev()) + 1.0;
+    assert!(matches!(
+        Flex::verify_attention(q17, k.clone(), v.clone(), &[5], 1.0),
+        Err(KernelError::InvalidInput { name: "n_new", .. })
+    ));
+    // context past the capacity
+    assert!(matches!(
+        Flex::verify_attention(q.clone(), k.clone(), v.clone(), &[1000], 1.0),
+        Err(KernelError::InvalidInput {
+            name: "ctx_lens",
+            ..
+        })
+    ));
+    // heads not a multiple of kv heads
+    let q3 = Tensor::<Flex, 4>::zeros([1, 3, 2, 8], &dev()) + 1.0;
+    assert!(Flex::verify_attention(q3, k.clone(), v.clone(), &[5], 1.0).is_err());
+    // budget 0 and budget under sinks + window
+    let s = Tensor::<Flex, 3>::zeros([1, 2, 5], &dev()) + 1.0;
+    let keep = Keep {
+        budget: 0,
+        n_sink: 0,
+        window: 0,
+    };
+    assert!(matches!(
+        Flex::top_k_positions(s.clone(), &[5], keep),
+        Err(KernelError::InvalidInput { name: "budget", .. })
+    ));
+    let keep = Keep {
+        budget: 3,
+        n_sink: 2,
+        window: 2,
+    };
+    assert!(Flex::top_k_positions(s, &[5], keep).is_err());
+    // counts over the budget, repeated heads, page size 0
+    let it = Tensor::<Flex, 3, Int>::zeros([1, 2, 3], &dev());
+    assert!(matches!(
+        Flex::sparse_verify_attention(q.clone(), k.clone(), v, &[5], it, &[4], 1.0),
+        Err(KernelError::InvalidInput { name: "counts", .. })
+    ));
+    assert!(Flex::head_subset_scores(q, k.clone(), &[5], &[1, 1], 1.0).is_err());
+    assert!(Flex::quest_page_bounds(k, &[5], 0).is_err());
+}
