@@ -24,7 +24,7 @@ use crate::CliError;
 /// The shipped prompt: the opening of "A Niece of Snapshot Harry's", the first story of Bret
 /// Harte's *From Sand Hill to Pine* (1900), Project Gutenberg eBook #2544, from the PG-19
 /// test split (`../shared/data/pg19/2544.txt`), public domain: the story's title and its
-/// first 7,400 characters (1,929 SmolLM2 tokens), cut in the middle of a sentence ("There was
+/// first 7,400 characters (1,949 SmolLM2 tokens), cut in the middle of a sentence ("There was
 /// no other light than") so that the continuation has a sentence to finish.
 pub const EXCERPT: &str = include_str!("../assets/excerpt_2544.txt");
 
