@@ -11,12 +11,15 @@
 //! number of *active* sequences of the current step (finished ones leave the batch).
 #![warn(missing_docs)]
 
+mod cancel;
 mod error;
 mod estimator;
 mod kv;
+pub mod memory;
 pub mod sampling;
 mod spec;
 
+pub use cancel::CancelToken;
 pub use error::{CoreError, Result};
 pub use estimator::{
     AttentionHook, DenseHook, ImportanceEstimator, LayerAttnCtx, LayerSelection, Phase,
