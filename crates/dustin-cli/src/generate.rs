@@ -495,3 +495,21 @@ pub fn check_vocab(target: &Tokenizer, draft: &Tokenizer) -> Result<(), CliError
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn max_memory_sizes_parse() {
+        assert_eq!(parse_bytes("1000"), Ok(1000));
+        assert_eq!(parse_bytes("8G"), Ok(8 << 30));
+        assert_eq!(parse_bytes("512M"), Ok(512 << 20));
+        assert_eq!(parse_bytes("1.5GiB"), Ok(3 << 29));
+        assert_eq!(parse_bytes("2kB"), Ok(2048));
+        for bad in ["", "G", "-1G", "0", "8X", "lots", "1e30T"] {
+            assert!(parse_bytes(bad).is_err(), "{bad}");
+        }
+        assert!(parse_bytes("8X").unwrap_err().contains("unknown unit `X`"));
+    }
+}

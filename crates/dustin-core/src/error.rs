@@ -47,10 +47,10 @@ pub enum CoreError {
     },
     /// An allocation would need more memory than the device has available.
     #[error(
-        "{what} needs {} ({needed} bytes), but only {} ({available} bytes) are available ({origin}): \
-         use a smaller batch, shorter prompts or fewer new tokens",
-        crate::memory::human_bytes(*needed),
-        crate::memory::human_bytes(u128::from(*available))
+        "{what} needs {}, but only {} are available ({origin}): use a smaller batch, shorter \
+         prompts or fewer new tokens",
+        crate::memory::describe_bytes(*needed),
+        crate::memory::describe_bytes(u128::from(*available))
     )]
     OutOfMemory {
         /// What was to be allocated, with its shape.

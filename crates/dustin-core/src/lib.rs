@@ -10,6 +10,7 @@
 //! Tensor shapes are written `[batch, kv_heads, seq, head_dim]` in the docs; `batch` is the
 //! number of *active* sequences of the current step (finished ones leave the batch).
 #![warn(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod cancel;
 mod error;

@@ -93,6 +93,15 @@ pub fn human_bytes(b: u128) -> String {
     }
 }
 
+/// [`human_bytes`] with the exact count in parentheses from 1 KiB on: `8.0 KiB (8192 bytes)`.
+pub fn describe_bytes(b: u128) -> String {
+    if b < 1024 {
+        human_bytes(b)
+    } else {
+        format!("{} ({b} bytes)", human_bytes(b))
+    }
+}
+
 /// Fails with [`CoreError::OutOfMemory`] when `needed` bytes exceed `available`
 /// (`(bytes, where the figure comes from)`); `None` passes.
 ///

@@ -7,6 +7,7 @@
 //! Layout per layer: keys and values `[batch, kv_heads, capacity, head_dim]`, post-RoPE keys.
 //! A sequence `b` owns positions `0 .. lens[b]`; anything past is stale and masked by readers.
 #![warn(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 use burn_tensor::{backend::Backend, Int, Tensor, TensorData};
 use dustin_core::{CoreError, KvStore, KvView, Result};
