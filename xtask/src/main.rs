@@ -94,20 +94,24 @@ fn fuzz_smoke(secs: u64, only: Option<&str>) -> Result<(), String> {
         }
         let corpus = seed_corpus(&root, target, seeds)?;
         println!("fuzz-smoke: {target} for {secs} s");
-        run(Command::new("cargo").current_dir(root.join("fuzz")).args([
-            "+nightly".to_string(),
-            "fuzz".into(),
-            "run".into(),
-            // the code under test is safe Rust: no sanitizer, debug assertions on (overflow
-            // checks) instead
-            "--sanitizer=none".into(),
-            "--debug-assertions".into(),
-            target.into(),
-            corpus.display().to_string(),
-            "--".into(),
-            format!("-max_total_time={secs}"),
-            "-rss_limit_mb=4096".into(),
-        ]))?;
+        // the nightly, instrumented build keeps to fuzz/target, whatever the workspace uses
+        run(Command::new("cargo")
+            .current_dir(root.join("fuzz"))
+            .env_remove("CARGO_TARGET_DIR")
+            .args([
+                "+nightly".to_string(),
+                "fuzz".into(),
+                "run".into(),
+                // the code under test is safe Rust: no sanitizer, debug assertions on (overflow
+                // checks) instead
+                "--sanitizer=none".into(),
+                "--debug-assertions".into(),
+                target.into(),
+                corpus.display().to_string(),
+                "--".into(),
+                format!("-max_total_time={secs}"),
+                "-rss_limit_mb=4096".into(),
+            ]))?;
         ran += 1;
     }
     if ran == 0 {
