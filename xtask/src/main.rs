@@ -7,6 +7,9 @@
 //!   `scripts/sdpa_verify_bench.py` into `.device/`, and prints the one `run` command that
 //!   checks every kernel against the float64 references and runs the benchmark (ours and
 //!   PyTorch SDPA) on the GPU machine.
+//! - `fuzz-smoke`: runs each `cargo fuzz` target of `fuzz/` briefly (30 s each by default),
+//!   seeding its corpus from the test fixtures; needs a nightly toolchain and
+//!   `cargo install cargo-fuzz`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -32,6 +35,101 @@ enum Task {
         #[arg(long)]
         quick: bool,
     },
+    /// Run each fuzz target of fuzz/ for a short time (needs nightly and cargo-fuzz).
+    FuzzSmoke {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 30)]
+        secs: u64,
+        /// Run only this target (gguf, safetensors, config_json, longbench).
+        #[arg(long)]
+        target: Option<String>,
+    },
+}
+
+/// The fuzz targets and the files (relative to the repository root) that seed their corpora.
+const FUZZ_TARGETS: [(&str, &[&str]); 4] = [
+    (
+        "gguf",
+        &[
+            "crates/dustin-qwen/tests/fixtures/gguf/tiny_llama.gguf",
+            "crates/dustin-qwen/tests/fixtures/gguf/tiny_qwen2.gguf",
+            "crates/dustin-qwen/tests/fixtures/gguf/quants.gguf",
+        ],
+    ),
+    ("safetensors", &["fuzz/seeds/safetensors"]),
+    (
+        "config_json",
+        &[
+            "crates/dustin-qwen/tests/fixtures/parity/llama/config.json",
+            "crates/dustin-qwen/tests/fixtures/parity/qwen2-gqa7/config.json",
+            "crates/dustin-qwen/tests/fixtures/parity/qwen2-tied/config.json",
+        ],
+    ),
+    ("longbench", &["fuzz/seeds/longbench"]),
+];
+
+/// Copies the seed files (or the files of seed directories) into `fuzz/corpus/<target>/`.
+fn seed_corpus(root: &Path, target: &str, seeds: &[&str]) -> Result<PathBuf, String> {
+    let corpus = root.join("fuzz/corpus").join(target);
+    std::fs::create_dir_all(&corpus).map_err(|e| format!("{}: {e}", corpus.display()))?;
+    for s in seeds {
+        let p = root.join(s);
+        let files: Vec<PathBuf> = if p.is_dir() {
+            std::fs::read_dir(&p)
+                .map_err(|e| format!("{}: {e}", p.display()))?
+                .flatten()
+                .map(|e| e.path())
+                .collect()
+        } else {
+            vec![p]
+        };
+        for f in files {
+            let name = f
+                .file_name()
+                .ok_or_else(|| format!("{}: not a file", f.display()))?;
+            let dst = corpus.join(format!("seed-{}", name.to_string_lossy()));
+            std::fs::copy(&f, &dst).map_err(|e| format!("{}: {e}", f.display()))?;
+        }
+    }
+    Ok(corpus)
+}
+
+/// `cargo +nightly fuzz run <t> fuzz/corpus/<t> -- -max_total_time=<secs>` for each target.
+fn fuzz_smoke(secs: u64, only: Option<&str>) -> Result<(), String> {
+    let root = root();
+    let mut ran = 0;
+    for (target, seeds) in FUZZ_TARGETS {
+        if only.is_some_and(|o| o != target) {
+            continue;
+        }
+        let corpus = seed_corpus(&root, target, seeds)?;
+        println!("fuzz-smoke: {target} for {secs} s");
+        // the nightly, instrumented build keeps to fuzz/target, whatever the workspace uses
+        run(Command::new("cargo")
+            .current_dir(root.join("fuzz"))
+            .env_remove("CARGO_TARGET_DIR")
+            .args([
+                "+nightly".to_string(),
+                "fuzz".into(),
+                "run".into(),
+                // the code under test is safe Rust: no sanitizer, debug assertions on (overflow
+                // checks) instead
+                "--sanitizer=none".into(),
+                "--debug-assertions".into(),
+                target.into(),
+                corpus.display().to_string(),
+                "--".into(),
+                format!("-max_total_time={secs}"),
+                "-rss_limit_mb=4096".into(),
+            ]))?;
+        ran += 1;
+    }
+    if ran == 0 {
+        return Err(format!(
+            "no fuzz target named {only:?}; targets: gguf, safetensors, config_json, longbench"
+        ));
+    }
+    Ok(())
 }
 
 fn root() -> PathBuf {
@@ -138,6 +236,7 @@ fn main() -> std::process::ExitCode {
             "--",
             "fetch-model",
         ])),
+        Task::FuzzSmoke { secs, target } => fuzz_smoke(secs, target.as_deref()),
     };
     match r {
         Ok(()) => std::process::ExitCode::SUCCESS,

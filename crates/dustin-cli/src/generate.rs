@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use burn_tensor::backend::Backend;
 use clap::Args;
-use dustin_core::SamplingConfig;
-use dustin_qwen::generate::{generate, GenerateConfig};
+use dustin_core::{CancelToken, SamplingConfig};
+use dustin_qwen::generate::{generate, FinishReason, GenerateConfig};
 use dustin_qwen::{ModelFiles, StreamDecoder, Tokenizer};
 use dustin_spec::{ModelDrafter, ModelVerifier, SpecConfig, SpeculativeDecoder};
 
@@ -69,6 +69,50 @@ pub struct GenerateArgs {
     /// heads_per_layer for dustin). Command-line --budget wins over the file.
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Memory the KV caches may take, e.g. `8G`, `512M`, `1000000` (bytes): checked before
+    /// allocating. Default: MemAvailable on the CPU; on a GPU no check unless given (Burn
+    /// 0.21 does not report free device memory).
+    #[arg(long, value_parser = parse_bytes)]
+    pub max_memory: Option<u64>,
+    /// Write every sequence's text, tokens and finish reason (eos, stop_string, length,
+    /// cancelled) to this JSON file, also when generation is cancelled with Ctrl-C.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+}
+
+/// Parses a byte count: a number with an optional `K`, `M`, `G` or `T` suffix (powers of
+/// 1024; a trailing `B`/`iB` is allowed).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(t);
+    let (num, mul) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let mul: u64 = match c.to_ascii_uppercase() {
+                'K' => 1 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                _ => return Err(format!("`{s}`: unknown unit `{c}` (use K, M, G or T)")),
+            };
+            (&t[..i], mul)
+        }
+        _ => (t, 1),
+    };
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a byte count such as 8G, 512M or 1000000"))?;
+    if !(n.is_finite() && n > 0.0) {
+        return Err(format!("`{s}`: expected a positive size"));
+    }
+    let b = n * mul as f64;
+    if b >= u64::MAX as f64 {
+        return Err(format!("`{s}` is too large"));
+    }
+    Ok(b as u64)
 }
 
 /// The `--config` file: selection config and estimator knobs.
@@ -188,10 +232,60 @@ pub fn parse_draft(s: &str) -> Result<DraftSpec, CliError> {
 
 /// `dustin generate`.
 pub fn run(args: GenerateArgs) -> Result<(), CliError> {
-    crate::with_backend!(args.device, |B, dev| run_on::<B>(&args, &dev))
+    dustin_core::memory::set_memory_limit(args.max_memory);
+    let cancel = CancelToken::new();
+    let c = cancel.clone();
+    // first Ctrl-C: stop after the current step and write what was generated; second: quit
+    let handler = ctrlc::set_handler(move || {
+        if c.is_cancelled() {
+            eprintln!("\ninterrupted again: exiting without writing output");
+            std::process::exit(130);
+        }
+        eprintln!("\ninterrupted: stopping after the current step (Ctrl-C again to quit now)");
+        c.cancel();
+    });
+    if let Err(e) = handler {
+        eprintln!("note: Ctrl-C handler not installed ({e}); Ctrl-C will stop without output");
+    }
+    crate::with_backend!(args.device, |B, dev| run_on::<B>(&args, &dev, &cancel))
 }
 
-fn run_on<B: Backend>(args: &GenerateArgs, dev: &B::Device) -> Result<(), CliError> {
+/// Checks the KV caches' memory (target and draft, `batch` sequences of `capacity` tokens)
+/// before the weights are loaded, so that an impossible request fails at once with the
+/// figures.
+fn check_kv_memory<B: Backend>(
+    cfgs: &[&dustin_qwen::QwenConfig],
+    batch: usize,
+    capacity: usize,
+    dev: &B::Device,
+) -> Result<(), CliError> {
+    let per_token: u128 = cfgs
+        .iter()
+        .map(|c| c.kv_bytes_per_token(dustin_core::memory::float_bytes::<B>()) as u128)
+        .sum();
+    // prefill stacks per-sequence caches into the batch: both are alive at that moment
+    let copies: u128 = if batch > 1 { 2 } else { 1 };
+    let needed = per_token
+        .saturating_mul(batch as u128)
+        .saturating_mul(capacity as u128)
+        .saturating_mul(copies);
+    dustin_core::memory::check_alloc::<B>(
+        &format!(
+            "the KV caches (batch {batch} x {capacity} tokens, {} model(s), {} bytes per token)",
+            cfgs.len(),
+            per_token
+        ),
+        needed,
+        dev,
+    )?;
+    Ok(())
+}
+
+fn run_on<B: Backend>(
+    args: &GenerateArgs,
+    dev: &B::Device,
+    cancel: &CancelToken,
+) -> Result<(), CliError> {
     let prompts = read_prompts(args)?;
     let file = read_config(&args.config)?;
     if args.draft.is_none() && args.selector != "dense" {
@@ -212,6 +306,13 @@ fn run_on<B: Backend>(args: &GenerateArgs, dev: &B::Device) -> Result<(), CliErr
     let longest = ids.iter().map(Vec::len).max().unwrap_or(0);
     let positions = (longest + args.max_new_tokens + 2 * (args.gamma + 2))
         .min(files.config.max_position_embeddings);
+    let draft_files = match args.draft.as_deref().map(parse_draft).transpose()? {
+        Some(DraftSpec::Model(p)) => Some(ModelFiles::open(&p)?),
+        _ => None,
+    };
+    let mut cfgs = vec![&files.config];
+    cfgs.extend(draft_files.as_ref().map(|d| &d.config));
+    check_kv_memory::<B>(&cfgs, ids.len(), positions, dev)?;
     let model = Arc::new(files.build::<B>(positions, dev)?);
     let sampling = SamplingConfig {
         temperature: args.temperature,
@@ -236,11 +337,13 @@ fn run_on<B: Backend>(args: &GenerateArgs, dev: &B::Device) -> Result<(), CliErr
                 sampling,
                 seed: args.seed,
                 stop_strings: args.stop.clone(),
+                cancel: Some(cancel.clone()),
                 ..GenerateConfig::default()
             };
             let o = generate(&model, &ids, &cfg, Some(&tok), &mut on_tokens)?;
             println!();
             print_rest(&tok, &o.tokens)?;
+            finish_run(args, &tok, &o.tokens, &o.finish)?;
             let gen: usize = o.tokens.iter().map(Vec::len).sum();
             eprintln!(
                 "prefill: {} tokens in {:.2} s ({:.1} tokens/s); decode: {} tokens in {:.2} s ({:.2} tokens/s); finish: {:?}",
@@ -266,7 +369,10 @@ fn run_on<B: Backend>(args: &GenerateArgs, dev: &B::Device) -> Result<(), CliErr
                     ModelDrafter::new(model.clone(), Some(n), extra)
                 }
                 DraftSpec::Model(p) => {
-                    let df = ModelFiles::open(&p)?;
+                    let df = match draft_files {
+                        Some(df) => df,
+                        None => ModelFiles::open(&p)?,
+                    };
                     check_vocab(&tok, &df.tokenizer)?;
                     ModelDrafter::new(Arc::new(df.build::<B>(positions, dev)?), None, extra)
                 }
@@ -274,6 +380,7 @@ fn run_on<B: Backend>(args: &GenerateArgs, dev: &B::Device) -> Result<(), CliErr
             let policy = build_policy::<B>(&args.selector, args.budget, &file)?;
             let verifier = ModelVerifier::new(model.clone(), policy, extra, vocab);
             let mut dec = SpeculativeDecoder::new(drafter, verifier);
+            dec.set_cancel(cancel.clone());
             let cfg = SpecConfig {
                 gamma: args.gamma,
                 max_new_tokens: args.max_new_tokens,
@@ -285,6 +392,7 @@ fn run_on<B: Backend>(args: &GenerateArgs, dev: &B::Device) -> Result<(), CliErr
             let o = dec.generate(&ids, &cfg, Some(&tok), &mut on_tokens)?;
             println!();
             print_rest(&tok, &o.tokens)?;
+            let fin = finish_run(args, &tok, &o.tokens, &o.finish);
             let s = &o.summary;
             eprintln!(
                 "speculative (gamma {}): {} iterations, mean acceptance length {:.2}, {} tokens in {:.2} s ({:.2} tokens/s); \
@@ -303,7 +411,67 @@ fn run_on<B: Backend>(args: &GenerateArgs, dev: &B::Device) -> Result<(), CliErr
                 s.mean_kv_read_fraction,
                 s.mean_estimation_read_fraction
             );
+            fin?;
         }
+    }
+    Ok(())
+}
+
+/// One sequence of `--output`.
+#[derive(Debug, serde::Serialize)]
+struct SeqOut<'a> {
+    index: usize,
+    finish: &'static str,
+    text: String,
+    tokens: &'a [u32],
+}
+
+/// Prints each sequence's finish reason, writes `--output`, and turns a cancelled run into
+/// [`CliError::Cancelled`] (exit code 130) once everything is written.
+fn finish_run(
+    args: &GenerateArgs,
+    tok: &Tokenizer,
+    tokens: &[Vec<u32>],
+    finish: &[FinishReason],
+) -> Result<(), CliError> {
+    let reasons: Vec<String> = finish
+        .iter()
+        .enumerate()
+        .map(|(i, f)| format!("{i}: {}", f.as_str()))
+        .collect();
+    eprintln!("finish: {}", reasons.join(", "));
+    if let Some(path) = &args.output {
+        let seqs = tokens
+            .iter()
+            .zip(finish)
+            .enumerate()
+            .map(|(index, (t, f))| {
+                Ok(SeqOut {
+                    index,
+                    finish: f.as_str(),
+                    text: tok.decode(t)?,
+                    tokens: t,
+                })
+            })
+            .collect::<Result<Vec<_>, CliError>>()?;
+        let json = serde_json::json!({ "sequences": seqs });
+        let text = serde_json::to_string_pretty(&json)
+            .map_err(|e| CliError::Usage(format!("--output: {e}")))?;
+        std::fs::write(path, text + "\n").map_err(|source| CliError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        eprintln!("wrote {}", path.display());
+    }
+    let cancelled = finish
+        .iter()
+        .filter(|f| **f == FinishReason::Cancelled)
+        .count();
+    if cancelled > 0 {
+        return Err(CliError::Cancelled {
+            cancelled,
+            total: finish.len(),
+        });
     }
     Ok(())
 }
@@ -326,4 +494,22 @@ pub fn check_vocab(target: &Tokenizer, draft: &Tokenizer) -> Result<(), CliError
         .into());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn max_memory_sizes_parse() {
+        assert_eq!(parse_bytes("1000"), Ok(1000));
+        assert_eq!(parse_bytes("8G"), Ok(8 << 30));
+        assert_eq!(parse_bytes("512M"), Ok(512 << 20));
+        assert_eq!(parse_bytes("1.5GiB"), Ok(3 << 29));
+        assert_eq!(parse_bytes("2kB"), Ok(2048));
+        for bad in ["", "G", "-1G", "0", "8X", "lots", "1e30T"] {
+            assert!(parse_bytes(bad).is_err(), "{bad}");
+        }
+        assert!(parse_bytes("8X").unwrap_err().contains("unknown unit `X`"));
+    }
 }

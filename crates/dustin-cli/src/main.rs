@@ -53,6 +53,10 @@ fn main() -> ExitCode {
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e @ CliError::Cancelled { .. }) => {
+            eprintln!("{e}");
+            ExitCode::from(130)
+        }
         Err(e) => {
             eprintln!("error: {e}");
             let mut src = std::error::Error::source(&e);
@@ -91,4 +95,15 @@ pub enum CliError {
     /// Fetching the model failed.
     #[error("{0}")]
     Fetch(String),
+    /// Generation was cancelled (Ctrl-C); finished and partial texts were written.
+    #[error(
+        "cancelled: {cancelled} of {total} sequences were unfinished (their partial text and \
+         the finished ones were written out)"
+    )]
+    Cancelled {
+        /// Sequences cut short.
+        cancelled: usize,
+        /// Sequences in the batch.
+        total: usize,
+    },
 }

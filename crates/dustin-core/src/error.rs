@@ -45,6 +45,23 @@ pub enum CoreError {
         /// Index of the sequence in the batch.
         seq: usize,
     },
+    /// An allocation would need more memory than the device has available.
+    #[error(
+        "{what} needs {}, but only {} are available ({origin}): use a smaller batch, shorter \
+         prompts or fewer new tokens",
+        crate::memory::describe_bytes(*needed),
+        crate::memory::describe_bytes(u128::from(*available))
+    )]
+    OutOfMemory {
+        /// What was to be allocated, with its shape.
+        what: String,
+        /// Bytes needed.
+        needed: u128,
+        /// Bytes available.
+        available: u64,
+        /// Where the available figure comes from.
+        origin: String,
+    },
     /// An error from a model implementation.
     #[error("model error: {0}")]
     Model(String),

@@ -10,13 +10,17 @@
 //! Tensor shapes are written `[batch, kv_heads, seq, head_dim]` in the docs; `batch` is the
 //! number of *active* sequences of the current step (finished ones leave the batch).
 #![warn(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+mod cancel;
 mod error;
 mod estimator;
 mod kv;
+pub mod memory;
 pub mod sampling;
 mod spec;
 
+pub use cancel::CancelToken;
 pub use error::{CoreError, Result};
 pub use estimator::{
     AttentionHook, DenseHook, ImportanceEstimator, LayerAttnCtx, LayerSelection, Phase,

@@ -10,6 +10,7 @@
 //! Other crates feed it plain strings and numbers.
 
 #![warn(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod error;
 pub mod longbench;

@@ -7,6 +7,7 @@
 //! Layout per layer: keys and values `[batch, kv_heads, capacity, head_dim]`, post-RoPE keys.
 //! A sequence `b` owns positions `0 .. lens[b]`; anything past is stale and masked by readers.
 #![warn(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 use burn_tensor::{backend::Backend, Int, Tensor, TensorData};
 use dustin_core::{CoreError, KvStore, KvView, Result};
@@ -53,7 +54,46 @@ pub struct DenseKvCache<B: Backend> {
 }
 
 impl<B: Backend> DenseKvCache<B> {
-    /// Allocates a zeroed cache of `shape` on `device`.
+    /// Checks that `copies` caches of `shape` fit in the memory available on `device`
+    /// ([`dustin_core::memory`]): the figure needed is `copies * shape.bytes(float bytes)`.
+    ///
+    /// # Errors
+    /// [`CoreError::OutOfMemory`] naming the shape, the bytes needed and available.
+    pub fn check_memory(shape: KvShape, copies: usize, device: &B::Device) -> Result<()> {
+        let needed = shape
+            .bytes(dustin_core::memory::float_bytes::<B>())
+            .saturating_mul(copies as u128);
+        dustin_core::memory::check_alloc::<B>(
+            &format!(
+                "KV cache (batch {} x {} tokens x {} layers x {} KV heads x head_dim {}, K and V{})",
+                shape.batch,
+                shape.capacity,
+                shape.layers,
+                shape.kv_heads,
+                shape.head_dim,
+                if copies > 1 {
+                    format!(", {copies} copies")
+                } else {
+                    String::new()
+                }
+            ),
+            needed,
+            device,
+        )
+    }
+
+    /// [`DenseKvCache::new`] after [`DenseKvCache::check_memory`]: fails with the figures
+    /// instead of an out-of-memory abort.
+    ///
+    /// # Errors
+    /// [`CoreError::OutOfMemory`].
+    pub fn try_new(shape: KvShape, device: &B::Device) -> Result<Self> {
+        Self::check_memory(shape, 1, device)?;
+        Ok(Self::new(shape, device))
+    }
+
+    /// Allocates a zeroed cache of `shape` on `device` (unchecked: see
+    /// [`DenseKvCache::try_new`]).
     pub fn new(shape: KvShape, device: &B::Device) -> Self {
         let dims = [shape.batch, shape.kv_heads, shape.capacity, shape.head_dim];
         let k = (0..shape.layers)

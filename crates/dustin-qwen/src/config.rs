@@ -95,6 +95,10 @@ pub struct QwenConfig {
     pub rope_parameters: Option<serde_json::Value>,
 }
 
+/// Largest size of any dimension in a config (`vocab_size`, `hidden_size`, layers, heads,
+/// `max_position_embeddings`, ...): 2^24, far above any published model.
+pub const MAX_DIM: usize = 1 << 24;
+
 fn default_model_type() -> String {
     "qwen2".into()
 }
@@ -194,7 +198,11 @@ impl QwenConfig {
     /// Bytes of KV cache per token for one sequence (all layers, K and V) at `dtype_bytes`
     /// bytes per element.
     pub fn kv_bytes_per_token(&self, dtype_bytes: usize) -> usize {
-        2 * self.num_hidden_layers * self.kv_heads() * self.head_dim() * dtype_bytes
+        2usize
+            .saturating_mul(self.num_hidden_layers)
+            .saturating_mul(self.kv_heads())
+            .saturating_mul(self.head_dim())
+            .saturating_mul(dtype_bytes)
     }
 
     /// Checks that the hyperparameters describe a model we can build.
@@ -220,6 +228,25 @@ impl QwenConfig {
         for (k, v) in positive {
             if v == 0 {
                 return Err(bad(k, v, "a positive integer"));
+            }
+            // far above any published model; keeps every size derived from the config
+            // (weights, RoPE tables, KV bytes) free of overflow
+            if v > MAX_DIM {
+                return Err(bad(k, v, &format!("at most {MAX_DIM}")));
+            }
+        }
+        if let Some(kv) = self.num_key_value_heads {
+            if kv > MAX_DIM {
+                return Err(bad(
+                    "num_key_value_heads",
+                    kv,
+                    &format!("at most {MAX_DIM}"),
+                ));
+            }
+        }
+        if let Some(hd) = self.head_dim {
+            if hd > MAX_DIM {
+                return Err(bad("head_dim", hd, &format!("at most {MAX_DIM}")));
             }
         }
         let kv = self.kv_heads();

@@ -108,6 +108,12 @@ pub fn prefill_from<B: Backend, H: AttentionHook<B> + ?Sized>(
     all_logits: bool,
 ) -> Result<(DenseKvCache<B>, Tensor<B, 2>, Vec<Tensor<B, 3>>)> {
     check_prompts(model, prompts, 0)?;
+    // the per-sequence caches and the batch they are stacked into are alive together
+    DenseKvCache::<B>::check_memory(
+        model.kv_shape(prompts.len(), capacity, layers),
+        if prompts.len() > 1 { 2 } else { 1 },
+        model.device(),
+    )?;
     if let Some(p) = &prefixes {
         if p.len() != prompts.len() {
             return Err(QwenError::Prompt {
@@ -200,6 +206,9 @@ pub struct GenerateConfig {
     pub prefill_chunk: usize,
     /// Stop at the tokenizer's EOS ids.
     pub stop_at_eos: bool,
+    /// Checked once per decode step: when cancelled, generation stops and every unfinished
+    /// sequence ends with [`FinishReason::Cancelled`] (finished ones keep their reason).
+    pub cancel: Option<dustin_core::CancelToken>,
 }
 
 impl Default for GenerateConfig {
@@ -211,6 +220,7 @@ impl Default for GenerateConfig {
             stop_strings: Vec::new(),
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
             stop_at_eos: true,
+            cancel: None,
         }
     }
 }
@@ -224,6 +234,21 @@ pub enum FinishReason {
     StopString,
     /// `max_new_tokens` were generated.
     Length,
+    /// Generation was cancelled (Ctrl-C) before the sequence finished; its tokens so far are
+    /// kept.
+    Cancelled,
+}
+
+impl FinishReason {
+    /// The reason in words, for output files and logs.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FinishReason::Eos => "eos",
+            FinishReason::StopString => "stop_string",
+            FinishReason::Length => "length",
+            FinishReason::Cancelled => "cancelled",
+        }
+    }
 }
 
 /// Output of [`generate`].
@@ -407,6 +432,12 @@ pub fn generate<B: Backend>(
             }
         }
         if keep.is_empty() {
+            break;
+        }
+        if cfg.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
+            for &k in &keep {
+                finish[active[k]] = Some(FinishReason::Cancelled);
+            }
             break;
         }
         if keep.len() != active.len() {

@@ -44,10 +44,26 @@ pub use value::GgufValue;
 /// truncating it underneath us would fault on access.
 pub struct GgufFile {
     path: PathBuf,
-    mmap: Mmap,
+    mmap: Bytes,
     header: reader::Header,
     meta_index: HashMap<String, usize>,
     tensor_index: HashMap<String, usize>,
+}
+
+/// The bytes of a GGUF file: memory-mapped from disk, or owned (parsed from a byte slice).
+enum Bytes {
+    Map(Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Map(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
 }
 
 impl std::fmt::Debug for GgufFile {
@@ -84,7 +100,23 @@ impl GgufFile {
         // rely on the file not being truncated or rewritten while it is open (documented on
         // `GgufFile`).
         let mmap = unsafe { Mmap::map(&file) }.map_err(io)?;
-        let header = reader::parse(&mmap).map_err(|msg| format_err(path, msg))?;
+        Self::from_data(path.to_path_buf(), Bytes::Map(mmap))
+    }
+
+    /// Parses a GGUF file held in memory; `name` stands for its path in errors. Same checks
+    /// and errors as [`GgufFile::open`] (this is the entry point of the GGUF fuzz target).
+    ///
+    /// # Errors
+    /// [`QwenError::Format`] as for [`GgufFile::open`].
+    pub fn from_bytes(name: &str, bytes: Vec<u8>) -> Result<Self> {
+        if bytes.is_empty() {
+            return Err(format_err(Path::new(name), "empty file".into()));
+        }
+        Self::from_data(PathBuf::from(name), Bytes::Owned(bytes))
+    }
+
+    fn from_data(path: PathBuf, mmap: Bytes) -> Result<Self> {
+        let header = reader::parse(&mmap).map_err(|msg| format_err(&path, msg))?;
         let meta_index = header
             .metadata
             .iter()
@@ -98,7 +130,7 @@ impl GgufFile {
             .map(|(i, t)| (t.name.clone(), i))
             .collect();
         Ok(Self {
-            path: path.to_path_buf(),
+            path,
             mmap,
             header,
             meta_index,

@@ -11,6 +11,7 @@
 //! - [`generate`]: autoregressive generation with greedy and temperature / top-p / top-k
 //!   sampling.
 #![warn(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod config;
 mod error;

@@ -43,37 +43,11 @@ impl SafetensorsDir {
         let mut name_to_shard: BTreeMap<String, String> = BTreeMap::new();
         if index_path.exists() {
             let text = std::fs::read_to_string(&index_path).map_err(io_err(&index_path))?;
-            let v: serde_json::Value =
-                serde_json::from_str(&text).map_err(|e| QwenError::Format {
-                    kind: "safetensors index",
-                    path: index_path.display().to_string(),
-                    msg: e.to_string(),
-                })?;
-            let map = v
-                .get("weight_map")
-                .and_then(|m| m.as_object())
-                .ok_or_else(|| QwenError::Format {
-                    kind: "safetensors index",
-                    path: index_path.display().to_string(),
-                    msg: "no `weight_map` object".into(),
-                })?;
-            for (name, file) in map {
-                let file = file.as_str().ok_or_else(|| QwenError::Format {
-                    kind: "safetensors index",
-                    path: index_path.display().to_string(),
-                    msg: format!("`weight_map.{name}` is not a file name"),
-                })?;
-                if file.contains("..") || file.contains('/') || file.contains('\\') {
-                    return Err(QwenError::Format {
-                        kind: "safetensors index",
-                        path: index_path.display().to_string(),
-                        msg: format!("shard name `{file}` is not a plain file name"),
-                    });
-                }
+            name_to_shard = parse_index(&text, &index_path.display().to_string())?;
+            for file in name_to_shard.values() {
                 if !shard_names.iter().any(|s| s == file) {
-                    shard_names.push(file.to_string());
+                    shard_names.push(file.clone());
                 }
-                name_to_shard.insert(name.clone(), file.to_string());
             }
         } else if single.exists() {
             shard_names.push("model.safetensors".into());
@@ -95,13 +69,8 @@ impl SafetensorsDir {
             // as with every mmap, a concurrent writer could change the bytes under us, which
             // can only make parsing fail, not violate memory safety of our reads of `&[u8]`.
             let mmap = unsafe { Mmap::map(&f) }.map_err(io_err(&path))?;
-            let st = SafeTensors::deserialize(&mmap).map_err(|e| QwenError::Format {
-                kind: "safetensors",
-                path: path.display().to_string(),
-                msg: e.to_string(),
-            })?;
-            for name in st.names() {
-                index.insert(name.to_string(), i);
+            for name in parse_safetensors(&mmap, &path.display().to_string())? {
+                index.insert(name, i);
             }
             files.push((path, mmap));
         }
@@ -125,6 +94,52 @@ impl SafetensorsDir {
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.index.keys().map(String::as_str)
     }
+}
+
+/// Parses a `model.safetensors.index.json` text into its `weight_map` (tensor name -> shard
+/// file name); `origin` names the file in errors. Shard names must be plain file names.
+///
+/// # Errors
+/// [`QwenError::Format`] (kind `"safetensors index"`) for invalid JSON, a missing
+/// `weight_map` object, a value that is not a string, or a shard name with a path in it.
+pub fn parse_index(text: &str, origin: &str) -> Result<BTreeMap<String, String>> {
+    let bad = |msg: String| QwenError::Format {
+        kind: "safetensors index",
+        path: origin.to_string(),
+        msg,
+    };
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
+    let map = v
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| bad("no `weight_map` object".into()))?;
+    let mut out = BTreeMap::new();
+    for (name, file) in map {
+        let file = file
+            .as_str()
+            .ok_or_else(|| bad(format!("`weight_map.{name}` is not a file name")))?;
+        if file.is_empty() || file.contains("..") || file.contains('/') || file.contains('\\') {
+            return Err(bad(format!("shard name `{file}` is not a plain file name")));
+        }
+        out.insert(name.clone(), file.to_string());
+    }
+    Ok(out)
+}
+
+/// Parses a safetensors file held in `bytes` (header and the extent of every tensor) and
+/// returns its tensor names; `origin` names the file in errors. Dtypes are checked when a
+/// tensor is loaded ([`QwenError::UnsupportedDtype`]).
+///
+/// # Errors
+/// [`QwenError::Format`] (kind `"safetensors"`) for a malformed or truncated header or data.
+pub fn parse_safetensors(bytes: &[u8], origin: &str) -> Result<Vec<String>> {
+    let st = SafeTensors::deserialize(bytes).map_err(|e| QwenError::Format {
+        kind: "safetensors",
+        path: origin.to_string(),
+        msg: e.to_string(),
+    })?;
+    let names = st.names().into_iter().map(str::to_string).collect();
+    Ok(names)
 }
 
 /// Converts raw little-endian bytes of `dtype` to `f32`.

@@ -117,6 +117,7 @@ pub struct SpeculativeDecoder<B: Backend, D: Drafter<B>, V: Verifier<B>> {
     pub drafter: D,
     /// The verifier.
     pub verifier: V,
+    cancel: Option<dustin_core::CancelToken>,
     _b: PhantomData<B>,
 }
 
@@ -126,8 +127,16 @@ impl<B: Backend, D: Drafter<B>, V: Verifier<B>> SpeculativeDecoder<B, D, V> {
         Self {
             drafter,
             verifier,
+            cancel: None,
             _b: PhantomData,
         }
+    }
+
+    /// Checks `token` once per iteration of [`SpeculativeDecoder::generate`]: when it is
+    /// cancelled, generation stops and every unfinished sequence ends with
+    /// [`FinishReason::Cancelled`], keeping the tokens emitted so far.
+    pub fn set_cancel(&mut self, token: dustin_core::CancelToken) {
+        self.cancel = Some(token);
     }
 
     /// Speculative generation for a batch of prompts of any lengths.
@@ -157,6 +166,7 @@ impl<B: Backend, D: Drafter<B>, V: Verifier<B>> SpeculativeDecoder<B, D, V> {
             cfg,
             tokenizer,
             on_tokens,
+            self.cancel.as_ref(),
         )
     }
 }
@@ -184,6 +194,7 @@ pub fn autoregressive<B: Backend, V: Verifier<B>>(
         },
         tokenizer,
         on_tokens,
+        None,
     )
 }
 
@@ -213,6 +224,7 @@ fn run<B: Backend, D: Drafter<B>, V: Verifier<B>>(
     cfg: &SpecConfig,
     tokenizer: Option<&Tokenizer>,
     on_tokens: &mut dyn FnMut(usize, &[TokenId]),
+    cancel: Option<&dustin_core::CancelToken>,
 ) -> Result<SpecOutput> {
     cfg.sampling.validate()?;
     let n = prompts.len();
@@ -260,6 +272,12 @@ fn run<B: Backend, D: Drafter<B>, V: Verifier<B>>(
     let mut iters = Vec::new();
     let mut iteration = 0usize;
     while !active.is_empty() {
+        if cancel.is_some_and(dustin_core::CancelToken::is_cancelled) {
+            for &s in &active {
+                finish[s] = Some(FinishReason::Cancelled);
+            }
+            break;
+        }
         let b = active.len();
         // 1. draft
         let td = Instant::now();
@@ -293,6 +311,27 @@ fn run<B: Backend, D: Drafter<B>, V: Verifier<B>>(
         let mut accepted = Vec::with_capacity(b);
         let mut next = Vec::with_capacity(b);
         if cfg.sampling.is_greedy() {
+            // the device argmax would pick an arbitrary token from NaN / +inf logits: refuse
+            // them, as the host sampling path does
+            let bad = ver
+                .logits
+                .clone()
+                .is_nan()
+                .bool_or(ver.logits.clone().equal_elem(f32::INFINITY))
+                .any_dim(2)
+                .any_dim(1)
+                .reshape([b])
+                .into_data()
+                .convert::<bool>()
+                .into_vec::<bool>()
+                .map_err(|e| dustin_core::CoreError::Model(format!("{e:?}")))?;
+            if let Some(slot) = bad.iter().position(|&x| x) {
+                return Err(dustin_core::CoreError::NonFinite {
+                    what: "target logits of a verification".into(),
+                    seq: active[slot],
+                }
+                .into());
+            }
             let am = ver.logits.clone().argmax(2).reshape([b * m]).into_data();
             let am: Vec<i64> = am
                 .convert::<i64>()

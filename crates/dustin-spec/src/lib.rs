@@ -8,6 +8,7 @@
 //! Model-backed implementations: [`ModelDrafter`] (a separate draft model, or a self-draft
 //! from the target's first layers) and [`ModelVerifier`].
 #![warn(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod accept;
 mod decoder;

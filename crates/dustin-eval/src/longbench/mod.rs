@@ -260,8 +260,18 @@ fn id_order(a: &str, b: &str) -> std::cmp::Ordering {
 pub fn load_shared_file(path: impl AsRef<Path>) -> Result<Vec<Sample>, EvalError> {
     let path = path.as_ref();
     let text = read_to_string(path)?;
-    let task = file_stem(path);
-    let root: Value = serde_json::from_str(&text).map_err(|e| EvalError::Json {
+    parse_shared(&text, path, &file_stem(path))
+}
+
+/// Parses the text of a MiniLongBench file (see [`load_shared_file`]); `path` names it in
+/// errors and `task` is the samples' task. The entry point of the LongBench fuzz target.
+///
+/// # Errors
+/// [`EvalError::Json`] for invalid JSON, [`EvalError::MissingField`] and
+/// [`EvalError::BadField`] naming the sample and the field.
+pub fn parse_shared(text: &str, path: &Path, task: &str) -> Result<Vec<Sample>, EvalError> {
+    let task = task.to_string();
+    let root: Value = serde_json::from_str(text).map_err(|e| EvalError::Json {
         path: path.to_path_buf(),
         line: None,
         source: e,
@@ -358,6 +368,16 @@ fn files_with_ext(dir: &Path, ext: &str) -> Result<Vec<PathBuf>, EvalError> {
 pub fn load_jsonl_file(path: impl AsRef<Path>) -> Result<Vec<Sample>, EvalError> {
     let path = path.as_ref();
     let text = read_to_string(path)?;
+    parse_jsonl(&text, path)
+}
+
+/// Parses the text of an original LongBench JSONL file (see [`load_jsonl_file`]); `path`
+/// names it in errors. The entry point of the LongBench fuzz target.
+///
+/// # Errors
+/// [`EvalError::Json`] naming the line, [`EvalError::MissingField`] and
+/// [`EvalError::BadField`] naming the line, the sample id and the field.
+pub fn parse_jsonl(text: &str, path: &Path) -> Result<Vec<Sample>, EvalError> {
     let mut samples = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let lineno = i + 1;

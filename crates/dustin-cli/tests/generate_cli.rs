@@ -1,0 +1,244 @@
+//! `dustin generate` as a user runs it: Ctrl-C during a batch writes every sequence's text
+//! with its finish reason and exits with 130; bad inputs exit 1 with a clear message.
+
+mod common;
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn dustin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_dustin"))
+}
+
+#[cfg(unix)]
+#[test]
+fn ctrl_c_writes_the_texts_and_exits_130() {
+    let dir = common::scratch("sigint");
+    let model = common::tiny_model(&dir, 1 << 20);
+    let out = dir.join("out.json");
+    let mut child = dustin()
+        .args(["generate", "--model"])
+        .arg(&model)
+        .args([
+            "--prompt",
+            "t5 t17 t33 t2 t90",
+            "--prompt",
+            "t9 t1",
+            "--prompt",
+            "t40",
+        ])
+        .args(["--max-new-tokens", "500000", "--output"])
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn dustin");
+    // wait until tokens stream (generation has started), then send SIGINT
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut buf = [0u8; 64];
+    let mut seen = 0;
+    while seen < 32 {
+        let n = stdout.read(&mut buf).expect("read stdout");
+        assert!(n > 0, "dustin exited before streaming");
+        seen += n;
+    }
+    let st = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(st.success());
+    // keep draining stdout so that the child never blocks on a full pipe
+    let drain = std::thread::spawn(move || {
+        let mut rest = Vec::new();
+        let _ = stdout.read_to_end(&mut rest);
+    });
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if t0.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("dustin did not stop within 60 s of SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = drain.join();
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    assert_eq!(status.code(), Some(130), "stderr: {err}");
+    assert!(
+        err.contains("interrupted") && err.contains("cancelled: 3 of 3"),
+        "{err}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).expect("output written"))
+            .expect("json");
+    let seqs = v["sequences"].as_array().expect("sequences");
+    assert_eq!(seqs.len(), 3);
+    for (i, s) in seqs.iter().enumerate() {
+        assert_eq!(s["index"], i);
+        assert_eq!(s["finish"], "cancelled");
+        let n = s["tokens"].as_array().expect("tokens").len();
+        assert!(n > 0 && n < 500_000, "sequence {i}: {n} tokens");
+        // word-level tokens decode to `t<id>` words
+        let words = s["text"].as_str().expect("text").split_whitespace().count();
+        assert_eq!(words, n, "sequence {i}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn finished_batch_writes_reasons_and_exits_0() {
+    let dir = common::scratch("finish");
+    let model = common::tiny_model(&dir, 256);
+    let out = dir.join("out.json");
+    let o = dustin()
+        .args(["generate", "--model"])
+        .arg(&model)
+        .args([
+            "--prompt",
+            "t5 t17 t33",
+            "--prompt",
+            "t9 t1",
+            "--max-new-tokens",
+            "7",
+        ])
+        .arg("--output")
+        .arg(&out)
+        .output()
+        .expect("run dustin");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("finish: 0: length, 1: length"), "{err}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).expect("output")).expect("json");
+    for s in v["sequences"].as_array().expect("sequences") {
+        assert_eq!(s["finish"], "length");
+        assert_eq!(s["tokens"].as_array().expect("tokens").len(), 7);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `dustin generate` with `args` on the tiny model and returns (exit code, stderr).
+fn fails(args: &[&str], prompt_bytes: Option<&[u8]>) -> (Option<i32>, String) {
+    let dir = common::scratch(&format!("bad-{}", args.join("-").replace(['/', ' '], "_")));
+    let model = common::tiny_model(&dir, 256);
+    let mut cmd = dustin();
+    cmd.args(["generate", "--model"]).arg(&model).args(args);
+    if let Some(b) = prompt_bytes {
+        let p = dir.join("prompt.txt");
+        std::fs::write(&p, b).expect("prompt");
+        cmd.arg("--prompt-file").arg(p);
+    }
+    let o = cmd.output().expect("run dustin");
+    let _ = std::fs::remove_dir_all(&dir);
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// Arguments, prompt file bytes, expected message.
+type Case<'a> = (&'a [&'a str], Option<&'a [u8]>, &'a str);
+
+#[test]
+fn bad_inputs_exit_1_with_a_message() {
+    let cases: &[Case] = &[
+        (&["--prompt", "  "], None, "prompt 0 is empty"),
+        (
+            &[],
+            Some(b"t1 t2 \xff\xfe t3"),
+            "is not UTF-8 text (invalid byte at offset 6)",
+        ),
+        (
+            &["--prompt", "t1 t2", "--max-new-tokens", "300"],
+            None,
+            "max_position_embeddings = 256",
+        ),
+        (
+            &["--prompt", "t1", "--draft", "self:layers=1", "--gamma", "0"],
+            None,
+            "invalid `gamma`: expected 1 ..= 15, found 0",
+        ),
+        (
+            &[
+                "--prompt",
+                "t1",
+                "--draft",
+                "self:layers=1",
+                "--gamma",
+                "16",
+            ],
+            None,
+            "invalid `gamma`: expected 1 ..= 15, found 16",
+        ),
+        (
+            &[
+                "--prompt",
+                "t1",
+                "--draft",
+                "self:layers=1",
+                "--selector",
+                "nope",
+            ],
+            None,
+            "unknown selector `nope`",
+        ),
+        (
+            &[
+                "--prompt",
+                "t1",
+                "--draft",
+                "self:layers=1",
+                "--selector",
+                "snapkv",
+                "--budget",
+                "0",
+            ],
+            None,
+            "invalid `budget`",
+        ),
+        (
+            &["--prompt", "t1", "--max-memory", "1K"],
+            None,
+            "are available (the --max-memory limit)",
+        ),
+    ];
+    for (args, bytes, want) in cases {
+        let (code, err) = fails(args, *bytes);
+        assert_eq!(code, Some(1), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: want `{want}` in: {err}");
+    }
+}
+
+#[test]
+fn draft_with_another_vocabulary_is_refused() {
+    let dir = common::scratch("vocab");
+    let model = common::tiny_model(&dir, 256);
+    let draft_dir = dir.join("d");
+    std::fs::create_dir_all(&draft_dir).expect("dir");
+    let draft = common::tiny_model(&draft_dir, 256);
+    // the draft's tokenizer has one token more
+    std::fs::write(draft.join("tokenizer.json"), common::tokenizer_json(97)).expect("write");
+    let o = dustin()
+        .args(["generate", "--model"])
+        .arg(&model)
+        .arg("--draft")
+        .arg(&draft)
+        .args(["--prompt", "t1 t2"])
+        .output()
+        .expect("run dustin");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(
+            "draft and target vocabularies differ: token \"t96\" is Some(96) in the draft and None in the target"
+        ),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,63 @@
+//! The KV cache checks its memory before allocating: an absurd batch x context fails with
+//! the figures (needed, available), a small one allocates.
+
+use burn_flex::{Flex, FlexDevice};
+use dustin_core::CoreError;
+use dustin_kv::{DenseKvCache, KvShape};
+
+#[test]
+fn absurd_cache_is_an_error_with_the_figures() {
+    let shape = KvShape {
+        batch: 1 << 10,
+        layers: 80,
+        kv_heads: 8,
+        capacity: 1 << 30,
+        head_dim: 128,
+    };
+    let r = DenseKvCache::<Flex>::try_new(shape, &FlexDevice);
+    let Some(avail) = dustin_core::memory::host_available_bytes() else {
+        // no /proc/meminfo: the check is skipped (documented)
+        return;
+    };
+    match r {
+        Err(CoreError::OutOfMemory {
+            needed,
+            available,
+            what,
+            origin,
+        }) => {
+            assert_eq!(needed, 2 * (1u128 << 10) * 80 * 8 * (1u128 << 30) * 128 * 4);
+            // MemAvailable moves between two reads; same order of magnitude
+            assert!(available > 0 && available / 2 <= avail && avail / 2 <= available);
+            assert!(
+                what.contains("batch 1024") && what.contains("80 layers"),
+                "{what}"
+            );
+            assert_eq!(origin, "MemAvailable in /proc/meminfo");
+        }
+        Err(e) => panic!("expected OutOfMemory, got {e}"),
+        Ok(_) => panic!("allocated an absurd cache"),
+    }
+}
+
+#[test]
+fn small_cache_allocates_and_a_limit_applies() {
+    let shape = KvShape {
+        batch: 2,
+        layers: 2,
+        kv_heads: 2,
+        capacity: 16,
+        head_dim: 8,
+    };
+    let c = DenseKvCache::<Flex>::try_new(shape, &FlexDevice).expect("small cache");
+    assert_eq!(c.shape(), shape);
+    // the check against a given limit (the CLI's --max-memory) is `check_bytes`; the
+    // process-wide limit itself is not set here, as tests share the process
+    let e = dustin_core::memory::check_bytes("x", shape.bytes(4), Some((100, "a limit")))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("needs 8.0 KiB (8192 bytes), but only 100 bytes are available (a limit)"),
+        "{e}"
+    );
+}
