@@ -82,23 +82,38 @@ pub fn build_budgeted<B: Backend>(
     estimator_cfg: Option<serde_json::Value>,
 ) -> Result<Box<dyn BudgetedPolicy<B>>, SelectError> {
     let spec = spec.trim();
-    if let Some(inner) = spec
-        .strip_prefix("pyramid(")
-        .and_then(|s| s.strip_suffix(')'))
-    {
-        let mut value = estimator_cfg;
-        let pcfg = match value
-            .as_mut()
-            .and_then(|v| v.as_object_mut())
-            .and_then(|o| o.remove("pyramid"))
-        {
-            Some(p) => parse::<PyramidConfig>(spec, Some(p))?,
-            None => PyramidConfig::default(),
-        };
+    if let Some((inner, pcfg, value)) = split_pyramid(spec, estimator_cfg.clone())? {
         let inner = build_budgeted::<B>(inner, cfg, value)?;
         return Ok(Box::new(Pyramid::new(inner, pcfg)?));
     }
     build_selector(spec, cfg, estimator_cfg)
+}
+
+/// A `pyramid(<inner>)` spec taken apart: inner spec, wrapper knobs, inner estimator config.
+type PyramidParts<'a> = (&'a str, PyramidConfig, Option<serde_json::Value>);
+
+/// For `pyramid(<inner>)`: the inner spec, the wrapper's knobs (taken from the `"pyramid"`
+/// key of `estimator_cfg`, defaults otherwise) and the rest of `estimator_cfg` for the inner
+/// estimator; `None` for any other spec.
+fn split_pyramid(
+    spec: &str,
+    mut estimator_cfg: Option<serde_json::Value>,
+) -> Result<Option<PyramidParts<'_>>, SelectError> {
+    let Some(inner) = spec
+        .strip_prefix("pyramid(")
+        .and_then(|s| s.strip_suffix(')'))
+    else {
+        return Ok(None);
+    };
+    let pcfg = match estimator_cfg
+        .as_mut()
+        .and_then(|v| v.as_object_mut())
+        .and_then(|o| o.remove("pyramid"))
+    {
+        Some(p) => parse::<PyramidConfig>(spec, Some(p))?,
+        None => PyramidConfig::default(),
+    };
+    Ok(Some((inner, pcfg, estimator_cfg)))
 }
 
 /// The estimator config `spec` (`name` or `pyramid(<name>)`) runs with: `estimator_cfg` over
@@ -112,19 +127,7 @@ pub fn resolved_config(
     estimator_cfg: Option<serde_json::Value>,
 ) -> Result<serde_json::Value, SelectError> {
     let spec = spec.trim();
-    if let Some(inner) = spec
-        .strip_prefix("pyramid(")
-        .and_then(|s| s.strip_suffix(')'))
-    {
-        let mut value = estimator_cfg;
-        let pcfg = match value
-            .as_mut()
-            .and_then(|v| v.as_object_mut())
-            .and_then(|o| o.remove("pyramid"))
-        {
-            Some(p) => parse::<PyramidConfig>(spec, Some(p))?,
-            None => PyramidConfig::default(),
-        };
+    if let Some((inner, pcfg, value)) = split_pyramid(spec, estimator_cfg.clone())? {
         let mut out = resolved_config(inner, value)?;
         let p = to_json(spec, &pcfg)?;
         if let Some(o) = out.as_object_mut() {

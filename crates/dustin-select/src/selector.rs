@@ -170,13 +170,16 @@ impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static> B
             iteration: self.iteration,
         };
         let (kvh, nh) = (ctx.k.dims()[1], ctx.q.dims()[1]);
-        if let Some(c) = self.fresh(ctx.layer, ctx.ctx_lens, budget) {
-            let sel = extend_selection(&c.sel, &c.lens, ctx.ctx_lens)?;
+        if let Some((sel, lens)) = self
+            .fresh(ctx.layer, ctx.ctx_lens, budget)
+            .map(|c| (c.sel.clone(), c.lens.clone()))
+        {
             self.est.observe_verify(&sctx)?;
             self.count_reads(ctx.ctx_lens, |e, l| e.observe_reads(ctx.layer, l, kvh, nh));
             return match self.est.rescore_on_reuse(&sctx)? {
                 Some(scores) => self.top_k(scores, ctx, budget),
-                None => Ok(Some(sel)),
+                // extended only when it is what gets used
+                None => Ok(Some(extend_selection(&sel, &lens, ctx.ctx_lens)?)),
             };
         }
         let scores = self.est.score(&sctx)?;
