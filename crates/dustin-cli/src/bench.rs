@@ -2,10 +2,10 @@
 //! an HF `config.json` (for example `../shared/data/qwen2.5/Qwen2.5-7B-Instruct.config.json`).
 //! Random weights make the text meaningless; the timings are real.
 
+use dustin_kernels::KernelOps;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use burn_tensor::backend::Backend;
 use clap::Args;
 use dustin_core::{DenseHook, Phase};
 use dustin_qwen::generate::{prefill, DEFAULT_PREFILL_CHUNK};
@@ -45,13 +45,13 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
     crate::with_backend!(args.device, |B, dev| run_on::<B>(&args, &dev))
 }
 
-fn sync<B: Backend>(t: burn_tensor::Tensor<B, 3>) {
+fn sync<B: KernelOps>(t: burn_tensor::Tensor<B, 3>) {
     // reading one value waits for the device queue
     let [b, n, v] = t.dims();
     let _ = t.slice([b - 1..b, n - 1..n, v - 1..v]).into_data();
 }
 
-fn run_on<B: Backend>(args: &BenchArgs, dev: &B::Device) -> Result<(), CliError> {
+fn run_on<B: KernelOps>(args: &BenchArgs, dev: &B::Device) -> Result<(), CliError> {
     let cfg = QwenConfig::from_file(&args.config)?;
     let cap = args.prompt_len + args.warmup + args.decode + 1;
     let t = Instant::now();

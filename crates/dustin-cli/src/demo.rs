@@ -3,11 +3,11 @@
 //! Dustin continuation as it streams, then one table; it writes the table as JSON and
 //! Markdown and a plot (SVG) into an output folder.
 
+use dustin_kernels::KernelOps;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use burn_tensor::backend::Backend;
 use clap::Args;
 use dustin_core::{DenseHook, SelectionPolicy};
 use dustin_eval::report::{plot_lines, Table};
@@ -101,7 +101,7 @@ enum Mode {
     Speculative { selector: &'static str },
 }
 
-fn run_on<B: Backend>(args: &DemoArgs, dev: &B::Device) -> Result<(), CliError> {
+fn run_on<B: KernelOps>(args: &DemoArgs, dev: &B::Device) -> Result<(), CliError> {
     let t_all = Instant::now();
     let path = crate::generate::model_path(&args.model)?;
     let prompt = match &args.prompt_file {
@@ -313,7 +313,7 @@ fn run_on<B: Backend>(args: &DemoArgs, dev: &B::Device) -> Result<(), CliError> 
 type ModeRun = (SpecOutput, f64, Vec<(f64, f64)>);
 
 #[allow(clippy::too_many_arguments)]
-fn run_mode<B: Backend>(
+fn run_mode<B: KernelOps>(
     args: &DemoArgs,
     model: &Arc<Qwen2<B>>,
     tok: &Tokenizer,

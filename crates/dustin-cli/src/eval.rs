@@ -20,6 +20,7 @@
 //! reads); then a short greedy speculative run (the engine's `SpeculativeDecoder`, the
 //! drafter and verifier starting from the shared prefill) for the mean acceptance length.
 
+use dustin_kernels::KernelOps;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -207,7 +208,7 @@ impl SelectorSpec {
         Ok(cfg)
     }
 
-    fn build<B: Backend>(&self, budget: usize) -> Result<Box<dyn BudgetedPolicy<B>>, CliError> {
+    fn build<B: KernelOps>(&self, budget: usize) -> Result<Box<dyn BudgetedPolicy<B>>, CliError> {
         let cfg = self.select_config(budget)?;
         build_budgeted::<B>(&self.spec, &cfg, self.knobs.clone())
             .map_err(|e| CliError::Usage(format!("selector {}: {e}", self.label)))
@@ -349,7 +350,7 @@ struct FanOut<'a, B: Backend> {
     policies: Vec<&'a mut Box<dyn BudgetedPolicy<B>>>,
 }
 
-impl<B: Backend> AttentionHook<B> for FanOut<'_, B> {
+impl<B: KernelOps> AttentionHook<B> for FanOut<'_, B> {
     fn on_layer(
         &mut self,
         ctx: &LayerAttnCtx<'_, B>,
@@ -385,13 +386,13 @@ impl<B: Backend> AttentionHook<B> for FanOut<'_, B> {
 /// The draft's lookahead, as `dustin_spec::ModelDrafter` computes it: attention mass per
 /// key summed over every draft layer, head and the first `rows` query rows of each decode
 /// pass, normalised to sum 1.
-struct LookaheadSum<B: Backend> {
+struct LookaheadSum<B: KernelOps> {
     on: bool,
     rows: usize,
     acc: Option<Tensor<B, 2>>,
 }
 
-impl<B: Backend> LookaheadSum<B> {
+impl<B: KernelOps> LookaheadSum<B> {
     fn new(on: bool, rows: usize) -> Self {
         Self {
             on,
@@ -407,7 +408,7 @@ impl<B: Backend> LookaheadSum<B> {
     }
 }
 
-impl<B: Backend> AttentionHook<B> for LookaheadSum<B> {
+impl<B: KernelOps> AttentionHook<B> for LookaheadSum<B> {
     fn on_layer(
         &mut self,
         _ctx: &LayerAttnCtx<'_, B>,
@@ -453,14 +454,14 @@ impl<B: Backend> AttentionHook<B> for LookaheadSum<B> {
 
 // ------------------------------------------------------------------------------- caches
 
-fn host_f32<B: Backend, const D: usize>(t: Tensor<B, D>) -> Result<Vec<f32>, CliError> {
+fn host_f32<B: KernelOps, const D: usize>(t: Tensor<B, D>) -> Result<Vec<f32>, CliError> {
     t.into_data()
         .convert::<f32>()
         .into_vec::<f32>()
         .map_err(|e| CliError::Usage(format!("tensor to host: {e:?}")))
 }
 
-fn host_i64<B: Backend, const D: usize>(
+fn host_i64<B: KernelOps, const D: usize>(
     t: Tensor<B, D, burn_tensor::Int>,
 ) -> Result<Vec<i64>, CliError> {
     t.into_data()
@@ -474,7 +475,7 @@ fn host_i64<B: Backend, const D: usize>(
 /// A greedy drafter that starts from a shared, already prefilled draft cache (the engine's
 /// `ModelDrafter` rules: pending tokens fed first, the last draft token not fed, rollback by
 /// truncation; one sequence).
-struct SharedDrafter<B: Backend> {
+struct SharedDrafter<B: KernelOps> {
     model: Arc<Qwen2<B>>,
     layers: Option<usize>,
     cache: DenseKvCache<B>,
@@ -488,7 +489,7 @@ fn err(msg: impl Into<String>) -> dustin_core::CoreError {
     dustin_core::CoreError::Model(msg.into())
 }
 
-impl<B: Backend> Drafter<B> for SharedDrafter<B> {
+impl<B: KernelOps> Drafter<B> for SharedDrafter<B> {
     fn prefill(&mut self, prompts: &[Vec<TokenId>], first: &[TokenId]) -> dustin_core::Result<()> {
         if prompts.len() != 1 || prompts[0].len() != self.cache.lens()[0] || first.len() != 1 {
             return Err(err(
@@ -574,7 +575,7 @@ impl<B: Backend> Drafter<B> for SharedDrafter<B> {
 /// `dustin_spec::ModelVerifier::verify` does: the draft's lookahead first (when the policy
 /// wants it), `begin_verify(iteration)`, one forward pass with every position's logits.
 /// Returns the logits `[1, n, vocab]` and the selected and dense context reads.
-fn verify_pass<B: Backend, P: SelectionPolicy<B> + ?Sized>(
+fn verify_pass<B: KernelOps, P: SelectionPolicy<B> + ?Sized>(
     model: &Qwen2<B>,
     cache: &mut DenseKvCache<B>,
     policy: &mut P,
@@ -613,7 +614,7 @@ fn verify_pass<B: Backend, P: SelectionPolicy<B> + ?Sized>(
 
 /// The target as a verifier starting from a shared, already prefilled cache and a policy
 /// that has already seen the prompt's last chunk (one sequence).
-struct SharedVerifier<B: Backend> {
+struct SharedVerifier<B: KernelOps> {
     model: Arc<Qwen2<B>>,
     policy: Box<dyn BudgetedPolicy<B>>,
     cache: DenseKvCache<B>,
@@ -623,7 +624,7 @@ struct SharedVerifier<B: Backend> {
     vocab: usize,
 }
 
-impl<B: Backend> Verifier<B> for SharedVerifier<B> {
+impl<B: KernelOps> Verifier<B> for SharedVerifier<B> {
     fn prefill(&mut self, prompts: &[Vec<TokenId>]) -> dustin_core::Result<Tensor<B, 2>> {
         if prompts.len() != 1 || prompts[0].len() != self.cache.lens()[0] {
             return Err(err(
@@ -707,7 +708,7 @@ impl<B: Backend> Verifier<B> for SharedVerifier<B> {
 // ------------------------------------------------------------------------------- the run
 
 /// What one (book, context) shares between its selectors.
-struct Shared<B: Backend> {
+struct Shared<B: KernelOps> {
     /// Target cache after the whole prompt (dense).
     cache: DenseKvCache<B>,
     /// Draft cache after the whole prompt (dense).
@@ -740,7 +741,7 @@ struct Ctx<'a, B: Backend> {
 
 /// A selector instance pair for one (budget, selector) row: the windows' and the
 /// speculative run's.
-struct Pending<B: Backend> {
+struct Pending<B: KernelOps> {
     key: String,
     sel: SelectorSpec,
     budget: usize,
@@ -759,7 +760,7 @@ fn say(bar: &ProgressBar, msg: String) {
     }
 }
 
-fn fidelity<B: Backend>(args: &FidelityArgs, dev: &B::Device) -> Result<(), CliError> {
+fn fidelity<B: KernelOps>(args: &FidelityArgs, dev: &B::Device) -> Result<(), CliError> {
     if args.gamma == 0 || args.gamma > dustin_spec::MAX_GAMMA {
         return Err(CliError::Usage(format!(
             "--gamma {}: expected 1 ..= {}",
@@ -984,7 +985,7 @@ fn fidelity<B: Backend>(args: &FidelityArgs, dev: &B::Device) -> Result<(), CliE
 ///
 /// `prefix` is a dense cache of the book's first tokens from a shorter context (contexts run
 /// in ascending order): the prefill continues from it.
-fn shared_part<B: Backend>(
+fn shared_part<B: KernelOps>(
     cx: &Ctx<'_, B>,
     ids: &[TokenId],
     p: usize,
@@ -1120,7 +1121,7 @@ fn shared_part<B: Backend>(
 }
 
 /// Summed negative log-likelihood of `truth` (one per position) under `logp` `[1, n, vocab]`.
-fn nll_of<B: Backend>(logp: &Tensor<B, 3>, truth: &[TokenId]) -> Result<f64, CliError> {
+fn nll_of<B: KernelOps>(logp: &Tensor<B, 3>, truth: &[TokenId]) -> Result<f64, CliError> {
     let n = truth.len();
     let idx: Vec<i64> = truth.iter().map(|&t| i64::from(t)).collect();
     let idx = Tensor::<B, 3, burn_tensor::Int>::from_data(
@@ -1131,7 +1132,7 @@ fn nll_of<B: Backend>(logp: &Tensor<B, 3>, truth: &[TokenId]) -> Result<f64, Cli
     Ok(-picked.iter().map(|&x| f64::from(x)).sum::<f64>())
 }
 
-fn run_row<B: Backend>(
+fn run_row<B: KernelOps>(
     cx: &Ctx<'_, B>,
     ids: &[TokenId],
     p: usize,

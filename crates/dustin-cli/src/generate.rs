@@ -1,10 +1,10 @@
 //! `dustin generate`.
 
+use dustin_kernels::KernelOps;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use burn_tensor::backend::Backend;
 use clap::Args;
 use dustin_core::{CancelToken, SamplingConfig};
 use dustin_qwen::generate::{generate, FinishReason, GenerateConfig};
@@ -145,7 +145,7 @@ pub fn read_config(path: &Option<PathBuf>) -> Result<FileConfig, CliError> {
 }
 
 /// Builds the selection policy of `--selector` / `--budget` / `--config`.
-pub fn build_policy<B: Backend>(
+pub fn build_policy<B: KernelOps>(
     selector: &str,
     budget: usize,
     file: &FileConfig,
@@ -253,7 +253,7 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
 /// Checks the KV caches' memory (target and draft, `batch` sequences of `capacity` tokens)
 /// before the weights are loaded, so that an impossible request fails at once with the
 /// figures.
-fn check_kv_memory<B: Backend>(
+fn check_kv_memory<B: KernelOps>(
     cfgs: &[&dustin_qwen::QwenConfig],
     batch: usize,
     capacity: usize,
@@ -281,7 +281,7 @@ fn check_kv_memory<B: Backend>(
     Ok(())
 }
 
-fn run_on<B: Backend>(
+fn run_on<B: KernelOps>(
     args: &GenerateArgs,
     dev: &B::Device,
     cancel: &CancelToken,

@@ -1,10 +1,10 @@
 //! `dustin ppl`: perplexity of a text (for example a PG-19 book) under a model, dense
 //! attention, and a tokenizer round-trip check.
 
+use dustin_kernels::KernelOps;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use burn_tensor::backend::Backend;
 use clap::Args;
 use dustin_qwen::generate::nll;
 use dustin_qwen::ModelFiles;
@@ -37,7 +37,7 @@ pub fn run(args: PplArgs) -> Result<(), CliError> {
     crate::with_backend!(args.device, |B, dev| run_on::<B>(&args, &dev))
 }
 
-fn run_on<B: Backend>(args: &PplArgs, dev: &B::Device) -> Result<(), CliError> {
+fn run_on<B: KernelOps>(args: &PplArgs, dev: &B::Device) -> Result<(), CliError> {
     let book = dustin_eval::pg19::load_book(&args.text_file)
         .map_err(|e| CliError::Usage(e.to_string()))?;
     let path = crate::generate::model_path(&args.model)?;

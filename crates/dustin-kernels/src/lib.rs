@@ -74,8 +74,16 @@ pub struct Positions<B: Backend> {
 
 /// Fused attention, scoring and selection ops; implemented per backend.
 ///
-/// Every method validates its input and returns [`KernelError`] instead of panicking.
+/// Every method validates its input and returns [`KernelError`] instead of panicking. Every
+/// method defaults to the plain path ([`plain`], Burn tensor ops, correct on any backend), so
+/// another backend joins with `impl KernelOps for MyBackend {}` and overrides what it fuses.
 pub trait KernelOps: Backend {
+    /// Whether this backend runs the ops as fused device kernels. Callers with an equivalent
+    /// plain path of their own (the model's attention, the selectors' top-k) use the ops only
+    /// when this is true, so CPU numerics stay those of the plain path; `false` for
+    /// [`burn_flex::Flex`], `true` for the CUDA backend.
+    const FUSED: bool = false;
+
     /// Dense GQA attention of the new tokens over their whole context.
     ///
     /// `q` `[batch, q_heads, n_new, head_dim]`, `k`, `v` `[batch, kv_heads, capacity,
@@ -93,7 +101,9 @@ pub trait KernelOps: Backend {
         v: Tensor<Self, 4>,
         ctx_lens: &[usize],
         scale: f32,
-    ) -> Result<Tensor<Self, 4>>;
+    ) -> Result<Tensor<Self, 4>> {
+        plain::verify_attention(q, k, v, ctx_lens, scale)
+    }
 
     /// Sparse GQA attention: each query head of KV head `h` of sequence `b` attends to the
     /// context positions `indices[b, h, 0 .. counts[b]]` plus the new tokens (causal among
@@ -115,7 +125,9 @@ pub trait KernelOps: Backend {
         indices: Tensor<Self, 3, Int>,
         counts: &[usize],
         scale: f32,
-    ) -> Result<Tensor<Self, 4>>;
+    ) -> Result<Tensor<Self, 4>> {
+        plain::sparse_verify_attention(q, k, v, ctx_lens, indices, counts, scale)
+    }
 
     /// Exact attention probabilities of the query heads `heads` over the full context (the
     /// softmax of the dense verify attention, causal rule included), summed over those heads
@@ -135,7 +147,26 @@ pub trait KernelOps: Backend {
         ctx_lens: &[usize],
         heads: &[usize],
         scale: f32,
-    ) -> Result<Tensor<Self, 3>>;
+    ) -> Result<Tensor<Self, 3>> {
+        plain::head_subset_scores(q, k, ctx_lens, heads, scale)
+    }
+
+    /// [`KernelOps::head_subset_scores`] before the sum over the query rows: f32
+    /// `[batch, kv_heads, n_new, max_b(ctx_lens[b]) + n_new]`, entry `(b, h, i, j)` =
+    /// `sum_{q in heads, q / group = h} p_{q,i}(j)` (0 for KV heads without a chosen head and
+    /// for `j > ctx_lens[b] + i`). The `dustin` estimator weighs the rows by acceptance.
+    ///
+    /// # Errors
+    /// As [`KernelOps::head_subset_scores`].
+    fn head_subset_row_scores(
+        q: Tensor<Self, 4>,
+        k: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        heads: &[usize],
+        scale: f32,
+    ) -> Result<Tensor<Self, 4>> {
+        plain::head_subset_row_scores(q, k, ctx_lens, heads, scale)
+    }
 
     /// Quest's page key bounds: the context of `b` (positions `< ctx_lens[b]`) cut into pages
     /// of `page_size`; per page and KV head the elementwise min and max of its keys.
@@ -150,7 +181,9 @@ pub trait KernelOps: Backend {
         k: Tensor<Self, 4>,
         ctx_lens: &[usize],
         page_size: usize,
-    ) -> Result<(Tensor<Self, 4>, Tensor<Self, 4>)>;
+    ) -> Result<(Tensor<Self, 4>, Tensor<Self, 4>)> {
+        plain::quest_page_bounds(k, ctx_lens, page_size)
+    }
 
     /// Quest's page scores (upper bounds of `q . k` over a page, Tang et al. 2024):
     /// `max over the group's heads and the n_new rows of sum_d max(q_d min_d, q_d max_d)`.
@@ -168,7 +201,9 @@ pub trait KernelOps: Backend {
         kmax: Tensor<Self, 4>,
         ctx_lens: &[usize],
         page_size: usize,
-    ) -> Result<Tensor<Self, 3>>;
+    ) -> Result<Tensor<Self, 3>> {
+        plain::quest_page_scores(q, kmin, kmax, ctx_lens, page_size)
+    }
 
     /// Top-k positions per (sequence, KV head) of `scores` `[batch, kv_heads, c]`
     /// (`c >= max ctx`): keeps the sinks `[0, n_sink)` and the window
@@ -185,7 +220,9 @@ pub trait KernelOps: Backend {
         scores: Tensor<Self, 3>,
         ctx_lens: &[usize],
         keep: Keep,
-    ) -> Result<Positions<Self>>;
+    ) -> Result<Positions<Self>> {
+        plain::top_k_positions(scores, ctx_lens, keep)
+    }
 }
 
 /// Shapes of a verify-attention call, checked.
@@ -386,62 +423,5 @@ pub fn check_pages(
     Ok(c.div_ceil(page_size).max(1))
 }
 
-impl KernelOps for burn_flex::Flex {
-    fn verify_attention(
-        q: Tensor<Self, 4>,
-        k: Tensor<Self, 4>,
-        v: Tensor<Self, 4>,
-        ctx_lens: &[usize],
-        scale: f32,
-    ) -> Result<Tensor<Self, 4>> {
-        plain::verify_attention(q, k, v, ctx_lens, scale)
-    }
-
-    fn sparse_verify_attention(
-        q: Tensor<Self, 4>,
-        k: Tensor<Self, 4>,
-        v: Tensor<Self, 4>,
-        ctx_lens: &[usize],
-        indices: Tensor<Self, 3, Int>,
-        counts: &[usize],
-        scale: f32,
-    ) -> Result<Tensor<Self, 4>> {
-        plain::sparse_verify_attention(q, k, v, ctx_lens, indices, counts, scale)
-    }
-
-    fn head_subset_scores(
-        q: Tensor<Self, 4>,
-        k: Tensor<Self, 4>,
-        ctx_lens: &[usize],
-        heads: &[usize],
-        scale: f32,
-    ) -> Result<Tensor<Self, 3>> {
-        plain::head_subset_scores(q, k, ctx_lens, heads, scale)
-    }
-
-    fn quest_page_bounds(
-        k: Tensor<Self, 4>,
-        ctx_lens: &[usize],
-        page_size: usize,
-    ) -> Result<(Tensor<Self, 4>, Tensor<Self, 4>)> {
-        plain::quest_page_bounds(k, ctx_lens, page_size)
-    }
-
-    fn quest_page_scores(
-        q: Tensor<Self, 4>,
-        kmin: Tensor<Self, 4>,
-        kmax: Tensor<Self, 4>,
-        ctx_lens: &[usize],
-        page_size: usize,
-    ) -> Result<Tensor<Self, 3>> {
-        plain::quest_page_scores(q, kmin, kmax, ctx_lens, page_size)
-    }
-
-    fn top_k_positions(
-        scores: Tensor<Self, 3>,
-        ctx_lens: &[usize],
-        keep: Keep,
-    ) -> Result<Positions<Self>> {
-        plain::top_k_positions(scores, ctx_lens, keep)
-    }
-}
+/// The plain path ([`plain`]) for the CPU backend.
+impl KernelOps for burn_flex::Flex {}

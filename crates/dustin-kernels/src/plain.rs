@@ -194,6 +194,23 @@ pub fn head_subset_scores<B: Backend>(
     heads: &[usize],
     scale: f32,
 ) -> Result<Tensor<B, 3>> {
+    let rows = head_subset_row_scores(q, k, ctx_lens, heads, scale)?;
+    let [b, kvh, _, l] = rows.dims();
+    Ok(rows.sum_dim(2).reshape([b, kvh, l]))
+}
+
+/// Per-row head-subset scores
+/// ([`KernelOps::head_subset_row_scores`](crate::KernelOps::head_subset_row_scores)).
+///
+/// # Errors
+/// As the trait method.
+pub fn head_subset_row_scores<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    ctx_lens: &[usize],
+    heads: &[usize],
+    scale: f32,
+) -> Result<Tensor<B, 4>> {
     let dims = check_attn(q.dims(), k.dims(), ctx_lens)?;
     check_heads(heads, dims.q_heads)?;
     let (b, kvh, n, l, g) = (
@@ -215,14 +232,14 @@ pub fn head_subset_scores<B: Backend>(
         .mul_scalar(scale)
         .reshape([b, e, 1, n, l])
         + causal_mask::<B>(ctx_lens, n, l, &device);
-    let p = activation::softmax(logits, 4).sum_dim(3).reshape([b, e, l]);
+    let p = activation::softmax(logits, 4).reshape([b, e, n * l]);
     let mut mix = vec![0.0f32; kvh * e];
     for (i, &h) in heads.iter().enumerate() {
         mix[(h / g) * e + i] = 1.0;
     }
     let mix =
         Tensor::<B, 3>::from_data(TensorData::new(mix, [1, kvh, e]), &device).expand([b, kvh, e]);
-    Ok(mix.matmul(p))
+    Ok(mix.matmul(p).reshape([b, kvh, n, l]))
 }
 
 /// Quest page bounds

@@ -137,9 +137,33 @@ pub fn head_scores(
     heads: &[usize],
     scale: f64,
 ) -> Vec<f64> {
-    let (d, n, g) = (dims.head_dim, dims.n_new, dims.group());
+    let n = dims.n_new;
+    let rows = head_row_scores(q, k, dims, ctx_lens, heads, scale);
     let l = ctx_lens.iter().copied().max().unwrap_or(0) + n;
     let mut out = vec![0.0f64; dims.batch * dims.kv_heads * l];
+    for (r, row) in rows.chunks(l).enumerate() {
+        let bh = r / n;
+        for (o, x) in out[bh * l..(bh + 1) * l].iter_mut().zip(row) {
+            *o += x;
+        }
+    }
+    out
+}
+
+/// Per-row head-subset scores `[batch, kv_heads, n_new, max ctx + n_new]`: per KV head and
+/// query row `i` the sum over the chosen heads of that KV head of the dense softmax
+/// probabilities of row `i`.
+pub fn head_row_scores(
+    q: &[f32],
+    k: &[f32],
+    dims: &Dims,
+    ctx_lens: &[usize],
+    heads: &[usize],
+    scale: f64,
+) -> Vec<f64> {
+    let (d, n, g) = (dims.head_dim, dims.n_new, dims.group());
+    let l = ctx_lens.iter().copied().max().unwrap_or(0) + n;
+    let mut out = vec![0.0f64; dims.batch * dims.kv_heads * n * l];
     for b in 0..dims.batch {
         let c = ctx_lens[b];
         for &h in heads {
@@ -152,8 +176,9 @@ pub fn head_scores(
                     .collect();
                 let m = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                 let z: f64 = logits.iter().map(|&s| (s - m).exp()).sum();
+                let base = ((b * dims.kv_heads + kvh) * n + i) * l;
                 for (p, &s) in logits.iter().enumerate() {
-                    out[(b * dims.kv_heads + kvh) * l + p] += (s - m).exp() / z;
+                    out[base + p] += (s - m).exp() / z;
                 }
             }
         }

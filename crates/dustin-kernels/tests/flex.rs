@@ -192,6 +192,24 @@ fn head_subset_scores_match_f64_reference() {
 }
 
 #[test]
+fn head_subset_row_scores_match_f64_reference() {
+    for c in cases() {
+        let g = c.dims.q_heads / c.dims.kv_heads;
+        let mut heads = vec![c.dims.q_heads - 1, 1 % g];
+        heads.dedup();
+        let (q, k, _) = c.tensors();
+        let out = Flex::head_subset_row_scores(q, k, &c.ctx, &heads, c.scale() as f32)
+            .expect("row scores");
+        let r = reference::head_row_scores(&c.q, &c.k, &c.dims, &c.ctx, &heads, c.scale());
+        let e = reference::rel_err(&host(out), &r);
+        assert!(e < BOUND, "row scores {:?}: rel err {e}", c.dims);
+        // every (sequence, chosen head, row) distributes probability 1
+        let total: f64 = r.iter().sum();
+        assert!((total - (heads.len() * c.dims.n_new * c.dims.batch) as f64).abs() < 1e-9);
+    }
+}
+
+#[test]
 fn quest_bounds_and_scores_match_f64_reference() {
     for c in cases() {
         let page = 4;

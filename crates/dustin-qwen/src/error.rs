@@ -84,6 +84,10 @@ pub enum QwenError {
     /// An error from the KV cache or a hook.
     #[error(transparent)]
     Core(#[from] dustin_core::CoreError),
+    /// A fused attention kernel refused its input (other than an unsupported dtype or head
+    /// width, for which the model falls back to its plain path).
+    #[error("attention kernel: {0}")]
+    Kernel(#[from] dustin_kernels::KernelError),
 }
 
 /// `Result` with [`QwenError`].

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use burn_tensor::{activation, backend::Backend, Tensor};
 use dustin_core::{AttentionHook, KvStore, Phase, SamplingConfig};
+use dustin_kernels::KernelOps;
 use dustin_kv::DenseKvCache;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -73,7 +74,7 @@ pub fn check_prompts<B: Backend>(
 /// # Errors
 /// Prompt and model errors.
 #[allow(clippy::type_complexity)]
-pub fn prefill<B: Backend, H: AttentionHook<B> + ?Sized>(
+pub fn prefill<B: KernelOps, H: AttentionHook<B> + ?Sized>(
     model: &Qwen2<B>,
     prompts: &[Vec<u32>],
     capacity: usize,
@@ -97,7 +98,7 @@ pub fn prefill<B: Backend, H: AttentionHook<B> + ?Sized>(
 /// Prompt and model errors; [`QwenError::Prompt`] when a prefix is longer than its prompt
 /// (it must leave at least one token to run) or the counts differ.
 #[allow(clippy::type_complexity, clippy::too_many_arguments)]
-pub fn prefill_from<B: Backend, H: AttentionHook<B> + ?Sized>(
+pub fn prefill_from<B: KernelOps, H: AttentionHook<B> + ?Sized>(
     model: &Qwen2<B>,
     prompts: &[Vec<u32>],
     prefixes: Option<Vec<DenseKvCache<B>>>,
@@ -367,7 +368,7 @@ pub fn seq_rng(seed: u64, seq: usize) -> ChaCha8Rng {
 ///
 /// # Errors
 /// Prompt errors (empty, too long, ids out of range), model errors, non-finite logits.
-pub fn generate<B: Backend>(
+pub fn generate<B: KernelOps>(
     model: &Qwen2<B>,
     prompts: &[Vec<u32>],
     cfg: &GenerateConfig,
@@ -480,7 +481,7 @@ pub fn generate<B: Backend>(
 ///
 /// # Errors
 /// Prompt and model errors.
-pub fn nll<B: Backend>(model: &Qwen2<B>, tokens: &[u32], chunk: usize) -> Result<(f64, usize)> {
+pub fn nll<B: KernelOps>(model: &Qwen2<B>, tokens: &[u32], chunk: usize) -> Result<(f64, usize)> {
     use burn_tensor::Int;
     check_prompts(model, &[tokens.to_vec()], 0)?;
     let chunk = chunk.max(1);

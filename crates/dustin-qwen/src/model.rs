@@ -16,6 +16,7 @@
 
 use burn_tensor::{activation, backend::Backend, Int, Tensor, TensorData};
 use dustin_core::{AttentionHook, KvStore, LayerAttnCtx, LayerSelection, Phase};
+use dustin_kernels::{KernelError, KernelOps, MAX_NEW};
 use dustin_kv::{DenseKvCache, KvShape};
 
 use crate::config::QwenConfig;
@@ -193,6 +194,9 @@ pub struct Qwen2<B: Backend> {
     /// RoPE tables.
     pub rope: Rope<B>,
     device: B::Device,
+    /// Whether attention runs through the fused [`KernelOps`] kernels (`None`: when the
+    /// backend has them, [`KernelOps::FUSED`]).
+    kernels: Option<bool>,
 }
 
 /// Table from HF tensor names to ours (`L` = layer index):
@@ -334,6 +338,7 @@ impl<B: Backend> Qwen2<B> {
             lm_head,
             rope: Rope::new(c.rope_theta, hd, max_positions, device),
             device: device.clone(),
+            kernels: None,
         })
     }
 
@@ -388,7 +393,17 @@ impl<B: Backend> Qwen2<B> {
             lm_head,
             rope: Rope::new(c.rope_theta, hd, max_positions, device),
             device: device.clone(),
+            kernels: None,
         })
+    }
+
+    /// Chooses the attention path: `Some(true)` the backend's [`KernelOps`] (fused kernels
+    /// on CUDA, [`dustin_kernels::plain`] on the CPU), `Some(false)` the model's own plain
+    /// ops, `None` (the default) the kernels exactly when the backend has fused ones. Both
+    /// paths compute the same attention; tests use this to check one against the other.
+    pub fn with_kernels(mut self, kernels: Option<bool>) -> Self {
+        self.kernels = kernels;
+        self
     }
 
     /// The device the weights live on.
@@ -422,7 +437,9 @@ impl<B: Backend> Qwen2<B> {
     ) -> DenseKvCache<B> {
         DenseKvCache::new(self.kv_shape(batch, capacity, layers), &self.device)
     }
+}
 
+impl<B: KernelOps> Qwen2<B> {
     /// Runs `tokens` (`[batch][n]`, the same `n` for every sequence) at each sequence's
     /// positions `cache.lens()[b] ..`, appends their K/V to `cache` and advances it by `n`.
     ///
@@ -596,8 +613,40 @@ impl<B: Backend> Qwen2<B> {
         for (b, &l) in ctx_lens.iter().enumerate() {
             dense[b] += (l * kvh) as u64;
         }
-        let qg = q.reshape([batch, kvh, g * n, hd]);
         let dev = &self.device;
+        let fused = self.kernels.unwrap_or(B::FUSED);
+        let kernel_out = match &selection {
+            None if fused && n <= MAX_NEW && !hook.wants_probs(li, phase) => fallback(
+                B::verify_attention(q.clone(), view.k.clone(), view.v.clone(), ctx_lens, scale),
+            )?,
+            Some(sel) if fused && n <= MAX_NEW => fallback(B::sparse_verify_attention(
+                q.clone(),
+                view.k.clone(),
+                view.v.clone(),
+                ctx_lens,
+                sel.indices.clone(),
+                &sel.counts,
+                scale,
+            ))?,
+            _ => None,
+        };
+        if let Some(out) = kernel_out {
+            match &selection {
+                None => {
+                    for (b, &l) in ctx_lens.iter().enumerate() {
+                        reads[b] += (l * kvh) as u64;
+                    }
+                }
+                Some(sel) => {
+                    for (b, &cnt) in sel.counts.iter().enumerate() {
+                        reads[b] += (cnt.min(ctx_lens[b]) * kvh) as u64;
+                    }
+                }
+            }
+            let out = out.swap_dims(1, 2).reshape([batch, n, nh * hd]);
+            return Ok(layer.o.forward(out));
+        }
+        let qg = q.reshape([batch, kvh, g * n, hd]);
         let out = match selection {
             None => {
                 for (b, &l) in ctx_lens.iter().enumerate() {
@@ -675,5 +724,15 @@ impl<B: Backend> Qwen2<B> {
             .swap_dims(1, 2)
             .reshape([batch, n, nh * hd]);
         Ok(layer.o.forward(out))
+    }
+}
+
+/// A kernel's result, `None` where the backend's kernels do not take the input (dtype, head
+/// width): the caller then runs its plain path.
+fn fallback<T>(r: std::result::Result<T, KernelError>) -> Result<Option<T>> {
+    match r {
+        Ok(t) => Ok(Some(t)),
+        Err(KernelError::Unsupported(_)) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }

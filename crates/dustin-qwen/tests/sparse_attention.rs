@@ -153,3 +153,46 @@ fn sparse_selection_equals_dense_over_the_kept_tokens() {
         "dropping 6 of 11 positions must change the logits: {d0}"
     );
 }
+
+/// The model's attention through `dustin_kernels::KernelOps` (on the CPU its plain path,
+/// checked against a float64 reference in dustin-kernels; on CUDA the fused kernels) must give
+/// the logits of the model's own attention code (checked against HF transformers in
+/// `hf_parity.rs`): dense over a ragged batch and sparse over a selection.
+#[test]
+fn kernel_attention_path_equals_the_model_path() {
+    for name in ["qwen2-tied", "qwen2-gqa7", "llama"] {
+        let own = model(name).with_kernels(Some(false));
+        let kern = model(name).with_kernels(Some(true));
+        let prompts = vec![
+            vec![5u32, 17, 33, 2, 90, 61, 7, 44, 12, 3, 71],
+            vec![9, 1, 64, 30, 22],
+        ];
+        let new = vec![vec![3u32, 4, 5, 8], vec![6, 7, 8, 1]];
+        let pick =
+            |b: usize, l: usize| -> Vec<usize> { (0..l).filter(|p| (p + b) % 3 != 1).collect() };
+        let cases: [(&str, Box<dyn Fn(&Qwen2<B>) -> Vec<f32>>); 2] = [
+            (
+                "dense",
+                Box::new(|m: &Qwen2<B>| verify_logits(m, &prompts, &new, &mut DenseHook)),
+            ),
+            (
+                "sparse",
+                Box::new(|m: &Qwen2<B>| verify_logits(m, &prompts, &new, &mut Select(pick))),
+            ),
+        ];
+        for (what, run) in cases.iter() {
+            let a = run(&own);
+            let b = run(&kern);
+            assert_eq!(a.len(), b.len());
+            let err = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0f32, f32::max);
+            let scale = a.iter().map(|x| x.abs()).fold(0.0f32, f32::max);
+            println!("{name} {what}: max abs diff kernel path vs model path {err:.2e} (max |logit| {scale:.2})");
+            assert!(scale > 1e-3, "{name} {what}: logits are all zero");
+            assert!(err < 1e-4 * scale.max(1.0), "{name} {what}: {err}");
+        }
+    }
+}

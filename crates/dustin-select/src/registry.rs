@@ -10,8 +10,8 @@
 //! Adding an estimator: its file in `estimators/`, one arm in `build_selector`, its name in
 //! [`NAMES`], and it runs through the shared test matrix automatically.
 
-use burn_tensor::backend::Backend;
 use dustin_core::SelectionPolicy;
+use dustin_kernels::KernelOps;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -48,7 +48,7 @@ pub struct NoConfig {}
 ///
 /// # Errors
 /// As [`build_with`].
-pub fn build<B: Backend>(
+pub fn build<B: KernelOps>(
     spec: &str,
     cfg: &SelectConfig,
 ) -> Result<Box<dyn SelectionPolicy<B>>, SelectError> {
@@ -62,7 +62,7 @@ pub fn build<B: Backend>(
 /// [`SelectError::UnknownName`] listing the known names; [`SelectError::Config`] when
 /// `estimator_cfg` does not parse as that estimator's config; [`SelectError::Core`] for a
 /// config that parses but does not validate (for example `budget <= n_sink + window`).
-pub fn build_with<B: Backend>(
+pub fn build_with<B: KernelOps>(
     spec: &str,
     cfg: &SelectConfig,
     estimator_cfg: Option<serde_json::Value>,
@@ -76,7 +76,7 @@ pub fn build_with<B: Backend>(
 ///
 /// # Errors
 /// As [`build_with`].
-pub fn build_budgeted<B: Backend>(
+pub fn build_budgeted<B: KernelOps>(
     spec: &str,
     cfg: &SelectConfig,
     estimator_cfg: Option<serde_json::Value>,
@@ -170,7 +170,7 @@ fn parse<T: DeserializeOwned + Default>(
 }
 
 fn selector<
-    B: Backend,
+    B: KernelOps,
     E: dustin_core::ImportanceEstimator<B> + crate::EstimationCost + Clone + 'static,
 >(
     est: E,
@@ -179,7 +179,7 @@ fn selector<
     Ok(Box::new(Selector::new(est, cfg.clone())?))
 }
 
-fn build_selector<B: Backend>(
+fn build_selector<B: KernelOps>(
     name: &str,
     cfg: &SelectConfig,
     value: Option<serde_json::Value>,

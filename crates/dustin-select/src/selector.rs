@@ -5,6 +5,7 @@ use dustin_core::{
 };
 
 use crate::{extend_selection, select_top_k, EstimationCost, SelectConfig};
+use dustin_kernels::KernelOps;
 
 /// A [`SelectionPolicy`] whose per-layer budget can be set by a wrapper: what
 /// [`Pyramid`](crate::Pyramid) wraps (tower-`Layer` style, checked by the compiler).
@@ -142,7 +143,7 @@ impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost> Selector<B, E> {
     }
 }
 
-impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static> BudgetedPolicy<B>
+impl<B: KernelOps, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static> BudgetedPolicy<B>
     for Selector<B, E>
 {
     fn select_config(&self) -> &SelectConfig {
@@ -202,7 +203,7 @@ impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static> B
     }
 }
 
-impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static> Selector<B, E> {
+impl<B: KernelOps, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static> Selector<B, E> {
     /// The top-k step over `scores` (`None`: dense).
     fn top_k(
         &self,
@@ -231,7 +232,7 @@ impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static> S
     }
 }
 
-impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static> AttentionHook<B>
+impl<B: KernelOps, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static> AttentionHook<B>
     for Selector<B, E>
 {
     fn on_layer(&mut self, ctx: &LayerAttnCtx<'_, B>) -> Result<Option<LayerSelection<B>>> {
@@ -248,7 +249,7 @@ impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static> A
     }
 }
 
-impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static> SelectionPolicy<B>
+impl<B: KernelOps, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static> SelectionPolicy<B>
     for Selector<B, E>
 {
     fn policy_name(&self) -> String {

@@ -1,11 +1,15 @@
 //! The shared top-k step: scores `[batch, kv_heads, ctx]` to a [`LayerSelection`], and the
 //! extension of a reused selection with the positions that entered the context since.
 //!
-//! Both run on the scores' device with Burn ops (sort / mask / gather); only
-//! per-sequence lengths (a few integers per sequence) come from the host.
+//! Both run on the scores' device; only per-sequence lengths (a few integers per sequence)
+//! come from the host. The top-k runs the backend's fused kernel
+//! ([`KernelOps::top_k_positions`]) where it has one ([`KernelOps::FUSED`]: CUDA), else
+//! Burn ops (mask / sort; Burn's sort reads the tensor back to the host on every backend of
+//! 0.21, which is why the GPU needs the kernel).
 
 use burn_tensor::{backend::Backend, Bool, Int, Tensor, TensorData};
 use dustin_core::{CoreError, LayerSelection, Result};
+use dustin_kernels::{Keep, KernelError, KernelOps};
 
 use crate::KeepRule;
 
@@ -19,7 +23,7 @@ use crate::KeepRule;
 /// Returns `indices` `[batch, kv_heads, k]`, `k = max_b counts[b]`, ascending per row, with
 /// `counts[b] = min(budget, ctx_b)`; the padding slots `counts[b] .. k` hold positions
 /// `< max(ctx_lens)` (safe to gather with, ignored by readers). Ties between equal scores are
-/// broken by the backend's sort.
+/// broken by the backend's sort (the fused kernel: to the lower position).
 ///
 /// # Errors
 /// [`CoreError::Shape`] when `scores` has another batch size than `ctx_lens` or fewer columns
@@ -27,7 +31,7 @@ use crate::KeepRule;
 /// `budget < n_sink + window` (the sinks and window would not fit; equality is allowed here,
 /// as in a [`Pyramid`](crate::Pyramid) layer with no free budget left, although
 /// [`SelectConfig::validate`](crate::SelectConfig::validate) asks for more).
-pub fn select_top_k<B: Backend>(
+pub fn select_top_k<B: KernelOps>(
     scores: Tensor<B, 3>,
     ctx_lens: &[usize],
     keep: KeepRule,
@@ -54,6 +58,23 @@ pub fn select_top_k<B: Backend>(
     if k == 0 {
         let indices = Tensor::from_data(TensorData::new(Vec::<i64>::new(), [b, h, 0]), &device);
         return Ok(LayerSelection { indices, counts });
+    }
+    if B::FUSED {
+        let rule = Keep {
+            budget: keep.budget,
+            n_sink: keep.n_sink,
+            window: keep.window,
+        };
+        match B::top_k_positions(scores.clone(), ctx_lens, rule) {
+            Ok(p) => {
+                return Ok(LayerSelection {
+                    indices: p.indices,
+                    counts: p.counts,
+                })
+            }
+            Err(KernelError::Unsupported(_)) => {}
+            Err(e) => return Err(kernel_error(e)),
+        }
     }
     if k == c {
         // every row keeps its whole context (k <= budget, so ctx_b <= budget for all b)
@@ -164,4 +185,9 @@ pub fn extend_selection<B: Backend>(
 pub(crate) fn lens_tensor<B: Backend>(lens: &[usize], device: &B::Device) -> Tensor<B, 1, Int> {
     let v: Vec<i64> = lens.iter().map(|&l| l as i64).collect();
     Tensor::from_data(TensorData::new(v, [lens.len()]), device)
+}
+
+/// A kernel's error as the selectors' error type.
+pub(crate) fn kernel_error(e: KernelError) -> CoreError {
+    CoreError::Other(Box::new(e))
 }

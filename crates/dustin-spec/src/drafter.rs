@@ -5,6 +5,7 @@ use dustin_core::{
     AttentionHook, DraftCtx, Drafter, KvStore, LayerAttnCtx, LayerSelection, Phase, Proposal,
     SamplingConfig, TokenId,
 };
+use dustin_kernels::KernelOps;
 use dustin_kv::DenseKvCache;
 use dustin_qwen::generate::{
     pick_tokens, prefill_from, rows_to_host, seq_rng, DEFAULT_PREFILL_CHUNK,
@@ -123,7 +124,7 @@ impl<B: Backend> ModelDrafter<B> {
     }
 }
 
-impl<B: Backend> Drafter<B> for ModelDrafter<B> {
+impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
     fn prefill(&mut self, prompts: &[Vec<TokenId>], first: &[TokenId]) -> dustin_core::Result<()> {
         if first.len() != prompts.len() {
             return Err(dustin_core::CoreError::invalid(

@@ -2,6 +2,7 @@ use std::sync::Arc;
 
 use burn_tensor::{backend::Backend, Tensor};
 use dustin_core::{KvStore, Phase, SelectionPolicy, TokenId, Verification, Verifier, VerifyCtx};
+use dustin_kernels::KernelOps;
 use dustin_kv::DenseKvCache;
 use dustin_qwen::generate::{prefill_from, DEFAULT_PREFILL_CHUNK};
 use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2};
@@ -74,7 +75,7 @@ impl<B: Backend, P: SelectionPolicy<B>> ModelVerifier<B, P> {
     }
 }
 
-impl<B: Backend, P: SelectionPolicy<B>> Verifier<B> for ModelVerifier<B, P> {
+impl<B: KernelOps, P: SelectionPolicy<B>> Verifier<B> for ModelVerifier<B, P> {
     fn prefill(&mut self, prompts: &[Vec<TokenId>]) -> dustin_core::Result<Tensor<B, 2>> {
         self.policy
             .reset(prompts.len(), self.model.config.num_hidden_layers);

@@ -158,6 +158,21 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
     let mut heads = vec![1 % g, c.q_heads - 1, c.q_heads - g];
     heads.dedup();
     if want("scores") {
+        let r = reference::head_row_scores(&q, &k, &dims, &c.ctx, &heads, scale);
+        match B::head_subset_row_scores(qt.clone(), kt.clone(), &c.ctx, &heads, scale as f32) {
+            Ok(s) => rep.add(
+                c.name,
+                "head-subset row scores",
+                reference::rel_err(&to_f32(s), &r),
+                BOUND,
+            ),
+            Err(e) => rep.add(
+                c.name,
+                &format!("row scores error {e}"),
+                f64::INFINITY,
+                BOUND,
+            ),
+        }
         let r = reference::head_scores(&q, &k, &dims, &c.ctx, &heads, scale);
         let scores = B::head_subset_scores(qt.clone(), kt.clone(), &c.ctx, &heads, scale as f32);
         match scores {

@@ -494,7 +494,8 @@ pub fn combine_kernel<F: Float, I: Int>(
 
 /// Scores from the logits the split kernel wrote in `score` mode: per (sequence, KV head,
 /// position) `sum over the slot's rows of exp(logit - M_r) / L_r`, with `(M_r, L_r)` merged
-/// from the splits. One block of 256 positions per (block, KV head, sequence).
+/// from the splits; with `per_row`, one sum per query `i` (rows `e * n + i`) into
+/// `out[b, kvh, i, pos]`. One block of 256 positions per (block, KV head, sequence).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub fn score_reduce_kernel<I: Int>(
@@ -511,6 +512,7 @@ pub fn score_reduce_kernel<I: Int>(
     slots: u32,
     lmax: u32,
     #[comptime] rmax: usize,
+    #[comptime] per_row: bool,
     #[define(I)] _dtype: StorageType,
 ) {
     let kvh = CUBE_POS_Y as usize;
@@ -551,17 +553,34 @@ pub fn score_reduce_kernel<I: Int>(
     let lmax = lmax as usize;
     if pos < lmax {
         let keys = u32::cast_from(ctx[b]) as usize + n;
-        let mut acc = 0.0f32;
-        if pos < keys {
-            let lbase = (b * slots as usize + slot) * rpad * lmax + pos;
-            for r in 0..rtot {
-                let s = logits[lbase + r * lmax];
-                if s > f32::new(f32::MIN) {
-                    acc += (s - mrow[r]).exp() / lrow[r];
+        let lbase = (b * slots as usize + slot) * rpad * lmax + pos;
+        if per_row {
+            let hcount = rtot / n;
+            for i in 0..n {
+                let mut acc = 0.0f32;
+                if pos < keys {
+                    for e in 0..hcount {
+                        let r = e * n + i;
+                        let s = logits[lbase + r * lmax];
+                        if s > f32::new(f32::MIN) {
+                            acc += (s - mrow[r]).exp() / lrow[r];
+                        }
+                    }
+                }
+                out[b * out.stride(0) + kvh * out.stride(1) + i * out.stride(2) + pos] = acc;
+            }
+        } else {
+            let mut acc = 0.0f32;
+            if pos < keys {
+                for r in 0..rtot {
+                    let s = logits[lbase + r * lmax];
+                    if s > f32::new(f32::MIN) {
+                        acc += (s - mrow[r]).exp() / lrow[r];
+                    }
                 }
             }
+            out[b * out.stride(0) + kvh * out.stride(1) + pos] = acc;
         }
-        out[b * out.stride(0) + kvh * out.stride(1) + pos] = acc;
     }
 }
 

@@ -398,7 +398,103 @@ fn attention<F: FloatElement, I: IntElement, BT: BoolElement>(
     Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
 }
 
+/// Head-subset probabilities of [`KernelOps::head_subset_scores`] (`per_row` false:
+/// `[b, kv_heads, keys]`) or [`KernelOps::head_subset_row_scores`] (`per_row`:
+/// `[b, kv_heads, n_new, keys]`), f32.
+fn subset_scores<F: FloatElement, I: IntElement, BT: BoolElement>(
+    q: Tensor<Cube<F, I, BT>, 4>,
+    k: Tensor<Cube<F, I, BT>, 4>,
+    ctx_lens: &[usize],
+    heads: &[usize],
+    scale: f32,
+    per_row: bool,
+) -> Result<Ct> {
+    let dims = check_attn(q.dims(), k.dims(), ctx_lens)?;
+    check_kernel_dims(&dims)?;
+    check_heads(heads, dims.q_heads)?;
+    let device = q.device();
+    let (q, k) = (float_prim(q).tensor(), float_prim(k).tensor());
+    check_dtype("q", q.dtype)?;
+    check_dtype("k", k.dtype)?;
+    if k.dtype != q.dtype {
+        return Err(KernelError::Unsupported("q, k of different dtypes".into()));
+    }
+    let k = rows_ready(k);
+    let g = dims.group();
+    let mut slots: Vec<(usize, Vec<usize>)> = Vec::new();
+    let mut kv2slot = vec![-1i64; dims.kv_heads];
+    for (kv, slot) in kv2slot.iter_mut().enumerate() {
+        let hs: Vec<usize> = heads.iter().copied().filter(|&h| h / g == kv).collect();
+        if !hs.is_empty() {
+            *slot = slots.len() as i64;
+            slots.push((kv, hs));
+        }
+    }
+    let max_heads = slots.iter().map(|s| s.1.len()).max().unwrap_or(1);
+    let (tv, ts) = slot_table(&slots);
+    let table = int_tensor::<F, I, BT, 2>(tv, ts, &device);
+    let kv2slot = int_tensor::<F, I, BT, 1>(kv2slot, [dims.kv_heads], &device);
+    let ctx = ctx_tensor::<F, I, BT>(ctx_lens, &device);
+    let b = dims.batch;
+    let shape = if per_row {
+        vec![b, dims.kv_heads, dims.n_new, dims.keys]
+    } else {
+        vec![b, dims.kv_heads, dims.keys]
+    };
+    let out = empty(&q, shape, DType::F32);
+    let nslots = slots.len();
+    let parts = run_split(
+        SplitArgs {
+            q,
+            k: k.clone(),
+            v: k,
+            ctx: ctx.clone(),
+            table: table.clone(),
+            idx: ctx.clone(),
+            counts: ctx.clone(),
+            slots: nslots,
+            max_rows: max_heads * dims.n_new,
+            max_keys: dims.keys,
+            n_new: dims.n_new,
+            head_dim: dims.head_dim,
+            scale,
+            sparse: false,
+            score: true,
+        },
+        b,
+    );
+    let client = out.client.clone();
+    let id = table.dtype;
+    kernels::score_reduce_kernel::launch::<CudaRuntime>(
+        &client,
+        CubeCount::Static(
+            dims.keys.div_ceil(256) as u32,
+            dims.kv_heads as u32,
+            b as u32,
+        ),
+        CubeDim::new_1d(256),
+        parts.pm.into_tensor_arg(),
+        parts.pl.into_tensor_arg(),
+        parts.logits.into_tensor_arg(),
+        table.into_tensor_arg(),
+        kv2slot.into_tensor_arg(),
+        ctx.into_tensor_arg(),
+        out.clone().into_tensor_arg(),
+        dims.n_new as u32,
+        parts.plan.splits as u32,
+        parts.rpad as u32,
+        nslots as u32,
+        dims.keys as u32,
+        parts.rpad,
+        per_row,
+        id.into(),
+    );
+    Ok(out)
+}
+
 impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, BT> {
+    const FUSED: bool = true;
+
     fn verify_attention(
         q: Tensor<Self, 4>,
         k: Tensor<Self, 4>,
@@ -428,80 +524,18 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         heads: &[usize],
         scale: f32,
     ) -> Result<Tensor<Self, 3>> {
-        let dims = check_attn(q.dims(), k.dims(), ctx_lens)?;
-        check_kernel_dims(&dims)?;
-        check_heads(heads, dims.q_heads)?;
-        let device = q.device();
-        let (q, k) = (float_prim(q).tensor(), float_prim(k).tensor());
-        check_dtype("q", q.dtype)?;
-        check_dtype("k", k.dtype)?;
-        if k.dtype != q.dtype {
-            return Err(KernelError::Unsupported("q, k of different dtypes".into()));
-        }
-        let k = rows_ready(k);
-        let g = dims.group();
-        let mut slots: Vec<(usize, Vec<usize>)> = Vec::new();
-        let mut kv2slot = vec![-1i64; dims.kv_heads];
-        for (kv, slot) in kv2slot.iter_mut().enumerate() {
-            let hs: Vec<usize> = heads.iter().copied().filter(|&h| h / g == kv).collect();
-            if !hs.is_empty() {
-                *slot = slots.len() as i64;
-                slots.push((kv, hs));
-            }
-        }
-        let max_heads = slots.iter().map(|s| s.1.len()).max().unwrap_or(1);
-        let (tv, ts) = slot_table(&slots);
-        let table = int_tensor::<F, I, BT, 2>(tv, ts, &device);
-        let kv2slot = int_tensor::<F, I, BT, 1>(kv2slot, [dims.kv_heads], &device);
-        let ctx = ctx_tensor::<F, I, BT>(ctx_lens, &device);
-        let b = dims.batch;
-        let out = empty(&q, vec![b, dims.kv_heads, dims.keys], DType::F32);
-        let nslots = slots.len();
-        let parts = run_split(
-            SplitArgs {
-                q,
-                k: k.clone(),
-                v: k,
-                ctx: ctx.clone(),
-                table: table.clone(),
-                idx: ctx.clone(),
-                counts: ctx.clone(),
-                slots: nslots,
-                max_rows: max_heads * dims.n_new,
-                max_keys: dims.keys,
-                n_new: dims.n_new,
-                head_dim: dims.head_dim,
-                scale,
-                sparse: false,
-                score: true,
-            },
-            b,
-        );
-        let client = out.client.clone();
-        let id = table.dtype;
-        kernels::score_reduce_kernel::launch::<CudaRuntime>(
-            &client,
-            CubeCount::Static(
-                dims.keys.div_ceil(256) as u32,
-                dims.kv_heads as u32,
-                b as u32,
-            ),
-            CubeDim::new_1d(256),
-            parts.pm.into_tensor_arg(),
-            parts.pl.into_tensor_arg(),
-            parts.logits.into_tensor_arg(),
-            table.into_tensor_arg(),
-            kv2slot.into_tensor_arg(),
-            ctx.into_tensor_arg(),
-            out.clone().into_tensor_arg(),
-            dims.n_new as u32,
-            parts.plan.splits as u32,
-            parts.rpad as u32,
-            nslots as u32,
-            dims.keys as u32,
-            parts.rpad,
-            id.into(),
-        );
+        let out = subset_scores(q, k, ctx_lens, heads, scale, false)?;
+        Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
+    }
+
+    fn head_subset_row_scores(
+        q: Tensor<Self, 4>,
+        k: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        heads: &[usize],
+        scale: f32,
+    ) -> Result<Tensor<Self, 4>> {
+        let out = subset_scores(q, k, ctx_lens, heads, scale, true)?;
         Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
     }
 

@@ -43,7 +43,9 @@ use serde::{Deserialize, Serialize};
 use super::draft_only::lookahead_for;
 use super::prompt::{max_ctx, prefill_seq, PromptRows};
 use crate::attn::{fit_last, free_mask, grouped_probs, head_probs, normalise_on};
+use crate::topk::kernel_error;
 use crate::{EstimationCost, KeepRule, SelectConfig};
+use dustin_kernels::{KernelError, KernelOps};
 
 /// The recommended refresh of a `dustin` selection: 2, a new selection every second
 /// verification, with the default [`DustinConfig`] (`history_on_reuse = false`,
@@ -366,7 +368,7 @@ impl<B: Backend> Dustin<B> {
     }
 }
 
-impl<B: Backend> Dustin<B> {
+impl<B: KernelOps> Dustin<B> {
     /// The estimator heads' exact attention of this verification mapped to KV heads,
     /// `[batch, kv_heads, n, keys]`, also kept pending for [`ImportanceEstimator::commit`].
     fn contribution(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<Tensor<B, 4>> {
@@ -377,6 +379,12 @@ impl<B: Backend> Dustin<B> {
         let device = a.k.device();
         let heads = self.layer_heads(a.layer, nh, keep_rule(ctx))?;
         let e = heads.len();
+        if B::FUSED {
+            if let Some(c) = self.fused_contribution(ctx, &heads)? {
+                self.pending[a.layer] = Some(c.clone());
+                return Ok(c);
+            }
+        }
         // exact attention of the estimator heads only: [b, e, n, l]
         let probs = head_probs(a.q.clone(), a.k.clone(), &heads, g, a.ctx_lens, a.scale);
         let mut mix = vec![0.0f32; kvh * e];
@@ -398,6 +406,49 @@ impl<B: Backend> Dustin<B> {
             .reshape([b, kvh, n, l]);
         self.pending[a.layer] = Some(contrib.clone());
         Ok(contrib)
+    }
+
+    /// [`Dustin::contribution`] from the backend's fused head-subset kernel
+    /// ([`KernelOps::head_subset_row_scores`], which sums the chosen heads of each KV head):
+    /// a KV head holding `c > 0` chosen heads takes its sum over `c`, one holding none the
+    /// mean of all chosen heads, as in the plain path. `None` where the kernel does not take
+    /// the input.
+    fn fused_contribution(
+        &self,
+        ctx: &ScoreCtx<'_, B>,
+        heads: &[usize],
+    ) -> Result<Option<Tensor<B, 4>>> {
+        let a = ctx.attn;
+        let [b, nh, n, _] = a.q.dims();
+        let kvh = a.k.dims()[1];
+        let g = nh / kvh.max(1);
+        let rows =
+            match B::head_subset_row_scores(a.q.clone(), a.k.clone(), a.ctx_lens, heads, a.scale) {
+                Ok(r) => r,
+                Err(KernelError::Unsupported(_)) => return Ok(None),
+                Err(e) => return Err(kernel_error(e)),
+            };
+        let l = rows.dims()[3];
+        let e = heads.len() as f32;
+        let mut own = vec![0usize; kvh];
+        for &h in heads {
+            own[h / g] += 1;
+        }
+        let mut mix = vec![0.0f32; kvh * kvh];
+        for j in 0..kvh {
+            if own[j] > 0 {
+                mix[j * kvh + j] = 1.0 / own[j] as f32;
+            } else {
+                mix[j * kvh..(j + 1) * kvh].fill(1.0 / e);
+            }
+        }
+        let device = rows.device();
+        let mix = Tensor::<B, 3>::from_data(TensorData::new(mix, [1, kvh, kvh]), &device)
+            .expand([b, kvh, kvh]);
+        Ok(Some(
+            mix.matmul(rows.reshape([b, kvh, n * l]))
+                .reshape([b, kvh, n, l]),
+        ))
     }
 }
 
@@ -454,7 +505,7 @@ impl<B: Backend> EstimationCost for Dustin<B> {
     }
 }
 
-impl<B: Backend> ImportanceEstimator<B> for Dustin<B> {
+impl<B: KernelOps> ImportanceEstimator<B> for Dustin<B> {
     fn name(&self) -> String {
         self.name.into()
     }
@@ -599,6 +650,86 @@ impl<B: Backend> ImportanceEstimator<B> for Dustin<B> {
                 );
                 *h = (!keep.is_empty()).then(|| t.select(0, idx));
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn_flex::{Flex, FlexDevice};
+    use dustin_core::Phase;
+    use rand::{Rng, SeedableRng};
+
+    /// The contribution from the fused head-subset kernel (what CUDA runs; here its plain
+    /// path) equals the estimator's own per-head computation, including a KV head with no
+    /// chosen head (which takes the mean of all chosen heads) and a ragged batch.
+    #[test]
+    fn fused_contribution_equals_the_plain_one() {
+        let (b, kvh, g, n, d) = (2usize, 3usize, 2usize, 3usize, 8usize);
+        let ctx_lens = [13usize, 7];
+        let l = 13 + n;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let mut rand =
+            |len: usize| -> Vec<f32> { (0..len).map(|_| rng.random_range(-1.5f32..1.5)).collect() };
+        let q = Tensor::<Flex, 4>::from_data(
+            TensorData::new(rand(b * kvh * g * n * d), [b, kvh * g, n, d]),
+            &FlexDevice,
+        );
+        let k = Tensor::<Flex, 4>::from_data(
+            TensorData::new(rand(b * kvh * l * d), [b, kvh, l, d]),
+            &FlexDevice,
+        );
+        // heads 0 and 1 (both of KV head 0) and 5 (KV head 2); KV head 1 has none
+        let cfg = DustinConfig {
+            heads: Some(vec![0, 1, 5]),
+            heads_per_layer: 3,
+            ..DustinConfig::default()
+        };
+        let mut est = Dustin::<Flex>::with_config(cfg).unwrap();
+        est.reset(b, 1);
+        let attn = LayerAttnCtx {
+            layer: 0,
+            phase: Phase::Decode,
+            q: &q,
+            k: &k,
+            ctx_lens: &ctx_lens,
+            n_new: n,
+            scale: 0.35,
+        };
+        let ctx = ScoreCtx {
+            attn: &attn,
+            budget: 8,
+            n_sink: 1,
+            window: 2,
+            iteration: 0,
+        };
+        let plain: Vec<f32> = est
+            .contribution(&ctx)
+            .unwrap()
+            .into_data()
+            .to_vec()
+            .unwrap();
+        let heads = est.layer_heads(0, kvh * g, keep_rule(&ctx)).unwrap();
+        assert_eq!(heads, vec![0, 1, 5]);
+        let fused: Vec<f32> = est
+            .fused_contribution(&ctx, &heads)
+            .unwrap()
+            .unwrap()
+            .into_data()
+            .to_vec()
+            .unwrap();
+        assert_eq!(plain.len(), b * kvh * n * l);
+        let err = plain
+            .iter()
+            .zip(&fused)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(err < 1e-6, "max abs diff {err}");
+        // every row of every KV head is a probability distribution (mean of softmax rows)
+        for row in plain.chunks(l) {
+            let s: f32 = row.iter().sum();
+            assert!((s - 1.0).abs() < 1e-5, "row sum {s}");
         }
     }
 }

@@ -39,7 +39,7 @@ impl<B: Backend> HistoryOnly<B> {
     }
 }
 
-impl<B: Backend> ImportanceEstimator<B> for HistoryOnly<B> {
+impl<B: dustin_kernels::KernelOps> ImportanceEstimator<B> for HistoryOnly<B> {
     fn name(&self) -> String {
         self.0.name()
     }

@@ -10,17 +10,18 @@
 //!
 //! Costs a dense attention per layer (it is a ceiling, not a method). No state.
 
-use burn_tensor::backend::Backend;
 use dustin_core::{ImportanceEstimator, Result, ScoreCtx, Scores};
+use dustin_kernels::{KernelError, KernelOps};
 
 use super::prompt::max_ctx;
 use crate::attn::grouped_probs;
+use crate::topk::kernel_error;
 
 /// The oracle: exact attention mass of the verification queries.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Oracle;
 
-impl<B: Backend> ImportanceEstimator<B> for Oracle {
+impl<B: KernelOps> ImportanceEstimator<B> for Oracle {
     fn name(&self) -> String {
         "oracle".into()
     }
@@ -31,6 +32,14 @@ impl<B: Backend> ImportanceEstimator<B> for Oracle {
         let a = ctx.attn;
         let c = max_ctx(a)?;
         let [b, kvh, l, _] = a.k.dims();
+        if B::FUSED {
+            let all: Vec<usize> = (0..a.q.dims()[1]).collect();
+            match B::head_subset_scores(a.q.clone(), a.k.clone(), a.ctx_lens, &all, a.scale) {
+                Ok(m) => return Ok(Scores::Tokens(m.narrow(2, 0, c))),
+                Err(KernelError::Unsupported(_)) => {}
+                Err(e) => return Err(kernel_error(e)),
+            }
+        }
         let mass = grouped_probs(a.q.clone(), a.k.clone(), a.ctx_lens, a.scale)
             .sum_dims(&[2, 3])
             .reshape([b, kvh, l])
