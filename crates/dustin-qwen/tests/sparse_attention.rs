@@ -154,6 +154,9 @@ fn sparse_selection_equals_dense_over_the_kept_tokens() {
     );
 }
 
+/// A forward pass of a model returning its logits.
+type Run<'a> = Box<dyn Fn(&Qwen2<B>) -> Vec<f32> + 'a>;
+
 /// The model's attention through `dustin_kernels::KernelOps` (on the CPU its plain path,
 /// checked against a float64 reference in dustin-kernels; on CUDA the fused kernels) must give
 /// the logits of the model's own attention code (checked against HF transformers in
@@ -170,7 +173,7 @@ fn kernel_attention_path_equals_the_model_path() {
         let new = vec![vec![3u32, 4, 5, 8], vec![6, 7, 8, 1]];
         let pick =
             |b: usize, l: usize| -> Vec<usize> { (0..l).filter(|p| (p + b) % 3 != 1).collect() };
-        let cases: [(&str, Box<dyn Fn(&Qwen2<B>) -> Vec<f32>>); 2] = [
+        let cases: [(&str, Run<'_>); 2] = [
             (
                 "dense",
                 Box::new(|m: &Qwen2<B>| verify_logits(m, &prompts, &new, &mut DenseHook)),
