@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 mod backend;
 mod bench;
+mod bench_e2e;
 mod demo;
 mod eval;
 mod fetch;
@@ -35,6 +36,9 @@ enum Command {
     Ppl(ppl::PplArgs),
     /// Time prefill and decode of a random-weight model at the shapes of a config.json.
     Bench(bench::BenchArgs),
+    /// End-to-end decoding speed at real model shapes (random weights): autoregressive vs
+    /// speculative with each selector, under a stated acceptance schedule.
+    BenchE2e(bench_e2e::E2eArgs),
     /// Evaluations: `eval fidelity` (sparse vs dense verification per selector and budget).
     Eval(eval::EvalArgs),
     /// Download the default small model (SmolLM2-135M-Instruct, Q4_1 GGUF) into the cache.
@@ -47,6 +51,7 @@ fn main() -> ExitCode {
         Command::Generate(a) => generate::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::BenchE2e(a) => bench_e2e::run(a),
         Command::Ppl(a) => ppl::run(a),
         Command::Eval(a) => eval::run(a),
         Command::FetchModel(a) => fetch::run(a).map(|p| println!("{}", p.display())),

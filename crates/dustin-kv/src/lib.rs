@@ -111,6 +111,54 @@ impl<B: Backend> DenseKvCache<B> {
         }
     }
 
+    /// A cache from per-layer tensors (for example random contents for a benchmark, or a
+    /// cache restored from elsewhere): `k[l]`, `v[l]` each `[batch, kv_heads, capacity,
+    /// head_dim]`, the same for every layer, and each sequence's length.
+    ///
+    /// # Errors
+    /// [`CoreError::InvalidInput`] naming `k` / `v` for no layers or layers of different
+    /// shapes, naming `lens` for a wrong count or a length over the capacity.
+    pub fn from_layers(k: Vec<Tensor<B, 4>>, v: Vec<Tensor<B, 4>>, lens: &[usize]) -> Result<Self> {
+        let first = k
+            .first()
+            .ok_or_else(|| CoreError::invalid("k", "at least one layer", "none"))?;
+        let dims = first.dims();
+        let device = first.device();
+        if v.len() != k.len() {
+            return Err(CoreError::invalid(
+                "v",
+                format!("{} layers, as k", k.len()),
+                v.len(),
+            ));
+        }
+        for (name, t) in k.iter().map(|t| ("k", t)).chain(v.iter().map(|t| ("v", t))) {
+            if t.dims() != dims {
+                return Err(CoreError::invalid(
+                    name,
+                    format!("every layer of shape {dims:?}"),
+                    format!("{:?}", t.dims()),
+                ));
+            }
+        }
+        let [batch, kv_heads, capacity, head_dim] = dims;
+        let shape = KvShape {
+            batch,
+            layers: k.len(),
+            kv_heads,
+            capacity,
+            head_dim,
+        };
+        let mut cache = Self {
+            k: k.into_iter().map(Some).collect(),
+            v: v.into_iter().map(Some).collect(),
+            lens: vec![0; batch],
+            shape,
+            device,
+        };
+        cache.set_lens(lens)?;
+        Ok(cache)
+    }
+
     /// The cache's shape (batch is the current number of sequences).
     pub fn shape(&self) -> KvShape {
         self.shape

@@ -61,3 +61,37 @@ fn small_cache_allocates_and_a_limit_applies() {
         "{e}"
     );
 }
+
+/// `from_layers` keeps the given contents (a view reads them back) and refuses mismatched
+/// layers and lengths, naming them.
+#[test]
+fn from_layers_keeps_contents_and_checks_shapes() {
+    use burn_tensor::{Tensor, TensorData};
+    use dustin_core::KvStore;
+    let t = |x: f32| {
+        let v: Vec<f32> = (0..2 * 3 * 4).map(|i| x + i as f32).collect();
+        Tensor::<Flex, 4>::from_data(TensorData::new(v, [2, 1, 3, 4]), &FlexDevice)
+    };
+    let cache = DenseKvCache::from_layers(vec![t(0.0), t(100.0)], vec![t(50.0), t(150.0)], &[2, 3])
+        .expect("cache");
+    assert_eq!(cache.lens(), &[2, 3]);
+    assert_eq!(cache.shape().layers, 2);
+    let view = cache.view(1, 3);
+    let k: Vec<f32> = view.k.into_data().to_vec().expect("f32");
+    let v: Vec<f32> = view.v.into_data().to_vec().expect("f32");
+    assert_eq!(k[5], 105.0);
+    assert_eq!(v[23], 173.0);
+    let small = Tensor::<Flex, 4>::zeros([2, 1, 2, 4], &FlexDevice);
+    let e = DenseKvCache::from_layers(vec![t(0.0), small], vec![t(0.0), t(0.0)], &[1, 1])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`k`"), "{e}");
+    let e = DenseKvCache::from_layers(vec![t(0.0)], vec![t(0.0)], &[1, 4])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("capacity") || e.contains("lens"), "{e}");
+    let e = DenseKvCache::<Flex>::from_layers(vec![], vec![], &[])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`k`"), "{e}");
+}

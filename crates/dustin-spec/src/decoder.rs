@@ -118,6 +118,7 @@ pub struct SpeculativeDecoder<B: Backend, D: Drafter<B>, V: Verifier<B>> {
     /// The verifier.
     pub verifier: V,
     cancel: Option<dustin_core::CancelToken>,
+    forced_acceptance: Option<f64>,
     _b: PhantomData<B>,
 }
 
@@ -128,6 +129,7 @@ impl<B: Backend, D: Drafter<B>, V: Verifier<B>> SpeculativeDecoder<B, D, V> {
             drafter,
             verifier,
             cancel: None,
+            forced_acceptance: None,
             _b: PhantomData,
         }
     }
@@ -137,6 +139,31 @@ impl<B: Backend, D: Drafter<B>, V: Verifier<B>> SpeculativeDecoder<B, D, V> {
     /// [`FinishReason::Cancelled`], keeping the tokens emitted so far.
     pub fn set_cancel(&mut self, token: dustin_core::CancelToken) {
         self.cancel = Some(token);
+    }
+
+    /// **Benchmarks only.** Replaces the acceptance rule by a fixed schedule: every sequence
+    /// accepts `floor((i + 1) a) - floor(i a)` draft tokens at iteration `i` (at most
+    /// `gamma`), so the mean accepted per iteration is `a` and the mean acceptance length is
+    /// `a + 1`; the token after them is the target's greedy choice there. Everything else
+    /// (drafting, selection, verification, rollback of both caches) runs as usual. This is how
+    /// random-weight models, whose drafts the target never accepts, are timed under a stated
+    /// acceptance (issue 7). The output text is then not the target's. `None` restores the
+    /// real rule.
+    ///
+    /// # Errors
+    /// [`SpecError::Config`] naming `mean_accepted` unless it is finite and `>= 0`.
+    pub fn set_forced_acceptance(&mut self, mean_accepted: Option<f64>) -> Result<()> {
+        if let Some(a) = mean_accepted {
+            if !a.is_finite() || a < 0.0 {
+                return Err(SpecError::Config {
+                    name: "mean_accepted",
+                    expected: "a finite number >= 0".into(),
+                    found: a.to_string(),
+                });
+            }
+        }
+        self.forced_acceptance = mean_accepted;
+        Ok(())
     }
 
     /// Speculative generation for a batch of prompts of any lengths.
@@ -167,6 +194,7 @@ impl<B: Backend, D: Drafter<B>, V: Verifier<B>> SpeculativeDecoder<B, D, V> {
             tokenizer,
             on_tokens,
             self.cancel.as_ref(),
+            self.forced_acceptance,
         )
     }
 }
@@ -194,6 +222,7 @@ pub fn autoregressive<B: Backend, V: Verifier<B>>(
         },
         tokenizer,
         on_tokens,
+        None,
         None,
     )
 }
@@ -225,6 +254,7 @@ fn run<B: Backend, D: Drafter<B>, V: Verifier<B>>(
     tokenizer: Option<&Tokenizer>,
     on_tokens: &mut dyn FnMut(usize, &[TokenId]),
     cancel: Option<&dustin_core::CancelToken>,
+    forced: Option<f64>,
 ) -> Result<SpecOutput> {
     cfg.sampling.validate()?;
     let n = prompts.len();
@@ -343,9 +373,25 @@ fn run<B: Backend, D: Drafter<B>, V: Verifier<B>>(
                     .map(|&x| x as u32)
                     .collect();
                 let acc = accept::greedy(&proposal.tokens[slot], &row);
-                accepted.push(acc.accepted);
-                next.push(acc.next);
+                match forced {
+                    Some(a) => {
+                        let k = ((iteration + 1) as f64 * a).floor() - (iteration as f64 * a).floor();
+                        let k = (k as usize).min(proposal.tokens[slot].len());
+                        accepted.push(k);
+                        next.push(row[k]);
+                    }
+                    None => {
+                        accepted.push(acc.accepted);
+                        next.push(acc.next);
+                    }
+                }
             }
+        } else if forced.is_some() {
+            return Err(SpecError::Config {
+                name: "sampling",
+                expected: "greedy decoding with a forced acceptance schedule".into(),
+                found: format!("temperature {}", cfg.sampling.temperature),
+            });
         } else {
             let rows = rows_to_host(ver.logits.clone().reshape([b * m, v]), vocab)?;
             for (slot, &s) in active.iter().enumerate() {

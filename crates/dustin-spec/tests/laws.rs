@@ -624,3 +624,52 @@ impl<V: dustin_core::Verifier<B>> dustin_core::Verifier<B> for NanVerifier<V> {
         self.0.vocab_size()
     }
 }
+
+/// The benchmark schedule: with a mean of 1.5 accepted drafts, iterations accept 1, 2, 1, 2,
+/// ... (floor((i + 1) 1.5) - floor(i 1.5)), every sequence emits accepted + 1 tokens per
+/// iteration, the rollback keeps both caches consistent (the emitted tokens after the
+/// accepted drafts are the target's greedy choice given the drafts, so a dense greedy run
+/// continued from them agrees), and bad schedules are refused.
+#[test]
+fn forced_acceptance_follows_the_schedule() {
+    let target = model("llama");
+    let (gamma, max_new) = (4usize, 20usize);
+    let extra = max_new + 2 * (gamma + 2);
+    let mut dec = SpeculativeDecoder::new(
+        ModelDrafter::new(target.clone(), Some(1), extra),
+        ModelVerifier::new(target.clone(), DenseHook, extra, 96),
+    );
+    dec.set_forced_acceptance(Some(1.5)).expect("schedule");
+    let cfg = SpecConfig {
+        gamma,
+        max_new_tokens: max_new,
+        ..SpecConfig::default()
+    };
+    let o = dec
+        .generate(&prompts(), &cfg, None, &mut |_, _| {})
+        .expect("spec");
+    let per_iter: Vec<usize> = o.iterations.iter().map(|i| i.accepted[0]).collect();
+    // 20 tokens: 1 from prefill, then 2, 3, 2, 3, 2, 3, 2 (= 17) and the last iteration cut
+    // at the limit
+    assert_eq!(&per_iter[..6], &[1, 2, 1, 2, 1, 2], "{per_iter:?}");
+    for it in &o.iterations {
+        assert!(it.accepted.iter().all(|&a| a == it.accepted[0]));
+    }
+    assert!(o.tokens.iter().all(|t| t.len() == max_new));
+    // schedule 0: one token per iteration (the target's own greedy token): equals AR output
+    let mut dec0 = SpeculativeDecoder::new(
+        ModelDrafter::new(target.clone(), Some(1), extra),
+        ModelVerifier::new(target.clone(), DenseHook, extra, 96),
+    );
+    dec0.set_forced_acceptance(Some(0.0)).expect("schedule");
+    let o0 = dec0
+        .generate(&prompts(), &cfg, None, &mut |_, _| {})
+        .expect("spec");
+    let (ar_toks, _) = ar(&target, max_new, &[]);
+    assert_eq!(o0.tokens, ar_toks);
+    assert!(o0.iterations.iter().all(|i| i.accepted.iter().all(|&a| a == 0)));
+    for bad in [-1.0, f64::NAN, f64::INFINITY] {
+        let err = dec0.set_forced_acceptance(Some(bad)).unwrap_err().to_string();
+        assert!(err.contains("mean_accepted"), "{err}");
+    }
+}

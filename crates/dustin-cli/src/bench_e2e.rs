@@ -1,0 +1,432 @@
+//! `dustin bench-e2e`: end-to-end speed of autoregressive and speculative decoding at real
+//! model shapes (random weights), every mode under the same acceptance schedule (issue 7).
+//!
+//! For each context length and batch size, each mode starts from a KV cache whose first
+//! `ctx - tail` positions hold random keys and values (a real prefill of 32k tokens would
+//! take minutes on Burn's attention op and measures nothing this benchmark is about); the last
+//! `tail` prompt tokens are prefilled for real through the mode's selection policy, so the
+//! estimators see the prompt end as they would. Then the real engine runs
+//! ([`SpeculativeDecoder`] with [`SpeculativeDecoder::set_forced_acceptance`], or
+//! [`autoregressive`]): draft, estimate, select, verify, accept, roll back, all measured.
+//! Random weights make acceptance meaningless, so every sequence accepts the schedule's mean
+//! (`--accept`, mean acceptance length tau = accepted drafts + 1); tokens/s follows from it.
+//!
+//! Next to every row: a bandwidth floor, the bytes the mode must read per iteration over the
+//! H200's 4.3 TB/s (`../shared/docs/GPU.md`): target weights once per verification, draft
+//! weights once per draft step, the draft's dense KV per draft step, the target's KV read by
+//! the verification (dense, or the selection as the engine counts it) and by the estimator.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use burn_tensor::{Distribution, Tensor};
+use clap::Args;
+use dustin_core::{DenseHook, TokenId};
+use dustin_kernels::KernelOps;
+use dustin_kv::DenseKvCache;
+use dustin_qwen::{Qwen2, QwenConfig};
+use dustin_spec::{
+    autoregressive, IterationStats, ModelDrafter, ModelVerifier, SpecConfig, SpeculativeDecoder,
+};
+
+use crate::backend::DeviceKind;
+use crate::generate::{build_policy, FileConfig};
+use crate::CliError;
+
+/// HBM bandwidth of the H200 used for the floors, bytes/s (NVIDIA's 4.8 TB/s datasheet figure
+/// is the peak; 4.3 TB/s is the copy rate GPU.md's reference figures are based on).
+pub const HBM_BYTES_PER_SEC: f64 = 4.3e12;
+
+/// Arguments of `dustin bench-e2e`.
+#[derive(Debug, Args)]
+pub struct E2eArgs {
+    /// HF `config.json` of the target (for example Qwen2.5-7B-Instruct's).
+    #[arg(long)]
+    pub target: PathBuf,
+    /// Keep only the first N target layers (a 72B target on one GPU); the report scales
+    /// per-layer figures by nothing: it states the layers measured.
+    #[arg(long)]
+    pub target_layers: Option<usize>,
+    /// HF `config.json` of the draft model (for example Qwen2.5-0.5B-Instruct's).
+    #[arg(long)]
+    pub draft: PathBuf,
+    /// Context lengths (comma-separated), tokens of prompt per sequence.
+    #[arg(long, value_delimiter = ',', default_value = "8192")]
+    pub ctx: Vec<usize>,
+    /// Batch sizes (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub batch: Vec<usize>,
+    /// Draft tokens per iteration.
+    #[arg(long, default_value_t = 4)]
+    pub gamma: usize,
+    /// Modes (comma-separated): `ar` (autoregressive, dense) or a selector of the registry
+    /// for speculative decoding (`dense`, `dustin`, `streaming`, `quest`, `snapkv`, ...).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "ar,dense,dustin,streaming,quest,snapkv"
+    )]
+    pub modes: Vec<String>,
+    /// Token budget of the sparse modes.
+    #[arg(long, default_value_t = 1024)]
+    pub budget: usize,
+    /// Mean acceptance length tau per mode (`mode=tau`, comma-separated; `default=tau` for
+    /// the rest). Accepted drafts per iteration = tau - 1, at most gamma.
+    #[arg(long, value_delimiter = ',', default_value = "default=2.0")]
+    pub accept: Vec<String>,
+    /// Iterations run first and not timed (JIT compilation, autotuning).
+    #[arg(long, default_value_t = 3)]
+    pub warmup: usize,
+    /// Iterations timed.
+    #[arg(long, default_value_t = 8)]
+    pub iters: usize,
+    /// Prompt tokens prefilled for real (the rest of the context is random KV).
+    #[arg(long, default_value_t = 64)]
+    pub tail: usize,
+    /// Append one JSON line per row to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Where to run.
+    #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
+    pub device: DeviceKind,
+}
+
+/// `dustin bench-e2e`.
+pub fn run(args: E2eArgs) -> Result<(), CliError> {
+    validate(&args)?;
+    crate::with_backend!(args.device, |B, dev| run_on::<B>(&args, &dev))
+}
+
+fn validate(a: &E2eArgs) -> Result<(), CliError> {
+    let bad = |m: String| Err(CliError::Usage(m));
+    if a.gamma == 0 || a.gamma > dustin_spec::MAX_GAMMA {
+        return bad(format!(
+            "--gamma {}: expected 1 ..= {}",
+            a.gamma,
+            dustin_spec::MAX_GAMMA
+        ));
+    }
+    if a.ctx.iter().any(|&c| c <= a.tail) {
+        return bad(format!(
+            "--ctx {:?}: every context must be longer than --tail {}",
+            a.ctx, a.tail
+        ));
+    }
+    if a.tail == 0 {
+        return bad("--tail 0: at least one prompt token is prefilled for real".into());
+    }
+    if a.batch.contains(&0) {
+        return bad("--batch: sizes must be at least 1".into());
+    }
+    if a.iters == 0 {
+        return bad("--iters 0: nothing would be timed".into());
+    }
+    for m in &a.modes {
+        if m != "ar" && !dustin_select::registry::names().contains(&m.as_str()) {
+            return bad(format!(
+                "--modes {m}: expected ar or one of {}",
+                dustin_select::registry::names().join(", ")
+            ));
+        }
+    }
+    for m in &a.modes {
+        accept_of(a, m)?;
+    }
+    Ok(())
+}
+
+/// The mean acceptance length tau of `mode` from `--accept`.
+fn accept_of(a: &E2eArgs, mode: &str) -> Result<f64, CliError> {
+    let mut default = None;
+    let mut own = None;
+    for item in &a.accept {
+        let (k, v) = item.split_once('=').ok_or_else(|| {
+            CliError::Usage(format!("--accept {item}: expected mode=tau, e.g. dustin=2.1"))
+        })?;
+        let tau: f64 = v
+            .parse()
+            .ok()
+            .filter(|t: &f64| t.is_finite() && *t >= 1.0)
+            .ok_or_else(|| {
+                CliError::Usage(format!("--accept {item}: tau must be a number >= 1"))
+            })?;
+        if k == "default" {
+            default = Some(tau);
+        } else if k == mode {
+            own = Some(tau);
+        }
+    }
+    let tau = if mode == "ar" {
+        1.0
+    } else {
+        own.or(default).ok_or_else(|| {
+            CliError::Usage(format!(
+                "--accept: no tau for mode {mode} (give {mode}=tau or default=tau)"
+            ))
+        })?
+    };
+    if tau - 1.0 > a.gamma as f64 {
+        return Err(CliError::Usage(format!(
+            "--accept {mode}={tau}: at most gamma + 1 = {}",
+            a.gamma + 1
+        )));
+    }
+    Ok(tau)
+}
+
+/// Bytes of the weights one forward pass reads: every layer's matrices and the LM head
+/// (the embedding is only gathered from), at `bytes` per parameter.
+pub fn weight_bytes_per_forward(c: &QwenConfig, bytes: f64) -> f64 {
+    let (h, i, nh, kv, d) = (
+        c.hidden_size as f64,
+        c.intermediate_size as f64,
+        c.num_attention_heads as f64,
+        c.kv_heads() as f64,
+        c.head_dim() as f64,
+    );
+    let layer = h * nh * d * 2.0 + h * kv * d * 2.0 + 3.0 * h * i + 2.0 * h;
+    (c.num_hidden_layers as f64 * layer + c.vocab_size as f64 * h) * bytes
+}
+
+/// KV bytes of one token over all layers of `c` (keys and values).
+pub fn kv_bytes_per_token(c: &QwenConfig, bytes: f64) -> f64 {
+    (c.num_hidden_layers * 2 * c.kv_heads() * c.head_dim()) as f64 * bytes
+}
+
+/// Random K/V cache contents: `lens[b]` positions of each batch-1 cache are "filled" with
+/// N(0, 1) keys and values (the whole capacity is random; only `lens` counts).
+fn random_prefix<B: KernelOps>(
+    model: &Qwen2<B>,
+    capacity: usize,
+    len: usize,
+    layers: usize,
+    dev: &B::Device,
+) -> Result<DenseKvCache<B>, CliError> {
+    let s = model.kv_shape(1, capacity, Some(layers));
+    let dims = [1, s.kv_heads, capacity, s.head_dim];
+    let mk = || Tensor::<B, 4>::random(dims, Distribution::Normal(0.0, 1.0), dev);
+    let k = (0..layers).map(|_| mk()).collect();
+    let v = (0..layers).map(|_| mk()).collect();
+    Ok(DenseKvCache::from_layers(k, v, &[len])?)
+}
+
+/// One measured row.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Row {
+    /// Mode (`ar` or a selector).
+    pub mode: String,
+    /// Context tokens per sequence.
+    pub ctx: usize,
+    /// Sequences.
+    pub batch: usize,
+    /// Target layers measured.
+    pub target_layers: usize,
+    /// Draft tokens per iteration (0 for `ar`).
+    pub gamma: usize,
+    /// Mean tokens per sequence per iteration in the timed iterations.
+    pub tau: f64,
+    /// Mean seconds per iteration: draft, verify (estimation and selection included), accept,
+    /// commit.
+    pub draft_ms: f64,
+    /// See `draft_ms`.
+    pub verify_ms: f64,
+    /// See `draft_ms`.
+    pub accept_ms: f64,
+    /// See `draft_ms`.
+    pub commit_ms: f64,
+    /// Sum of the four, milliseconds.
+    pub iter_ms: f64,
+    /// Generated tokens per second over the batch.
+    pub tokens_per_sec: f64,
+    /// Fraction of the dense KV the verification read (selection + new tokens).
+    pub kv_read: f64,
+    /// Fraction of a dense read spent by the estimator.
+    pub estimation_read: f64,
+    /// Bytes the mode must read per iteration (see the module docs).
+    pub floor_bytes: f64,
+    /// `floor_bytes / 4.3 TB/s`, milliseconds.
+    pub floor_ms: f64,
+    /// `iter_ms / floor_ms`.
+    pub over_floor: f64,
+    /// Wall seconds of the tail prefill (random prefix + real tail, all sequences).
+    pub setup_secs: f64,
+}
+
+fn mean(xs: impl Iterator<Item = f64>) -> f64 {
+    let v: Vec<f64> = xs.collect();
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+fn run_on<B: KernelOps>(args: &E2eArgs, dev: &B::Device) -> Result<(), CliError> {
+    let mut tcfg = QwenConfig::from_file(&args.target)?;
+    if let Some(n) = args.target_layers {
+        if n == 0 || n > tcfg.num_hidden_layers {
+            return Err(CliError::Usage(format!(
+                "--target-layers {n}: expected 1 ..= {}",
+                tcfg.num_hidden_layers
+            )));
+        }
+        tcfg.num_hidden_layers = n;
+    }
+    let dcfg = QwenConfig::from_file(&args.draft)?;
+    let max_ctx = args.ctx.iter().copied().max().unwrap_or(0);
+    let max_new = (args.warmup + args.iters + 2) * (args.gamma + 1);
+    let extra = max_new + 2 * (args.gamma + 2);
+    let positions = max_ctx + extra + 1;
+    let t = Instant::now();
+    let target = Arc::new(Qwen2::<B>::random(&tcfg, positions, dev)?);
+    let draft = Arc::new(Qwen2::<B>::random(&dcfg, positions, dev)?);
+    eprintln!(
+        "bench-e2e: target {} ({} layers), draft {} ({} layers), random bf16 weights built in {:.1} s",
+        args.target.display(),
+        tcfg.num_hidden_layers,
+        args.draft.display(),
+        dcfg.num_hidden_layers,
+        t.elapsed().as_secs_f64()
+    );
+    let vocab = tcfg.vocab_size.min(dcfg.vocab_size);
+    let wt = weight_bytes_per_forward(&tcfg, 2.0);
+    let wd = weight_bytes_per_forward(&dcfg, 2.0);
+    let kvt = kv_bytes_per_token(&tcfg, 2.0);
+    let kvd = kv_bytes_per_token(&dcfg, 2.0);
+    println!(
+        "| mode | ctx | B | tau | draft ms | verify ms | accept+commit ms | iter ms | tokens/s | KV read (+est.) | floor ms | over floor |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for &ctx in &args.ctx {
+        for &batch in &args.batch {
+            for mode in &args.modes {
+                let tau = accept_of(args, mode)?;
+                let prompts: Vec<Vec<TokenId>> = (0..batch)
+                    .map(|b| {
+                        (0..ctx)
+                            .map(|i| ((i * 7919 + b * 104_729 + 13) % vocab) as TokenId)
+                            .collect()
+                    })
+                    .collect();
+                let capacity = ctx + extra;
+                let pre = ctx - args.tail;
+                let tprefix = (0..batch)
+                    .map(|_| random_prefix(&target, capacity, pre, tcfg.num_hidden_layers, dev))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let cfg = SpecConfig {
+                    gamma: if mode == "ar" { 1 } else { args.gamma },
+                    max_new_tokens: if mode == "ar" {
+                        args.warmup + args.iters + 1
+                    } else {
+                        ((args.warmup + args.iters + 1) as f64 * tau).ceil() as usize + 1
+                    },
+                    ..SpecConfig::default()
+                };
+                let out = if mode == "ar" {
+                    let mut v = ModelVerifier::new(target.clone(), DenseHook, extra, vocab)
+                        .with_prefix(tprefix);
+                    autoregressive(&mut v, &prompts, &cfg, None, &mut |_, _| {})?
+                } else {
+                    let dprefix = (0..batch)
+                        .map(|_| {
+                            random_prefix(&draft, capacity, pre, dcfg.num_hidden_layers, dev)
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let policy =
+                        build_policy::<B>(mode, args.budget, &FileConfig::default())?;
+                    let drafter =
+                        ModelDrafter::new(draft.clone(), None, extra).with_prefix(dprefix);
+                    let verifier =
+                        ModelVerifier::new(target.clone(), policy, extra, vocab).with_prefix(tprefix);
+                    let mut dec = SpeculativeDecoder::new(drafter, verifier);
+                    dec.set_forced_acceptance(Some(tau - 1.0))?;
+                    dec.generate(&prompts, &cfg, None, &mut |_, _| {})?
+                };
+                let setup_secs = out.summary.prefill_secs;
+                let timed: Vec<&IterationStats> =
+                    out.iterations.iter().skip(args.warmup).take(args.iters).collect();
+                if timed.is_empty() {
+                    return Err(CliError::Usage(format!(
+                        "mode {mode}: only {} iterations ran; raise the schedule or lower --warmup",
+                        out.iterations.len()
+                    )));
+                }
+                let ms = |f: fn(&IterationStats) -> f64| 1e3 * mean(timed.iter().map(|i| f(i)));
+                let draft_ms = ms(|i| i.draft_secs);
+                let verify_ms = ms(|i| i.verify_secs);
+                let accept_ms = ms(|i| i.accept_secs);
+                let commit_ms = ms(|i| i.commit_secs);
+                let iter_ms = draft_ms + verify_ms + accept_ms + commit_ms;
+                let tau_run = mean(
+                    timed
+                        .iter()
+                        .flat_map(|i| i.accepted.iter().map(|&a| a as f64 + 1.0)),
+                );
+                let kv_read = mean(timed.iter().flat_map(|i| i.kv_read_fraction.iter().copied()));
+                let est = mean(timed.iter().flat_map(|i| i.estimation_read_fraction.iter().copied()));
+                let (b, c) = (batch as f64, ctx as f64);
+                let g = if mode == "ar" { 0.0 } else { args.gamma as f64 };
+                let floor_bytes = wt
+                    + g * wd
+                    + g * b * c * kvd
+                    + (kv_read + est) * b * c * kvt;
+                let floor_ms = 1e3 * floor_bytes / HBM_BYTES_PER_SEC;
+                let row = Row {
+                    mode: mode.clone(),
+                    ctx,
+                    batch,
+                    target_layers: tcfg.num_hidden_layers,
+                    gamma: g as usize,
+                    tau: tau_run,
+                    draft_ms,
+                    verify_ms,
+                    accept_ms,
+                    commit_ms,
+                    iter_ms,
+                    tokens_per_sec: b * tau_run / (iter_ms / 1e3),
+                    kv_read,
+                    estimation_read: est,
+                    floor_bytes,
+                    floor_ms,
+                    over_floor: iter_ms / floor_ms,
+                    setup_secs,
+                };
+                println!(
+                    "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {:.3} (+{:.3}) | {:.2} | {:.1}x |",
+                    row.mode,
+                    row.ctx,
+                    row.batch,
+                    row.tau,
+                    row.draft_ms,
+                    row.verify_ms,
+                    row.accept_ms + row.commit_ms,
+                    row.iter_ms,
+                    row.tokens_per_sec,
+                    row.kv_read,
+                    row.estimation_read,
+                    row.floor_ms,
+                    row.over_floor
+                );
+                if let Some(p) = &args.json {
+                    use std::io::Write;
+                    let line = serde_json::to_string(&row)
+                        .map_err(|e| CliError::Usage(format!("json: {e}")))?;
+                    let mut f = std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(p)
+                        .map_err(|source| CliError::Io {
+                            path: p.display().to_string(),
+                            source,
+                        })?;
+                    writeln!(f, "{line}").map_err(|source| CliError::Io {
+                        path: p.display().to_string(),
+                        source,
+                    })?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
