@@ -35,7 +35,8 @@ enum Command {
     Ppl(ppl::PplArgs),
     /// Time prefill and decode of a random-weight model at the shapes of a config.json.
     Bench(bench::BenchArgs),
-    /// Evaluations: `eval fidelity` (sparse vs dense verification per selector and budget).
+    /// Evaluations per selector and budget against dense verification: `eval fidelity`,
+    /// `eval pg19` (perplexity) and `eval longbench` (LongBench scores).
     Eval(eval::EvalArgs),
     /// Download the default small model (SmolLM2-135M-Instruct, Q4_1 GGUF) into the cache.
     FetchModel(fetch::FetchArgs),
