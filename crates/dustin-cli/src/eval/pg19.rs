@@ -190,12 +190,12 @@ fn ppl_table(fa: &FidelityArgs, c: &Computed) -> Result<Table, CliError> {
                 let dense = agg.mean(agg.dense_nll).exp();
                 table
                     .push_row([
-                        Cell::from(n),
+                        Cell::from(n.to_string()),
                         Cell::from(format!("{bl} ({budget})")),
                         Cell::from(s.label.clone()),
                         Cell::from(budget as f64 / n as f64),
-                        Cell::from(agg.n),
-                        Cell::from(positions),
+                        Cell::from(agg.n.to_string()),
+                        Cell::from(positions.to_string()),
                         Cell::from(ppl),
                         Cell::from(dense),
                         Cell::from(ppl / dense),
@@ -226,7 +226,7 @@ fn ratio_series(table: &Table, n: usize) -> Vec<(String, Vec<(f64, f64)>)> {
         return series;
     };
     for i in 0..ctx.len() {
-        if num(&ctx[i]) != Some(n as f64) {
+        if ctx[i] != Cell::Text(n.to_string()) {
             continue;
         }
         let (Cell::Text(label), Some(x), Some(y)) = (&sel[i], num(&frac[i]), num(&ratio[i])) else {
