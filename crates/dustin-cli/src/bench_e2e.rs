@@ -142,7 +142,9 @@ fn accept_of(a: &E2eArgs, mode: &str) -> Result<f64, CliError> {
     let mut own = None;
     for item in &a.accept {
         let (k, v) = item.split_once('=').ok_or_else(|| {
-            CliError::Usage(format!("--accept {item}: expected mode=tau, e.g. dustin=2.1"))
+            CliError::Usage(format!(
+                "--accept {item}: expected mode=tau, e.g. dustin=2.1"
+            ))
         })?;
         let tau: f64 = v
             .parse()
@@ -329,23 +331,24 @@ fn run_on<B: KernelOps>(args: &E2eArgs, dev: &B::Device) -> Result<(), CliError>
                     autoregressive(&mut v, &prompts, &cfg, None, &mut |_, _| {})?
                 } else {
                     let dprefix = (0..batch)
-                        .map(|_| {
-                            random_prefix(&draft, capacity, pre, dcfg.num_hidden_layers, dev)
-                        })
+                        .map(|_| random_prefix(&draft, capacity, pre, dcfg.num_hidden_layers, dev))
                         .collect::<Result<Vec<_>, _>>()?;
-                    let policy =
-                        build_policy::<B>(mode, args.budget, &FileConfig::default())?;
+                    let policy = build_policy::<B>(mode, args.budget, &FileConfig::default())?;
                     let drafter =
                         ModelDrafter::new(draft.clone(), None, extra).with_prefix(dprefix);
-                    let verifier =
-                        ModelVerifier::new(target.clone(), policy, extra, vocab).with_prefix(tprefix);
+                    let verifier = ModelVerifier::new(target.clone(), policy, extra, vocab)
+                        .with_prefix(tprefix);
                     let mut dec = SpeculativeDecoder::new(drafter, verifier);
                     dec.set_forced_acceptance(Some(tau - 1.0))?;
                     dec.generate(&prompts, &cfg, None, &mut |_, _| {})?
                 };
                 let setup_secs = out.summary.prefill_secs;
-                let timed: Vec<&IterationStats> =
-                    out.iterations.iter().skip(args.warmup).take(args.iters).collect();
+                let timed: Vec<&IterationStats> = out
+                    .iterations
+                    .iter()
+                    .skip(args.warmup)
+                    .take(args.iters)
+                    .collect();
                 if timed.is_empty() {
                     return Err(CliError::Usage(format!(
                         "mode {mode}: only {} iterations ran; raise the schedule or lower --warmup",
@@ -363,14 +366,19 @@ fn run_on<B: KernelOps>(args: &E2eArgs, dev: &B::Device) -> Result<(), CliError>
                         .iter()
                         .flat_map(|i| i.accepted.iter().map(|&a| a as f64 + 1.0)),
                 );
-                let kv_read = mean(timed.iter().flat_map(|i| i.kv_read_fraction.iter().copied()));
-                let est = mean(timed.iter().flat_map(|i| i.estimation_read_fraction.iter().copied()));
+                let kv_read = mean(
+                    timed
+                        .iter()
+                        .flat_map(|i| i.kv_read_fraction.iter().copied()),
+                );
+                let est = mean(
+                    timed
+                        .iter()
+                        .flat_map(|i| i.estimation_read_fraction.iter().copied()),
+                );
                 let (b, c) = (batch as f64, ctx as f64);
                 let g = if mode == "ar" { 0.0 } else { args.gamma as f64 };
-                let floor_bytes = wt
-                    + g * wd
-                    + g * b * c * kvd
-                    + (kv_read + est) * b * c * kvt;
+                let floor_bytes = wt + g * wd + g * b * c * kvd + (kv_read + est) * b * c * kvt;
                 let floor_ms = 1e3 * floor_bytes / HBM_BYTES_PER_SEC;
                 let row = Row {
                     mode: mode.clone(),

@@ -1,3 +1,6 @@
+//! `dustin eval`: `fidelity`, `pg19` (perplexity through the fidelity harness, [`pg19`]) and
+//! `longbench` ([`longbench`]).
+//!
 //! `dustin eval fidelity`: how closely sparse verification through each selector follows
 //! dense verification, on PG-19 books (docs/fidelity.md has the method, the accounting and
 //! the results).
@@ -46,6 +49,9 @@ use crate::backend::DeviceKind;
 use crate::generate::{model_path, parse_draft, DraftSpec};
 use crate::CliError;
 
+mod longbench;
+mod pg19;
+
 /// The last prompt tokens every selector sees as its prefill observation (the prefill chunk
 /// of `dustin_qwen::generate::prefill`).
 const OBSERVED_CHUNK: usize = 512;
@@ -63,6 +69,12 @@ pub struct EvalArgs {
 pub enum EvalCommand {
     /// Fidelity of sparse verification vs dense, per selector and budget, on PG-19 books.
     Fidelity(FidelityArgs),
+    /// Perplexity of PG-19 continuations when the target reads only its selection
+    /// (teacher-forced verification windows), per selector and budget, against dense.
+    Pg19(pg19::Pg19Args),
+    /// LongBench tasks answered by greedy speculative decoding with sparse verification,
+    /// scored with LongBench's metrics, per selector and budget, against dense.
+    Longbench(longbench::LongBenchArgs),
 }
 
 /// Arguments of `dustin eval fidelity`.
@@ -127,6 +139,12 @@ pub fn run(args: EvalArgs) -> Result<(), CliError> {
         EvalCommand::Fidelity(a) => {
             crate::with_backend!(a.device, |B, dev| fidelity::<B>(&a, &dev))
         }
+        EvalCommand::Pg19(a) => {
+            crate::with_backend!(a.device, |B, dev| pg19::pg19::<B>(&a, &dev))
+        }
+        EvalCommand::Longbench(a) => {
+            crate::with_backend!(a.device, |B, dev| longbench::longbench::<B>(&a, &dev))
+        }
     }
 }
 
@@ -154,6 +172,11 @@ impl BudgetSpec {
             return Err(bad());
         }
         if let Ok(k) = s.parse::<usize>() {
+            if k == 0 {
+                return Err(CliError::Usage(format!(
+                    "--budget {s}: a budget of 0 tokens reads nothing; expected at least 1"
+                )));
+            }
             return Ok(Self::Tokens(k));
         }
         match s.parse::<f64>() {
@@ -242,10 +265,20 @@ fn parse_label_json(
 }
 
 fn selector_specs(args: &FidelityArgs) -> Result<Vec<SelectorSpec>, CliError> {
-    let knobs = parse_label_json("--knobs", &args.knobs)?;
-    let select = parse_label_json("--select", &args.select)?;
+    selector_specs_from(&args.selectors, &args.knobs, &args.select)
+}
+
+/// The selectors of `--selectors`, with their `--knobs` and `--select` (shared by every
+/// `dustin eval` command).
+fn selector_specs_from(
+    selectors: &[String],
+    knobs: &[String],
+    select: &[String],
+) -> Result<Vec<SelectorSpec>, CliError> {
+    let knobs = parse_label_json("--knobs", knobs)?;
+    let select = parse_label_json("--select", select)?;
     let mut out: Vec<SelectorSpec> = Vec::new();
-    for s in &args.selectors {
+    for s in selectors {
         let s = s.trim();
         if s.is_empty() {
             continue;
@@ -761,6 +794,25 @@ fn say(bar: &ProgressBar, msg: String) {
 }
 
 fn fidelity<B: KernelOps>(args: &FidelityArgs, dev: &B::Device) -> Result<(), CliError> {
+    let c = compute_rows::<B>(args, dev, "fidelity")?;
+    report(args, &c.store, &c.books, &c.budgets, &c.sels)
+}
+
+/// The finished rows of a fidelity run and what identifies them, for a report.
+struct Computed {
+    store: ResultStore,
+    books: Vec<dustin_eval::pg19::Book>,
+    budgets: Vec<(String, BudgetSpec)>,
+    sels: Vec<SelectorSpec>,
+}
+
+/// Computes every (book, context, budget, selector) row of `args` that the store of
+/// `args.out` lacks (the fidelity harness; `what` names the command in the log).
+fn compute_rows<B: KernelOps>(
+    args: &FidelityArgs,
+    dev: &B::Device,
+    what: &str,
+) -> Result<Computed, CliError> {
     if args.gamma == 0 || args.gamma > dustin_spec::MAX_GAMMA {
         return Err(CliError::Usage(format!(
             "--gamma {}: expected 1 ..= {}",
@@ -779,8 +831,13 @@ fn fidelity<B: KernelOps>(args: &FidelityArgs, dev: &B::Device) -> Result<(), Cl
         .collect::<Result<_, _>>()?;
     // check every selector and config before loading anything
     for s in &sels {
-        for (_, b) in &budgets {
+        for (label, b) in &budgets {
             for &n in &args.ctx {
+                if b.tokens(n) == 0 {
+                    return Err(CliError::Usage(format!(
+                        "--budget {label}: 0 tokens of a {n}-token context"
+                    )));
+                }
                 s.build::<B>(b.tokens(n))?;
             }
         }
@@ -868,14 +925,17 @@ fn fidelity<B: KernelOps>(args: &FidelityArgs, dev: &B::Device) -> Result<(), Cl
         .map_err(|e| CliError::Usage(e.to_string()))?
         .progress_chars("=> "),
     );
-    say(&bar, format!(
-        "fidelity: {} books x {} contexts x {} budgets x {} selectors = {total} rows, {} to compute",
+    say(
+        &bar,
+        format!(
+        "{what}: {} books x {} contexts x {} budgets x {} selectors = {total} rows, {} to compute",
         books.len(),
         args.ctx.len(),
         budgets.len(),
         sels.len(),
         todo
-    ));
+    ),
+    );
 
     let spec_extra = if args.spec_tokens > 0 {
         args.spec_tokens + 2 * (args.gamma + 1)
@@ -977,7 +1037,12 @@ fn fidelity<B: KernelOps>(args: &FidelityArgs, dev: &B::Device) -> Result<(), Cl
         }
     }
     bar.finish_with_message("done");
-    report(args, &store, &books, &budgets, &sels)
+    Ok(Computed {
+        store,
+        books,
+        budgets,
+        sels,
+    })
 }
 
 /// Prefill (dense, once), the selectors' prefill observation (fan-out), the draft cache, the
@@ -1546,7 +1611,7 @@ mod tests {
         assert_eq!(BudgetSpec::parse("1/8").unwrap().tokens(4096), 512);
         assert_eq!(BudgetSpec::parse(" 1/16 ").unwrap().tokens(8192), 512);
         assert_eq!(BudgetSpec::parse("0.125").unwrap().tokens(8192), 1024);
-        for bad in ["", "x", "0/8", "9/8", "1.5", "-1"] {
+        for bad in ["", "x", "0", "0/8", "9/8", "1.5", "-1"] {
             assert!(BudgetSpec::parse(bad).is_err(), "{bad}");
         }
     }

@@ -39,7 +39,8 @@ enum Command {
     /// End-to-end decoding speed at real model shapes (random weights): autoregressive vs
     /// speculative with each selector, under a stated acceptance schedule.
     BenchE2e(bench_e2e::E2eArgs),
-    /// Evaluations: `eval fidelity` (sparse vs dense verification per selector and budget).
+    /// Evaluations per selector and budget against dense verification: `eval fidelity`,
+    /// `eval pg19` (perplexity) and `eval longbench` (LongBench scores).
     Eval(eval::EvalArgs),
     /// Download the default small model (SmolLM2-135M-Instruct, Q4_1 GGUF) into the cache.
     FetchModel(fetch::FetchArgs),

@@ -18,9 +18,26 @@ fn every_mode_runs_under_the_schedule() {
     let json = dir.join("rows.jsonl");
     let f = fixture();
     let out = Command::new(env!("CARGO_BIN_EXE_dustin"))
-        .args(["bench-e2e", "--target", &f, "--draft", &f, "--ctx", "180", "--batch", "2"])
+        .args([
+            "bench-e2e",
+            "--target",
+            &f,
+            "--draft",
+            &f,
+            "--ctx",
+            "180",
+            "--batch",
+            "2",
+        ])
         .args(["--modes", "ar,dense,dustin,streaming,quest,snapkv"])
-        .args(["--accept", "default=2.5,dustin=2.0", "--warmup", "1", "--iters", "4"])
+        .args([
+            "--accept",
+            "default=2.5,dustin=2.0",
+            "--warmup",
+            "1",
+            "--iters",
+            "4",
+        ])
         .args(["--tail", "40", "--budget", "90", "--json"])
         .arg(&json)
         .output()
@@ -36,7 +53,10 @@ fn every_mode_runs_under_the_schedule() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     let modes: Vec<&str> = rows.iter().map(|r| r["mode"].as_str().unwrap()).collect();
-    assert_eq!(modes, ["ar", "dense", "dustin", "streaming", "quest", "snapkv"]);
+    assert_eq!(
+        modes,
+        ["ar", "dense", "dustin", "streaming", "quest", "snapkv"]
+    );
     for r in &rows {
         let mode = r["mode"].as_str().unwrap();
         let tau = r["tau"].as_f64().unwrap();
@@ -55,7 +75,11 @@ fn every_mode_runs_under_the_schedule() {
             assert!(kv > 0.4 && kv < 0.6, "{mode}: {kv}");
         }
         let est = r["estimation_read"].as_f64().unwrap();
-        assert_eq!(est > 0.0, mode == "dustin" || mode == "quest", "{mode}: {est}");
+        assert_eq!(
+            est > 0.0,
+            mode == "dustin" || mode == "quest",
+            "{mode}: {est}"
+        );
         assert!(r["iter_ms"].as_f64().unwrap() > 0.0);
         assert!(r["floor_bytes"].as_f64().unwrap() > 0.0);
         let tps = r["tokens_per_sec"].as_f64().unwrap();

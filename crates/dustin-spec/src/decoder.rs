@@ -375,7 +375,8 @@ fn run<B: Backend, D: Drafter<B>, V: Verifier<B>>(
                 let acc = accept::greedy(&proposal.tokens[slot], &row);
                 match forced {
                     Some(a) => {
-                        let k = ((iteration + 1) as f64 * a).floor() - (iteration as f64 * a).floor();
+                        let k =
+                            ((iteration + 1) as f64 * a).floor() - (iteration as f64 * a).floor();
                         let k = (k as usize).min(proposal.tokens[slot].len());
                         accepted.push(k);
                         next.push(row[k]);

@@ -667,9 +667,15 @@ fn forced_acceptance_follows_the_schedule() {
         .expect("spec");
     let (ar_toks, _) = ar(&target, max_new, &[]);
     assert_eq!(o0.tokens, ar_toks);
-    assert!(o0.iterations.iter().all(|i| i.accepted.iter().all(|&a| a == 0)));
+    assert!(o0
+        .iterations
+        .iter()
+        .all(|i| i.accepted.iter().all(|&a| a == 0)));
     for bad in [-1.0, f64::NAN, f64::INFINITY] {
-        let err = dec0.set_forced_acceptance(Some(bad)).unwrap_err().to_string();
+        let err = dec0
+            .set_forced_acceptance(Some(bad))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("mean_accepted"), "{err}");
     }
 }

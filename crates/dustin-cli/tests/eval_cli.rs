@@ -1,0 +1,375 @@
+//! `dustin eval longbench` and `dustin eval pg19` end to end on the tiny 2-layer model of
+//! `common` (word-level tokens `t0`..`t95`, no EOS): middle truncation, scores, dense equal to
+//! autoregressive greedy decoding, budgets covering the context equal to dense, resume, and
+//! bad inputs.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn dustin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_dustin"))
+}
+
+fn run(cmd: &mut Command) -> (Output, String, String) {
+    let o = cmd.output().expect("run dustin");
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    (o, out, err)
+}
+
+/// A deterministic word sequence `t<k>` of `n` tokens (ids 1..95).
+fn words(n: usize, seed: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| format!("t{}", 1 + (i * 37 + seed * 11 + (i * i) % 7) % 95))
+        .collect()
+}
+
+/// A MiniLongBench-style file of `task` with samples `(id, prompt words, gold)`.
+fn write_task(dir: &Path, task: &str, samples: &[(&str, Vec<String>, Value)]) {
+    let mut obj = serde_json::Map::new();
+    for (id, prompt, gold) in samples {
+        obj.insert(
+            id.to_string(),
+            serde_json::json!({
+                "origin_prompt": prompt.join(" "),
+                "prediction": "",
+                "gold": gold,
+                "time": 0.0,
+            }),
+        );
+    }
+    std::fs::write(
+        dir.join(format!("{task}.json")),
+        Value::Object(obj).to_string(),
+    )
+    .expect("write task");
+}
+
+fn rows(out: &Path) -> Vec<Value> {
+    std::fs::read_to_string(out.join("results.jsonl"))
+        .expect("results.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("json line")["value"].clone())
+        .collect()
+}
+
+fn find<'a>(rows: &'a [Value], task: &str, id: &str, sel: &str, budget: Value) -> &'a Value {
+    rows.iter()
+        .find(|r| {
+            r["task"] == task && r["id"] == id && r["selector"] == sel && r["budget"] == budget
+        })
+        .unwrap_or_else(|| panic!("no row {task} {id} {sel} {budget}"))
+}
+
+struct Setup {
+    dir: PathBuf,
+    model: PathBuf,
+    data: PathBuf,
+    long: Vec<String>,
+}
+
+fn setup(name: &str) -> Setup {
+    let dir = common::scratch(name);
+    let model = common::tiny_model(&dir, 4096);
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).expect("data dir");
+    let long = words(300, 1);
+    write_task(
+        &data,
+        "trec",
+        &[
+            (
+                "0",
+                long.clone(),
+                serde_json::json!({"answers": ["t7"], "all_classes": ["t7", "t8", "t9"]}),
+            ),
+            (
+                "1",
+                words(40, 2),
+                serde_json::json!({"answers": ["t8"], "all_classes": ["t7", "t8", "t9"]}),
+            ),
+        ],
+    );
+    write_task(
+        &data,
+        "qasper",
+        &[("0", words(200, 3), serde_json::json!(["t5 t6 t7", "t60"]))],
+    );
+    Setup {
+        dir,
+        model,
+        data,
+        long,
+    }
+}
+
+/// `dustin eval longbench` on the setup's data, with `over` replacing default flags.
+fn longbench_with(s: &Setup, out: &Path, over: &[(&str, &str)]) -> Command {
+    let data = s.data.display().to_string();
+    let mut flags: Vec<(&str, &str)> = vec![
+        ("--draft", "self:layers=1"),
+        ("--data", &data),
+        ("--tasks", "trec,qasper"),
+        ("--selectors", "dense,streaming,dustin"),
+        ("--budget", "96,1/1"),
+        ("--ctx", "256"),
+    ];
+    for (k, v) in over {
+        match flags.iter_mut().find(|f| f.0 == *k) {
+            Some(f) => f.1 = v,
+            None => flags.push((k, v)),
+        }
+    }
+    let mut c = dustin();
+    c.args(["eval", "longbench", "--model"]).arg(&s.model);
+    for (k, v) in flags {
+        c.args([k, v]);
+    }
+    c.arg("--out").arg(out);
+    c
+}
+
+fn longbench(s: &Setup, out: &Path) -> Command {
+    longbench_with(s, out, &[])
+}
+
+#[test]
+fn longbench_scores_truncates_matches_autoregressive_and_resumes() {
+    let s = setup("longbench");
+    let out = s.dir.join("out");
+    let (o, stdout, err) = run(&mut longbench(&s, &out));
+    assert!(o.status.success(), "stderr: {err}");
+    assert!(err.contains("= 15 runs, 15 to compute"), "{err}");
+    for f in [
+        "longbench.md",
+        "longbench.json",
+        "longbench.svg",
+        "per_sample.md",
+    ] {
+        assert!(out.join(f).is_file(), "{f}");
+    }
+    assert!(stdout.contains("| trec "), "{stdout}");
+    let rs = rows(&out);
+    // 3 samples x (dense + 2 selectors x 2 budgets)
+    assert_eq!(rs.len(), 15);
+    for r in &rs {
+        let task = r["task"].as_str().unwrap();
+        let max_new = if task == "trec" { 64 } else { 128 };
+        // no EOS in the tiny model: every run generates its task's limit
+        assert_eq!(r["new_tokens"], max_new, "{r}");
+        assert_eq!(r["finish"], "length");
+        // the score is LongBench's metric on the stored prediction
+        let (answers, classes): (Vec<&str>, Vec<&str>) = if task == "trec" {
+            let gold = if r["id"] == "0" { "t7" } else { "t8" };
+            (vec![gold], vec!["t7", "t8", "t9"])
+        } else {
+            (vec!["t5 t6 t7", "t60"], vec![])
+        };
+        let want = dustin_eval::metrics::scorer(
+            task,
+            r["prediction"].as_str().unwrap(),
+            &answers,
+            &classes,
+        )
+        .unwrap();
+        assert_eq!(r["score"].as_f64().unwrap(), want, "{r}");
+        assert_eq!(r["chat"], false);
+    }
+    // truncation: 300 prompt tokens, limit 256 - 64 - 4 = 188 -> 94 + 94; qasper 124
+    let dense = find(&rs, "trec", "0", "dense", Value::Null);
+    assert_eq!(dense["prompt_tokens"], 300);
+    assert_eq!(dense["input_tokens"], 188);
+    assert_eq!(
+        find(&rs, "trec", "1", "dense", Value::Null)["input_tokens"],
+        40
+    );
+    assert_eq!(
+        find(&rs, "qasper", "0", "dense", Value::Null)["input_tokens"],
+        124
+    );
+
+    // dense speculative == plain autoregressive greedy decoding of the truncated prompt
+    let truncated: Vec<String> = s.long[..94]
+        .iter()
+        .chain(&s.long[300 - 94..])
+        .cloned()
+        .collect();
+    let ar = s.dir.join("ar.json");
+    let (o, _, err) = run(dustin()
+        .args(["generate", "--model"])
+        .arg(&s.model)
+        .args([
+            "--prompt",
+            &truncated.join(" "),
+            "--max-new-tokens",
+            "64",
+            "--output",
+        ])
+        .arg(&ar));
+    assert!(o.status.success(), "{err}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&ar).unwrap()).unwrap();
+    assert_eq!(v["sequences"][0]["text"], dense["prediction"]);
+    assert_eq!(dense["prediction"].as_str().unwrap().split(' ').count(), 64);
+
+    // a budget covering the whole context is dense verification bit for bit; 96 tokens read
+    // about 0.4 of a ~190-250 token context
+    for (task, id) in [("trec", "0"), ("trec", "1"), ("qasper", "0")] {
+        let d = find(&rs, task, id, "dense", Value::Null);
+        assert_eq!(d["kv_selected"], 1.0);
+        for sel in ["streaming", "dustin"] {
+            let full = find(&rs, task, id, sel, 256.into());
+            assert_eq!(full["prediction"], d["prediction"], "{task} {id} {sel}");
+            assert_eq!(full["accept_len"], d["accept_len"], "{task} {id} {sel}");
+            assert_eq!(full["kv_selected"], 1.0);
+        }
+    }
+    let sparse = find(&rs, "trec", "0", "streaming", 96.into());
+    let kv = sparse["kv_selected"].as_f64().unwrap();
+    assert!(kv > 0.35 && kv < 0.55, "{kv}");
+
+    // rerun: everything is found in the store, nothing recomputed, same report
+    let md = std::fs::read_to_string(out.join("longbench.md")).unwrap();
+    let (o, _, err) = run(&mut longbench(&s, &out));
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("= 15 runs, 0 to compute"), "{err}");
+    assert_eq!(rows(&out).len(), 15);
+    assert_eq!(
+        std::fs::read_to_string(out.join("longbench.md")).unwrap(),
+        md
+    );
+    // the table: dense relative to itself, full budgets the same answers as dense
+    let t: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("longbench.json")).unwrap())
+            .unwrap();
+    let cols: Vec<&str> = t["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    let col = |n: &str| cols.iter().position(|c| *c == n).unwrap();
+    let mut full_rows = 0;
+    for row in t["rows"].as_array().unwrap() {
+        if row[col("budget")] == "full" || row[col("budget")] == "1/1 (256)" {
+            full_rows += 1;
+            assert_eq!(row[col("vs dense (points)")], 0.0, "{row}");
+            if row[col("task")] != "mean over tasks" {
+                assert_eq!(row[col("same answer as dense")], 1.0, "{row}");
+            }
+        }
+    }
+    // (trec, qasper, mean) x (dense, streaming 1/1, dustin 1/1)
+    assert_eq!(full_rows, 9);
+}
+
+#[test]
+fn pg19_reports_perplexity_against_dense() {
+    let dir = common::scratch("pg19");
+    let model = common::tiny_model(&dir, 4096);
+    let book = dir.join("book.txt");
+    std::fs::write(&book, words(900, 5).join(" ")).unwrap();
+    let out = dir.join("out");
+    let (o, stdout, err) = run(dustin()
+        .args(["eval", "pg19", "--model"])
+        .arg(&model)
+        .args(["--draft", "self:layers=1", "--data"])
+        .arg(&book)
+        .args([
+            "--ctx",
+            "600",
+            "--budget",
+            "96,1/1",
+            "--selectors",
+            "dense,streaming",
+            "--windows",
+            "2",
+            "--out",
+        ])
+        .arg(&out));
+    assert!(o.status.success(), "{err}");
+    assert!(stdout.contains("PG-19 perplexity"), "{stdout}");
+    for f in ["pg19.md", "pg19.json", "pg19_ctx600.svg", "results.jsonl"] {
+        assert!(out.join(f).is_file(), "{f}");
+    }
+    let t: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("pg19.json")).unwrap()).unwrap();
+    let cols: Vec<&str> = t["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    let col = |n: &str| cols.iter().position(|c| *c == n).unwrap();
+    let rows = t["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    let dense_ppl = rows[0][col("dense ppl")].as_f64().unwrap();
+    assert!(dense_ppl > 1.0 && dense_ppl.is_finite());
+    for r in rows {
+        assert_eq!(r[col("tokens scored")], "10", "{r}");
+        assert_eq!(r[col("dense ppl")].as_f64().unwrap(), dense_ppl);
+        let ratio = r[col("ppl / dense")].as_f64().unwrap();
+        let kv = r[col("KV read")].as_f64().unwrap();
+        if r[col("selector")] == "dense" || r[col("budget")] == "1/1 (600)" {
+            assert_eq!(ratio, 1.0, "{r}");
+            assert_eq!(kv, 1.0, "{r}");
+        } else {
+            // 96 of ~590 context tokens
+            assert!(kv > 0.14 && kv < 0.19, "{r}");
+            assert!(ratio.is_finite() && ratio > 0.0 && ratio != 1.0, "{r}");
+        }
+    }
+}
+
+#[test]
+fn bad_eval_inputs_are_named() {
+    let s = setup("eval-bad");
+    let out = s.dir.join("out");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["--tasks", "nope"],
+            "--tasks nope: unknown LongBench task",
+        ),
+        (vec!["--selectors", "nope"], "selector nope"),
+        (
+            vec!["--data", "/nonexistent/lb"],
+            "--data /nonexistent/lb: no such file or directory",
+        ),
+        (vec!["--budget", "0"], "--budget 0: a budget of 0 tokens"),
+        (
+            vec!["--ctx", "100000"],
+            "--ctx 100000: larger than the model's context (4096 positions)",
+        ),
+        (vec!["--ctx", "100"], "--ctx 100: too short for task qasper"),
+        (
+            vec!["--tasks", "gov_report"],
+            "no gov_report.json or gov_report.jsonl",
+        ),
+    ];
+    for (extra, want) in cases {
+        let over: Vec<(&str, &str)> = extra.chunks(2).map(|c| (c[0], c[1])).collect();
+        let (o, _, err) = run(&mut longbench_with(&s, &out, &over));
+        assert_eq!(o.status.code(), Some(1), "{extra:?}: {err}");
+        assert!(err.contains(want), "{extra:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let (o, _, err) = run(dustin()
+        .args(["eval", "pg19", "--model"])
+        .arg(&s.model)
+        .args([
+            "--data",
+            "/nonexistent/pg19",
+            "--ctx",
+            "600",
+            "--budget",
+            "64",
+        ]));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        err.contains("--data /nonexistent/pg19: no such file"),
+        "{err}"
+    );
+}
