@@ -246,6 +246,7 @@ impl<B: Backend> Drafter<B> for NoDraft {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run<B: Backend, D: Drafter<B>, V: Verifier<B>>(
     mut drafter: Option<&mut D>,
     verifier: &mut V,
