@@ -35,6 +35,10 @@ enum Task {
         #[arg(long)]
         quick: bool,
     },
+    /// Build and stage the CUDA `dustin` and `dustin-kernels-gpu` binaries, the Qwen2.5
+    /// configs and the device scripts for the end-to-end benchmark (issue 7); print the device
+    /// commands (`scripts/gpu_e2e.sh`).
+    GpuE2e,
     /// Run each fuzz target of fuzz/ for a short time (needs nightly and cargo-fuzz).
     FuzzSmoke {
         /// Seconds per target.
@@ -223,11 +227,64 @@ fn gpu_kernels(quick: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// Builds the CUDA binaries and stages them, the Qwen2.5 configs and `scripts/` into the
+/// device folder (`DUSTIN_DEVICE_DIR`, else `.device`).
+fn gpu_e2e() -> Result<(), String> {
+    let root = root();
+    run(Command::new("cargo").current_dir(&root).args([
+        "build",
+        "--release",
+        "--features",
+        "cuda",
+        "-p",
+        "dustin-cli",
+        "-p",
+        "dustin-kernels",
+    ]))?;
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root.join("target"));
+    let dev = std::env::var("DUSTIN_DEVICE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root.join(".device"));
+    std::fs::create_dir_all(dev.join("configs")).map_err(|e| e.to_string())?;
+    for bin in ["dustin", "dustin-kernels-gpu"] {
+        let src = target.join("release").join(bin);
+        let dst = dev.join(bin);
+        std::fs::copy(&src, &dst).map_err(|e| format!("{}: {e}", src.display()))?;
+        let _ = Command::new("strip").arg(&dst).status();
+    }
+    let cfgs = root.join("../shared/data/qwen2.5");
+    for e in std::fs::read_dir(&cfgs)
+        .map_err(|e| format!("{}: {e}", cfgs.display()))?
+        .flatten()
+    {
+        std::fs::copy(e.path(), dev.join("configs").join(e.file_name()))
+            .map_err(|e| e.to_string())?;
+    }
+    for e in std::fs::read_dir(root.join("scripts"))
+        .map_err(|e| e.to_string())?
+        .flatten()
+    {
+        if e.path().is_file() {
+            std::fs::copy(e.path(), dev.join(e.file_name())).map_err(|e| e.to_string())?;
+        }
+    }
+    println!("staged {}", dev.display());
+    println!("run on the GPU machine (carry [\".device\"]), one call each, under 10 minutes:");
+    println!(
+        "  bash .device/gpu_e2e.sh 7b      # kernels check + Qwen2.5-7B / 0.5B, 8k-32k, B 1/8/16"
+    );
+    println!("  bash .device/gpu_e2e.sh 72b     # Qwen2.5-72B shapes (20 layers), 32k, B 8/16 + HF peers");
+    Ok(())
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let r = match cli.task {
         Task::StageGpu => stage_gpu(),
         Task::GpuKernels { quick } => gpu_kernels(quick),
+        Task::GpuE2e => gpu_e2e(),
         Task::FetchModel => run(Command::new("cargo").current_dir(root()).args([
             "run",
             "--release",

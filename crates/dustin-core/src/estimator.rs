@@ -90,6 +90,25 @@ pub trait AttentionHook<B: Backend> {
     fn on_probs(&mut self, _layer: usize, _phase: Phase, _probs: &Tensor<B, 4>) -> Result<()> {
         Ok(())
     }
+
+    /// Whether the hook needs only the attention mass per key (the probabilities summed over
+    /// the heads of each KV head and the query rows) rather than the probabilities: a model
+    /// with fused kernels then computes the mass with one scoring kernel and keeps its fused
+    /// attention, and calls [`AttentionHook::on_key_mass`] instead of
+    /// [`AttentionHook::on_probs`]. A hook that says `true` here must accept either call.
+    fn wants_key_mass(&self, _layer: usize, _phase: Phase) -> bool {
+        false
+    }
+
+    /// The attention mass per key of a dense layer, f32 `[batch, kv_heads, keys_len]`: entry
+    /// `(b, h, j)` is the probability of key `j` summed over the query heads of KV head `h`
+    /// and the `n_new` rows (what [`AttentionHook::on_probs`] would give summed that way).
+    ///
+    /// # Errors
+    /// Whatever the implementation reports.
+    fn on_key_mass(&mut self, _layer: usize, _phase: Phase, _mass: &Tensor<B, 3>) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// The hook that always attends densely and records nothing.

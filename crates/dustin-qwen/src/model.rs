@@ -615,10 +615,32 @@ impl<B: KernelOps> Qwen2<B> {
         }
         let dev = &self.device;
         let fused = self.kernels.unwrap_or(B::FUSED);
+        // a hook that needs only the mass per key gets it from the scoring kernel, and the
+        // layer keeps its fused attention
+        let mut mass_done = false;
+        if fused && n <= MAX_NEW && selection.is_none() && hook.wants_key_mass(li, phase) {
+            let all: Vec<usize> = (0..nh).collect();
+            if let Some(mass) = fallback(B::head_subset_scores(
+                q.clone(),
+                view.k.clone(),
+                ctx_lens,
+                &all,
+                scale,
+            ))? {
+                hook.on_key_mass(li, phase, &mass)?;
+                mass_done = true;
+            }
+        }
         let kernel_out = match &selection {
-            None if fused && n <= MAX_NEW && !hook.wants_probs(li, phase) => fallback(
-                B::verify_attention(q.clone(), view.k.clone(), view.v.clone(), ctx_lens, scale),
-            )?,
+            None if fused && n <= MAX_NEW && (mass_done || !hook.wants_probs(li, phase)) => {
+                fallback(B::verify_attention(
+                    q.clone(),
+                    view.k.clone(),
+                    view.v.clone(),
+                    ctx_lens,
+                    scale,
+                ))?
+            }
             Some(sel) if fused && n <= MAX_NEW => fallback(B::sparse_verify_attention(
                 q.clone(),
                 view.k.clone(),
@@ -672,7 +694,7 @@ impl<B: KernelOps> Qwen2<B> {
                 let scores = qg.matmul(view.k.swap_dims(2, 3)).mul_scalar(scale);
                 let scores = scores.reshape([batch, kvh, g, n, keys_len]) + mask;
                 let probs = activation::softmax(scores, 4).reshape([batch, kvh, g * n, keys_len]);
-                if hook.wants_probs(li, phase) {
+                if !mass_done && hook.wants_probs(li, phase) {
                     hook.on_probs(li, phase, &probs.clone().reshape([batch, nh, n, keys_len]))?;
                 }
                 probs.matmul(view.v)

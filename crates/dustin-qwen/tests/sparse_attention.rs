@@ -199,3 +199,81 @@ fn kernel_attention_path_equals_the_model_path() {
         }
     }
 }
+
+/// Records the attention mass per (sequence, key) of every decode layer, from whichever call
+/// the model makes: probabilities (plain path) or key mass (kernel path).
+#[derive(Default)]
+struct Mass {
+    rows: Vec<Vec<f32>>,
+    via_mass: usize,
+}
+
+impl AttentionHook<B> for Mass {
+    fn on_layer(
+        &mut self,
+        _ctx: &LayerAttnCtx<'_, B>,
+    ) -> dustin_core::Result<Option<LayerSelection<B>>> {
+        Ok(None)
+    }
+    fn wants_probs(&self, _layer: usize, phase: Phase) -> bool {
+        phase == Phase::Decode
+    }
+    fn on_probs(&mut self, _: usize, _: Phase, probs: &Tensor<B, 4>) -> dustin_core::Result<()> {
+        let [b, _, _, l] = probs.dims();
+        let m = probs.clone().sum_dim(1).sum_dim(2).reshape([b * l]);
+        self.rows.push(m.into_data().to_vec().unwrap());
+        Ok(())
+    }
+    fn wants_key_mass(&self, layer: usize, phase: Phase) -> bool {
+        self.wants_probs(layer, phase)
+    }
+    fn on_key_mass(&mut self, _: usize, _: Phase, mass: &Tensor<B, 3>) -> dustin_core::Result<()> {
+        let [b, _, l] = mass.dims();
+        let m = mass.clone().sum_dim(1).reshape([b * l]);
+        self.rows.push(m.into_data().to_vec().unwrap());
+        self.via_mass += 1;
+        Ok(())
+    }
+}
+
+/// A hook that needs only the mass per key gets the same figures from the kernel path's
+/// scoring op as from the plain path's probabilities (the draft lookahead of `dustin`).
+#[test]
+fn key_mass_through_the_kernels_equals_summed_probabilities() {
+    for name in ["qwen2-gqa7", "llama"] {
+        let prompts = vec![
+            vec![5u32, 17, 33, 2, 90, 61, 7, 44, 12],
+            vec![9, 1, 64, 30, 22],
+        ];
+        let new = vec![vec![3u32, 4], vec![6, 7]];
+        let mut plain = Mass::default();
+        let mut kern = Mass::default();
+        verify_logits(
+            &model(name).with_kernels(Some(false)),
+            &prompts,
+            &new,
+            &mut plain,
+        );
+        verify_logits(
+            &model(name).with_kernels(Some(true)),
+            &prompts,
+            &new,
+            &mut kern,
+        );
+        assert_eq!(plain.via_mass, 0);
+        assert_eq!(kern.via_mass, kern.rows.len());
+        assert_eq!(plain.rows.len(), kern.rows.len());
+        assert!(!plain.rows.is_empty());
+        for (a, b) in plain.rows.iter().zip(&kern.rows) {
+            let err = a
+                .iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0f32, f32::max);
+            assert!(err < 1e-5, "{name}: {err}");
+            // heads x rows of probability per sequence
+            let total: f32 = a.iter().sum();
+            assert!(total > 1.0, "{name}: {total}");
+        }
+    }
+}

@@ -54,6 +54,20 @@ impl<B: Backend> AttentionHook<B> for LookaheadHook<B> {
         let _ = (h, n);
         Ok(())
     }
+    fn wants_key_mass(&self, layer: usize, phase: Phase) -> bool {
+        self.wants_probs(layer, phase)
+    }
+    fn on_key_mass(
+        &mut self,
+        _layer: usize,
+        _phase: Phase,
+        mass: &Tensor<B, 3>,
+    ) -> dustin_core::Result<()> {
+        let [b, _, l] = mass.dims();
+        // sum over KV heads (each already summed over its query heads and the rows)
+        self.parts.push(mass.clone().sum_dim(1).reshape([b, l]));
+        Ok(())
+    }
 }
 
 /// A drafter backed by a [`Qwen2`] model: a separate small model sharing the target's

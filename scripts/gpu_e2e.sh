@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# End-to-end GPU benchmark of issue 7, run on the GPU machine from the repository root with
+# `.device` carried (staged by `cargo run --release -p xtask -- gpu-e2e`).
+#   bash .device/gpu_e2e.sh 7b    # row-score kernel check; Qwen2.5-7B target + 0.5B draft,
+#                                 # contexts 32k, 8k, 16k, batch 1, 8, 16, every mode
+#   bash .device/gpu_e2e.sh 72b   # Qwen2.5-72B shapes (first 20 of 80 layers) + 0.5B draft,
+#                                 # 32k, batch 8, 16; HF transformers peers at 7B
+# Env: OUT (results folder), TAU (mean acceptance length of every speculative mode, default
+# 1.36: dense and dustin on SmolLM2 at 4096 tokens, docs/fidelity.md), LIMIT (seconds per
+# group). Each group is one process; nvidia-smi samples its memory every 100 ms (peak in
+# mem.jsonl).
+set -u
+D=.device
+C=$D/configs
+OUT=${OUT:-/tmp/dustin-e2e}
+mkdir -p "$OUT"
+TAU=${TAU:-1.36}
+DRAFT=$C/Qwen2.5-0.5B-Instruct.config.json
+
+group() {
+    local name=$1
+    shift
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$OUT/mem_$name.txt" 2>/dev/null &
+    local watch=$!
+    timeout "${LIMIT:-240}" "$D/dustin" bench-e2e --device cuda --json "$OUT/e2e.jsonl" \
+        --accept "default=$TAU" --draft "$DRAFT" "$@" 2>&1 | tee "$OUT/$name.txt"
+    kill "$watch" 2>/dev/null
+    wait "$watch" 2>/dev/null
+    echo "{\"group\":\"$name\",\"peak_mib\":$(sort -n "$OUT/mem_$name.txt" | tail -1)}" | tee -a "$OUT/mem.jsonl"
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/machine.txt"
+case "${1:-7b}" in
+7b)
+    timeout 120 "$D/dustin-kernels-gpu" check 2>&1 | tee "$OUT/check.txt" | grep -E "row scores|FAIL|fail|pass|ok" | tail -30
+    for ctx in 32768 8192 16384; do
+        group "7b_$ctx" --target "$C/Qwen2.5-7B-Instruct.config.json" --ctx "$ctx" --batch 1,8,16
+    done
+    ;;
+72b)
+    group 72b_32768 --target "$C/Qwen2.5-72B-Instruct.config.json" --target-layers 20 \
+        --ctx 32768 --batch 8,16
+    PYTHONUNBUFFERED=1 timeout "${HF_LIMIT:-300}" python3 "$D/hf_e2e_bench.py" "$C" 2>&1 | tee "$OUT/hf.jsonl"
+    ;;
+*)
+    echo "usage: gpu_e2e.sh 7b|72b" >&2
+    exit 2
+    ;;
+esac
