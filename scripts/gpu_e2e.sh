@@ -5,6 +5,9 @@
 #                                 # contexts 32k, 8k, 16k, batch 1, 8, 16, every mode
 #   bash .device/gpu_e2e.sh 72b   # Qwen2.5-72B shapes (first 20 of 80 layers) + 0.5B draft,
 #                                 # 32k, batch 8, 16; HF transformers peers at 7B
+#   bash .device/gpu_e2e.sh grid  # 7B at 32k, 72B, 7B at 8k and 16k (no check, no peers)
+#   bash .device/gpu_e2e.sh hf    # the HF transformers peers only
+#   bash .device/gpu_e2e.sh final # 32k: 7B B 1/8/16, 72B B 8/16, HF peers at 32k B 1/8
 # Env: OUT (results folder), TAU (mean acceptance length of every speculative mode, default
 # 1.36: dense and dustin on SmolLM2 at 4096 tokens, docs/fidelity.md), LIMIT (seconds per
 # group). Each group is one process; nvidia-smi samples its memory every 100 ms (peak in
@@ -23,7 +26,7 @@ group() {
     nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$OUT/mem_$name.txt" 2>/dev/null &
     local watch=$!
     timeout "${LIMIT:-240}" "$D/dustin" bench-e2e --device cuda --json "$OUT/e2e.jsonl" \
-        --accept "default=$TAU" --draft "$DRAFT" "$@" 2>&1 | tee "$OUT/$name.txt"
+        --accept "default=$TAU" --draft "$DRAFT" --warmup 2 --iters 6 "$@" 2>&1 | tee "$OUT/$name.txt"
     kill "$watch" 2>/dev/null
     wait "$watch" 2>/dev/null
     echo "{\"group\":\"$name\",\"peak_mib\":$(sort -n "$OUT/mem_$name.txt" | tail -1)}" | tee -a "$OUT/mem.jsonl"
@@ -31,6 +34,25 @@ group() {
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/machine.txt"
 case "${1:-7b}" in
+grid)
+    # the whole grid without the kernel check and the peers (one call of about 9 minutes)
+    group 7b_32768 --target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 32768 --batch 1,8,16
+    group 72b_32768 --target "$C/Qwen2.5-72B-Instruct.config.json" --target-layers 20 \
+        --ctx 32768 --batch 8,16
+    group 7b_8192 --target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 8192 --batch 1,8,16
+    group 7b_16384 --target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 16384 --batch 1,8,16
+    ;;
+final)
+    # 32k only: 7B at batch 1, 8, 16 and 72B (20 layers) at 8, 16, then the HF peers at 32k
+    LIMIT=${LIMIT_7B:-210} group 7b_32768 --target "$C/Qwen2.5-7B-Instruct.config.json" \
+        --ctx 32768 --batch 1,8,16
+    LIMIT=${LIMIT_72B:-150} group 72b_32768 --target "$C/Qwen2.5-72B-Instruct.config.json" \
+        --target-layers 20 --ctx 32768 --batch 8,16
+    PYTHONUNBUFFERED=1 timeout "${HF_LIMIT:-140}" python3 "$D/hf_e2e_bench.py" "$C" --quick 2>&1 | tee "$OUT/hf.jsonl"
+    ;;
+hf)
+    PYTHONUNBUFFERED=1 timeout "${HF_LIMIT:-540}" python3 "$D/hf_e2e_bench.py" "$C" 2>&1 | tee "$OUT/hf.jsonl"
+    ;;
 7b)
     timeout 120 "$D/dustin-kernels-gpu" check 2>&1 | tee "$OUT/check.txt" | grep -E "row scores|FAIL|fail|pass|ok" | tail -30
     for ctx in 32768 8192 16384; do
@@ -43,7 +65,7 @@ case "${1:-7b}" in
     PYTHONUNBUFFERED=1 timeout "${HF_LIMIT:-300}" python3 "$D/hf_e2e_bench.py" "$C" 2>&1 | tee "$OUT/hf.jsonl"
     ;;
 *)
-    echo "usage: gpu_e2e.sh 7b|72b" >&2
+    echo "usage: gpu_e2e.sh 7b|72b|grid|hf|final" >&2
     exit 2
     ;;
 esac

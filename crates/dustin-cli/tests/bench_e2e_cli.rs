@@ -59,7 +59,7 @@ fn every_mode_runs_under_the_schedule() {
     );
     for r in &rows {
         let mode = r["mode"].as_str().unwrap();
-        let tau = r["tau"].as_f64().unwrap();
+        let tau = r["tau_measured"].as_f64().unwrap();
         // schedule 1.5 accepted: iterations 1..=4 accept 2, 1, 2, 1 -> tau 2.5; 1.0 -> 2.0
         let want = match mode {
             "ar" => 1.0,
@@ -67,6 +67,7 @@ fn every_mode_runs_under_the_schedule() {
             _ => 2.5,
         };
         assert_eq!(tau, want, "{mode}");
+        assert_eq!(r["tau"].as_f64().unwrap(), want, "{mode}");
         let kv = r["kv_read"].as_f64().unwrap();
         if mode == "ar" || mode == "dense" {
             assert_eq!(kv, 1.0, "{mode}");

@@ -199,7 +199,7 @@ fn bound_scores<B: Backend>(
     s.max_dim(2).reshape([b, kvh, pages])
 }
 
-impl<B: Backend> ImportanceEstimator<B> for Quest<B> {
+impl<B: dustin_kernels::KernelOps> ImportanceEstimator<B> for Quest<B> {
     fn name(&self) -> String {
         "quest".into()
     }
@@ -219,7 +219,23 @@ impl<B: Backend> ImportanceEstimator<B> for Quest<B> {
         let uniform = c > 0 && a.ctx_lens.iter().all(|&l| l == c);
         let pages = if uniform {
             let (kmin, kmax) = self.uniform_bounds(a.layer, a.k, c);
-            bound_scores(a.q, kmin, kmax)
+            // the fused page-scoring kernel where the backend has one: Burn's matmul here
+            // would be re-autotuned whenever the page count changes (its tuning key holds the
+            // shapes' power-of-two alignment)
+            let fused = if B::FUSED {
+                match B::quest_page_scores(a.q.clone(), kmin.clone(), kmax.clone(), a.ctx_lens, p)
+                {
+                    Ok(s) => Some(s),
+                    Err(dustin_kernels::KernelError::Unsupported(_)) => None,
+                    Err(e) => return Err(crate::topk::kernel_error(e)),
+                }
+            } else {
+                None
+            };
+            match fused {
+                Some(s) => s,
+                None => bound_scores(a.q, kmin, kmax),
+            }
         } else {
             page_scores(a.q, a.k, a.ctx_lens, p)
         };
