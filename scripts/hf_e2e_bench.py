@@ -6,7 +6,8 @@ config.json files, bf16, SDPA attention. Greedy `generate` of 33 new tokens afte
 generation (batch 1 only: HF does not batch it) with 4 assistant tokens: random weights make
 its acceptance whatever they make it (about 0); its ms per generated token is reported as
 measured. Peak memory: torch.cuda.max_memory_allocated per shape.
-Usage: python3 hf_e2e_bench.py CONFIG_DIR [--quick]   (one JSON line a shape)
+Usage: python3 hf_e2e_bench.py CONFIG_DIR [--quick] [--batches=1,8] [--assist]
+(one JSON line a shape; --assist runs assisted generation at batch 1 whatever the batches)
 """
 import json
 import sys
@@ -20,11 +21,15 @@ quick = "--quick" in sys.argv
 dev = "cuda"
 
 
-def build(name):
+def build(name, vocab=None):
     cfg = AutoConfig.from_pretrained(f"{cfg_dir}/{name}.config.json")
+    if vocab is not None:
+        # HF assisted generation wants one vocabulary: the 0.5B config lists 151936 ids, the
+        # 7B 152064 (the same tokenizer, padded differently)
+        cfg.vocab_size = vocab
     cfg._attn_implementation = "sdpa"
     with torch.device(dev):
-        m = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.bfloat16)
+        m = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
     return m.eval()
 
 
@@ -37,11 +42,14 @@ def timed(fn):
 
 
 target = build("Qwen2.5-7B-Instruct")
-draft = build("Qwen2.5-0.5B-Instruct")
+draft = build("Qwen2.5-0.5B-Instruct", vocab=target.config.vocab_size)
 vocab = min(target.config.vocab_size, draft.config.vocab_size)
 print(json.dumps({"torch": torch.__version__, "gpu": torch.cuda.get_device_name()}), flush=True)
 ctxs = [32768] if quick else [8192, 16384, 32768]
 batches = [1, 8] if quick else [1, 8, 16]
+for a in sys.argv:
+    if a.startswith("--batches="):
+        batches = [int(x) for x in a.split("=", 1)[1].split(",")]
 gen = dict(do_sample=False, pad_token_id=0, eos_token_id=None)
 with torch.inference_mode():
     # warm-up (kernel selection)
@@ -62,13 +70,14 @@ with torch.inference_mode():
             except torch.OutOfMemoryError as e:
                 row = {"peer": "hf-generate", "model": "7B", "ctx": ctx, "batch": b, "error": "OOM"}
             print(json.dumps(row), flush=True)
-            if b == 1:
+            if b == 1 or "--assist" in sys.argv:
                 torch.cuda.reset_peak_memory_stats()
                 kw = dict(assistant_model=draft, **gen)
                 draft.generation_config.num_assistant_tokens = 4
                 draft.generation_config.num_assistant_tokens_schedule = "constant"
-                t1, _ = timed(lambda: target.generate(ids, max_new_tokens=1, min_new_tokens=1, **kw))
-                t33, out = timed(lambda: target.generate(ids, max_new_tokens=33, min_new_tokens=33, **kw))
+                one = ids[:1]
+                t1, _ = timed(lambda: target.generate(one, max_new_tokens=1, min_new_tokens=1, **kw))
+                t33, out = timed(lambda: target.generate(one, max_new_tokens=33, min_new_tokens=33, **kw))
                 ms = 1e3 * (t33 - t1) / 32
                 print(json.dumps({"peer": "hf-assisted", "model": "7B", "ctx": ctx, "batch": 1,
                                   "ms_per_token": ms, "tokens_per_sec": 1e3 / ms,

@@ -62,6 +62,11 @@ pub struct Pg19Args {
     /// Draft tokens per verification (each window verifies gamma + 1 tokens).
     #[arg(long, default_value_t = 4)]
     pub gamma: usize,
+    /// Tokens of a speculative run per row that measures the acceptance length (0: none,
+    /// the default). Rows are keyed by it, so `--spec-tokens 8 --out out/fidelity` reads the
+    /// rows an `eval fidelity --spec-tokens 8` run stored there instead of recomputing them.
+    #[arg(long, default_value_t = 0)]
+    pub spec_tokens: usize,
     /// Output folder (results.jsonl, pg19.md, pg19.json, `pg19_ctx<N>.svg`).
     #[arg(long, default_value = "out/pg19")]
     pub out: PathBuf,
@@ -71,7 +76,7 @@ pub struct Pg19Args {
 }
 
 impl Pg19Args {
-    /// The fidelity run that computes the rows: no speculative run.
+    /// The fidelity run that computes the rows (a speculative run only with `--spec-tokens`).
     fn fidelity_args(&self) -> FidelityArgs {
         FidelityArgs {
             model: self.model.clone(),
@@ -85,7 +90,7 @@ impl Pg19Args {
             select: self.select.clone(),
             windows: self.windows,
             gamma: self.gamma,
-            spec_tokens: 0,
+            spec_tokens: self.spec_tokens,
             out: self.out.clone(),
             device: self.device,
         }

@@ -223,8 +223,7 @@ impl<B: dustin_kernels::KernelOps> ImportanceEstimator<B> for Quest<B> {
             // would be re-autotuned whenever the page count changes (its tuning key holds the
             // shapes' power-of-two alignment)
             let fused = if B::FUSED {
-                match B::quest_page_scores(a.q.clone(), kmin.clone(), kmax.clone(), a.ctx_lens, p)
-                {
+                match B::quest_page_scores(a.q.clone(), kmin.clone(), kmax.clone(), a.ctx_lens, p) {
                     Ok(s) => Some(s),
                     Err(dustin_kernels::KernelError::Unsupported(_)) => None,
                     Err(e) => return Err(crate::topk::kernel_error(e)),
