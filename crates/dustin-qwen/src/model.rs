@@ -652,28 +652,26 @@ impl<B: KernelOps> Qwen2<B> {
             ))?,
             _ => None,
         };
-        if let Some(out) = kernel_out {
-            match &selection {
-                None => {
-                    for (b, &l) in ctx_lens.iter().enumerate() {
-                        reads[b] += (l * kvh) as u64;
-                    }
-                }
-                Some(sel) => {
-                    for (b, &cnt) in sel.counts.iter().enumerate() {
-                        reads[b] += (cnt.min(ctx_lens[b]) * kvh) as u64;
-                    }
+        // context positions read, per sequence (the new tokens are not counted)
+        match &selection {
+            None => {
+                for (b, &l) in ctx_lens.iter().enumerate() {
+                    reads[b] += (l * kvh) as u64;
                 }
             }
+            Some(sel) => {
+                for (b, &cnt) in sel.counts.iter().enumerate().take(batch) {
+                    reads[b] += (cnt.min(ctx_lens[b]) * kvh) as u64;
+                }
+            }
+        }
+        if let Some(out) = kernel_out {
             let out = out.swap_dims(1, 2).reshape([batch, n, nh * hd]);
             return Ok(layer.o.forward(out));
         }
         let qg = q.reshape([batch, kvh, g * n, hd]);
         let out = match selection {
             None => {
-                for (b, &l) in ctx_lens.iter().enumerate() {
-                    reads[b] += (l * kvh) as u64;
-                }
                 // key j is visible to new token i of sequence b iff j <= ctx_lens[b] + i
                 let mut mask = Vec::with_capacity(batch * n * keys_len);
                 for &l in ctx_lens {
@@ -708,9 +706,6 @@ impl<B: KernelOps> Qwen2<B> {
                         expected: vec![batch, kvh, kk],
                         found: vec![sb, sh, kk],
                     }));
-                }
-                for (b, &cnt) in counts.iter().enumerate() {
-                    reads[b] += (cnt.min(ctx_lens[b]) * kvh) as u64;
                 }
                 // flat row index ((b * kvh + h) * keys_len + pos) into [batch*kvh*keys_len, hd]
                 let offs: Vec<i64> = (0..batch * kvh).map(|r| (r * keys_len) as i64).collect();
