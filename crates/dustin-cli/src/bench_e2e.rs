@@ -34,8 +34,9 @@ use crate::backend::DeviceKind;
 use crate::generate::{build_policy, FileConfig};
 use crate::CliError;
 
-/// HBM bandwidth of the H200 used for the floors, bytes/s (NVIDIA's 4.8 TB/s datasheet figure
-/// is the peak; 4.3 TB/s is the copy rate GPU.md's reference figures are based on).
+/// HBM bandwidth of the H200 used for the floors, bytes/s: the figure `../shared/docs/GPU.md`
+/// uses for its floors (NVIDIA's datasheet peak is 4.8 TB/s; a device-to-device copy
+/// measured 4.0 TB/s counting read and write).
 pub const HBM_BYTES_PER_SEC: f64 = 4.3e12;
 
 /// Arguments of `dustin bench-e2e`.
@@ -44,8 +45,8 @@ pub struct E2eArgs {
     /// HF `config.json` of the target (for example Qwen2.5-7B-Instruct's).
     #[arg(long)]
     pub target: PathBuf,
-    /// Keep only the first N target layers (a 72B target on one GPU); the report scales
-    /// per-layer figures by nothing: it states the layers measured.
+    /// Keep only the first N target layers (a 72B target on one GPU); the rows state the
+    /// layers measured (docs/perf.md scales them to the full depth by hand).
     #[arg(long)]
     pub target_layers: Option<usize>,
     /// HF `config.json` of the draft model (for example Qwen2.5-0.5B-Instruct's).
@@ -256,7 +257,8 @@ pub struct Row {
     pub floor_ms: f64,
     /// `iter_ms / floor_ms`.
     pub over_floor: f64,
-    /// Wall seconds of the tail prefill (random prefix + real tail, all sequences).
+    /// Wall seconds of the engine's prefill: the real tail of every sequence through target
+    /// and draft (the random prefixes are made before and not counted).
     pub setup_secs: f64,
 }
 
