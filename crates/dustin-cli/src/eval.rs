@@ -884,6 +884,7 @@ fn compute_rows<B: KernelOps>(
             let df = ModelFiles::open(&p)?;
             (Arc::new(df.build::<B>(max_ctx, dev)?), None, false)
         }
+        DraftSpec::Substitute(sub) => (Arc::new(sub.build(&target)?), None, false),
     };
     let vocab = tok.vocab_size().min(target.config.vocab_size);
     let cx = Ctx {

@@ -626,6 +626,7 @@ pub(super) fn longbench<B: KernelOps>(
             crate::generate::check_vocab(&tok, &df.tokenizer)?;
             (Arc::new(df.build::<B>(ctx, dev)?), None, false)
         }
+        DraftSpec::Substitute(sub) => (Arc::new(sub.build(&target)?), None, false),
     };
     let vocab = tok.vocab_size().min(target.config.vocab_size);
     let cx = Cx {
