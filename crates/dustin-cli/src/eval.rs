@@ -83,7 +83,9 @@ pub struct FidelityArgs {
     /// Target model (HF directory or .gguf). Default: the cached SmolLM2-135M-Instruct.
     #[arg(long)]
     pub model: Option<PathBuf>,
-    /// Draft: `self:layers=N` (early-exit self-draft) or a model path (same tokenizer).
+    /// Draft: `self:layers=N` (early-exit self-draft), `substitute[:bits=B][:group=G][:layers=L]`
+    /// (SubSpec: the target with the listed layers group-quantized) or a model path (same
+    /// tokenizer).
     #[arg(long, default_value = "self:layers=20")]
     pub draft: String,
     /// A PG-19 book (.txt) or a directory of them.
