@@ -378,6 +378,27 @@ mod tests {
     }
 
     #[test]
+    fn q4_1_blocks_requantize_exactly() {
+        // a llama.cpp Q4_1 block (codes 0..=15 with both ends present, w = q d + m) is
+        // reproduced by 4 bits with groups of 32 aligned on the block: the codes come back and
+        // the values move by f32 rounding only (why tau is 5.00 on the Q4_1 SmolLM2 target)
+        let (d, m) = (0.021_3f32, -0.37f32);
+        let codes: Vec<u8> = (0..32u8).map(|i| (i * 7 + 3) % 16).collect();
+        assert!(codes.contains(&0) && codes.contains(&15));
+        let w: Vec<f32> = codes.iter().map(|&q| q as f32 * d + m).collect();
+        let q = quantize(&w, 32, 1, cfg(4, 32)).unwrap();
+        assert_eq!(q.codes, codes);
+        for (a, b) in q.dequantize().iter().zip(&w) {
+            assert!((a - b).abs() <= 1e-6, "{a} vs {b}");
+        }
+        // two blocks of different scales in one group of 64 are not reproduced
+        let mut w2 = w.clone();
+        w2.extend(w.iter().map(|v| v * 0.3));
+        let d2 = fake_quantize(&w2, 64, 1, cfg(4, 64)).unwrap();
+        assert!(d2.iter().zip(&w2).any(|(a, b)| (a - b).abs() > 1e-3));
+    }
+
+    #[test]
     fn constant_group_is_exact() {
         let w = vec![0.123_456_7f32; 64 * 3];
         for bits in [2, 4, 8] {
