@@ -83,7 +83,9 @@ pub struct FidelityArgs {
     /// Target model (HF directory or .gguf). Default: the cached SmolLM2-135M-Instruct.
     #[arg(long)]
     pub model: Option<PathBuf>,
-    /// Draft: `self:layers=N` (early-exit self-draft) or a model path (same tokenizer).
+    /// Draft: `self:layers=N` (early-exit self-draft), `substitute[:bits=B][:group=G][:layers=L]`
+    /// (SubSpec: the target with the listed layers group-quantized) or a model path (same
+    /// tokenizer).
     #[arg(long, default_value = "self:layers=20")]
     pub draft: String,
     /// A PG-19 book (.txt) or a directory of them.
@@ -884,6 +886,7 @@ fn compute_rows<B: KernelOps>(
             let df = ModelFiles::open(&p)?;
             (Arc::new(df.build::<B>(max_ctx, dev)?), None, false)
         }
+        DraftSpec::Substitute(sub) => (Arc::new(sub.build(&target)?), None, false),
     };
     let vocab = tok.vocab_size().min(target.config.vocab_size);
     let cx = Ctx {

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use clap::Args;
 use dustin_core::{CancelToken, SamplingConfig};
 use dustin_qwen::generate::{generate, FinishReason, GenerateConfig};
-use dustin_qwen::{ModelFiles, StreamDecoder, Tokenizer};
+use dustin_qwen::{
+    substitute_model, ModelFiles, Qwen2, StreamDecoder, SubstituteConfig, Tokenizer,
+};
 use dustin_spec::{ModelDrafter, ModelVerifier, SpecConfig, SpeculativeDecoder};
 
 use crate::backend::DeviceKind;
@@ -48,8 +50,10 @@ pub struct GenerateArgs {
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
-    /// Draft for speculative decoding: a model path (same tokenizer as the target), or
-    /// `self:layers=N` (the target's first N layers and its LM head: early-exit self-draft).
+    /// Draft for speculative decoding: a model path (same tokenizer as the target),
+    /// `self:layers=N` (the target's first N layers and its LM head: early-exit self-draft),
+    /// or `substitute[:bits=4][:group=64][:layers=half|a-b,c]` (SubSpec: the whole target with
+    /// the listed layers, default the second half, group-quantized to `bits` bits).
     /// Without it, decoding is autoregressive.
     #[arg(long)]
     pub draft: Option<String>,
@@ -213,9 +217,162 @@ pub enum DraftSpec {
     SelfLayers(usize),
     /// A separate model.
     Model(PathBuf),
+    /// SubSpec substitute draft: the target with the listed layers group-quantized
+    /// (`dustin_qwen::substitute`).
+    Substitute(SubstituteSpec),
 }
 
-/// Parses `--draft`.
+/// Which layers a substitute draft quantizes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubstituteLayers {
+    /// The second half of the target's layers (`n / 2 .. n`): the layers that would be
+    /// offloaded.
+    Half,
+    /// Explicit layer indices (0-based), ascending, without repeats.
+    List(Vec<usize>),
+}
+
+/// `--draft substitute:bits=B:group=G:layers=L`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubstituteSpec {
+    /// Quantization settings (checked when the model is built).
+    pub cfg: SubstituteConfig,
+    /// Layers to substitute.
+    pub layers: SubstituteLayers,
+}
+
+impl SubstituteSpec {
+    /// The layer indices for a target of `num_layers` layers.
+    pub fn resolve(&self, num_layers: usize) -> Vec<usize> {
+        match &self.layers {
+            SubstituteLayers::Half => dustin_qwen::substitute::second_half(num_layers),
+            SubstituteLayers::List(l) => l.clone(),
+        }
+    }
+
+    /// Builds the draft model from `target` (resident layers shared, listed layers
+    /// fake-quantized) and prints what it holds to stderr.
+    ///
+    /// # Errors
+    /// [`CliError::Model`] naming `substitute.layers` (an index past the target's layers),
+    /// `substitute.bits` or `substitute.group`.
+    pub fn build<B: burn_tensor::backend::Backend>(
+        &self,
+        target: &Qwen2<B>,
+    ) -> Result<Qwen2<B>, CliError> {
+        let layers = self.resolve(target.layers.len());
+        let model = substitute_model(target, &layers, self.cfg)?;
+        let weights: usize = layers
+            .iter()
+            .filter_map(|&l| target.layers.get(l))
+            .map(|l| {
+                [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down]
+                    .iter()
+                    .map(|lin| lin.weight.dims().iter().product::<usize>())
+                    .sum::<usize>()
+            })
+            .sum();
+        eprintln!(
+            "substitute draft: {} of {} layers ({}) at {} bits, group {}: {:.1} MB packed ({} bytes per weight) instead of {:.1} MB in bf16",
+            layers.len(),
+            target.layers.len(),
+            format_layers(&layers),
+            self.cfg.bits,
+            self.cfg.group,
+            weights as f64 * self.cfg.bytes_per_weight() / 1e6,
+            self.cfg.bytes_per_weight(),
+            weights as f64 * 2.0 / 1e6
+        );
+        Ok(model)
+    }
+}
+
+/// `1,3,5,6,7` -> `1,3,5-7`.
+fn format_layers(layers: &[usize]) -> String {
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < layers.len() {
+        let mut j = i;
+        while j + 1 < layers.len() && layers[j + 1] == layers[j] + 1 {
+            j += 1;
+        }
+        parts.push(if j > i {
+            format!("{}-{}", layers[i], layers[j])
+        } else {
+            layers[i].to_string()
+        });
+        i = j + 1;
+    }
+    parts.join(",")
+}
+
+fn parse_substitute(s: &str, rest: &str) -> Result<SubstituteSpec, CliError> {
+    let bad = |msg: String| {
+        CliError::Usage(format!(
+            "--draft {s}: {msg} (expected substitute[:bits=2..8][:group=G][:layers=half|a-b,c,...])"
+        ))
+    };
+    let mut spec = SubstituteSpec {
+        cfg: SubstituteConfig::default(),
+        layers: SubstituteLayers::Half,
+    };
+    if rest.is_empty() {
+        return Ok(spec);
+    }
+    let Some(rest) = rest.strip_prefix(':') else {
+        return Err(bad("keys follow a `:`".into()));
+    };
+    for kv in rest.split(':') {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| bad(format!("`{kv}` is not key=value")))?;
+        match k {
+            "bits" => {
+                spec.cfg.bits = v
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|b| (2..=8).contains(b))
+                    .ok_or_else(|| bad(format!("bits = `{v}` is not in 2 ..= 8")))?;
+            }
+            "group" => {
+                spec.cfg.group = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|&g| g > 0)
+                    .ok_or_else(|| bad(format!("group = `{v}` is not a positive integer")))?;
+            }
+            "layers" if v == "half" => spec.layers = SubstituteLayers::Half,
+            "layers" => {
+                let mut list = Vec::new();
+                for part in v.split(',') {
+                    let num = |t: &str| {
+                        t.parse::<usize>()
+                            .map_err(|_| bad(format!("layer `{t}` is not a layer index")))
+                    };
+                    match part.split_once('-') {
+                        Some((a, b)) => {
+                            let (a, b) = (num(a)?, num(b)?);
+                            if a > b {
+                                return Err(bad(format!("layer range `{part}` is empty")));
+                            }
+                            list.extend(a..=b);
+                        }
+                        None => list.push(num(part)?),
+                    }
+                }
+                list.sort_unstable();
+                list.dedup();
+                spec.layers = SubstituteLayers::List(list);
+            }
+            other => return Err(bad(format!("unknown key `{other}`"))),
+        }
+    }
+    Ok(spec)
+}
+
+/// Parses `--draft`: `self:layers=N`, `substitute[:bits=B][:group=G][:layers=L]` (keys in
+/// any order, separated by `:`; `L` is `half` or a comma list of layer indices and inclusive
+/// ranges such as `15-29` or `0,2,10-14`), or else a model path.
 pub fn parse_draft(s: &str) -> Result<DraftSpec, CliError> {
     if let Some(rest) = s.strip_prefix("self") {
         let n = rest
@@ -226,6 +383,9 @@ pub fn parse_draft(s: &str) -> Result<DraftSpec, CliError> {
                 CliError::Usage(format!("--draft {s}: expected self:layers=N with N >= 1"))
             })?;
         return Ok(DraftSpec::SelfLayers(n));
+    }
+    if let Some(rest) = s.strip_prefix("substitute") {
+        return Ok(DraftSpec::Substitute(parse_substitute(s, rest)?));
     }
     Ok(DraftSpec::Model(PathBuf::from(s)))
 }
@@ -290,7 +450,7 @@ fn run_on<B: KernelOps>(
     let file = read_config(&args.config)?;
     if args.draft.is_none() && args.selector != "dense" {
         return Err(CliError::Usage(format!(
-            "--selector {} needs speculative decoding: add --draft <path | self:layers=N>",
+            "--selector {} needs speculative decoding: add --draft <path | self:layers=N | substitute>",
             args.selector
         )));
     }
@@ -312,6 +472,10 @@ fn run_on<B: KernelOps>(
     };
     let mut cfgs = vec![&files.config];
     cfgs.extend(draft_files.as_ref().map(|d| &d.config));
+    if let Some(DraftSpec::Substitute(_)) = args.draft.as_deref().map(parse_draft).transpose()? {
+        // its own KV cache for every layer, of the target's shape
+        cfgs.push(&files.config);
+    }
     check_kv_memory::<B>(&cfgs, ids.len(), positions, dev)?;
     let model = Arc::new(files.build::<B>(positions, dev)?);
     let sampling = SamplingConfig {
@@ -375,6 +539,9 @@ fn run_on<B: KernelOps>(
                     };
                     check_vocab(&tok, &df.tokenizer)?;
                     ModelDrafter::new(Arc::new(df.build::<B>(positions, dev)?), None, extra)
+                }
+                DraftSpec::Substitute(sub) => {
+                    ModelDrafter::new(Arc::new(sub.build(&model)?), None, extra)
                 }
             };
             let policy = build_policy::<B>(&args.selector, args.budget, &file)?;
@@ -498,7 +665,64 @@ pub fn check_vocab(target: &Tokenizer, draft: &Tokenizer) -> Result<(), CliError
 
 #[cfg(test)]
 mod tests {
-    use super::parse_bytes;
+    use super::{parse_bytes, parse_draft, DraftSpec, SubstituteLayers, SubstituteSpec};
+    use dustin_qwen::SubstituteConfig;
+
+    fn sub(bits: u32, group: usize, layers: SubstituteLayers) -> DraftSpec {
+        DraftSpec::Substitute(SubstituteSpec {
+            cfg: SubstituteConfig { bits, group },
+            layers,
+        })
+    }
+
+    #[test]
+    fn substitute_drafts_parse() {
+        use SubstituteLayers::{Half, List};
+        assert_eq!(parse_draft("substitute").unwrap(), sub(4, 64, Half));
+        assert_eq!(parse_draft("substitute:bits=2").unwrap(), sub(2, 64, Half));
+        assert_eq!(
+            parse_draft("substitute:layers=15-29:bits=3:group=32").unwrap(),
+            sub(3, 32, List((15..=29).collect()))
+        );
+        assert_eq!(
+            parse_draft("substitute:layers=7,0-2,2:group=128").unwrap(),
+            sub(4, 128, List(vec![0, 1, 2, 7]))
+        );
+        assert_eq!(
+            parse_draft("substitute:layers=half").unwrap(),
+            sub(4, 64, Half)
+        );
+        assert_eq!(
+            parse_draft("self:layers=3").unwrap(),
+            DraftSpec::SelfLayers(3)
+        );
+        let DraftSpec::Substitute(s) = parse_draft("substitute").unwrap() else {
+            panic!("substitute")
+        };
+        assert_eq!(s.resolve(30), (15..30).collect::<Vec<_>>());
+        assert_eq!(super::format_layers(&[0, 1, 2, 7, 9, 10]), "0-2,7,9-10");
+    }
+
+    #[test]
+    fn bad_substitute_drafts_are_named() {
+        for (bad, want) in [
+            ("substitute:bits=9", "bits = `9` is not in 2 ..= 8"),
+            ("substitute:bits=1", "bits = `1` is not in 2 ..= 8"),
+            (
+                "substitute:group=0",
+                "group = `0` is not a positive integer",
+            ),
+            ("substitute:layers=5-2", "layer range `5-2` is empty"),
+            ("substitute:layers=a", "layer `a` is not a layer index"),
+            ("substitute:layers=1,,2", "layer `` is not a layer index"),
+            ("substitute:depth=3", "unknown key `depth`"),
+            ("substitute:bits", "`bits` is not key=value"),
+            ("substitute,bits=3", "keys follow a `:`"),
+        ] {
+            let e = parse_draft(bad).unwrap_err().to_string();
+            assert!(e.contains(want) && e.contains(bad), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn max_memory_sizes_parse() {

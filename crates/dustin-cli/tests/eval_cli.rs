@@ -266,6 +266,39 @@ fn longbench_scores_truncates_matches_autoregressive_and_resumes() {
     assert_eq!(full_rows, 9);
 }
 
+/// `--draft substitute` in `eval longbench` (a separate draft model, prefilled on its own):
+/// whatever the 2-bit draft proposes, dense verification gives the self-draft's predictions,
+/// with the target's greedy tokens.
+#[test]
+fn longbench_with_a_substitute_draft_matches_the_self_draft() {
+    let s = setup("longbench-substitute");
+    let go = |draft: &str, name: &str| {
+        let out = s.dir.join(name);
+        let over = [
+            ("--draft", draft),
+            ("--selectors", "dense,streaming"),
+            ("--budget", "1/1"),
+        ];
+        let (o, _, err) = run(&mut longbench_with(&s, &out, &over));
+        assert!(o.status.success(), "{draft}: {err}");
+        rows(&out)
+    };
+    let a = go("self:layers=1", "self");
+    let b = go("substitute:bits=2:layers=0-1", "substitute");
+    assert_eq!(a.len(), 6, "3 samples x (dense, streaming at 1/1)");
+    assert_eq!(b.len(), a.len());
+    for r in &a {
+        let (task, id, sel) = (
+            r["task"].as_str().unwrap(),
+            r["id"].as_str().unwrap(),
+            r["selector"].as_str().unwrap(),
+        );
+        let m = find(&b, task, id, sel, r["budget"].clone());
+        assert_eq!(m["prediction"], r["prediction"], "{task} {id} {sel}");
+        assert_eq!(m["new_tokens"], r["new_tokens"], "{task} {id} {sel}");
+    }
+}
+
 #[test]
 fn pg19_reports_perplexity_against_dense() {
     let dir = common::scratch("pg19");

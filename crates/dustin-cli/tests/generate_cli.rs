@@ -123,6 +123,70 @@ fn finished_batch_writes_reasons_and_exits_0() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--draft substitute` (SubSpec): greedy speculative output equals autoregressive output
+/// with every selector that keeps the whole context, and runs with sparse selectors.
+#[test]
+fn substitute_draft_matches_autoregressive() {
+    let dir = common::scratch("substitute");
+    let model = common::tiny_model(&dir, 256);
+    let run = |extra: &[&str]| {
+        let o = dustin()
+            .args(["generate", "--model"])
+            .arg(&model)
+            .args([
+                "--prompt",
+                "t5 t17 t33 t2 t90 t61 t7 t44",
+                "--max-new-tokens",
+                "12",
+            ])
+            .args(extra)
+            .output()
+            .expect("run dustin");
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(o.status.code(), Some(0), "{extra:?}: {err}");
+        (String::from_utf8_lossy(&o.stdout).into_owned(), err)
+    };
+    let (reference, _) = run(&[]);
+    for draft in ["substitute", "substitute:bits=2:group=16:layers=0-1"] {
+        for sel in ["dense", "dustin", "quest", "streaming"] {
+            let (out, err) = run(&["--draft", draft, "--selector", sel, "--budget", "128"]);
+            assert_eq!(out, reference, "{draft} {sel}");
+            assert!(err.contains("substitute draft: "), "{err}");
+            assert!(err.contains("mean acceptance length"), "{err}");
+        }
+        // a budget below the context (120 prompt tokens, budget 72 > sinks 4 + window 64):
+        // sparse verification runs to the end
+        let long: Vec<String> = (0..120).map(|i| format!("t{}", (i * 7) % 96)).collect();
+        let long = long.join(" ");
+        for sel in ["dustin", "quest"] {
+            let (_, err) = run(&[
+                "--prompt",
+                &long,
+                "--draft",
+                draft,
+                "--selector",
+                sel,
+                "--budget",
+                "72",
+            ]);
+            assert!(err.contains("finish: 0: length, 1: length"), "{err}");
+            let frac = err
+                .split("KV fraction read ")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|f| f.parse::<f64>().ok())
+                .expect("KV fraction");
+            assert!(frac < 0.9, "{draft} {sel}: sparse, read {frac}");
+        }
+    }
+    let (_, err) = run(&["--draft", "substitute:layers=1"]);
+    assert!(
+        err.contains("substitute draft: 1 of 2 layers (1) at 4 bits, group 64"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Runs `dustin generate` with `args` on the tiny model and returns (exit code, stderr).
 fn fails(args: &[&str], prompt_bytes: Option<&[u8]>) -> (Option<i32>, String) {
     let dir = common::scratch(&format!("bad-{}", args.join("-").replace(['/', ' '], "_")));
@@ -201,6 +265,21 @@ fn bad_inputs_exit_1_with_a_message() {
             ],
             None,
             "invalid `budget`",
+        ),
+        (
+            &["--prompt", "t1", "--draft", "substitute:layers=0-2"],
+            None,
+            "invalid config value `substitute.layers` = 2: layer indices 0 ..= 1 (the target has 2 layers)",
+        ),
+        (
+            &["--prompt", "t1", "--draft", "substitute:bits=9"],
+            None,
+            "--draft substitute:bits=9: bits = `9` is not in 2 ..= 8",
+        ),
+        (
+            &["--prompt", "t1", "--draft", "substitute:group=0"],
+            None,
+            "group = `0` is not a positive integer",
         ),
         (
             &["--prompt", "t1", "--max-memory", "1K"],

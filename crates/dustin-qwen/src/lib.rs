@@ -9,7 +9,9 @@
 //! - [`model`]: the forward pass with a preallocated ragged KV cache, chunked prefill and an
 //!   [`dustin_core::AttentionHook`] per layer for sparse attention and signal taps;
 //! - [`generate`]: autoregressive generation with greedy and temperature / top-p / top-k
-//!   sampling.
+//!   sampling;
+//! - [`substitute`]: group-quantized substitute layers for SubSpec drafting (a draft that is
+//!   the target with some layers replaced by low-bit copies).
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
@@ -20,6 +22,7 @@ pub mod gguf;
 pub mod load;
 pub mod model;
 pub mod safetensors_loader;
+pub mod substitute;
 pub mod tokenizer;
 pub mod weights;
 
@@ -28,5 +31,6 @@ pub use error::{QwenError, Result};
 pub use load::ModelFiles;
 pub use model::{ForwardOpts, ForwardOut, LogitsMode, Qwen2};
 pub use safetensors_loader::SafetensorsDir;
+pub use substitute::{substitute_model, SubstituteConfig};
 pub use tokenizer::{StreamDecoder, Tokenizer};
 pub use weights::{HostTensor, WeightSource};

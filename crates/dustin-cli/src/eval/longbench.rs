@@ -70,7 +70,9 @@ pub struct LongBenchArgs {
     /// Target model (HF directory or .gguf). Default: the cached SmolLM2-135M-Instruct.
     #[arg(long)]
     pub model: Option<PathBuf>,
-    /// Draft: `self:layers=N` (early-exit self-draft) or a model path (same tokenizer).
+    /// Draft: `self:layers=N` (early-exit self-draft), `substitute[:bits=B][:group=G][:layers=L]`
+    /// (SubSpec: the target with the listed layers group-quantized) or a model path (same
+    /// tokenizer).
     #[arg(long, default_value = "self:layers=20")]
     pub draft: String,
     /// LongBench data: a directory of `<task>.json` (MiniLongBench layout) or `<task>.jsonl`
@@ -626,6 +628,7 @@ pub(super) fn longbench<B: KernelOps>(
             crate::generate::check_vocab(&tok, &df.tokenizer)?;
             (Arc::new(df.build::<B>(ctx, dev)?), None, false)
         }
+        DraftSpec::Substitute(sub) => (Arc::new(sub.build(&target)?), None, false),
     };
     let vocab = tok.vocab_size().min(target.config.vocab_size);
     let cx = Cx {

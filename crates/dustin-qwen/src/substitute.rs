@@ -1,0 +1,453 @@
+//! Substitute layers for SubSpec-style drafting ("Speculate Deep and Accurate", issue 10).
+//!
+//! When a target's layers do not all fit in GPU memory, some are offloaded to host memory.
+//! SubSpec drafts with the target itself in which every offloaded layer is replaced by a
+//! low-bit quantized copy (a *substitute*) kept on the GPU, while the resident layers, the
+//! embedding, the final norm and the LM head are the target's own; the full-precision target
+//! then verifies. This module builds such a draft model.
+//!
+//! # Quantization
+//! Group-wise asymmetric integer quantization with round-to-nearest, applied to each linear
+//! weight `W` stored `[in, out]` (see [`crate::model::Linear`]): the input dimension is cut
+//! into groups of `group` consecutive rows (the last group may be shorter), and for each group
+//! and each output column
+//!
+//! ```text
+//! min = min(w), max = max(w) over the group's rows of that column
+//! scale = (max - min) / (2^bits - 1)
+//! q = clamp(round((w - min) / scale), 0, 2^bits - 1)      (q = 0 when scale = 0)
+//! w' = q * scale + min
+//! ```
+//!
+//! This is the min/max asymmetric scheme that is the round-to-nearest baseline of GPTQ / AWQ
+//! style group quantization, and the scheme of llama.cpp's `Q4_1` blocks (4 bits, groups of 32
+//! along the input dimension, `d` = scale and `m` = min). Every dequantized value is within
+//! `scale / 2` of the original (up to f32 rounding), and a constant group is reproduced exactly.
+//!
+//! # Memory
+//! The packed form holds `bits` bits per weight plus a scale and a min per group and column,
+//! both f16: [`SubstituteConfig::bytes_per_weight`] `= bits / 8 + 2 * 16 / 8 / group` bytes
+//! (4 bits, group 64: 0.5625 bytes, against 2 for bf16).
+//!
+//! # Numerics on the CPU
+//! Quantization and dequantization run in f32 on the host; scale and min are kept in f32 (a
+//! packed GPU form storing them in f16 adds a relative rounding of at most 2^-11 to each). On
+//! a GPU the packed codes are what would stay resident, dequantized inside the matmul; the
+//! values it multiplies with are the same dequantized `w'`, so the CPU draft uses a
+//! dequantized (fake-quantized) f32 copy of each substituted weight and runs the unchanged
+//! [`Qwen2::forward`]: the same draft tokens, without the memory saving.
+
+use burn_tensor::{backend::Backend, Tensor, TensorData};
+
+use crate::error::{QwenError, Result};
+use crate::model::{Layer, Linear, Qwen2};
+
+/// Default code width of a substitute weight (bits).
+pub const DEFAULT_BITS: u32 = 4;
+/// Default group length along the input dimension (rows of the `[in, out]` weight).
+pub const DEFAULT_GROUP: usize = 64;
+
+/// Quantization settings of substitute layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubstituteConfig {
+    /// Bits per code, `2 ..= 8` (default [`DEFAULT_BITS`]).
+    pub bits: u32,
+    /// Consecutive input rows sharing one scale and min per output column, `>= 1` (default
+    /// [`DEFAULT_GROUP`]).
+    pub group: usize,
+}
+
+impl Default for SubstituteConfig {
+    fn default() -> Self {
+        Self {
+            bits: DEFAULT_BITS,
+            group: DEFAULT_GROUP,
+        }
+    }
+}
+
+impl SubstituteConfig {
+    /// Checks the settings.
+    ///
+    /// # Errors
+    /// [`QwenError::ConfigValue`] naming `substitute.bits` (outside `2 ..= 8`) or
+    /// `substitute.group` (0).
+    pub fn validate(&self) -> Result<()> {
+        if !(2..=8).contains(&self.bits) {
+            return Err(QwenError::ConfigValue {
+                key: "substitute.bits",
+                value: self.bits.to_string(),
+                expected: "2 ..= 8".into(),
+            });
+        }
+        if self.group == 0 {
+            return Err(QwenError::ConfigValue {
+                key: "substitute.group",
+                value: "0".into(),
+                expected: "at least 1 input row per group".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Largest code, `2^bits - 1` (the number of quantization steps between min and max).
+    pub fn levels(&self) -> u32 {
+        (1u32 << self.bits.min(31)) - 1
+    }
+
+    /// Bytes per weight of the packed form: `bits / 8` for the code plus a scale and a min
+    /// per group, both f16 (`2 * 16 / 8 / group`). 4 bits, group 64: 0.5625.
+    pub fn bytes_per_weight(&self) -> f64 {
+        self.bits as f64 / 8.0 + 4.0 / self.group.max(1) as f64
+    }
+}
+
+/// A weight matrix `[rows = in, cols = out]` (row-major) in packed group-quantized form:
+/// one code per weight and a scale and a min per (group, column).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuantizedMatrix {
+    /// Input rows.
+    pub rows: usize,
+    /// Output columns.
+    pub cols: usize,
+    /// The settings it was made with.
+    pub cfg: SubstituteConfig,
+    /// Codes `0 ..= 2^bits - 1`, row-major `[rows, cols]` (one byte each here; a GPU form
+    /// would pack them to `bits` bits).
+    pub codes: Vec<u8>,
+    /// Step per group and column, row-major `[ceil(rows / group), cols]`.
+    pub scale: Vec<f32>,
+    /// Minimum per group and column (the value of code 0), `[ceil(rows / group), cols]`.
+    pub min: Vec<f32>,
+}
+
+impl QuantizedMatrix {
+    /// Number of groups along the input dimension, `ceil(rows / group)`.
+    pub fn groups(&self) -> usize {
+        self.rows.div_ceil(self.cfg.group.max(1))
+    }
+
+    /// The dequantized weights `q * scale + min`, row-major `[rows, cols]`.
+    pub fn dequantize(&self) -> Vec<f32> {
+        let g = self.cfg.group.max(1);
+        let mut out = Vec::with_capacity(self.rows * self.cols);
+        for r in 0..self.rows {
+            let p = (r / g) * self.cols;
+            for c in 0..self.cols {
+                let q = self.codes[r * self.cols + c] as f32;
+                out.push(q * self.scale[p + c] + self.min[p + c]);
+            }
+        }
+        out
+    }
+}
+
+/// Quantizes `w` (row-major `[rows = in, cols = out]`, f32) group-wise along the rows (see
+/// the module documentation).
+///
+/// # Errors
+/// [`QwenError::ConfigValue`] for bad settings ([`SubstituteConfig::validate`]);
+/// [`QwenError::TensorShape`] when `w.len() != rows * cols`; [`QwenError::ConfigValue`] naming
+/// `substitute weight` for a non-finite value (its min/max would make every step NaN).
+pub fn quantize(
+    w: &[f32],
+    rows: usize,
+    cols: usize,
+    cfg: SubstituteConfig,
+) -> Result<QuantizedMatrix> {
+    cfg.validate()?;
+    if w.len() != rows * cols {
+        return Err(QwenError::TensorShape {
+            name: "substitute weight".into(),
+            expected: vec![rows, cols],
+            found: vec![w.len()],
+        });
+    }
+    if let Some(bad) = w.iter().find(|v| !v.is_finite()) {
+        return Err(QwenError::ConfigValue {
+            key: "substitute weight",
+            value: bad.to_string(),
+            expected: "finite values".into(),
+        });
+    }
+    let levels = cfg.levels() as f32;
+    let groups = rows.div_ceil(cfg.group);
+    let mut scale = vec![0.0f32; groups * cols];
+    let mut min = vec![0.0f32; groups * cols];
+    let mut codes = vec![0u8; rows * cols];
+    for gi in 0..groups {
+        let r0 = gi * cfg.group;
+        let r1 = (r0 + cfg.group).min(rows);
+        let mut lo = vec![f32::INFINITY; cols];
+        let mut hi = vec![f32::NEG_INFINITY; cols];
+        for r in r0..r1 {
+            for (c, &v) in w[r * cols..(r + 1) * cols].iter().enumerate() {
+                lo[c] = lo[c].min(v);
+                hi[c] = hi[c].max(v);
+            }
+        }
+        let p = gi * cols;
+        for c in 0..cols {
+            min[p + c] = lo[c];
+            scale[p + c] = (hi[c] - lo[c]) / levels;
+        }
+        for r in r0..r1 {
+            for c in 0..cols {
+                let s = scale[p + c];
+                let q = if s > 0.0 {
+                    ((w[r * cols + c] - lo[c]) / s).round().clamp(0.0, levels)
+                } else {
+                    0.0
+                };
+                codes[r * cols + c] = q as u8;
+            }
+        }
+    }
+    Ok(QuantizedMatrix {
+        rows,
+        cols,
+        cfg,
+        codes,
+        scale,
+        min,
+    })
+}
+
+/// `quantize` then `dequantize`: the values a substitute layer computes with.
+///
+/// # Errors
+/// As [`quantize`].
+pub fn fake_quantize(
+    w: &[f32],
+    rows: usize,
+    cols: usize,
+    cfg: SubstituteConfig,
+) -> Result<Vec<f32>> {
+    Ok(quantize(w, rows, cols, cfg)?.dequantize())
+}
+
+fn host_matrix<B: Backend>(t: &Tensor<B, 2>) -> Result<Vec<f32>> {
+    t.clone()
+        .into_data()
+        .convert::<f32>()
+        .into_vec::<f32>()
+        .map_err(|e| QwenError::Core(dustin_core::CoreError::Model(format!("{e:?}"))))
+}
+
+fn substitute_linear<B: Backend>(lin: &Linear<B>, cfg: SubstituteConfig) -> Result<Linear<B>> {
+    let [rows, cols] = lin.weight.dims();
+    let w = fake_quantize(&host_matrix(&lin.weight)?, rows, cols, cfg)?;
+    let device = lin.weight.device();
+    Ok(Linear {
+        weight: Tensor::from_data(TensorData::new(w, [rows, cols]), &device),
+        bias: lin.bias.clone(),
+    })
+}
+
+/// A copy of `layer` whose seven linear weights (q, k, v, o, gate, up, down) are replaced by
+/// their fake-quantized values; biases and norms are shared with `layer` (exact).
+///
+/// # Errors
+/// As [`quantize`]; a device read-back failure as [`QwenError::Core`].
+pub fn substitute_layer<B: Backend>(layer: &Layer<B>, cfg: SubstituteConfig) -> Result<Layer<B>> {
+    Ok(Layer {
+        input_norm: layer.input_norm.clone(),
+        q: substitute_linear(&layer.q, cfg)?,
+        k: substitute_linear(&layer.k, cfg)?,
+        v: substitute_linear(&layer.v, cfg)?,
+        o: substitute_linear(&layer.o, cfg)?,
+        post_norm: layer.post_norm.clone(),
+        gate: substitute_linear(&layer.gate, cfg)?,
+        up: substitute_linear(&layer.up, cfg)?,
+        down: substitute_linear(&layer.down, cfg)?,
+    })
+}
+
+/// The layers that would be offloaded by default: the second half, `n / 2 .. n` (15..30 of
+/// SmolLM2-135M's 30 layers).
+pub fn second_half(num_layers: usize) -> Vec<usize> {
+    (num_layers / 2..num_layers).collect()
+}
+
+/// The SubSpec draft model of `target`: each layer listed in `layers` (any order, repeats
+/// ignored) carries fake-quantized copies of its linear weights ([`substitute_layer`]); every
+/// other layer, the embedding, the final norm, the LM head and the RoPE tables are the
+/// target's own tensors (clones of Burn tensors share their storage: nothing is copied).
+///
+/// # Errors
+/// [`QwenError::ConfigValue`] naming `substitute.layers` for an index `>=` the target's layer
+/// count, `substitute.bits` or `substitute.group` for bad settings.
+pub fn substitute_model<B: Backend>(
+    target: &Qwen2<B>,
+    layers: &[usize],
+    cfg: SubstituteConfig,
+) -> Result<Qwen2<B>> {
+    cfg.validate()?;
+    let n = target.layers.len();
+    if let Some(&bad) = layers.iter().find(|&&l| l >= n) {
+        return Err(QwenError::ConfigValue {
+            key: "substitute.layers",
+            value: bad.to_string(),
+            expected: format!(
+                "layer indices 0 ..= {} (the target has {n} layers)",
+                n.saturating_sub(1)
+            ),
+        });
+    }
+    let mut model = target.clone();
+    let mut list = layers.to_vec();
+    list.sort_unstable();
+    list.dedup();
+    for l in list {
+        model.layers[l] = substitute_layer(&target.layers[l], cfg)?;
+    }
+    Ok(model)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(bits: u32, group: usize) -> SubstituteConfig {
+        SubstituteConfig { bits, group }
+    }
+
+    #[test]
+    fn two_bit_group_of_four_by_hand() {
+        // min -1, max 2, 3 steps: scale 1; codes round(0, 0.6, 1.3, 3) = 0, 1, 1, 3
+        let w = [-1.0f32, -0.4, 0.3, 2.0];
+        let q = quantize(&w, 4, 1, cfg(2, 4)).unwrap();
+        assert_eq!(q.codes, vec![0, 1, 1, 3]);
+        assert_eq!(q.scale, vec![1.0]);
+        assert_eq!(q.min, vec![-1.0]);
+        assert_eq!(q.dequantize(), vec![-1.0, 0.0, 0.0, 2.0]);
+    }
+
+    #[test]
+    fn groups_run_along_the_input_rows_per_column() {
+        // [in 4, out 2], group 2: column 0 rows {0,1} and {2,3}, column 1 likewise
+        let w = [0.0f32, 10.0, 3.0, 40.0, -6.0, 7.0, -3.0, 7.0];
+        let q = quantize(&w, 4, 2, cfg(2, 2)).unwrap();
+        assert_eq!(q.groups(), 2);
+        assert_eq!(q.min, vec![0.0, 10.0, -6.0, 7.0]);
+        assert_eq!(q.scale, vec![1.0, 10.0, 1.0, 0.0]);
+        // each pair is its group's min and max: reproduced exactly; the constant group too
+        assert_eq!(q.dequantize(), w.to_vec());
+        // a short last group (rows 4, group 3): groups {0,1,2} and {3}
+        let q = quantize(&w, 4, 2, cfg(2, 3)).unwrap();
+        assert_eq!(q.groups(), 2);
+        assert_eq!(q.min, vec![-6.0, 7.0, -3.0, 7.0]);
+        assert_eq!(q.scale, vec![3.0, 11.0, 0.0, 0.0]);
+        // column 0 rows 0..3 = 0, 3, -6 over min -6 step 3: codes 2, 3, 0
+        assert_eq!(&q.codes[..6], &[2, 0, 3, 3, 0, 0]);
+    }
+
+    #[test]
+    fn error_is_at_most_half_a_step_on_random_data() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let (rows, cols) = (200, 9); // 200 is not a multiple of 64: a short last group
+        let w: Vec<f32> = (0..rows * cols)
+            .map(|_| rng.random_range(-0.3f32..0.3) * if rng.random::<bool>() { 1.0 } else { 5.0 })
+            .collect();
+        for bits in 2..=8 {
+            let c = cfg(bits, 64);
+            let q = quantize(&w, rows, cols, c).unwrap();
+            let d = q.dequantize();
+            let mut worst = 0.0f32;
+            for r in 0..rows {
+                for col in 0..cols {
+                    let s = q.scale[(r / 64) * cols + col];
+                    let e = (d[r * cols + col] - w[r * cols + col]).abs();
+                    assert!(
+                        e <= s / 2.0 * (1.0 + 1e-4) + 1e-6,
+                        "bits {bits}: {e} > {s}/2"
+                    );
+                    assert!(q.codes[r * cols + col] as u32 <= c.levels());
+                    worst = worst.max(e);
+                }
+            }
+            if bits == 8 {
+                // range at most 3 over 255 steps: error below 0.006
+                assert!(worst < 0.006, "bits 8: {worst}");
+            }
+            if bits == 2 {
+                assert!(worst > 0.05, "bits 2 must actually round: {worst}");
+            }
+        }
+    }
+
+    #[test]
+    fn q4_1_blocks_requantize_exactly() {
+        // a llama.cpp Q4_1 block (codes 0..=15 with both ends present, w = q d + m) is
+        // reproduced by 4 bits with groups of 32 aligned on the block: the codes come back and
+        // the values move by f32 rounding only (why tau is 5.00 on the Q4_1 SmolLM2 target)
+        let (d, m) = (0.021_3f32, -0.37f32);
+        let codes: Vec<u8> = (0..32u8).map(|i| (i * 7 + 3) % 16).collect();
+        assert!(codes.contains(&0) && codes.contains(&15));
+        let w: Vec<f32> = codes.iter().map(|&q| q as f32 * d + m).collect();
+        let q = quantize(&w, 32, 1, cfg(4, 32)).unwrap();
+        assert_eq!(q.codes, codes);
+        for (a, b) in q.dequantize().iter().zip(&w) {
+            assert!((a - b).abs() <= 1e-6, "{a} vs {b}");
+        }
+        // two blocks of different scales in one group of 64 are not reproduced
+        let mut w2 = w.clone();
+        w2.extend(w.iter().map(|v| v * 0.3));
+        let d2 = fake_quantize(&w2, 64, 1, cfg(4, 64)).unwrap();
+        assert!(d2.iter().zip(&w2).any(|(a, b)| (a - b).abs() > 1e-3));
+    }
+
+    #[test]
+    fn constant_group_is_exact() {
+        let w = vec![0.123_456_7f32; 64 * 3];
+        for bits in [2, 4, 8] {
+            assert_eq!(fake_quantize(&w, 64, 3, cfg(bits, 64)).unwrap(), w);
+        }
+    }
+
+    #[test]
+    fn bytes_per_weight() {
+        assert_eq!(cfg(4, 64).bytes_per_weight(), 0.5625);
+        assert_eq!(cfg(4, 32).bytes_per_weight(), 0.625); // llama.cpp Q4_1: 20 bytes / 32
+        assert_eq!(cfg(2, 128).bytes_per_weight(), 0.28125);
+        assert_eq!(cfg(8, 64).levels(), 255);
+        assert_eq!(cfg(3, 64).levels(), 7);
+    }
+
+    #[test]
+    fn bad_settings_are_named() {
+        for (c, want) in [
+            (
+                cfg(1, 64),
+                "invalid config value `substitute.bits` = 1: 2 ..= 8",
+            ),
+            (
+                cfg(9, 64),
+                "invalid config value `substitute.bits` = 9: 2 ..= 8",
+            ),
+            (cfg(4, 0), "invalid config value `substitute.group` = 0"),
+        ] {
+            let e = quantize(&[0.0; 4], 4, 1, c).unwrap_err().to_string();
+            assert!(e.contains(want), "{e}");
+        }
+        let e = quantize(&[0.0; 5], 4, 1, cfg(4, 2))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("substitute weight") && e.contains("[4, 1]"),
+            "{e}"
+        );
+        let e = quantize(&[0.0, f32::NAN], 2, 1, cfg(4, 2))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`substitute weight` = NaN"), "{e}");
+    }
+
+    #[test]
+    fn second_half_of_the_layers() {
+        assert_eq!(second_half(30), (15..30).collect::<Vec<_>>());
+        assert_eq!(second_half(2), vec![1]);
+        assert_eq!(second_half(5), vec![2, 3, 4]);
+    }
+}

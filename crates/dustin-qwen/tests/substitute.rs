@@ -1,0 +1,185 @@
+//! SubSpec substitute models on the 2-layer Llama parity fixture: resident layers, embedding,
+//! norm and LM head are the target's tensors unchanged; substituted layers hold the
+//! fake-quantized weights (within half a step of the target's, not identical) with biases
+//! and norms exact; their logits move away from the target's as bits drop; bad inputs are
+//! named.
+
+use std::path::Path;
+
+use burn_flex::{Flex, FlexDevice};
+use burn_tensor::{backend::Backend, Tensor};
+use dustin_core::{DenseHook, Phase};
+use dustin_qwen::model::Linear;
+use dustin_qwen::substitute::{fake_quantize, quantize, second_half};
+use dustin_qwen::{
+    substitute_model, ForwardOpts, LogitsMode, Qwen2, QwenConfig, SafetensorsDir, SubstituteConfig,
+};
+
+type B = Flex;
+
+fn model(name: &str) -> Qwen2<B> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/parity")
+        .join(name);
+    let cfg = QwenConfig::from_file(&dir.join("config.json")).unwrap();
+    let src = SafetensorsDir::open(&dir).unwrap();
+    Qwen2::load(&cfg, &src, 64, &FlexDevice).unwrap()
+}
+
+fn host<const D: usize, BB: Backend>(t: &Tensor<BB, D>) -> Vec<f32> {
+    t.clone()
+        .into_data()
+        .convert::<f32>()
+        .into_vec::<f32>()
+        .unwrap()
+}
+
+fn linears<BB: Backend>(l: &dustin_qwen::model::Layer<BB>) -> [(&'static str, &Linear<BB>); 7] {
+    [
+        ("q", &l.q),
+        ("k", &l.k),
+        ("v", &l.v),
+        ("o", &l.o),
+        ("gate", &l.gate),
+        ("up", &l.up),
+        ("down", &l.down),
+    ]
+}
+
+#[test]
+fn resident_tensors_are_the_targets_and_substitutes_are_within_half_a_step() {
+    let target = model("llama");
+    assert_eq!(target.layers.len(), 2);
+    let cfg = SubstituteConfig { bits: 4, group: 16 };
+    let layers = second_half(2);
+    assert_eq!(layers, vec![1]);
+    let sub = substitute_model(&target, &layers, cfg).unwrap();
+    // shared: embedding, final norm, LM head, every tensor of layer 0
+    assert_eq!(host(&sub.embed), host(&target.embed));
+    assert_eq!(host(&sub.lm_head), host(&target.lm_head));
+    assert_eq!(host(&sub.norm.weight), host(&target.norm.weight));
+    let (t0, s0) = (&target.layers[0], &sub.layers[0]);
+    assert_eq!(host(&s0.input_norm.weight), host(&t0.input_norm.weight));
+    assert_eq!(host(&s0.post_norm.weight), host(&t0.post_norm.weight));
+    for ((name, a), (_, b)) in linears(t0).into_iter().zip(linears(s0)) {
+        assert_eq!(host(&a.weight), host(&b.weight), "layer 0 {name}");
+    }
+    // substituted: layer 1's linear weights; its norms exact
+    let (t1, s1) = (&target.layers[1], &sub.layers[1]);
+    assert_eq!(host(&s1.input_norm.weight), host(&t1.input_norm.weight));
+    assert_eq!(host(&s1.post_norm.weight), host(&t1.post_norm.weight));
+    for ((name, a), (_, b)) in linears(t1).into_iter().zip(linears(s1)) {
+        let [rows, cols] = a.weight.dims();
+        assert_eq!(b.weight.dims(), [rows, cols]);
+        let w = host(&a.weight);
+        let d = host(&b.weight);
+        assert_eq!(
+            d,
+            fake_quantize(&w, rows, cols, cfg).unwrap(),
+            "layer 1 {name}"
+        );
+        assert_ne!(d, w, "layer 1 {name} must not be identical to the target's");
+        let q = quantize(&w, rows, cols, cfg).unwrap();
+        let mut changed = 0usize;
+        for r in 0..rows {
+            for c in 0..cols {
+                let s = q.scale[(r / cfg.group) * cols + c];
+                let e = (d[r * cols + c] - w[r * cols + c]).abs();
+                assert!(
+                    e <= s / 2.0 * (1.0 + 1e-4) + 1e-7,
+                    "layer 1 {name} [{r}, {c}]: {e} > {s} / 2"
+                );
+                changed += usize::from(e > 0.0);
+            }
+        }
+        // 4 bits over a group of 16: all but about the group's min and max move
+        assert!(
+            changed * 2 > rows * cols,
+            "layer 1 {name}: only {changed} of {} changed",
+            rows * cols
+        );
+        assert_eq!(
+            a.bias.as_ref().map(host),
+            b.bias.as_ref().map(host),
+            "layer 1 {name} bias"
+        );
+    }
+}
+
+/// Largest logit difference to the target over a short prompt.
+fn logit_gap(target: &Qwen2<B>, sub: &Qwen2<B>) -> f32 {
+    let prompt = vec![vec![5u32, 17, 33, 2, 90, 61, 7, 44, 12, 3, 71]];
+    let run = |m: &Qwen2<B>| {
+        let mut c = m.new_cache(1, 32, None);
+        let out = m
+            .forward(
+                &prompt,
+                &mut c,
+                &mut DenseHook,
+                ForwardOpts {
+                    phase: Phase::Decode,
+                    logits: LogitsMode::All,
+                    layers: None,
+                },
+            )
+            .unwrap();
+        host(&out.logits.unwrap())
+    };
+    let (a, b) = (run(target), run(sub));
+    a.iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn logits_move_away_from_the_target_as_bits_drop() {
+    let target = model("qwen2-tied");
+    let gap = |bits| {
+        let cfg = SubstituteConfig { bits, group: 16 };
+        logit_gap(&target, &substitute_model(&target, &[1], cfg).unwrap())
+    };
+    let (g8, g4, g2) = (gap(8), gap(4), gap(2));
+    let exact = logit_gap(
+        &target,
+        &substitute_model(&target, &[], SubstituteConfig::default()).unwrap(),
+    );
+    assert_eq!(exact, 0.0, "no substituted layer: the target itself");
+    assert!(
+        g8 > 0.0 && g8 < g4 && g4 < g2,
+        "gaps 8/4/2 bits: {g8} {g4} {g2}"
+    );
+}
+
+#[test]
+fn bad_substitute_inputs_are_named() {
+    let target = model("llama");
+    let cases = [
+        (
+            vec![0usize, 2],
+            SubstituteConfig::default(),
+            "invalid config value `substitute.layers` = 2: layer indices 0 ..= 1 (the target has 2 layers)",
+        ),
+        (
+            vec![1],
+            SubstituteConfig { bits: 9, group: 64 },
+            "invalid config value `substitute.bits` = 9: 2 ..= 8",
+        ),
+        (
+            vec![1],
+            SubstituteConfig { bits: 1, group: 64 },
+            "invalid config value `substitute.bits` = 1: 2 ..= 8",
+        ),
+        (
+            vec![1],
+            SubstituteConfig { bits: 4, group: 0 },
+            "invalid config value `substitute.group` = 0",
+        ),
+    ];
+    for (layers, cfg, want) in cases {
+        let e = substitute_model(&target, &layers, cfg)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want), "{layers:?} {cfg:?}: {e}");
+    }
+}
