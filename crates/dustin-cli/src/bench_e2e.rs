@@ -135,6 +135,12 @@ fn validate(a: &E2eArgs) -> Result<(), CliError> {
     for m in &a.modes {
         accept_of(a, m)?;
     }
+    // the budget is checked before any weights are built or any row measured
+    if a.modes.iter().any(|m| m != "ar" && m != "dense") {
+        dustin_select::SelectConfig::with_budget(a.budget)
+            .validate()
+            .map_err(|e| CliError::Usage(format!("--budget {}: {e}", a.budget)))?;
+    }
     Ok(())
 }
 

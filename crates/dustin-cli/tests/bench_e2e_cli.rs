@@ -97,6 +97,10 @@ fn bad_schedule_and_modes_are_named() {
         (vec!["--accept", "dustin=9"], "--accept"),
         (vec!["--modes", "nonsense"], "--modes"),
         (vec!["--ctx", "30", "--tail", "40"], "--tail"),
+        (
+            vec!["--budget", "10", "--modes", "ar,streaming"],
+            "--budget 10",
+        ),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_dustin"))
             .args(["bench-e2e", "--target", &f, "--draft", &f])
