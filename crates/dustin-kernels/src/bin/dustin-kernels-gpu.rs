@@ -544,6 +544,101 @@ fn bench(json: Option<&str>, quick: bool) {
     }
 }
 
+/// Waits for the device queue by reading one value back.
+fn sync2(t: &Tensor<B, 2>) {
+    let _ = t.clone().slice([0..1, 0..1]).into_data();
+}
+
+/// Issue 12's "measure first": Burn's autotuned bf16 matmul (this binary is built without
+/// fusion) at the projection shapes of Qwen2.5-7B and 72B, prefill rows (4k..32k tokens) and
+/// decode / verify rows (8, 40, 128), 30 untimed calls first (autotuning), then the mean of
+/// 10; and Burn's attention op for a causal prefill (28 heads, d 128, K/V expanded: the op
+/// wants equal head counts) at 4k, 16k, 32k. One JSON line a shape; TFLOP/s count `2 m k n`
+/// (attention: `2 * 2 * heads * d * n^2 / 2`, the causal half), TB/s the weight read.
+fn gemm(json: Option<&str>, quick: bool) {
+    let dev = Default::default();
+    let mut out = json.and_then(|p| std::fs::File::create(p).ok());
+    let mut emit = |v: String| {
+        println!("{v}");
+        if let Some(f) = out.as_mut() {
+            let _ = writeln!(f, "{v}");
+        }
+    };
+    let prefill: &[usize] = if quick {
+        &[16384]
+    } else {
+        &[4096, 16384, 32768]
+    };
+    let decode: &[usize] = &[8, 40, 128];
+    // (model, hidden, intermediate, q/o width, k/v width): the published configs
+    for (name, h, inter, qo, kvo) in [
+        ("7B", 3584usize, 18944usize, 3584usize, 512usize),
+        ("72B", 8192, 29568, 8192, 1024),
+    ] {
+        for (k, n, what) in [
+            (h, qo, "q/o"),
+            (h, kvo, "k/v"),
+            (h, inter, "gate/up"),
+            (inter, h, "down"),
+        ] {
+            let w = Tensor::<B, 2>::random([k, n], Distribution::Normal(0.0, 0.02), &dev);
+            for &m in prefill.iter().chain(decode) {
+                let x = Tensor::<B, 2>::random([m, k], Distribution::Normal(0.0, 1.0), &dev);
+                for _ in 0..30 {
+                    sync2(&x.clone().matmul(w.clone()));
+                }
+                let reps = 10;
+                let t = Instant::now();
+                let mut y = x.clone().matmul(w.clone());
+                for _ in 1..reps {
+                    y = x.clone().matmul(w.clone());
+                }
+                sync2(&y);
+                let us = t.elapsed().as_secs_f64() * 1e6 / reps as f64;
+                let flops = 2.0 * (m * k * n) as f64;
+                emit(format!(
+                    "{{\"op\":\"matmul\",\"model\":\"{name}\",\"proj\":\"{what}\",\"m\":{m},\"k\":{k},\"n\":{n},\"us\":{us:.2},\"tflops\":{:.2},\"weight_tbps\":{:.3}}}",
+                    flops / us / 1e6,
+                    (2 * k * n) as f64 / us / 1e6
+                ));
+            }
+        }
+    }
+    let (heads, d) = (28usize, 128usize);
+    for &n in if quick {
+        &[16384usize][..]
+    } else {
+        &[4096, 16384, 32768][..]
+    } {
+        let mk = || Tensor::<B, 4>::random([1, heads, n, d], Distribution::Normal(0.0, 1.0), &dev);
+        let (q, k, v) = (mk(), mk(), mk());
+        let opts = burn_tensor::ops::AttentionModuleOptions {
+            scale: None,
+            softcap: None,
+            is_causal: true,
+        };
+        let run =
+            || burn_tensor::module::attention(q.clone(), k.clone(), v.clone(), None, None, opts);
+        for _ in 0..3 {
+            let o = run();
+            let _ = o.slice([0..1, 0..1, 0..1, 0..1]).into_data();
+        }
+        let reps = 3;
+        let t = Instant::now();
+        let mut o = run();
+        for _ in 1..reps {
+            o = run();
+        }
+        let _ = o.slice([0..1, 0..1, 0..1, 0..1]).into_data();
+        let us = t.elapsed().as_secs_f64() * 1e6 / reps as f64;
+        let flops = 2.0 * 2.0 * (heads * d) as f64 * (n as f64) * (n as f64) / 2.0;
+        emit(format!(
+            "{{\"op\":\"attention-causal-prefill\",\"heads\":{heads},\"d\":{d},\"n\":{n},\"us\":{us:.1},\"tflops\":{:.2}}}",
+            flops / us / 1e6
+        ));
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let json = args
@@ -561,12 +656,13 @@ fn main() -> std::process::ExitCode {
     match args.get(1).map(String::as_str) {
         Some("check") => failures = check(op),
         Some("bench") => bench(json, quick),
+        Some("gemm") => gemm(json, quick),
         Some("all") => {
             failures = check(op);
             bench(json, quick);
         }
         _ => {
-            eprintln!("usage: dustin-kernels-gpu check [--op dense|sparse|scores|quest|topk] | bench [--quick] [--json PATH] | all");
+            eprintln!("usage: dustin-kernels-gpu check [--op dense|sparse|scores|quest|topk] | bench [--quick] [--json PATH] | gemm [--quick] [--json PATH] | all");
             return std::process::ExitCode::from(2);
         }
     }
