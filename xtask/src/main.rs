@@ -152,6 +152,33 @@ fn run(cmd: &mut Command) -> Result<(), String> {
     }
 }
 
+/// Cargo's target folder (`CARGO_TARGET_DIR`, else `target/`).
+fn target_dir(root: &Path) -> PathBuf {
+    std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root.join("target"))
+}
+
+/// The folder staged for the device machine: `DUSTIN_DEVICE_DIR` (the main checkout's
+/// `.device` when run from a worktree: the device machine receives the session's checkout),
+/// else this checkout's `.device`; created with its `configs/`.
+fn device_dir(root: &Path) -> Result<PathBuf, String> {
+    let dev = std::env::var("DUSTIN_DEVICE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root.join(".device"));
+    std::fs::create_dir_all(dev.join("configs")).map_err(|e| e.to_string())?;
+    Ok(dev)
+}
+
+/// Copies the release binary `name` into `dev` and strips it.
+fn stage_bin(root: &Path, dev: &Path, name: &str) -> Result<(), String> {
+    let src = target_dir(root).join("release").join(name);
+    let dst = dev.join(name);
+    std::fs::copy(&src, &dst).map_err(|e| format!("{}: {e}", src.display()))?;
+    let _ = Command::new("strip").arg(&dst).status();
+    Ok(())
+}
+
 fn stage_gpu() -> Result<(), String> {
     let root = root();
     run(Command::new("cargo").current_dir(&root).args([
@@ -162,11 +189,8 @@ fn stage_gpu() -> Result<(), String> {
         "-p",
         "dustin-cli",
     ]))?;
-    let dev = root.join(".device");
-    std::fs::create_dir_all(dev.join("configs")).map_err(|e| e.to_string())?;
-    let bin = root.join("target/release/dustin");
-    std::fs::copy(&bin, dev.join("dustin")).map_err(|e| format!("{}: {e}", bin.display()))?;
-    let _ = Command::new("strip").arg(dev.join("dustin")).status();
+    let dev = device_dir(&root)?;
+    stage_bin(&root, &dev, "dustin")?;
     let cfgs = root.join("../shared/data/qwen2.5");
     if let Ok(rd) = std::fs::read_dir(&cfgs) {
         for e in rd.flatten() {
@@ -205,19 +229,8 @@ fn gpu_kernels(quick: bool) -> Result<(), String> {
         "--bin",
         "dustin-kernels-gpu",
     ]))?;
-    let target = std::env::var("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| root.join("target"));
-    // stage into the main checkout's .device when run from a worktree (the device machine
-    // receives the session's checkout), else into this one's
-    let dev = std::env::var("DUSTIN_DEVICE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| root.join(".device"));
-    std::fs::create_dir_all(&dev).map_err(|e| e.to_string())?;
-    let bin = target.join("release/dustin-kernels-gpu");
-    let dst = dev.join("dustin-kernels-gpu");
-    std::fs::copy(&bin, &dst).map_err(|e| format!("{}: {e}", bin.display()))?;
-    let _ = Command::new("strip").arg(&dst).status();
+    let dev = device_dir(&root)?;
+    stage_bin(&root, &dev, "dustin-kernels-gpu")?;
     let script = root.join("scripts/sdpa_verify_bench.py");
     std::fs::copy(&script, dev.join("sdpa_verify_bench.py"))
         .map_err(|e| format!("{}: {e}", script.display()))?;
@@ -241,18 +254,9 @@ fn gpu_e2e() -> Result<(), String> {
         "-p",
         "dustin-kernels",
     ]))?;
-    let target = std::env::var("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| root.join("target"));
-    let dev = std::env::var("DUSTIN_DEVICE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| root.join(".device"));
-    std::fs::create_dir_all(dev.join("configs")).map_err(|e| e.to_string())?;
+    let dev = device_dir(&root)?;
     for bin in ["dustin", "dustin-kernels-gpu"] {
-        let src = target.join("release").join(bin);
-        let dst = dev.join(bin);
-        std::fs::copy(&src, &dst).map_err(|e| format!("{}: {e}", src.display()))?;
-        let _ = Command::new("strip").arg(&dst).status();
+        stage_bin(&root, &dev, bin)?;
     }
     let cfgs = root.join("../shared/data/qwen2.5");
     for e in std::fs::read_dir(&cfgs)

@@ -520,6 +520,21 @@ struct SharedDrafter<B: KernelOps> {
     last: Vec<TokenId>,
 }
 
+impl<B: KernelOps> SharedDrafter<B> {
+    /// A drafter continuing from `cache` (a clone of a shared prefill's draft cache).
+    fn new(model: Arc<Qwen2<B>>, layers: Option<usize>, cache: DenseKvCache<B>) -> Self {
+        Self {
+            model,
+            layers,
+            cache,
+            pending: Vec::new(),
+            base: 0,
+            fed: 0,
+            last: Vec::new(),
+        }
+    }
+}
+
 fn err(msg: impl Into<String>) -> dustin_core::CoreError {
     dustin_core::CoreError::Model(msg.into())
 }
@@ -657,6 +672,27 @@ struct SharedVerifier<B: KernelOps> {
     pending: Vec<TokenId>,
     base: usize,
     vocab: usize,
+}
+
+impl<B: KernelOps> SharedVerifier<B> {
+    /// A verifier continuing from `cache` and the prefill's last logits `last`.
+    fn new(
+        model: Arc<Qwen2<B>>,
+        policy: Box<dyn BudgetedPolicy<B>>,
+        cache: DenseKvCache<B>,
+        last: Tensor<B, 2>,
+        vocab: usize,
+    ) -> Self {
+        Self {
+            model,
+            policy,
+            cache,
+            last,
+            pending: Vec::new(),
+            base: 0,
+            vocab,
+        }
+    }
 }
 
 impl<B: KernelOps> Verifier<B> for SharedVerifier<B> {
@@ -1260,24 +1296,15 @@ fn run_row<B: KernelOps>(
     let (mut sd, mut sv) = (0.0, 0.0);
     let (accept_len, spec_iterations) = match spec {
         Some(policy) => {
-            let drafter = SharedDrafter {
-                model: cx.draft.clone(),
-                layers: cx.draft_layers,
-                cache: sh.draft_cache.clone(),
-                pending: Vec::new(),
-                base: 0,
-                fed: 0,
-                last: Vec::new(),
-            };
-            let verifier = SharedVerifier {
-                model: cx.target.clone(),
+            let drafter =
+                SharedDrafter::new(cx.draft.clone(), cx.draft_layers, sh.draft_cache.clone());
+            let verifier = SharedVerifier::new(
+                cx.target.clone(),
                 policy,
-                cache: sh.cache.clone(),
-                last: sh.last.clone(),
-                pending: Vec::new(),
-                base: 0,
-                vocab: cx.vocab,
-            };
+                sh.cache.clone(),
+                sh.last.clone(),
+                cx.vocab,
+            );
             let mut dec = SpeculativeDecoder::new(drafter, verifier);
             let cfg = SpecConfig {
                 gamma: args.gamma,

@@ -127,3 +127,14 @@ impl KeepRule {
         (lo, hi)
     }
 }
+
+/// The same rule as the kernels' top-k takes it ([`dustin_kernels::KernelOps::top_k_positions`]).
+impl From<KeepRule> for dustin_kernels::Keep {
+    fn from(k: KeepRule) -> Self {
+        Self {
+            budget: k.budget,
+            n_sink: k.n_sink,
+            window: k.window,
+        }
+    }
+}

@@ -9,7 +9,7 @@
 
 use burn_tensor::{backend::Backend, Bool, Int, Tensor, TensorData};
 use dustin_core::{CoreError, LayerSelection, Result};
-use dustin_kernels::{Keep, KernelError, KernelOps};
+use dustin_kernels::{KernelError, KernelOps};
 
 use crate::KeepRule;
 
@@ -60,12 +60,7 @@ pub fn select_top_k<B: KernelOps>(
         return Ok(LayerSelection { indices, counts });
     }
     if B::FUSED {
-        let rule = Keep {
-            budget: keep.budget,
-            n_sink: keep.n_sink,
-            window: keep.window,
-        };
-        match B::top_k_positions(scores.clone(), ctx_lens, rule) {
+        match B::top_k_positions(scores.clone(), ctx_lens, keep.into()) {
             Ok(p) => {
                 return Ok(LayerSelection {
                     indices: p.indices,

@@ -499,24 +499,14 @@ fn generate_from<B: KernelOps>(
     policy: Box<dyn BudgetedPolicy<B>>,
     max_new: usize,
 ) -> Result<Generated, CliError> {
-    let drafter = SharedDrafter {
-        model: cx.draft.clone(),
-        layers: cx.draft_layers,
-        cache: sh.draft_cache.clone(),
-        pending: Vec::new(),
-        base: 0,
-        fed: 0,
-        last: Vec::new(),
-    };
-    let verifier = SharedVerifier {
-        model: cx.target.clone(),
+    let drafter = SharedDrafter::new(cx.draft.clone(), cx.draft_layers, sh.draft_cache.clone());
+    let verifier = SharedVerifier::new(
+        cx.target.clone(),
         policy,
-        cache: sh.cache.clone(),
-        last: sh.last.clone(),
-        pending: Vec::new(),
-        base: 0,
-        vocab: cx.vocab,
-    };
+        sh.cache.clone(),
+        sh.last.clone(),
+        cx.vocab,
+    );
     let mut dec = SpeculativeDecoder::new(drafter, verifier);
     let cfg = SpecConfig {
         gamma: cx.gamma,

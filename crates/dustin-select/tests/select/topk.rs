@@ -72,8 +72,7 @@ proptest! {
         let sel = select_top_k(scores.clone(), &lens, keep).unwrap();
         let got = check_selection(&sel, &lens, keep, "proptest");
         // the top-k of the kernel ops (what `select_top_k` runs on a fused backend: CUDA)
-        let rule = dustin_kernels::Keep { budget: keep.budget, n_sink: keep.n_sink, window: keep.window };
-        let fused = <B as dustin_kernels::KernelOps>::top_k_positions(scores, &lens, rule).unwrap();
+        let fused = <B as dustin_kernels::KernelOps>::top_k_positions(scores, &lens, keep.into()).unwrap();
         let fused = dustin_core::LayerSelection { indices: fused.indices, counts: fused.counts };
         let got_fused = check_selection(&fused, &lens, keep, "proptest (kernel ops)");
         for i in 0..b {
