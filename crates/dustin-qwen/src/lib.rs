@@ -11,7 +11,8 @@
 //! - [`generate`]: autoregressive generation with greedy and temperature / top-p / top-k
 //!   sampling;
 //! - [`substitute`]: group-quantized substitute layers for SubSpec drafting (a draft that is
-//!   the target with some layers replaced by low-bit copies).
+//!   the target with some layers replaced by low-bit copies);
+//! - [`offload`]: target layers kept in host memory and the plan of what fits a GPU budget.
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
@@ -21,6 +22,7 @@ pub mod generate;
 pub mod gguf;
 pub mod load;
 pub mod model;
+pub mod offload;
 pub mod safetensors_loader;
 pub mod substitute;
 pub mod tokenizer;
@@ -29,7 +31,8 @@ pub mod weights;
 pub use config::{Family, QwenConfig};
 pub use error::{QwenError, Result};
 pub use load::ModelFiles;
-pub use model::{ForwardOpts, ForwardOut, LogitsMode, Qwen2};
+pub use model::{ForwardOpts, ForwardOut, LogitsMode, Qwen2, Weight};
+pub use offload::{plan_offload, OffloadPlan};
 pub use safetensors_loader::SafetensorsDir;
 pub use substitute::{substitute_model, SubstituteConfig};
 pub use tokenizer::{StreamDecoder, Tokenizer};

@@ -21,23 +21,76 @@ use dustin_kv::{DenseKvCache, KvShape};
 
 use crate::config::QwenConfig;
 use crate::error::{QwenError, Result};
+use crate::offload::HostWeight;
 use crate::weights::{HostTensor, WeightSource};
+
+/// Where and in what form a linear layer's weight `[in, out]` lives.
+#[derive(Debug, Clone)]
+pub enum Weight<B: Backend> {
+    /// On the device in the backend's float dtype, `[in, out]`.
+    Dense(Tensor<B, 2>),
+    /// On the device as packed group-quantized codes (a SubSpec substitute,
+    /// [`crate::substitute::PackedWeight`]), dequantized for each product.
+    Packed(crate::substitute::PackedWeight<B>),
+    /// In host memory (an offloaded target layer, [`crate::offload::HostWeight`]), copied to
+    /// the device for each product unless the forward pass staged the layer first.
+    Host(crate::offload::HostWeight),
+}
+
+impl<B: Backend> Weight<B> {
+    /// `[in, out]`.
+    pub fn dims(&self) -> [usize; 2] {
+        match self {
+            Weight::Dense(w) => w.dims(),
+            Weight::Packed(p) => [p.rows, p.cols],
+            Weight::Host(h) => h.dims(),
+        }
+    }
+
+    /// The weight as a dense device tensor `[in, out]`: the tensor itself, the dequantized
+    /// codes, or a copy uploaded from host memory to `device`.
+    pub fn to_dense(&self, device: &B::Device) -> Tensor<B, 2> {
+        match self {
+            Weight::Dense(w) => w.clone(),
+            Weight::Packed(p) => p.dequantize(),
+            Weight::Host(h) => h.upload(device),
+        }
+    }
+
+    /// Bytes this weight holds on the device (0 for a host weight).
+    pub fn device_bytes(&self) -> usize {
+        match self {
+            Weight::Dense(w) => w.dims().iter().product::<usize>() * w.dtype().size(),
+            Weight::Packed(p) => p.device_bytes(),
+            Weight::Host(_) => 0,
+        }
+    }
+}
 
 /// A linear layer `y = x W + b` with `W` stored `[in, out]` (transposed from HF's `[out, in]`).
 #[derive(Debug, Clone)]
 pub struct Linear<B: Backend> {
     /// Weight `[in_features, out_features]`.
-    pub weight: Tensor<B, 2>,
+    pub weight: Weight<B>,
     /// Bias `[out_features]`.
     pub bias: Option<Tensor<B, 1>>,
 }
 
 impl<B: Backend> Linear<B> {
+    /// A linear layer over a dense device weight `[in, out]`.
+    pub fn dense(weight: Tensor<B, 2>, bias: Option<Tensor<B, 1>>) -> Self {
+        Self {
+            weight: Weight::Dense(weight),
+            bias,
+        }
+    }
+
     /// Applies the layer to `x` of shape `[batch, n, in]`, giving `[batch, n, out]`.
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let [b, n, d] = x.dims();
         let out = self.weight.dims()[1];
-        let y = x.reshape([b * n, d]).matmul(self.weight.clone());
+        let w = self.weight.to_dense(&x.device());
+        let y = x.reshape([b * n, d]).matmul(w);
         let y = match &self.bias {
             Some(bias) => y + bias.clone().unsqueeze::<2>(),
             None => y,
@@ -144,6 +197,70 @@ pub struct Layer<B: Backend> {
     pub down: Linear<B>,
 }
 
+impl<B: Backend> Layer<B> {
+    /// The seven linear layers: q, k, v, o, gate, up, down.
+    pub fn linears(&self) -> [&Linear<B>; 7] {
+        [
+            &self.q, &self.k, &self.v, &self.o, &self.gate, &self.up, &self.down,
+        ]
+    }
+
+    /// A copy of this layer whose seven linear layers are `f` of the originals (q, k, v, o,
+    /// gate, up, down in that order); the norms are shared.
+    ///
+    /// # Errors
+    /// The first error `f` returns.
+    pub fn map_linears<E>(
+        &self,
+        mut f: impl FnMut(&Linear<B>) -> std::result::Result<Linear<B>, E>,
+    ) -> std::result::Result<Self, E> {
+        Ok(Self {
+            input_norm: self.input_norm.clone(),
+            q: f(&self.q)?,
+            k: f(&self.k)?,
+            v: f(&self.v)?,
+            o: f(&self.o)?,
+            post_norm: self.post_norm.clone(),
+            gate: f(&self.gate)?,
+            up: f(&self.up)?,
+            down: f(&self.down)?,
+        })
+    }
+
+    /// Whether any of its weights lives in host memory (an offloaded layer).
+    pub fn is_offloaded(&self) -> bool {
+        self.linears()
+            .iter()
+            .any(|l| matches!(l.weight, Weight::Host(_)))
+    }
+
+    /// This layer with every host weight copied to `device` (dense); device weights are
+    /// shared. The copy is what an offloaded layer's forward pass computes with.
+    pub fn staged(&self, device: &B::Device) -> Self {
+        let r: std::result::Result<Self, std::convert::Infallible> = self.map_linears(|l| {
+            Ok(match &l.weight {
+                Weight::Host(h) => Linear::dense(h.upload(device), l.bias.clone()),
+                _ => l.clone(),
+            })
+        });
+        match r {
+            Ok(layer) => layer,
+            Err(never) => match never {},
+        }
+    }
+
+    /// Bytes of the layer's weights resident on the device (norms and biases included).
+    pub fn device_bytes(&self) -> usize {
+        let vec_bytes = |t: &Tensor<B, 1>| t.dims()[0] * t.dtype().size();
+        let lin = self
+            .linears()
+            .iter()
+            .map(|l| l.weight.device_bytes() + l.bias.as_ref().map_or(0, vec_bytes))
+            .sum::<usize>();
+        lin + vec_bytes(&self.input_norm.weight) + vec_bytes(&self.post_norm.weight)
+    }
+}
+
 /// Which logits a forward pass returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogitsMode {
@@ -197,7 +314,14 @@ pub struct Qwen2<B: Backend> {
     /// Whether attention runs through the fused [`KernelOps`] kernels (`None`: when the
     /// backend has them, [`KernelOps::FUSED`]).
     kernels: Option<bool>,
+    /// Whether the next offloaded layer is staged by a helper thread while the current layer
+    /// computes ([`Qwen2::with_prefetch`]).
+    prefetch: bool,
 }
+
+/// CubeCL stream id of the prefetch thread's uploads (a fixed id, so that every upload
+/// reuses one stream and its memory pool; CubeCL maps ids to streams modulo 128).
+const UPLOAD_STREAM: u64 = 127;
 
 /// Table from HF tensor names to ours (`L` = layer index):
 ///
@@ -215,6 +339,8 @@ pub const WEIGHT_TABLE: &str = "see the doc comment of this constant";
 struct Loader<'a, B: Backend> {
     src: &'a dyn WeightSource,
     device: &'a B::Device,
+    /// whether linear weights go to host memory (an offloaded layer)
+    host: bool,
 }
 
 impl<B: Backend> Loader<'_, B> {
@@ -248,7 +374,17 @@ impl<B: Backend> Loader<'_, B> {
     }
 
     fn linear(&self, prefix: &str, out: usize, inp: usize, bias: bool) -> Result<Linear<B>> {
-        let weight = self.matrix_t(&format!("{prefix}.weight"), out, inp)?;
+        let name = format!("{prefix}.weight");
+        let weight = if self.host {
+            let t = self.host(&name, &[out, inp])?;
+            Weight::Host(HostWeight::from_f32::<B>(
+                transpose(&t.data, out, inp),
+                inp,
+                out,
+            ))
+        } else {
+            Weight::Dense(self.matrix_t(&name, out, inp)?)
+        };
         let bias = if bias {
             Some(self.vector(&format!("{prefix}.bias"), out)?)
         } else {
@@ -268,6 +404,23 @@ fn transpose(data: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     out
 }
 
+/// `layer` with its seven linear weights copied to host memory (norms and biases stay).
+fn to_host<B: Backend>(layer: &Layer<B>) -> Layer<B> {
+    let r: std::result::Result<Layer<B>, std::convert::Infallible> = layer.map_linears(|l| {
+        Ok(Linear {
+            weight: match &l.weight {
+                Weight::Dense(w) => Weight::Host(HostWeight::from_device(w)),
+                w => w.clone(),
+            },
+            bias: l.bias.clone(),
+        })
+    });
+    match r {
+        Ok(l) => l,
+        Err(never) => match never {},
+    }
+}
+
 impl<B: Backend> Qwen2<B> {
     /// Builds the model from `src` (HF names and shapes, see [`WEIGHT_TABLE`]'s doc), with RoPE
     /// tables for `max_positions` positions (at most `max_position_embeddings`).
@@ -281,6 +434,22 @@ impl<B: Backend> Qwen2<B> {
         max_positions: usize,
         device: &B::Device,
     ) -> Result<Self> {
+        Self::load_offloaded(config, src, max_positions, device, &[])
+    }
+
+    /// As [`Qwen2::load`], with the linear weights of the layers listed in `offloaded` kept
+    /// in host memory ([`crate::offload`]); the forward pass stages each such layer on the
+    /// device when it runs. Indices past the last layer are ignored.
+    ///
+    /// # Errors
+    /// As [`Qwen2::load`].
+    pub fn load_offloaded(
+        config: &QwenConfig,
+        src: &dyn WeightSource,
+        max_positions: usize,
+        device: &B::Device,
+        offloaded: &[usize],
+    ) -> Result<Self> {
         config.validate()?;
         let c = config;
         let (h, hd, nh, kv) = (
@@ -289,7 +458,11 @@ impl<B: Backend> Qwen2<B> {
             c.num_attention_heads,
             c.kv_heads(),
         );
-        let ld = Loader::<B> { src, device };
+        let mut ld = Loader::<B> {
+            src,
+            device,
+            host: false,
+        };
         let embed_host = ld.host("model.embed_tokens.weight", &[c.vocab_size, h])?;
         let lm_head = if src.contains("lm_head.weight") && !c.tie_word_embeddings {
             ld.matrix_t("lm_head.weight", c.vocab_size, h)?
@@ -306,6 +479,8 @@ impl<B: Backend> Qwen2<B> {
         let bias = c.qkv_bias();
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         for l in 0..c.num_hidden_layers {
+            ld.host = offloaded.contains(&l);
+            let ld = &ld;
             let p = format!("model.layers.{l}");
             let norm = |name: &str| -> Result<RmsNorm<B>> {
                 Ok(RmsNorm {
@@ -339,12 +514,28 @@ impl<B: Backend> Qwen2<B> {
             rope: Rope::new(c.rope_theta, hd, max_positions, device),
             device: device.clone(),
             kernels: None,
+            prefetch: true,
         })
     }
 
     /// A model with random weights drawn on the device (normal, std 0.02 as HF
     /// `initializer_range`; norms 1), for speed measurements at real shapes.
     pub fn random(config: &QwenConfig, max_positions: usize, device: &B::Device) -> Result<Self> {
+        Self::random_offloaded(config, max_positions, device, &[])
+    }
+
+    /// As [`Qwen2::random`], with the linear weights of the layers listed in `offloaded`
+    /// moved to host memory as soon as each is drawn (so the device never holds more than one
+    /// of them; see [`crate::offload`]).
+    ///
+    /// # Errors
+    /// As [`Qwen2::random`].
+    pub fn random_offloaded(
+        config: &QwenConfig,
+        max_positions: usize,
+        device: &B::Device,
+        offloaded: &[usize],
+    ) -> Result<Self> {
         use burn_tensor::Distribution;
         config.validate()?;
         let c = config;
@@ -356,9 +547,11 @@ impl<B: Backend> Qwen2<B> {
         );
         let dist = Distribution::Normal(0.0, 0.02);
         let mat = |i: usize, o: usize| Tensor::<B, 2>::random([i, o], dist, device);
-        let lin = |i: usize, o: usize, bias: bool| Linear {
-            weight: mat(i, o),
-            bias: bias.then(|| Tensor::<B, 1>::random([o], dist, device)),
+        let lin = |i: usize, o: usize, bias: bool| {
+            Linear::dense(
+                mat(i, o),
+                bias.then(|| Tensor::<B, 1>::random([o], dist, device)),
+            )
         };
         let norm = || RmsNorm {
             weight: Tensor::<B, 1>::ones([h], device),
@@ -366,16 +559,28 @@ impl<B: Backend> Qwen2<B> {
         };
         let bias = c.qkv_bias();
         let layers = (0..c.num_hidden_layers)
-            .map(|_| Layer {
-                input_norm: norm(),
-                q: lin(h, nh * hd, bias),
-                k: lin(h, kv * hd, bias),
-                v: lin(h, kv * hd, bias),
-                o: lin(nh * hd, h, false),
-                post_norm: norm(),
-                gate: lin(h, c.intermediate_size, false),
-                up: lin(h, c.intermediate_size, false),
-                down: lin(c.intermediate_size, h, false),
+            .map(|l| {
+                (
+                    l,
+                    Layer {
+                        input_norm: norm(),
+                        q: lin(h, nh * hd, bias),
+                        k: lin(h, kv * hd, bias),
+                        v: lin(h, kv * hd, bias),
+                        o: lin(nh * hd, h, false),
+                        post_norm: norm(),
+                        gate: lin(h, c.intermediate_size, false),
+                        up: lin(h, c.intermediate_size, false),
+                        down: lin(c.intermediate_size, h, false),
+                    },
+                )
+            })
+            .map(|(l, layer)| {
+                if offloaded.contains(&l) {
+                    to_host(&layer)
+                } else {
+                    layer
+                }
             })
             .collect();
         let embed = mat(c.vocab_size, h);
@@ -394,6 +599,7 @@ impl<B: Backend> Qwen2<B> {
             rope: Rope::new(c.rope_theta, hd, max_positions, device),
             device: device.clone(),
             kernels: None,
+            prefetch: true,
         })
     }
 
@@ -406,9 +612,36 @@ impl<B: Backend> Qwen2<B> {
         self
     }
 
+    /// Whether an offloaded layer is copied to the device by a helper thread while the layer
+    /// before it computes (`true`, the default) or when its turn comes (`false`). Both compute
+    /// the same values; the benchmark compares their speed.
+    pub fn with_prefetch(mut self, prefetch: bool) -> Self {
+        self.prefetch = prefetch;
+        self
+    }
+
     /// The device the weights live on.
     pub fn device(&self) -> &B::Device {
         &self.device
+    }
+
+    /// Indices of the layers whose weights live in host memory.
+    pub fn offloaded_layers(&self) -> Vec<usize> {
+        (0..self.layers.len())
+            .filter(|&l| self.layers[l].is_offloaded())
+            .collect()
+    }
+
+    /// Bytes of weights resident on the device: embedding, LM head (counted even where a
+    /// random tied model shares the embedding's storage), final norm and every layer's device
+    /// weights (packed size for substitute layers, nothing for offloaded matrices).
+    pub fn device_bytes(&self) -> usize {
+        let n = |d: &[usize]| d.iter().product::<usize>();
+        let mat = |t: &Tensor<B, 2>| n(&t.dims()) * t.dtype().size();
+        mat(&self.embed)
+            + mat(&self.lm_head)
+            + self.norm.weight.dims()[0] * self.norm.weight.dtype().size()
+            + self.layers.iter().map(Layer::device_bytes).sum::<usize>()
     }
 
     /// Largest position the RoPE tables cover (exclusive).
@@ -522,18 +755,46 @@ impl<B: KernelOps> Qwen2<B> {
             .reshape([batch, n, hidden]);
         let mut reads = vec![0u64; batch];
         let mut dense = vec![0u64; batch];
-        for (li, layer) in self.layers.iter().take(n_layers).enumerate() {
-            let h = layer.input_norm.forward(x.clone());
-            let a = self.attention(
-                li, layer, h, &positions, &ctx_lens, n, cache, hook, opts.phase, &mut reads,
-                &mut dense,
-            )?;
-            x = x + a;
-            let h = layer.post_norm.forward(x.clone());
-            let m = layer
-                .down
-                .forward(activation::silu(layer.gate.forward(h.clone())) * layer.up.forward(h));
-            x = x + m;
+        // an offloaded layer is staged on the device before it runs; with prefetching, the
+        // next offloaded layer is staged by a helper thread (its own CUDA stream on
+        // CubeCL backends) while the current one computes
+        let mut next: Option<Layer<B>> = None;
+        for li in 0..n_layers {
+            let stored = &self.layers[li];
+            let staged;
+            let layer = if stored.is_offloaded() {
+                staged = match next.take() {
+                    Some(l) => l,
+                    None => stored.staged(dev),
+                };
+                &staged
+            } else {
+                stored
+            };
+            let mut step = |x: Tensor<B, 3>| {
+                self.layer_forward(
+                    li, layer, x, &positions, &ctx_lens, n, cache, hook, opts.phase, &mut reads,
+                    &mut dense,
+                )
+            };
+            let upcoming = self
+                .layers
+                .get(li + 1)
+                .filter(|l| li + 1 < n_layers && l.is_offloaded());
+            x = match upcoming {
+                Some(up) if self.prefetch => std::thread::scope(|s| {
+                    let handle = s.spawn(move || {
+                        cubecl_common::stream_id::StreamId {
+                            value: UPLOAD_STREAM,
+                        }
+                        .executes(|| up.staged(dev))
+                    });
+                    let out = step(x);
+                    next = handle.join().ok();
+                    out
+                })?,
+                _ => step(x)?,
+            };
         }
         cache.advance(n)?;
         let logits = match opts.logits {
@@ -558,6 +819,34 @@ impl<B: KernelOps> Qwen2<B> {
             ctx_reads: reads,
             ctx_dense: dense,
         })
+    }
+
+    /// One decoder layer: `x + attn(rmsnorm(x))`, then `+ mlp(rmsnorm(.))`.
+    #[allow(clippy::too_many_arguments)]
+    fn layer_forward<H: AttentionHook<B> + ?Sized>(
+        &self,
+        li: usize,
+        layer: &Layer<B>,
+        x: Tensor<B, 3>,
+        positions: &Tensor<B, 1, Int>,
+        ctx_lens: &[usize],
+        n: usize,
+        cache: &mut DenseKvCache<B>,
+        hook: &mut H,
+        phase: Phase,
+        reads: &mut [u64],
+        dense: &mut [u64],
+    ) -> Result<Tensor<B, 3>> {
+        let h = layer.input_norm.forward(x.clone());
+        let a = self.attention(
+            li, layer, h, positions, ctx_lens, n, cache, hook, phase, reads, dense,
+        )?;
+        let x = x + a;
+        let h = layer.post_norm.forward(x.clone());
+        let m = layer
+            .down
+            .forward(activation::silu(layer.gate.forward(h.clone())) * layer.up.forward(h));
+        Ok(x + m)
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -25,22 +25,21 @@
 //! `scale / 2` of the original (up to f32 rounding), and a constant group is reproduced exactly.
 //!
 //! # Memory
-//! The packed form holds `bits` bits per weight plus a scale and a min per group and column,
-//! both f16: [`SubstituteConfig::bytes_per_weight`] `= bits / 8 + 2 * 16 / 8 / group` bytes
-//! (4 bits, group 64: 0.5625 bytes, against 2 for bf16).
+//! The packed form ([`PackedWeight`]) holds `bits` bits per weight (codes packed in 32-bit
+//! words) plus a scale and a min per group and column in the compute dtype (bf16 on the GPU):
+//! [`SubstituteConfig::bytes_per_weight`] `= bits / 8 + 2 * 2 / group` bytes (4 bits, group
+//! 64: 0.5625 bytes, against 2 for bf16). That is what a substitute layer keeps on the device;
+//! each product dequantizes the matrix into a transient dense copy first.
 //!
-//! # Numerics on the CPU
-//! Quantization and dequantization run in f32 on the host; scale and min are kept in f32 (a
-//! packed GPU form storing them in f16 adds a relative rounding of at most 2^-11 to each). On
-//! a GPU the packed codes are what would stay resident, dequantized inside the matmul; the
-//! values it multiplies with are the same dequantized `w'`, so the CPU draft uses a
-//! dequantized (fake-quantized) f32 copy of each substituted weight and runs the unchanged
-//! [`Qwen2::forward`]: the same draft tokens, without the memory saving.
+//! # Numerics
+//! Quantization runs in f32 on the host. On the CPU backend (f32) the dequantized values are
+//! bit for bit those of [`QuantizedMatrix::dequantize`] (`q * scale + min` in f32); on a bf16
+//! backend scale and min are rounded to bf16 once.
 
-use burn_tensor::{backend::Backend, Tensor, TensorData};
+use burn_tensor::{backend::Backend, Int, Tensor, TensorData};
 
 use crate::error::{QwenError, Result};
-use crate::model::{Layer, Linear, Qwen2};
+use crate::model::{Layer, Linear, Qwen2, Weight};
 
 /// Default code width of a substitute weight (bits).
 pub const DEFAULT_BITS: u32 = 4;
@@ -226,41 +225,209 @@ pub fn fake_quantize(
     Ok(quantize(w, rows, cols, cfg)?.dequantize())
 }
 
-fn host_matrix<B: Backend>(t: &Tensor<B, 2>) -> Result<Vec<f32>> {
-    t.clone()
-        .into_data()
-        .convert::<f32>()
-        .into_vec::<f32>()
-        .map_err(|e| QwenError::Core(dustin_core::CoreError::Model(format!("{e:?}"))))
+/// Codes packed per 32-bit word for `bits`-bit codes: `32 / bits` (8 at 4 bits, 10 at 3).
+pub fn codes_per_word(bits: u32) -> usize {
+    (32 / bits.max(1)) as usize
 }
 
-fn substitute_linear<B: Backend>(lin: &Linear<B>, cfg: SubstituteConfig) -> Result<Linear<B>> {
-    let [rows, cols] = lin.weight.dims();
-    let w = fake_quantize(&host_matrix(&lin.weight)?, rows, cols, cfg)?;
-    let device = lin.weight.device();
-    Ok(Linear {
-        weight: Tensor::from_data(TensorData::new(w, [rows, cols]), &device),
-        bias: lin.bias.clone(),
+/// A group-quantized weight `[in, out]` resident on the device in packed form: what a
+/// substitute layer keeps on the GPU.
+///
+/// Layout: the input rows are padded to whole groups; within group `g`, the code of row
+/// `g * group + w * P + k` and column `c` sits in bits `k * bits ..` of word `[g, w, c]`, with
+/// `P` = [`codes_per_word`]. Scale and min are `[groups, 1, out]` in the backend's float dtype
+/// (bf16 on our CUDA backend: a relative rounding of at most 2^-9 each, against a quantization
+/// step of `scale`). [`PackedWeight::dequantize`] computes `q * scale + min` with tensor ops:
+/// on the CPU backend (f32) the same values, bit for bit, as [`QuantizedMatrix::dequantize`].
+#[derive(Debug, Clone)]
+pub struct PackedWeight<B: Backend> {
+    /// Input rows.
+    pub rows: usize,
+    /// Output columns.
+    pub cols: usize,
+    /// The settings it was made with.
+    pub cfg: SubstituteConfig,
+    words: Tensor<B, 3, Int>,
+    scale: Tensor<B, 3>,
+    min: Tensor<B, 3>,
+    shifts: Tensor<B, 4, Int>,
+}
+
+/// A packed matrix still in host memory (the words of [`PackedWeight`]'s layout).
+#[derive(Debug, Clone)]
+struct PackedHost {
+    q: QuantizedMatrix,
+    words: Vec<i32>,
+    wpg: usize,
+}
+
+impl PackedHost {
+    fn new(q: QuantizedMatrix) -> Self {
+        let (rows, cols, bits) = (q.rows, q.cols, q.cfg.bits);
+        let group = q.cfg.group.max(1);
+        let per = codes_per_word(bits);
+        let wpg = group.div_ceil(per);
+        let mut words = vec![0u32; q.groups() * wpg * cols];
+        for r in 0..rows {
+            let (gi, rr) = (r / group, r % group);
+            let (wi, k) = (rr / per, rr % per);
+            let base = (gi * wpg + wi) * cols;
+            let shift = k as u32 * bits;
+            for (w, &code) in words[base..base + cols]
+                .iter_mut()
+                .zip(&q.codes[r * cols..(r + 1) * cols])
+            {
+                *w |= (code as u32) << shift;
+            }
+        }
+        // two's-complement reinterpretation: the unpacking masks the sign-extended bits away
+        let words = words.into_iter().map(|w| w as i32).collect();
+        Self { q, words, wpg }
+    }
+
+    fn upload<B: Backend>(self, device: &B::Device) -> PackedWeight<B> {
+        let Self { q, words, wpg } = self;
+        let (groups, cols, bits) = (q.groups(), q.cols, q.cfg.bits);
+        let per = codes_per_word(bits);
+        let shifts: Vec<i32> = (0..per).map(|k| (k as u32 * bits) as i32).collect();
+        PackedWeight {
+            rows: q.rows,
+            cols,
+            cfg: q.cfg,
+            words: Tensor::from_data(TensorData::new(words, [groups, wpg, cols]), device),
+            scale: Tensor::from_data(TensorData::new(q.scale, [groups, 1, cols]), device),
+            min: Tensor::from_data(TensorData::new(q.min, [groups, 1, cols]), device),
+            shifts: Tensor::from_data(TensorData::new(shifts, [1, 1, per, 1]), device),
+        }
+    }
+}
+
+impl<B: Backend> PackedWeight<B> {
+    /// Packs `q` and moves it to `device`.
+    pub fn new(q: &QuantizedMatrix, device: &B::Device) -> Self {
+        PackedHost::new(q.clone()).upload(device)
+    }
+
+    /// The dequantized weight `q * scale + min`, `[in, out]`, in the backend's float dtype.
+    pub fn dequantize(&self) -> Tensor<B, 2> {
+        use burn_tensor::ElementConversion;
+        let [groups, wpg, cols] = self.words.dims();
+        let per = codes_per_word(self.cfg.bits);
+        let group = self.cfg.group.max(1);
+        let shape = [groups, wpg, per, cols];
+        let mask = ((1i64 << self.cfg.bits) - 1).elem::<B::IntElem>();
+        let codes = self
+            .words
+            .clone()
+            .unsqueeze_dim::<4>(2)
+            .expand(shape)
+            .bitwise_right_shift(self.shifts.clone().expand(shape))
+            .bitwise_and_scalar(mask)
+            .reshape([groups, wpg * per, cols]);
+        let codes = if wpg * per == group {
+            codes
+        } else {
+            codes.slice([0..groups, 0..group, 0..cols])
+        };
+        let w =
+            (codes.float() * self.scale.clone() + self.min.clone()).reshape([groups * group, cols]);
+        if groups * group == self.rows {
+            w
+        } else {
+            w.slice([0..self.rows, 0..cols])
+        }
+    }
+
+    /// Bytes held on the device: the words, scale and min (the 4-byte shift table aside).
+    pub fn device_bytes(&self) -> usize {
+        let n = |d: &[usize]| d.iter().product::<usize>();
+        n(&self.words.dims()) * self.words.dtype().size()
+            + 2 * n(&self.scale.dims()) * self.scale.dtype().size()
+    }
+}
+
+fn host_matrix<B: Backend>(w: &Weight<B>) -> Result<Vec<f32>> {
+    match w {
+        Weight::Host(h) => h.to_f32(),
+        w => w
+            .to_dense(&dense_device(w)?)
+            .into_data()
+            .convert::<f32>()
+            .into_vec::<f32>()
+            .map_err(|e| QwenError::Core(dustin_core::CoreError::Model(format!("{e:?}")))),
+    }
+}
+
+fn dense_device<B: Backend>(w: &Weight<B>) -> Result<B::Device> {
+    match w {
+        Weight::Dense(t) => Ok(t.device()),
+        Weight::Packed(p) => Ok(p.words.device()),
+        Weight::Host(_) => Err(QwenError::Core(dustin_core::CoreError::Model(
+            "a host weight has no device".into(),
+        ))),
+    }
+}
+
+/// Quantizes and packs a layer's seven matrices on the host, one thread per matrix.
+fn pack_layer<B: Backend>(layer: &Layer<B>, cfg: SubstituteConfig) -> Result<Vec<PackedHost>> {
+    let hosts = layer
+        .linears()
+        .iter()
+        .map(|l| Ok((host_matrix(&l.weight)?, l.weight.dims())))
+        .collect::<Result<Vec<_>>>()?;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = hosts
+            .into_iter()
+            .map(|(w, [rows, cols])| {
+                s.spawn(move || quantize(&w, rows, cols, cfg).map(PackedHost::new))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(QwenError::Core(dustin_core::CoreError::Model(
+                        "a quantization thread panicked".into(),
+                    )))
+                })
+            })
+            .collect()
+    })
+}
+
+fn upload_layer<B: Backend>(
+    layer: &Layer<B>,
+    packed: Vec<PackedHost>,
+    device: &B::Device,
+) -> Result<Layer<B>> {
+    let mut packed = packed.into_iter();
+    layer.map_linears(|l| {
+        let p = packed.next().ok_or_else(|| {
+            QwenError::Core(dustin_core::CoreError::Model(
+                "seven packed matrices".into(),
+            ))
+        })?;
+        Ok(Linear {
+            weight: Weight::Packed(p.upload(device)),
+            bias: l.bias.clone(),
+        })
     })
 }
 
 /// A copy of `layer` whose seven linear weights (q, k, v, o, gate, up, down) are replaced by
-/// their fake-quantized values; biases and norms are shared with `layer` (exact).
+/// packed group-quantized copies ([`PackedWeight`]) on `device`; biases and norms are shared
+/// with `layer` (exact). The layer's weights may be on the device or in host memory (an
+/// offloaded target layer).
 ///
 /// # Errors
 /// As [`quantize`]; a device read-back failure as [`QwenError::Core`].
-pub fn substitute_layer<B: Backend>(layer: &Layer<B>, cfg: SubstituteConfig) -> Result<Layer<B>> {
-    Ok(Layer {
-        input_norm: layer.input_norm.clone(),
-        q: substitute_linear(&layer.q, cfg)?,
-        k: substitute_linear(&layer.k, cfg)?,
-        v: substitute_linear(&layer.v, cfg)?,
-        o: substitute_linear(&layer.o, cfg)?,
-        post_norm: layer.post_norm.clone(),
-        gate: substitute_linear(&layer.gate, cfg)?,
-        up: substitute_linear(&layer.up, cfg)?,
-        down: substitute_linear(&layer.down, cfg)?,
-    })
+pub fn substitute_layer<B: Backend>(
+    layer: &Layer<B>,
+    cfg: SubstituteConfig,
+    device: &B::Device,
+) -> Result<Layer<B>> {
+    cfg.validate()?;
+    upload_layer(layer, pack_layer(layer, cfg)?, device)
 }
 
 /// The layers that would be offloaded by default: the second half, `n / 2 .. n` (15..30 of
@@ -270,7 +437,7 @@ pub fn second_half(num_layers: usize) -> Vec<usize> {
 }
 
 /// The SubSpec draft model of `target`: each layer listed in `layers` (any order, repeats
-/// ignored) carries fake-quantized copies of its linear weights ([`substitute_layer`]); every
+/// ignored) carries packed group-quantized copies of its linear weights ([`substitute_layer`]); every
 /// other layer, the embedding, the final norm, the LM head and the RoPE tables are the
 /// target's own tensors (clones of Burn tensors share their storage: nothing is copied).
 ///
@@ -299,7 +466,7 @@ pub fn substitute_model<B: Backend>(
     list.sort_unstable();
     list.dedup();
     for l in list {
-        model.layers[l] = substitute_layer(&target.layers[l], cfg)?;
+        model.layers[l] = substitute_layer(&target.layers[l], cfg, target.device())?;
     }
     Ok(model)
 }

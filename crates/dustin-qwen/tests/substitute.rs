@@ -1,6 +1,7 @@
 //! SubSpec substitute models on the 2-layer Llama parity fixture: resident layers, embedding,
 //! norm and LM head are the target's tensors unchanged; substituted layers hold the
-//! fake-quantized weights (within half a step of the target's, not identical) with biases
+//! packed quantized weights, whose dequantized values are bit for bit the host
+//! quantizer's (within half a step of the target's, not identical) with biases
 //! and norms exact; their logits move away from the target's as bits drop; bad inputs are
 //! named.
 
@@ -9,7 +10,7 @@ use std::path::Path;
 use burn_flex::{Flex, FlexDevice};
 use burn_tensor::{backend::Backend, Tensor};
 use dustin_core::{DenseHook, Phase};
-use dustin_qwen::model::Linear;
+use dustin_qwen::model::{Linear, Weight};
 use dustin_qwen::substitute::{fake_quantize, quantize, second_half};
 use dustin_qwen::{
     substitute_model, ForwardOpts, LogitsMode, Qwen2, QwenConfig, SafetensorsDir, SubstituteConfig,
@@ -32,6 +33,11 @@ fn host<const D: usize, BB: Backend>(t: &Tensor<BB, D>) -> Vec<f32> {
         .convert::<f32>()
         .into_vec::<f32>()
         .unwrap()
+}
+
+/// A weight's dense values on the host (dequantized for a packed substitute).
+fn wt(w: &Weight<B>) -> Vec<f32> {
+    host(&w.to_dense(&FlexDevice))
 }
 
 fn linears<BB: Backend>(l: &dustin_qwen::model::Layer<BB>) -> [(&'static str, &Linear<BB>); 7] {
@@ -62,7 +68,11 @@ fn resident_tensors_are_the_targets_and_substitutes_are_within_half_a_step() {
     assert_eq!(host(&s0.input_norm.weight), host(&t0.input_norm.weight));
     assert_eq!(host(&s0.post_norm.weight), host(&t0.post_norm.weight));
     for ((name, a), (_, b)) in linears(t0).into_iter().zip(linears(s0)) {
-        assert_eq!(host(&a.weight), host(&b.weight), "layer 0 {name}");
+        assert!(
+            matches!(b.weight, Weight::Dense(_)),
+            "layer 0 {name} stays dense"
+        );
+        assert_eq!(wt(&a.weight), wt(&b.weight), "layer 0 {name}");
     }
     // substituted: layer 1's linear weights; its norms exact
     let (t1, s1) = (&target.layers[1], &sub.layers[1]);
@@ -71,8 +81,12 @@ fn resident_tensors_are_the_targets_and_substitutes_are_within_half_a_step() {
     for ((name, a), (_, b)) in linears(t1).into_iter().zip(linears(s1)) {
         let [rows, cols] = a.weight.dims();
         assert_eq!(b.weight.dims(), [rows, cols]);
-        let w = host(&a.weight);
-        let d = host(&b.weight);
+        assert!(
+            matches!(b.weight, Weight::Packed(_)),
+            "layer 1 {name} is packed"
+        );
+        let w = wt(&a.weight);
+        let d = wt(&b.weight);
         assert_eq!(
             d,
             fake_quantize(&w, rows, cols, cfg).unwrap(),
@@ -181,5 +195,38 @@ fn bad_substitute_inputs_are_named() {
             .unwrap_err()
             .to_string();
         assert!(e.contains(want), "{layers:?} {cfg:?}: {e}");
+    }
+}
+
+#[test]
+fn packed_words_unpack_to_the_host_dequantization_for_every_width() {
+    use dustin_qwen::substitute::PackedWeight;
+    // odd shapes: rows not a multiple of the group, groups not a multiple of the codes per
+    // word (3 bits: 10 per word; group 7), one column
+    let shapes = [
+        (150usize, 5usize, 64usize),
+        (23, 3, 7),
+        (64, 1, 64),
+        (9, 4, 16),
+    ];
+    for bits in 2..=8u32 {
+        for &(rows, cols, group) in &shapes {
+            let w: Vec<f32> = (0..rows * cols)
+                .map(|i| ((i * 7919 % 1013) as f32 / 1013.0 - 0.5) * (1.0 + (i % 5) as f32))
+                .collect();
+            let cfg = SubstituteConfig { bits, group };
+            let q = quantize(&w, rows, cols, cfg).unwrap();
+            // a group's max takes the top code: the words' highest fields are exercised
+            let top = q.codes.iter().copied().max().unwrap() as u32;
+            assert_eq!(top + 1, 1 << bits, "{bits} bits");
+            let p = PackedWeight::<B>::new(&q, &FlexDevice);
+            assert_eq!([p.rows, p.cols], [rows, cols]);
+            let d = host(&p.dequantize());
+            assert_eq!(
+                d,
+                q.dequantize(),
+                "{bits} bits, {rows}x{cols}, group {group}"
+            );
+        }
     }
 }

@@ -1,0 +1,289 @@
+//! Target layers offloaded to host memory, and the plan of which layers fit a GPU budget
+//! (SubSpec, "Speculate Deep and Accurate", issue 10).
+//!
+//! An offloaded layer keeps its norms and biases on the device and its seven linear weights
+//! in host memory ([`HostWeight`], in the backend's float dtype, so a copy moves 2 bytes per
+//! weight in bf16). [`crate::Qwen2::forward`] stages such a layer on the device just before it
+//! runs ([`crate::model::Layer::staged`]) and drops the copy right after; with prefetching
+//! (the default) the next offloaded layer is staged by a helper thread on its own CubeCL
+//! stream while the current layer computes, so the copy can overlap the compute.
+//!
+//! [`plan_offload`] decides how many layers stay resident under a `--gpu-memory` budget:
+//! layers fill the GPU from the bottom (layer 0 first), as offloading runtimes do
+//! (HF accelerate's `device_map="auto"`), and the remaining top layers are offloaded.
+
+use std::sync::Arc;
+
+use burn_tensor::{backend::Backend, Tensor, TensorData};
+
+use crate::config::QwenConfig;
+use crate::error::{QwenError, Result};
+use crate::substitute::SubstituteConfig;
+
+/// A weight matrix `[in, out]` in host memory, in the dtype it will have on the device.
+#[derive(Clone)]
+pub struct HostWeight {
+    data: Arc<TensorData>,
+}
+
+impl std::fmt::Debug for HostWeight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "HostWeight({:?}, {:?}, {} bytes)",
+            self.data.shape,
+            self.data.dtype,
+            self.bytes()
+        )
+    }
+}
+
+impl HostWeight {
+    /// Copies a device weight `[in, out]` to host memory (dtype kept).
+    pub fn from_device<B: Backend>(w: &Tensor<B, 2>) -> Self {
+        Self {
+            data: Arc::new(w.clone().into_data()),
+        }
+    }
+
+    /// A host weight `[rows, cols]` from row-major f32 values, converted to the float dtype
+    /// of backend `B` (bf16 on our CUDA backend), so uploads need no conversion.
+    pub fn from_f32<B: Backend>(values: Vec<f32>, rows: usize, cols: usize) -> Self {
+        let dtype = <B::FloatElem as burn_tensor::Element>::dtype();
+        Self {
+            data: Arc::new(TensorData::new(values, [rows, cols]).convert_dtype(dtype)),
+        }
+    }
+
+    /// `[in, out]`.
+    pub fn dims(&self) -> [usize; 2] {
+        [
+            self.data.shape.first().copied().unwrap_or(0),
+            self.data.shape.get(1).copied().unwrap_or(0),
+        ]
+    }
+
+    /// Bytes held in host memory.
+    pub fn bytes(&self) -> usize {
+        self.data.bytes.len()
+    }
+
+    /// A device copy of the weight.
+    pub fn upload<B: Backend>(&self, device: &B::Device) -> Tensor<B, 2> {
+        Tensor::from_data((*self.data).clone(), device)
+    }
+
+    /// The values as f32, row-major `[in, out]`.
+    ///
+    /// # Errors
+    /// [`QwenError::Core`] if the stored dtype cannot be converted.
+    pub fn to_f32(&self) -> Result<Vec<f32>> {
+        (*self.data)
+            .clone()
+            .convert::<f32>()
+            .into_vec::<f32>()
+            .map_err(|e| QwenError::Core(dustin_core::CoreError::Model(format!("{e:?}"))))
+    }
+}
+
+/// Which target layers stay on the GPU under a memory budget, and the bytes behind it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct OffloadPlan {
+    /// The budget, bytes.
+    pub budget_bytes: u64,
+    /// Layers resident on the GPU (`0 .. resident`).
+    pub resident: usize,
+    /// Layers offloaded to host memory (`resident .. num_layers`).
+    pub offloaded: Vec<usize>,
+    /// Embedding, LM head, final norm: always resident.
+    pub fixed_bytes: u64,
+    /// One decoder layer's weights in the compute dtype.
+    pub layer_bytes: u64,
+    /// What an offloaded layer keeps on the device: its norms and biases, plus its substitute's
+    /// packed matrices when a substitute draft is used.
+    pub substitute_layer_bytes: u64,
+    /// Device copies of offloaded layers alive at once (1, or 2 with prefetching) and the
+    /// dequantized copy of the largest substitute matrix.
+    pub staging_bytes: u64,
+    /// KV caches (as given by the caller).
+    pub kv_bytes: u64,
+    /// The sum the plan fits under the budget.
+    pub total_bytes: u64,
+}
+
+/// Plans which layers of a `config` model stay on a GPU of `budget_bytes`: the fewest
+/// offloaded layers (taken from the top) such that
+///
+/// ```text
+/// fixed + resident * layer + offloaded * substitute_layer + staging + kv <= budget
+/// ```
+///
+/// where `fixed` = embedding + LM head (`2 * vocab * hidden` weights: the LM head is its own
+/// matrix even when tied, see [`crate::Qwen2::load`]) + final norm, `layer` = one decoder
+/// layer's weights (seven matrices, biases, two norms), all at `dtype_bytes` per weight (2 for
+/// bf16); `substitute_layer` = the layer's norms and biases, plus its seven matrices at
+/// [`SubstituteConfig::bytes_per_weight`] when `substitute` is given; `staging` = one layer
+/// (two with `prefetch`) when anything is offloaded, plus the largest matrix dequantized
+/// when a substitute is used. Activations and the allocator's slack are not counted: leave
+/// room for them in the budget.
+///
+/// # Errors
+/// [`QwenError::ConfigValue`] naming `gpu_memory` when even every layer offloaded does not
+/// fit, with the smallest budget that would.
+pub fn plan_offload(
+    config: &QwenConfig,
+    budget_bytes: u64,
+    dtype_bytes: f64,
+    kv_bytes: u64,
+    substitute: Option<SubstituteConfig>,
+    prefetch: bool,
+) -> Result<OffloadPlan> {
+    let c = config;
+    let (h, i, nh, kv, d) = (
+        c.hidden_size as f64,
+        c.intermediate_size as f64,
+        c.num_attention_heads as f64,
+        c.kv_heads() as f64,
+        c.head_dim() as f64,
+    );
+    let matrices = 2.0 * h * nh * d + 2.0 * h * kv * d + 3.0 * h * i;
+    let small = if c.qkv_bias() {
+        nh * d + 2.0 * kv * d
+    } else {
+        0.0
+    } + 2.0 * h;
+    let layer = ((matrices + small) * dtype_bytes).ceil() as u64;
+    let fixed = ((2.0 * c.vocab_size as f64 * h + h) * dtype_bytes).ceil() as u64;
+    let (sub_layer, dequant) = match substitute {
+        Some(s) => (
+            (matrices * s.bytes_per_weight() + small * dtype_bytes).ceil() as u64,
+            (h * i * dtype_bytes).ceil() as u64,
+        ),
+        None => ((small * dtype_bytes).ceil() as u64, 0),
+    };
+    let n = c.num_hidden_layers;
+    let staged = if prefetch { 2 } else { 1 };
+    let total = |off: usize| -> u64 {
+        let staging = if off > 0 { staged * layer + dequant } else { 0 };
+        fixed + (n - off) as u64 * layer + off as u64 * sub_layer + staging + kv_bytes
+    };
+    let off = (0..=n)
+        .find(|&off| total(off) <= budget_bytes)
+        .ok_or_else(|| QwenError::ConfigValue {
+            key: "gpu_memory",
+            value: format!("{budget_bytes} bytes"),
+            expected: format!(
+                "at least {} bytes for this model with every layer offloaded",
+                total(n)
+            ),
+        })?;
+    Ok(OffloadPlan {
+        budget_bytes,
+        resident: n - off,
+        offloaded: (n - off..n).collect(),
+        fixed_bytes: fixed,
+        layer_bytes: layer,
+        substitute_layer_bytes: sub_layer,
+        staging_bytes: if off > 0 { staged * layer + dequant } else { 0 },
+        kv_bytes,
+        total_bytes: total(off),
+    })
+}
+
+/// Parses a memory size: a number with an optional unit `B`, `KB`, `MB`, `GB` (powers of
+/// 1000) or `KiB`, `MiB`, `GiB` (powers of 1024), case-insensitive (`8GiB`, `24 GiB`,
+/// `1.5GB`, `4096`).
+///
+/// # Errors
+/// [`QwenError::ConfigValue`] naming `gpu_memory` for anything else.
+pub fn parse_bytes(s: &str) -> Result<u64> {
+    let bad = || QwenError::ConfigValue {
+        key: "gpu_memory",
+        value: s.to_string(),
+        expected: "a size such as 8GiB, 24GB or 4096 (units B, KB, MB, GB, KiB, MiB, GiB)".into(),
+    };
+    let t = s.trim();
+    let split = t
+        .find(|ch: char| !(ch.is_ascii_digit() || ch == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num.parse().map_err(|_| bad())?;
+    let mult = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        _ => return Err(bad()),
+    };
+    let bytes = value * mult;
+    if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
+        return Err(bad());
+    }
+    Ok(bytes as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Qwen2.5-7B-Instruct's `config.json` (the values of `../shared/data/qwen2.5/`).
+    fn cfg7b() -> QwenConfig {
+        let json = r#"{"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
+            "max_position_embeddings": 32768, "num_attention_heads": 28,
+            "num_hidden_layers": 28, "num_key_value_heads": 4, "rms_norm_eps": 1e-06,
+            "rope_theta": 1000000.0, "tie_word_embeddings": false, "vocab_size": 152064}"#;
+        QwenConfig::from_json(json, "7B").unwrap()
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_bytes("8GiB").unwrap(), 8 << 30);
+        assert_eq!(parse_bytes("24 GB").unwrap(), 24_000_000_000);
+        assert_eq!(parse_bytes("1.5mib").unwrap(), 1_572_864);
+        assert_eq!(parse_bytes("4096").unwrap(), 4096);
+        for bad in ["", "GiB", "8TiB", "-1GB", "0", "8 G i B", "1e3"] {
+            assert!(parse_bytes(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn qwen_7b_at_8_gib_by_hand() {
+        // Qwen2.5-7B (config.json): hidden 3584, intermediate 18944, 28 heads, 4 KV heads,
+        // head_dim 128, vocab 152064, 28 layers, q/k/v bias.
+        // layer weights: 2*3584*3584 + 2*3584*512 + 3*3584*18944 = 233_046_016;
+        // small: 3584 + 2*512 (bias) + 2*3584 (norms) = 11_776 -> 233_057_792 * 2 bytes
+        let c = cfg7b();
+        let p = plan_offload(&c, 8 << 30, 2.0, 0, None, false).unwrap();
+        assert_eq!(p.layer_bytes, 466_115_584);
+        // fixed: (2 * 152064 * 3584 + 3584) * 2
+        assert_eq!(p.fixed_bytes, 2_179_996_672);
+        // 8 GiB = 8_589_934_592; r resident with fixed + r * layer + one staged layer (+ the
+        // norms and biases of the offloaded ones) <= budget:
+        // (8_589_934_592 - 2_179_996_672 - 466_115_584) / 466_115_584 = 12.75 -> 12 resident
+        assert_eq!(p.resident, 12);
+        assert_eq!(p.offloaded, (12..28).collect::<Vec<_>>());
+        assert!(p.total_bytes <= 8 << 30);
+        // the whole model fits 16 GiB: nothing offloaded, no staging
+        let all = plan_offload(&c, 16 << 30, 2.0, 0, None, true).unwrap();
+        assert_eq!((all.resident, all.staging_bytes), (28, 0));
+    }
+
+    #[test]
+    fn a_substitute_takes_room_and_too_small_a_budget_is_named() {
+        let c = cfg7b();
+        let sub = SubstituteConfig::default();
+        let p = plan_offload(&c, 8 << 30, 2.0, 0, Some(sub), true).unwrap();
+        // 4-bit group 64: 0.5625 bytes per weight of the 233_046_016 matrix weights + 23_552
+        // bytes of norms and biases
+        assert_eq!(
+            p.substitute_layer_bytes,
+            (233_046_016.0f64 * 0.5625).ceil() as u64 + 23_552
+        );
+        assert!(p.resident < 12 && p.total_bytes <= 8 << 30);
+        let err = plan_offload(&c, 1 << 30, 2.0, 0, Some(sub), true).unwrap_err();
+        assert!(err.to_string().contains("gpu_memory"), "{err}");
+    }
+}
