@@ -221,6 +221,27 @@ fn random_prefix<B: KernelOps>(
     Ok(DenseKvCache::from_layers(k, v, &[len])?)
 }
 
+/// Appends `row` as one JSON line to `path` (created if missing).
+///
+/// # Errors
+/// [`CliError::Io`] naming the file.
+pub fn append_json<T: serde::Serialize>(path: &std::path::Path, row: &T) -> Result<(), CliError> {
+    use std::io::Write;
+    let line = serde_json::to_string(row).map_err(|e| CliError::Usage(format!("json: {e}")))?;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|source| CliError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+    writeln!(f, "{line}").map_err(|source| CliError::Io {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
 /// One measured row.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Row {
@@ -435,21 +456,7 @@ fn run_on<B: KernelOps>(args: &E2eArgs, dev: &B::Device) -> Result<(), CliError>
                     row.over_floor
                 );
                 if let Some(p) = &args.json {
-                    use std::io::Write;
-                    let line = serde_json::to_string(&row)
-                        .map_err(|e| CliError::Usage(format!("json: {e}")))?;
-                    let mut f = std::fs::OpenOptions::new()
-                        .create(true)
-                        .append(true)
-                        .open(p)
-                        .map_err(|source| CliError::Io {
-                            path: p.display().to_string(),
-                            source,
-                        })?;
-                    writeln!(f, "{line}").map_err(|source| CliError::Io {
-                        path: p.display().to_string(),
-                        source,
-                    })?;
+                    append_json(p, &row)?;
                 }
             }
         }

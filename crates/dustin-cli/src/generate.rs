@@ -78,6 +78,15 @@ pub struct GenerateArgs {
     /// 0.21 does not report free device memory).
     #[arg(long, value_parser = parse_bytes)]
     pub max_memory: Option<u64>,
+    /// GPU memory the model may hold, e.g. `8G`: the target's layers that do not fit stay in
+    /// host memory and are copied in for each forward pass (top layers first; see
+    /// `dustin_qwen::offload::plan_offload`, which also counts the KV caches and a substitute
+    /// draft). Conflicts with --offload.
+    #[arg(long, value_parser = parse_bytes, conflicts_with = "offload")]
+    pub gpu_memory: Option<u64>,
+    /// Target layers kept in host memory, e.g. `14-27` or `20,21` (0-based).
+    #[arg(long)]
+    pub offload: Option<String>,
     /// Write every sequence's text, tokens and finish reason (eos, stop_string, length,
     /// cancelled) to this JSON file, also when generation is cancelled with Ctrl-C.
     #[arg(long)]
@@ -225,6 +234,9 @@ pub enum DraftSpec {
 /// Which layers a substitute draft quantizes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SubstituteLayers {
+    /// The default: the target's offloaded layers (`--gpu-memory`, `--offload`), or the
+    /// second half when none is offloaded.
+    Offloaded,
     /// The second half of the target's layers (`n / 2 .. n`): the layers that would be
     /// offloaded.
     Half,
@@ -242,16 +254,20 @@ pub struct SubstituteSpec {
 }
 
 impl SubstituteSpec {
-    /// The layer indices for a target of `num_layers` layers.
-    pub fn resolve(&self, num_layers: usize) -> Vec<usize> {
+    /// The layer indices for a target of `num_layers` layers of which `offloaded` live in
+    /// host memory.
+    pub fn resolve(&self, num_layers: usize, offloaded: &[usize]) -> Vec<usize> {
         match &self.layers {
-            SubstituteLayers::Half => dustin_qwen::substitute::second_half(num_layers),
+            SubstituteLayers::Offloaded if !offloaded.is_empty() => offloaded.to_vec(),
+            SubstituteLayers::Offloaded | SubstituteLayers::Half => {
+                dustin_qwen::substitute::second_half(num_layers)
+            }
             SubstituteLayers::List(l) => l.clone(),
         }
     }
 
-    /// Builds the draft model from `target` (resident layers shared, listed layers
-    /// fake-quantized) and prints what it holds to stderr.
+    /// Builds the draft model from `target` (resident layers shared, listed layers packed
+    /// group-quantized on the target's device) and prints what it holds to stderr.
     ///
     /// # Errors
     /// [`CliError::Model`] naming `substitute.layers` (an index past the target's layers),
@@ -260,7 +276,7 @@ impl SubstituteSpec {
         &self,
         target: &Qwen2<B>,
     ) -> Result<Qwen2<B>, CliError> {
-        let layers = self.resolve(target.layers.len());
+        let layers = self.resolve(target.layers.len(), &target.offloaded_layers());
         let model = substitute_model(target, &layers, self.cfg)?;
         let weights: usize = layers
             .iter()
@@ -306,6 +322,31 @@ fn format_layers(layers: &[usize]) -> String {
     parts.join(",")
 }
 
+/// Parses a comma list of layer indices and inclusive ranges (`15-29`, `0,2,10-14`) into
+/// ascending indices without repeats; the error says which part is wrong.
+pub fn parse_layer_list(v: &str) -> Result<Vec<usize>, String> {
+    let mut list = Vec::new();
+    for part in v.split(',') {
+        let num = |t: &str| {
+            t.parse::<usize>()
+                .map_err(|_| format!("layer `{t}` is not a layer index"))
+        };
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (num(a)?, num(b)?);
+                if a > b {
+                    return Err(format!("layer range `{part}` is empty"));
+                }
+                list.extend(a..=b);
+            }
+            None => list.push(num(part)?),
+        }
+    }
+    list.sort_unstable();
+    list.dedup();
+    Ok(list)
+}
+
 fn parse_substitute(s: &str, rest: &str) -> Result<SubstituteSpec, CliError> {
     let bad = |msg: String| {
         CliError::Usage(format!(
@@ -314,7 +355,7 @@ fn parse_substitute(s: &str, rest: &str) -> Result<SubstituteSpec, CliError> {
     };
     let mut spec = SubstituteSpec {
         cfg: SubstituteConfig::default(),
-        layers: SubstituteLayers::Half,
+        layers: SubstituteLayers::Offloaded,
     };
     if rest.is_empty() {
         return Ok(spec);
@@ -342,28 +383,7 @@ fn parse_substitute(s: &str, rest: &str) -> Result<SubstituteSpec, CliError> {
                     .ok_or_else(|| bad(format!("group = `{v}` is not a positive integer")))?;
             }
             "layers" if v == "half" => spec.layers = SubstituteLayers::Half,
-            "layers" => {
-                let mut list = Vec::new();
-                for part in v.split(',') {
-                    let num = |t: &str| {
-                        t.parse::<usize>()
-                            .map_err(|_| bad(format!("layer `{t}` is not a layer index")))
-                    };
-                    match part.split_once('-') {
-                        Some((a, b)) => {
-                            let (a, b) = (num(a)?, num(b)?);
-                            if a > b {
-                                return Err(bad(format!("layer range `{part}` is empty")));
-                            }
-                            list.extend(a..=b);
-                        }
-                        None => list.push(num(part)?),
-                    }
-                }
-                list.sort_unstable();
-                list.dedup();
-                spec.layers = SubstituteLayers::List(list);
-            }
+            "layers" => spec.layers = SubstituteLayers::List(parse_layer_list(v).map_err(bad)?),
             other => return Err(bad(format!("unknown key `{other}`"))),
         }
     }
@@ -408,6 +428,68 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
         eprintln!("note: Ctrl-C handler not installed ({e}); Ctrl-C will stop without output");
     }
     crate::with_backend!(args.device, |B, dev| run_on::<B>(&args, &dev, &cancel))
+}
+
+/// The target layers to keep in host memory: `--offload`, or what `--gpu-memory` leaves
+/// out (the plan goes to stderr).
+fn offload_plan<B: KernelOps>(
+    args: &GenerateArgs,
+    cfgs: &[&dustin_qwen::QwenConfig],
+    batch: usize,
+    capacity: usize,
+    draft: Option<&ModelFiles>,
+) -> Result<Vec<usize>, CliError> {
+    let target = cfgs[0];
+    let n = target.num_hidden_layers;
+    if let Some(list) = &args.offload {
+        let layers = parse_layer_list(list)
+            .map_err(|m| CliError::Usage(format!("--offload {list}: {m}")))?;
+        if let Some(&bad) = layers.iter().find(|&&l| l >= n) {
+            return Err(CliError::Usage(format!(
+                "--offload {list}: layer {bad} is past the target's {n} layers (0 ..= {})",
+                n - 1
+            )));
+        }
+        return Ok(layers);
+    }
+    let Some(budget) = args.gpu_memory else {
+        return Ok(Vec::new());
+    };
+    let bytes = dustin_core::memory::float_bytes::<B>();
+    let kv: u64 = cfgs
+        .iter()
+        .map(|c| c.kv_bytes_per_token(bytes) as u64)
+        .sum::<u64>()
+        .saturating_mul((batch * capacity) as u64);
+    let draft_weights = draft.map_or(0, |d| {
+        crate::bench_e2e::weight_bytes_per_forward(&d.config, bytes as f64) as u64
+    });
+    let substitute = match args.draft.as_deref().map(parse_draft).transpose()? {
+        Some(DraftSpec::Substitute(s)) => Some(s.cfg),
+        _ => None,
+    };
+    let plan = dustin_qwen::plan_offload(
+        target,
+        budget,
+        bytes as f64,
+        kv.saturating_add(draft_weights),
+        substitute,
+        true,
+    )
+    .map_err(|e| CliError::Usage(format!("--gpu-memory: {e}")))?;
+    eprintln!(
+        "gpu memory {:.2} GB: {} of {n} target layers resident, {} offloaded to host ({:.2} GB planned: {:.2} embedding + LM head, {:.3} per layer, {:.3} per offloaded layer, {:.2} staging, {:.2} KV and draft)",
+        budget as f64 / 1e9,
+        plan.resident,
+        plan.offloaded.len(),
+        plan.total_bytes as f64 / 1e9,
+        plan.fixed_bytes as f64 / 1e9,
+        plan.layer_bytes as f64 / 1e9,
+        plan.substitute_layer_bytes as f64 / 1e9,
+        plan.staging_bytes as f64 / 1e9,
+        plan.other_bytes as f64 / 1e9,
+    );
+    Ok(plan.offloaded)
 }
 
 /// Checks the KV caches' memory (target and draft, `batch` sequences of `capacity` tokens)
@@ -477,7 +559,8 @@ fn run_on<B: KernelOps>(
         cfgs.push(&files.config);
     }
     check_kv_memory::<B>(&cfgs, ids.len(), positions, dev)?;
-    let model = Arc::new(files.build::<B>(positions, dev)?);
+    let offloaded = offload_plan::<B>(args, &cfgs, ids.len(), positions, draft_files.as_ref())?;
+    let model = Arc::new(files.build_offloaded::<B>(positions, dev, &offloaded)?);
     let sampling = SamplingConfig {
         temperature: args.temperature,
         top_p: args.top_p,
@@ -677,9 +760,12 @@ mod tests {
 
     #[test]
     fn substitute_drafts_parse() {
-        use SubstituteLayers::{Half, List};
-        assert_eq!(parse_draft("substitute").unwrap(), sub(4, 64, Half));
-        assert_eq!(parse_draft("substitute:bits=2").unwrap(), sub(2, 64, Half));
+        use SubstituteLayers::{Half, List, Offloaded};
+        assert_eq!(parse_draft("substitute").unwrap(), sub(4, 64, Offloaded));
+        assert_eq!(
+            parse_draft("substitute:bits=2").unwrap(),
+            sub(2, 64, Offloaded)
+        );
         assert_eq!(
             parse_draft("substitute:layers=15-29:bits=3:group=32").unwrap(),
             sub(3, 32, List((15..=29).collect()))
@@ -699,7 +785,8 @@ mod tests {
         let DraftSpec::Substitute(s) = parse_draft("substitute").unwrap() else {
             panic!("substitute")
         };
-        assert_eq!(s.resolve(30), (15..30).collect::<Vec<_>>());
+        assert_eq!(s.resolve(30, &[]), (15..30).collect::<Vec<_>>());
+        assert_eq!(s.resolve(30, &[20, 21]), vec![20, 21]);
         assert_eq!(super::format_layers(&[0, 1, 2, 7, 9, 10]), "0-2,7,9-10");
     }
 

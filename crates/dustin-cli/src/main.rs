@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 mod backend;
 mod bench;
 mod bench_e2e;
+mod bench_subspec;
 mod demo;
 mod eval;
 mod fetch;
@@ -39,6 +40,9 @@ enum Command {
     /// End-to-end decoding speed at real model shapes (random weights): autoregressive vs
     /// speculative with each selector, under a stated acceptance schedule.
     BenchE2e(bench_e2e::E2eArgs),
+    /// SubSpec at a GPU-memory budget: offloaded autoregressive decoding vs a substitute
+    /// draft, random weights at real shapes, acceptance from a schedule (issue 10).
+    BenchSubspec(bench_subspec::SubspecArgs),
     /// Evaluations per selector and budget against dense verification: `eval fidelity`,
     /// `eval pg19` (perplexity) and `eval longbench` (LongBench scores).
     Eval(eval::EvalArgs),
@@ -53,6 +57,7 @@ fn main() -> ExitCode {
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
         Command::BenchE2e(a) => bench_e2e::run(a),
+        Command::BenchSubspec(a) => bench_subspec::run(a),
         Command::Ppl(a) => ppl::run(a),
         Command::Eval(a) => eval::run(a),
         Command::FetchModel(a) => fetch::run(a).map(|p| println!("{}", p.display())),

@@ -184,6 +184,24 @@ fn substitute_draft_matches_autoregressive() {
         err.contains("substitute draft: 1 of 2 layers (1) at 4 bits, group 64"),
         "{err}"
     );
+    // offloaded target layers (host memory, staged per forward pass): the same output,
+    // autoregressive and speculative; the default substitute takes exactly the offloaded
+    // layers
+    let (out, _) = run(&["--offload", "0-1"]);
+    assert_eq!(out, reference, "offloaded autoregressive");
+    let (out, err) = run(&[
+        "--offload",
+        "1",
+        "--draft",
+        "substitute",
+        "--selector",
+        "dustin",
+    ]);
+    assert_eq!(out, reference, "offloaded SubSpec");
+    assert!(
+        err.contains("substitute draft: 1 of 2 layers (1) at 4 bits"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -285,6 +303,21 @@ fn bad_inputs_exit_1_with_a_message() {
             &["--prompt", "t1", "--max-memory", "1K"],
             None,
             "are available (the --max-memory limit)",
+        ),
+        (
+            &["--prompt", "t1", "--offload", "1,5"],
+            None,
+            "--offload 1,5: layer 5 is past the target's 2 layers (0 ..= 1)",
+        ),
+        (
+            &["--prompt", "t1", "--offload", "1-x"],
+            None,
+            "--offload 1-x: layer `x` is not a layer index",
+        ),
+        (
+            &["--prompt", "t1", "--gpu-memory", "1K"],
+            None,
+            "--gpu-memory: invalid config value `gpu_memory` = 1024 bytes: at least",
         ),
     ];
     for (args, bytes, want) in cases {

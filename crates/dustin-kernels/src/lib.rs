@@ -223,6 +223,13 @@ pub trait KernelOps: Backend {
     ) -> Result<Positions<Self>> {
         plain::top_k_positions(scores, ctx_lens, keep)
     }
+
+    /// What the device allocator of the calling thread's stream holds, bytes: `(in use,
+    /// reserved)`; `None` where the backend does not say (the CPU backend). Reserved includes
+    /// freed blocks the pool keeps for reuse: it is what `nvidia-smi` sees of this stream.
+    fn memory_usage(_device: &Self::Device) -> Option<(u64, u64)> {
+        None
+    }
 }
 
 /// Shapes of a verify-attention call, checked.

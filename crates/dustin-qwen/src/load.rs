@@ -93,4 +93,24 @@ impl ModelFiles {
     pub fn build<B: Backend>(&self, max_positions: usize, device: &B::Device) -> Result<Qwen2<B>> {
         Qwen2::load(&self.config, self.weights.as_ref(), max_positions, device)
     }
+
+    /// As [`ModelFiles::build`], with the listed layers' linear weights kept in host memory
+    /// ([`Qwen2::load_offloaded`]).
+    ///
+    /// # Errors
+    /// Missing or mis-shaped tensors.
+    pub fn build_offloaded<B: Backend>(
+        &self,
+        max_positions: usize,
+        device: &B::Device,
+        offloaded: &[usize],
+    ) -> Result<Qwen2<B>> {
+        Qwen2::load_offloaded(
+            &self.config,
+            self.weights.as_ref(),
+            max_positions,
+            device,
+            offloaded,
+        )
+    }
 }

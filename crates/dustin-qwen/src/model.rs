@@ -235,12 +235,36 @@ impl<B: Backend> Layer<B> {
     }
 
     /// This layer with every host weight copied to `device` (dense); device weights are
-    /// shared. The copy is what an offloaded layer's forward pass computes with.
+    /// shared. The copy is what an offloaded layer's forward pass computes with. The seven
+    /// copies run on seven threads (host-side staging copies in parallel), all issued on the
+    /// calling thread's CubeCL stream.
     pub fn staged(&self, device: &B::Device) -> Self {
+        self.staged_on(device, cubecl_common::stream_id::StreamId::current())
+    }
+
+    fn staged_on(&self, device: &B::Device, stream: cubecl_common::stream_id::StreamId) -> Self {
+        let uploads: Vec<Option<Tensor<B, 2>>> = std::thread::scope(|s| {
+            let handles: Vec<_> = self
+                .linears()
+                .into_iter()
+                .map(|l| match &l.weight {
+                    Weight::Host(h) => Some(s.spawn(move || stream.executes(|| h.upload(device)))),
+                    _ => None,
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.and_then(|h| h.join().ok()))
+                .collect()
+        });
+        let mut uploads = uploads.into_iter();
         let r: std::result::Result<Self, std::convert::Infallible> = self.map_linears(|l| {
-            Ok(match &l.weight {
-                Weight::Host(h) => Linear::dense(h.upload(device), l.bias.clone()),
-                _ => l.clone(),
+            Ok(match (uploads.next().flatten(), &l.weight) {
+                (Some(w), _) => Linear::dense(w, l.bias.clone()),
+                // a host weight whose upload thread panicked is uploaded here (and panics
+                // here, with its message)
+                (None, Weight::Host(h)) => Linear::dense(h.upload(device), l.bias.clone()),
+                (None, _) => l.clone(),
             })
         });
         match r {
@@ -321,7 +345,7 @@ pub struct Qwen2<B: Backend> {
 
 /// CubeCL stream id of the prefetch thread's uploads (a fixed id, so that every upload
 /// reuses one stream and its memory pool; CubeCL maps ids to streams modulo 128).
-const UPLOAD_STREAM: u64 = 127;
+pub(crate) const UPLOAD_STREAM: u64 = 127;
 
 /// Table from HF tensor names to ours (`L` = layer index):
 ///
@@ -784,10 +808,12 @@ impl<B: KernelOps> Qwen2<B> {
             x = match upcoming {
                 Some(up) if self.prefetch => std::thread::scope(|s| {
                     let handle = s.spawn(move || {
-                        cubecl_common::stream_id::StreamId {
-                            value: UPLOAD_STREAM,
-                        }
-                        .executes(|| up.staged(dev))
+                        up.staged_on(
+                            dev,
+                            cubecl_common::stream_id::StreamId {
+                                value: UPLOAD_STREAM,
+                            },
+                        )
                     });
                     let out = step(x);
                     next = handle.join().ok();

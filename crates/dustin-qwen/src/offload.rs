@@ -19,6 +19,7 @@ use burn_tensor::{backend::Backend, Tensor, TensorData};
 use crate::config::QwenConfig;
 use crate::error::{QwenError, Result};
 use crate::substitute::SubstituteConfig;
+use dustin_kernels::KernelOps;
 
 /// A weight matrix `[in, out]` in host memory, in the dtype it will have on the device.
 #[derive(Clone)]
@@ -86,6 +87,29 @@ impl HostWeight {
     }
 }
 
+/// What the device allocator holds, bytes `(in use, reserved)`, summed over the calling
+/// thread's CubeCL stream and the prefetch thread's stream (each stream has its own pool);
+/// `None` where the backend does not say ([`KernelOps::memory_usage`]).
+pub fn memory_usage<B: KernelOps>(device: &B::Device) -> Option<(u64, u64)> {
+    let main = B::memory_usage(device)?;
+    let upload = cubecl_common::stream_id::StreamId {
+        value: crate::model::UPLOAD_STREAM,
+    }
+    .executes(|| B::memory_usage(device))
+    .unwrap_or((0, 0));
+    Some((main.0 + upload.0, main.1 + upload.1))
+}
+
+/// Releases the blocks the device allocator keeps for reuse, on the calling thread's stream
+/// and the prefetch stream ([`Backend::memory_cleanup`]).
+pub fn memory_cleanup<B: Backend>(device: &B::Device) {
+    B::memory_cleanup(device);
+    cubecl_common::stream_id::StreamId {
+        value: crate::model::UPLOAD_STREAM,
+    }
+    .executes(|| B::memory_cleanup(device));
+}
+
 /// Which target layers stay on the GPU under a memory budget, and the bytes behind it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct OffloadPlan {
@@ -105,8 +129,8 @@ pub struct OffloadPlan {
     /// Device copies of offloaded layers alive at once (1, or 2 with prefetching) and the
     /// dequantized copy of the largest substitute matrix.
     pub staging_bytes: u64,
-    /// KV caches (as given by the caller).
-    pub kv_bytes: u64,
+    /// Everything else the caller keeps on the device: KV caches, a separate draft's weights.
+    pub other_bytes: u64,
     /// The sum the plan fits under the budget.
     pub total_bytes: u64,
 }
@@ -115,7 +139,7 @@ pub struct OffloadPlan {
 /// offloaded layers (taken from the top) such that
 ///
 /// ```text
-/// fixed + resident * layer + offloaded * substitute_layer + staging + kv <= budget
+/// fixed + resident * layer + offloaded * substitute_layer + staging + other <= budget
 /// ```
 ///
 /// where `fixed` = embedding + LM head (`2 * vocab * hidden` weights: the LM head is its own
@@ -124,7 +148,8 @@ pub struct OffloadPlan {
 /// bf16); `substitute_layer` = the layer's norms and biases, plus its seven matrices at
 /// [`SubstituteConfig::bytes_per_weight`] when `substitute` is given; `staging` = one layer
 /// (two with `prefetch`) when anything is offloaded, plus the largest matrix dequantized
-/// when a substitute is used. Activations and the allocator's slack are not counted: leave
+/// when a substitute is used; `other` = what the caller keeps beside the model (KV caches, a
+/// separate draft's weights). Activations and the allocator's slack are not counted: leave
 /// room for them in the budget.
 ///
 /// # Errors
@@ -134,7 +159,7 @@ pub fn plan_offload(
     config: &QwenConfig,
     budget_bytes: u64,
     dtype_bytes: f64,
-    kv_bytes: u64,
+    other_bytes: u64,
     substitute: Option<SubstituteConfig>,
     prefetch: bool,
 ) -> Result<OffloadPlan> {
@@ -165,7 +190,7 @@ pub fn plan_offload(
     let staged = if prefetch { 2 } else { 1 };
     let total = |off: usize| -> u64 {
         let staging = if off > 0 { staged * layer + dequant } else { 0 };
-        fixed + (n - off) as u64 * layer + off as u64 * sub_layer + staging + kv_bytes
+        fixed + (n - off) as u64 * layer + off as u64 * sub_layer + staging + other_bytes
     };
     let off = (0..=n)
         .find(|&off| total(off) <= budget_bytes)
@@ -185,44 +210,9 @@ pub fn plan_offload(
         layer_bytes: layer,
         substitute_layer_bytes: sub_layer,
         staging_bytes: if off > 0 { staged * layer + dequant } else { 0 },
-        kv_bytes,
+        other_bytes,
         total_bytes: total(off),
     })
-}
-
-/// Parses a memory size: a number with an optional unit `B`, `KB`, `MB`, `GB` (powers of
-/// 1000) or `KiB`, `MiB`, `GiB` (powers of 1024), case-insensitive (`8GiB`, `24 GiB`,
-/// `1.5GB`, `4096`).
-///
-/// # Errors
-/// [`QwenError::ConfigValue`] naming `gpu_memory` for anything else.
-pub fn parse_bytes(s: &str) -> Result<u64> {
-    let bad = || QwenError::ConfigValue {
-        key: "gpu_memory",
-        value: s.to_string(),
-        expected: "a size such as 8GiB, 24GB or 4096 (units B, KB, MB, GB, KiB, MiB, GiB)".into(),
-    };
-    let t = s.trim();
-    let split = t
-        .find(|ch: char| !(ch.is_ascii_digit() || ch == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let value: f64 = num.parse().map_err(|_| bad())?;
-    let mult = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "kib" => 1024.0,
-        "mib" => 1024.0 * 1024.0,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        _ => return Err(bad()),
-    };
-    let bytes = value * mult;
-    if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
-        return Err(bad());
-    }
-    Ok(bytes as u64)
 }
 
 #[cfg(test)]
@@ -236,17 +226,6 @@ mod tests {
             "num_hidden_layers": 28, "num_key_value_heads": 4, "rms_norm_eps": 1e-06,
             "rope_theta": 1000000.0, "tie_word_embeddings": false, "vocab_size": 152064}"#;
         QwenConfig::from_json(json, "7B").unwrap()
-    }
-
-    #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_bytes("8GiB").unwrap(), 8 << 30);
-        assert_eq!(parse_bytes("24 GB").unwrap(), 24_000_000_000);
-        assert_eq!(parse_bytes("1.5mib").unwrap(), 1_572_864);
-        assert_eq!(parse_bytes("4096").unwrap(), 4096);
-        for bad in ["", "GiB", "8TiB", "-1GB", "0", "8 G i B", "1e3"] {
-            assert!(parse_bytes(bad).is_err(), "{bad}");
-        }
     }
 
     #[test]

@@ -685,4 +685,12 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
             counts,
         })
     }
+
+    fn memory_usage(device: &Self::Device) -> Option<(u64, u64)> {
+        let client = <CudaRuntime as Runtime>::client(device);
+        client
+            .memory_usage()
+            .ok()
+            .map(|m| (m.bytes_in_use, m.bytes_reserved))
+    }
 }

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# SubSpec benchmark of issue 10 on the GPU machine, from the repository root with `.device`
+# carried (staged by `cargo run --release -p xtask -- gpu-e2e`).
+#   bash .device/gpu_subspec.sh        # Qwen2.5-7B at 8 GiB, then Qwen2.5-32B at 24 GiB
+#   bash .device/gpu_subspec.sh 7b     # 7B only
+#   bash .device/gpu_subspec.sh 32b-only
+# Each (model, mode) is one process; nvidia-smi samples the GPU memory every 100 ms (peak in
+# mem.jsonl). Env: OUT (results folder), TAU (mean acceptance length of the subspec rows,
+# default 3.14: SmolLM2-135M's substitute draft at 4 bits, gamma 4), LIMIT (seconds per
+# process).
+set -u
+D=.device
+C=$D/configs
+OUT=${OUT:-/tmp/dustin-subspec}
+mkdir -p "$OUT"
+TAU=${TAU:-3.14}
+
+one() {
+    local name=$1
+    shift
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$OUT/mem_$name.txt" 2>/dev/null &
+    local watch=$!
+    timeout "${LIMIT:-240}" "$D/dustin" bench-subspec --device cuda --json "$OUT/subspec.jsonl" \
+        --accept "$TAU" "$@" 2>&1 | tee "$OUT/$name.txt"
+    kill "$watch" 2>/dev/null
+    wait "$watch" 2>/dev/null
+    echo "{\"run\":\"$name\",\"peak_mib\":$(sort -n "$OUT/mem_$name.txt" | tail -1)}" | tee -a "$OUT/mem.jsonl"
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/machine.txt"
+if [ "${1:-all}" != 32b-only ]; then
+    one 7b_ar --target "$C/Qwen2.5-7B-Instruct.config.json" --gpu-memory 8GiB --modes ar
+    one 7b_subspec --target "$C/Qwen2.5-7B-Instruct.config.json" --gpu-memory 8GiB --modes subspec
+fi
+if [ "${1:-all}" != 7b ]; then
+    one 32b_ar --target "$C/Qwen2.5-32B-Instruct.config.json" --gpu-memory 24GiB --modes ar \
+        --prefetch on --iters 2
+    one 32b_subspec --target "$C/Qwen2.5-32B-Instruct.config.json" --gpu-memory 24GiB \
+        --modes subspec --prefetch on --iters 2
+fi
