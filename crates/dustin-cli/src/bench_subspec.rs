@@ -32,6 +32,12 @@ use crate::backend::DeviceKind;
 use crate::generate::parse_bytes;
 use crate::CliError;
 
+/// Mean acceptance length (tokens per iteration) of SmolLM2-135M's substitute draft (4 bits,
+/// group 64, layers 15-29 of 30) at gamma 4 on a 1,949-token excerpt, greedy (docs/perf.md,
+/// "SubSpec substitute drafter on the CPU"). Not pi: the measured figure.
+#[allow(clippy::approx_constant)]
+pub const SMOLLM2_SUBSTITUTE_TAU: f64 = 3.14;
+
 /// Arguments of `dustin bench-subspec`.
 #[derive(Debug, Args)]
 pub struct SubspecArgs {
@@ -56,7 +62,7 @@ pub struct SubspecArgs {
     /// Mean acceptance length (tokens per iteration) of the `subspec` rows, 1 ..= gamma + 1.
     /// Default: SmolLM2-135M's substitute draft (4 bits, group 64, layers 15-29) at gamma 4,
     /// docs/perf.md.
-    #[arg(long, default_value_t = 3.14)]
+    #[arg(long, default_value_t = SMOLLM2_SUBSTITUTE_TAU)]
     pub accept: f64,
     /// Bits of the substitute's codes (2 ..= 8).
     #[arg(long, default_value_t = 4)]

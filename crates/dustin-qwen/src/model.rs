@@ -257,6 +257,13 @@ impl<B: Backend> Layer<B> {
                 .map(|h| h.and_then(|h| h.join().ok()))
                 .collect()
         });
+        // CubeCL keeps each upload's host buffer in its stream's drop queue until the stream
+        // syncs or launches enough kernels; the prefetch stream launches none, so without this
+        // sync every staged layer's host copy stays alive (the 32B run was killed for host
+        // memory). Syncing here also means the copies are done before the layer is used.
+        if uploads.iter().any(Option::is_some) {
+            let _ = stream.executes(|| B::sync(device));
+        }
         let mut uploads = uploads.into_iter();
         let r: std::result::Result<Self, std::convert::Infallible> = self.map_linears(|l| {
             Ok(match (uploads.next().flatten(), &l.weight) {
