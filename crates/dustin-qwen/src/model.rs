@@ -227,6 +227,15 @@ impl<B: Backend> Layer<B> {
         })
     }
 
+    /// [`Layer::map_linears`] with a function that cannot fail.
+    fn map_each(&self, mut f: impl FnMut(&Linear<B>) -> Linear<B>) -> Self {
+        let r: std::result::Result<Self, std::convert::Infallible> = self.map_linears(|l| Ok(f(l)));
+        match r {
+            Ok(layer) => layer,
+            Err(never) => match never {},
+        }
+    }
+
     /// Whether any of its weights lives in host memory (an offloaded layer).
     pub fn is_offloaded(&self) -> bool {
         self.linears()
@@ -265,19 +274,13 @@ impl<B: Backend> Layer<B> {
             let _ = stream.executes(|| B::sync(device));
         }
         let mut uploads = uploads.into_iter();
-        let r: std::result::Result<Self, std::convert::Infallible> = self.map_linears(|l| {
-            Ok(match (uploads.next().flatten(), &l.weight) {
-                (Some(w), _) => Linear::dense(w, l.bias.clone()),
-                // a host weight whose upload thread panicked is uploaded here (and panics
-                // here, with its message)
-                (None, Weight::Host(h)) => Linear::dense(h.upload(device), l.bias.clone()),
-                (None, _) => l.clone(),
-            })
-        });
-        match r {
-            Ok(layer) => layer,
-            Err(never) => match never {},
-        }
+        self.map_each(|l| match (uploads.next().flatten(), &l.weight) {
+            (Some(w), _) => Linear::dense(w, l.bias.clone()),
+            // a host weight whose upload thread panicked is uploaded here (and panics here,
+            // with its message)
+            (None, Weight::Host(h)) => Linear::dense(h.upload(device), l.bias.clone()),
+            (None, _) => l.clone(),
+        })
     }
 
     /// Bytes of the layer's weights resident on the device (norms and biases included).
@@ -371,7 +374,7 @@ struct Loader<'a, B: Backend> {
     src: &'a dyn WeightSource,
     device: &'a B::Device,
     /// whether linear weights go to host memory (an offloaded layer)
-    host: bool,
+    offload: bool,
 }
 
 impl<B: Backend> Loader<'_, B> {
@@ -406,7 +409,7 @@ impl<B: Backend> Loader<'_, B> {
 
     fn linear(&self, prefix: &str, out: usize, inp: usize, bias: bool) -> Result<Linear<B>> {
         let name = format!("{prefix}.weight");
-        let weight = if self.host {
+        let weight = if self.offload {
             let t = self.host(&name, &[out, inp])?;
             Weight::Host(HostWeight::from_f32::<B>(
                 transpose(&t.data, out, inp),
@@ -437,19 +440,13 @@ fn transpose(data: &[f32], rows: usize, cols: usize) -> Vec<f32> {
 
 /// `layer` with its seven linear weights copied to host memory (norms and biases stay).
 fn to_host<B: Backend>(layer: &Layer<B>) -> Layer<B> {
-    let r: std::result::Result<Layer<B>, std::convert::Infallible> = layer.map_linears(|l| {
-        Ok(Linear {
-            weight: match &l.weight {
-                Weight::Dense(w) => Weight::Host(HostWeight::from_device(w)),
-                w => w.clone(),
-            },
-            bias: l.bias.clone(),
-        })
-    });
-    match r {
-        Ok(l) => l,
-        Err(never) => match never {},
-    }
+    layer.map_each(|l| Linear {
+        weight: match &l.weight {
+            Weight::Dense(w) => Weight::Host(HostWeight::from_device(w)),
+            w => w.clone(),
+        },
+        bias: l.bias.clone(),
+    })
 }
 
 impl<B: Backend> Qwen2<B> {
@@ -492,7 +489,7 @@ impl<B: Backend> Qwen2<B> {
         let mut ld = Loader::<B> {
             src,
             device,
-            host: false,
+            offload: false,
         };
         let embed_host = ld.host("model.embed_tokens.weight", &[c.vocab_size, h])?;
         let lm_head = if src.contains("lm_head.weight") && !c.tie_word_embeddings {
@@ -510,7 +507,7 @@ impl<B: Backend> Qwen2<B> {
         let bias = c.qkv_bias();
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         for l in 0..c.num_hidden_layers {
-            ld.host = offloaded.contains(&l);
+            ld.offload = offloaded.contains(&l);
             let ld = &ld;
             let p = format!("model.layers.{l}");
             let norm = |name: &str| -> Result<RmsNorm<B>> {
