@@ -253,12 +253,17 @@ pub struct PackedWeight<B: Backend> {
     shifts: Tensor<B, 4, Int>,
 }
 
-/// A packed matrix still in host memory (the words of [`PackedWeight`]'s layout).
+/// A packed matrix still in host memory (the words of [`PackedWeight`]'s layout; the
+/// one-byte codes are dropped once packed).
 #[derive(Debug, Clone)]
 struct PackedHost {
-    q: QuantizedMatrix,
+    rows: usize,
+    cols: usize,
+    cfg: SubstituteConfig,
     words: Vec<i32>,
     wpg: usize,
+    scale: Vec<f32>,
+    min: Vec<f32>,
 }
 
 impl PackedHost {
@@ -282,21 +287,32 @@ impl PackedHost {
         }
         // two's-complement reinterpretation: the unpacking masks the sign-extended bits away
         let words = words.into_iter().map(|w| w as i32).collect();
-        Self { q, words, wpg }
+        Self {
+            rows,
+            cols,
+            cfg: q.cfg,
+            words,
+            wpg,
+            scale: q.scale,
+            min: q.min,
+        }
     }
 
     fn upload<B: Backend>(self, device: &B::Device) -> PackedWeight<B> {
-        let Self { q, words, wpg } = self;
-        let (groups, cols, bits) = (q.groups(), q.cols, q.cfg.bits);
+        let (cols, bits) = (self.cols, self.cfg.bits);
+        let groups = self.rows.div_ceil(self.cfg.group.max(1));
         let per = codes_per_word(bits);
         let shifts: Vec<i32> = (0..per).map(|k| (k as u32 * bits) as i32).collect();
         PackedWeight {
-            rows: q.rows,
+            rows: self.rows,
             cols,
-            cfg: q.cfg,
-            words: Tensor::from_data(TensorData::new(words, [groups, wpg, cols]), device),
-            scale: Tensor::from_data(TensorData::new(q.scale, [groups, 1, cols]), device),
-            min: Tensor::from_data(TensorData::new(q.min, [groups, 1, cols]), device),
+            cfg: self.cfg,
+            words: Tensor::from_data(
+                TensorData::new(self.words, [groups, self.wpg, cols]),
+                device,
+            ),
+            scale: Tensor::from_data(TensorData::new(self.scale, [groups, 1, cols]), device),
+            min: Tensor::from_data(TensorData::new(self.min, [groups, 1, cols]), device),
             shifts: Tensor::from_data(TensorData::new(shifts, [1, 1, per, 1]), device),
         }
     }
@@ -465,8 +481,73 @@ pub fn substitute_model<B: Backend>(
     let mut list = layers.to_vec();
     list.sort_unstable();
     list.dedup();
-    for l in list {
-        model.layers[l] = substitute_layer(&target.layers[l], cfg, target.device())?;
+    // quantize and pack every (layer, matrix) on a pool of host threads; this thread uploads
+    // each packed matrix as soon as it is ready (host memory holds a few at a time)
+    let jobs: Vec<(usize, usize)> = list
+        .iter()
+        .flat_map(|&l| (0..7).map(move |m| (l, m)))
+        .collect();
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(jobs.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let device = target.device();
+    let mut done: Vec<Option<PackedWeight<B>>> = (0..jobs.len()).map(|_| None).collect();
+    let mut first_err = None;
+    std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<PackedHost>)>();
+        for _ in 0..threads {
+            let tx = tx.clone();
+            let (jobs, next) = (&jobs, &next);
+            s.spawn(move || loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(&(l, m)) = jobs.get(i) else { break };
+                let lin = target.layers[l].linears()[m];
+                let [rows, cols] = lin.weight.dims();
+                let r = host_matrix(&lin.weight)
+                    .and_then(|w| quantize(&w, rows, cols, cfg))
+                    .map(PackedHost::new);
+                if tx.send((i, r)).is_err() {
+                    break;
+                }
+            });
+        }
+        drop(tx);
+        for (i, r) in rx {
+            match r {
+                Ok(p) => done[i] = Some(p.upload(device)),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                    // stop handing out jobs; the workers finish the ones they hold
+                    next.store(jobs.len(), std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }
+    });
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    let mut done = done.into_iter();
+    for &l in &list {
+        let mut seven = Vec::with_capacity(7);
+        for _ in 0..7 {
+            seven.push(done.next().flatten().ok_or_else(|| {
+                QwenError::Core(dustin_core::CoreError::Model(
+                    "a quantization thread panicked".into(),
+                ))
+            })?);
+        }
+        let mut seven = seven.into_iter();
+        model.layers[l] = target.layers[l].map_linears(|lin| {
+            Ok::<_, QwenError>(Linear {
+                weight: Weight::Packed(seven.next().ok_or_else(|| {
+                    QwenError::Core(dustin_core::CoreError::Model(
+                        "seven packed matrices".into(),
+                    ))
+                })?),
+                bias: lin.bias.clone(),
+            })
+        })?;
     }
     Ok(model)
 }
