@@ -113,8 +113,12 @@ pub struct Row {
     pub batch: usize,
     /// See `ctx`.
     pub gamma: usize,
-    /// Mean tokens per sequence per iteration of the schedule (1 for `ar`).
+    /// Mean tokens per sequence per iteration of the schedule (1 for `ar`); tokens/s uses
+    /// it, since an iteration's time does not depend on how many drafts are accepted.
     pub tau: f64,
+    /// Mean tokens per sequence per iteration over the timed iterations (the schedule's
+    /// `floor` pattern over that window; equals `tau` over a whole period).
+    pub tau_measured: f64,
     /// Mean milliseconds per iteration.
     pub draft_ms: f64,
     /// See `draft_ms`.
@@ -157,6 +161,20 @@ fn validate(a: &SubspecArgs) -> Result<SubstituteConfig, CliError> {
     if a.ctx == 0 || a.batch == 0 || a.iters == 0 {
         return bad("--ctx, --batch and --iters must be at least 1".into());
     }
+    if a.warmup + a.iters > 10_000 {
+        return bad(format!(
+            "--warmup {} + --iters {}: at most 10000 iterations",
+            a.warmup, a.iters
+        ));
+    }
+    if a.batch.saturating_mul(a.ctx) > 1 << 24 {
+        return bad(format!(
+            "--batch {} x --ctx {}: at most {} prompt tokens in all",
+            a.batch,
+            a.ctx,
+            1 << 24
+        ));
+    }
     if let Some(m) = a.modes.iter().find(|m| *m != "ar" && *m != "subspec") {
         return bad(format!("--modes {m}: expected ar or subspec"));
     }
@@ -193,6 +211,17 @@ fn run_on<B: KernelOps>(
     let max_new = (args.warmup + args.iters + 2) * (args.gamma + 1);
     let extra = max_new + 2 * (args.gamma + 2);
     let positions = args.ctx + extra + 1;
+    if positions > tcfg.max_position_embeddings {
+        return Err(CliError::Usage(format!(
+            "--ctx {}: the prompt and the {} tokens the run generates pass the target's \
+             max_position_embeddings = {} (largest --ctx: {})",
+            args.ctx,
+            positions - args.ctx,
+            tcfg.max_position_embeddings,
+            tcfg.max_position_embeddings
+                .saturating_sub(positions - args.ctx)
+        )));
+    }
     let vocab = tcfg.vocab_size;
     let prompts: Vec<Vec<TokenId>> = (0..args.batch)
         .map(|b| {
@@ -235,6 +264,12 @@ fn run_on<B: KernelOps>(
         // an offloaded layer keeps its norms and biases (and its substitute) on the device;
         // each target forward pass copies its seven matrices
         let streamed_bytes = streamed_matrices(&target);
+        if spec && plan.offloaded.is_empty() {
+            eprintln!(
+                "note: the whole target fits --gpu-memory: nothing is offloaded and the subspec \
+                 draft is the target itself"
+            );
+        }
         eprintln!(
             "bench-subspec: {mode}: {} resident, {} offloaded; built in {build_secs:.1} s",
             plan.resident,
@@ -281,6 +316,11 @@ fn run_on<B: KernelOps>(
             let verify_ms = ms(|i| i.verify_secs);
             let other_ms = ms(|i| i.accept_secs + i.commit_secs);
             let iter_ms = draft_ms + verify_ms + other_ms;
+            let tau_measured = mean(
+                timed
+                    .iter()
+                    .flat_map(|i| i.accepted.iter().map(|&a| a as f64 + 1.0)),
+            );
             let row = Row {
                 mode: mode.clone(),
                 prefetch,
@@ -294,6 +334,7 @@ fn run_on<B: KernelOps>(
                 batch: args.batch,
                 gamma: if spec { args.gamma } else { 0 },
                 tau,
+                tau_measured,
                 draft_ms,
                 verify_ms,
                 other_ms,
@@ -442,12 +483,30 @@ mod tests {
                 .unwrap()
         };
         assert!(off("subspec") > off("ar"));
+        // a prompt that leaves no room for the run before max_position_embeddings (512)
+        let mut a = a;
+        a.ctx = 500;
+        let e = run_on::<burn_flex::Flex>(&a, sub, &burn_flex::FlexDevice)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--ctx 500") && e.contains("max_position_embeddings = 512"),
+            "{e}"
+        );
         std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]
     fn bad_settings_are_named() {
-        let cases: [(&[&str], &str); 5] = [
+        let cases: [(&[&str], &str); 7] = [
+            (
+                &["--warmup", "20000"],
+                "--warmup 20000 + --iters 3: at most 10000 iterations",
+            ),
+            (
+                &["--batch", "100000000000"],
+                "at most 16777216 prompt tokens in all",
+            ),
             (
                 &["--accept", "6"],
                 "--accept 6: expected a mean acceptance length in 1 ..= gamma + 1 = 5",

@@ -908,22 +908,28 @@ fn compute_rows<B: KernelOps>(
         )));
     }
     let target = Arc::new(files.build::<B>(max_ctx, dev)?);
-    let (draft, draft_layers, self_draft) = match parse_draft(&args.draft)? {
-        DraftSpec::SelfLayers(n) => {
-            if n >= target.config.num_hidden_layers {
-                return Err(CliError::Usage(format!(
-                    "--draft self:layers={n}: the target has {} layers",
-                    target.config.num_hidden_layers
-                )));
+    let (draft, draft_layers, self_draft) =
+        match parse_draft(&args.draft)? {
+            DraftSpec::SelfLayers(n) => {
+                if n >= target.config.num_hidden_layers {
+                    return Err(CliError::Usage(format!(
+                        "--draft self:layers={n}: the target has {} layers",
+                        target.config.num_hidden_layers
+                    )));
+                }
+                (target.clone(), Some(n), true)
             }
-            (target.clone(), Some(n), true)
-        }
-        DraftSpec::Model(p) => {
-            let df = ModelFiles::open(&p)?;
-            (Arc::new(df.build::<B>(max_ctx, dev)?), None, false)
-        }
-        DraftSpec::Substitute(sub) => (Arc::new(sub.build(&target)?), None, false),
-    };
+            DraftSpec::Model(p) => {
+                let df = ModelFiles::open(&p)?;
+                (Arc::new(df.build::<B>(max_ctx, dev)?), None, false)
+            }
+            DraftSpec::Substitute(sub) if sub.target_kv => return Err(CliError::Usage(
+                "--draft substitute:kv=target: the evaluation harness runs the draft on its own \
+                 KV cache (kv=own); kv=target is for generate and bench-subspec"
+                    .into(),
+            )),
+            DraftSpec::Substitute(sub) => (Arc::new(sub.build(&target)?), None, false),
+        };
     let vocab = tok.vocab_size().min(target.config.vocab_size);
     let cx = Ctx {
         args,

@@ -122,6 +122,9 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         return Err(format!("`{s}`: expected a positive size"));
     }
     let b = n * mul as f64;
+    if b < 1.0 {
+        return Err(format!("`{s}` is less than one byte"));
+    }
     if b >= u64::MAX as f64 {
         return Err(format!("`{s}` is too large"));
     }
@@ -251,6 +254,9 @@ pub struct SubstituteSpec {
     pub cfg: SubstituteConfig,
     /// Layers to substitute.
     pub layers: SubstituteLayers,
+    /// `kv=target`: the draft attends to the target's KV cache for every committed token
+    /// (`dustin_spec::TargetKv`) instead of keeping its own (`kv=own`, the default).
+    pub target_kv: bool,
 }
 
 impl SubstituteSpec {
@@ -322,14 +328,26 @@ fn format_layers(layers: &[usize]) -> String {
     parts.join(",")
 }
 
+/// Largest layer index a layer list may name (no model has more layers; a larger range
+/// would only allocate).
+pub const MAX_LAYER_INDEX: usize = 65_535;
+
 /// Parses a comma list of layer indices and inclusive ranges (`15-29`, `0,2,10-14`) into
-/// ascending indices without repeats; the error says which part is wrong.
+/// ascending indices without repeats; the error says which part is wrong. Indices above
+/// [`MAX_LAYER_INDEX`] are refused.
 pub fn parse_layer_list(v: &str) -> Result<Vec<usize>, String> {
     let mut list = Vec::new();
     for part in v.split(',') {
         let num = |t: &str| {
-            t.parse::<usize>()
-                .map_err(|_| format!("layer `{t}` is not a layer index"))
+            let i = t
+                .parse::<usize>()
+                .map_err(|_| format!("layer `{t}` is not a layer index"))?;
+            if i > MAX_LAYER_INDEX {
+                return Err(format!(
+                    "layer {i} is past any model's layers (at most {MAX_LAYER_INDEX})"
+                ));
+            }
+            Ok(i)
         };
         match part.split_once('-') {
             Some((a, b)) => {
@@ -350,12 +368,13 @@ pub fn parse_layer_list(v: &str) -> Result<Vec<usize>, String> {
 fn parse_substitute(s: &str, rest: &str) -> Result<SubstituteSpec, CliError> {
     let bad = |msg: String| {
         CliError::Usage(format!(
-            "--draft {s}: {msg} (expected substitute[:bits=2..8][:group=G][:layers=half|a-b,c,...])"
+            "--draft {s}: {msg} (expected substitute[:bits=2..8][:group=G][:layers=half|a-b,c,...][:kv=own|target])"
         ))
     };
     let mut spec = SubstituteSpec {
         cfg: SubstituteConfig::default(),
         layers: SubstituteLayers::Offloaded,
+        target_kv: false,
     };
     if rest.is_empty() {
         return Ok(spec);
@@ -375,6 +394,9 @@ fn parse_substitute(s: &str, rest: &str) -> Result<SubstituteSpec, CliError> {
                     .filter(|b| (2..=8).contains(b))
                     .ok_or_else(|| bad(format!("bits = `{v}` is not in 2 ..= 8")))?;
             }
+            "kv" if v == "target" => spec.target_kv = true,
+            "kv" if v == "own" => spec.target_kv = false,
+            "kv" => return Err(bad(format!("kv = `{v}` is not own or target"))),
             "group" => {
                 spec.cfg.group = v
                     .parse::<usize>()
@@ -489,6 +511,12 @@ fn offload_plan<B: KernelOps>(
         plan.staging_bytes as f64 / 1e9,
         plan.other_bytes as f64 / 1e9,
     );
+    if substitute.is_some() && plan.offloaded.is_empty() {
+        eprintln!(
+            "note: the whole target fits the GPU budget: nothing is offloaded, and the substitute \
+             draft quantizes the second half of the layers on top of the plan"
+        );
+    }
     Ok(plan.offloaded)
 }
 
@@ -554,9 +582,26 @@ fn run_on<B: KernelOps>(
     };
     let mut cfgs = vec![&files.config];
     cfgs.extend(draft_files.as_ref().map(|d| &d.config));
-    if let Some(DraftSpec::Substitute(_)) = args.draft.as_deref().map(parse_draft).transpose()? {
+    let spec = args.draft.as_deref().map(parse_draft).transpose()?;
+    let self_cfg = match &spec {
+        // an early-exit draft keeps its own cache of its first N layers
+        Some(DraftSpec::SelfLayers(n)) => Some(dustin_qwen::QwenConfig {
+            num_hidden_layers: (*n).min(files.config.num_hidden_layers),
+            ..files.config.clone()
+        }),
+        _ => None,
+    };
+    cfgs.extend(self_cfg.as_ref());
+    if let Some(DraftSpec::Substitute(sub)) = &spec {
         // its own KV cache for every layer, of the target's shape
         cfgs.push(&files.config);
+        if args.gpu_memory.is_some() && sub.layers != SubstituteLayers::Offloaded {
+            return Err(CliError::Usage(format!(
+                "--gpu-memory with --draft {}: under a GPU budget the substitute takes exactly \
+                 the offloaded layers (drop `:layers=`, or choose them with --offload)",
+                args.draft.as_deref().unwrap_or_default()
+            )));
+        }
     }
     check_kv_memory::<B>(&cfgs, ids.len(), positions, dev)?;
     let offloaded = offload_plan::<B>(args, &cfgs, ids.len(), positions, draft_files.as_ref())?;
@@ -605,6 +650,7 @@ fn run_on<B: KernelOps>(
         }
         Some(d) => {
             let extra = args.max_new_tokens + 2 * (args.gamma + 2);
+            let mut target_kv = None;
             let drafter = match parse_draft(d)? {
                 DraftSpec::SelfLayers(n) => {
                     if n >= model.config.num_hidden_layers {
@@ -624,11 +670,22 @@ fn run_on<B: KernelOps>(
                     ModelDrafter::new(Arc::new(df.build::<B>(positions, dev)?), None, extra)
                 }
                 DraftSpec::Substitute(sub) => {
-                    ModelDrafter::new(Arc::new(sub.build(&model)?), None, extra)
+                    let d = ModelDrafter::new(Arc::new(sub.build(&model)?), None, extra);
+                    if sub.target_kv {
+                        let kv = dustin_spec::TargetKv::new();
+                        target_kv = Some(kv.clone());
+                        d.with_target_kv(kv)
+                    } else {
+                        d
+                    }
                 }
             };
             let policy = build_policy::<B>(&args.selector, args.budget, &file)?;
             let verifier = ModelVerifier::new(model.clone(), policy, extra, vocab);
+            let verifier = match target_kv {
+                Some(kv) => verifier.with_target_kv(kv),
+                None => verifier,
+            };
             let mut dec = SpeculativeDecoder::new(drafter, verifier);
             dec.set_cancel(cancel.clone());
             let cfg = SpecConfig {
@@ -748,13 +805,16 @@ pub fn check_vocab(target: &Tokenizer, draft: &Tokenizer) -> Result<(), CliError
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_bytes, parse_draft, DraftSpec, SubstituteLayers, SubstituteSpec};
+    use super::{
+        parse_bytes, parse_draft, parse_layer_list, DraftSpec, SubstituteLayers, SubstituteSpec,
+    };
     use dustin_qwen::SubstituteConfig;
 
     fn sub(bits: u32, group: usize, layers: SubstituteLayers) -> DraftSpec {
         DraftSpec::Substitute(SubstituteSpec {
             cfg: SubstituteConfig { bits, group },
             layers,
+            target_kv: false,
         })
     }
 
@@ -818,9 +878,24 @@ mod tests {
         assert_eq!(parse_bytes("512M"), Ok(512 << 20));
         assert_eq!(parse_bytes("1.5GiB"), Ok(3 << 29));
         assert_eq!(parse_bytes("2kB"), Ok(2048));
-        for bad in ["", "G", "-1G", "0", "8X", "lots", "1e30T"] {
+        for bad in ["", "G", "-1G", "0", "0.5", "8X", "lots", "1e30T"] {
             assert!(parse_bytes(bad).is_err(), "{bad}");
         }
         assert!(parse_bytes("8X").unwrap_err().contains("unknown unit `X`"));
+        assert!(parse_bytes("0.5")
+            .unwrap_err()
+            .contains("less than one byte"));
+    }
+
+    #[test]
+    fn layer_lists_refuse_indices_past_any_model() {
+        assert_eq!(parse_layer_list("3,0-1,1"), Ok(vec![0, 1, 3]));
+        for bad in ["0-18446744073709551615", "0-100000000000", "65536"] {
+            let e = parse_layer_list(bad).unwrap_err();
+            assert!(
+                e.contains("is past any model's layers (at most 65535)"),
+                "{bad}: {e}"
+            );
+        }
     }
 }

@@ -189,6 +189,12 @@ fn substitute_draft_matches_autoregressive() {
     // layers
     let (out, _) = run(&["--offload", "0-1"]);
     assert_eq!(out, reference, "offloaded autoregressive");
+    // the draft on the target's KV cache (SubSpec alignment)
+    for sel in ["dense", "dustin"] {
+        let (out, err) = run(&["--draft", "substitute:kv=target", "--selector", sel]);
+        assert_eq!(out, reference, "kv=target {sel}");
+        assert!(err.contains("mean acceptance length"), "{err}");
+    }
     let (out, err) = run(&[
         "--offload",
         "1",
@@ -313,6 +319,23 @@ fn bad_inputs_exit_1_with_a_message() {
             &["--prompt", "t1", "--offload", "1-x"],
             None,
             "--offload 1-x: layer `x` is not a layer index",
+        ),
+        (
+            &["--prompt", "t1", "--draft", "substitute:kv=mine"],
+            None,
+            "kv = `mine` is not own or target",
+        ),
+        (
+            &[
+                "--prompt",
+                "t1",
+                "--gpu-memory",
+                "1G",
+                "--draft",
+                "substitute:layers=1",
+            ],
+            None,
+            "under a GPU budget the substitute takes exactly the offloaded layers",
         ),
         (
             &["--prompt", "t1", "--gpu-memory", "1K"],

@@ -153,8 +153,9 @@ pub struct OffloadPlan {
 /// room for them in the budget.
 ///
 /// # Errors
-/// [`QwenError::ConfigValue`] naming `gpu_memory` when even every layer offloaded does not
-/// fit, with the smallest budget that would.
+/// [`QwenError::ConfigValue`] naming `gpu_memory` when no placement fits, with the smallest
+/// budget that would; naming `dtype_bytes` for a non-positive size, or the substitute's
+/// settings when they are invalid.
 pub fn plan_offload(
     config: &QwenConfig,
     budget_bytes: u64,
@@ -163,6 +164,16 @@ pub fn plan_offload(
     substitute: Option<SubstituteConfig>,
     prefetch: bool,
 ) -> Result<OffloadPlan> {
+    if !(dtype_bytes.is_finite() && dtype_bytes > 0.0) {
+        return Err(QwenError::ConfigValue {
+            key: "dtype_bytes",
+            value: dtype_bytes.to_string(),
+            expected: "a positive number of bytes per weight (2 for bf16)".into(),
+        });
+    }
+    if let Some(s) = substitute {
+        s.validate()?;
+    }
     let c = config;
     let (h, i, nh, kv, d) = (
         c.hidden_size as f64,
@@ -187,10 +198,21 @@ pub fn plan_offload(
         None => ((small * dtype_bytes).ceil() as u64, 0),
     };
     let n = c.num_hidden_layers;
-    let staged = if prefetch { 2 } else { 1 };
+    let staged: u64 = if prefetch { 2 } else { 1 };
+    // saturating: a config of absurd sizes gives u64::MAX, which fits no budget
+    let staging = |off: usize| -> u64 {
+        if off > 0 {
+            staged.saturating_mul(layer).saturating_add(dequant)
+        } else {
+            0
+        }
+    };
     let total = |off: usize| -> u64 {
-        let staging = if off > 0 { staged * layer + dequant } else { 0 };
-        fixed + (n - off) as u64 * layer + off as u64 * sub_layer + staging + other_bytes
+        fixed
+            .saturating_add(((n - off) as u64).saturating_mul(layer))
+            .saturating_add((off as u64).saturating_mul(sub_layer))
+            .saturating_add(staging(off))
+            .saturating_add(other_bytes)
     };
     let off = (0..=n)
         .find(|&off| total(off) <= budget_bytes)
@@ -198,8 +220,8 @@ pub fn plan_offload(
             key: "gpu_memory",
             value: format!("{budget_bytes} bytes"),
             expected: format!(
-                "at least {} bytes for this model with every layer offloaded",
-                total(n)
+                "at least {} bytes for this model (its cheapest placement)",
+                (0..=n).map(total).min().unwrap_or(u64::MAX)
             ),
         })?;
     Ok(OffloadPlan {
@@ -209,7 +231,7 @@ pub fn plan_offload(
         fixed_bytes: fixed,
         layer_bytes: layer,
         substitute_layer_bytes: sub_layer,
-        staging_bytes: if off > 0 { staged * layer + dequant } else { 0 },
+        staging_bytes: staging(off),
         other_bytes,
         total_bytes: total(off),
     })
@@ -264,5 +286,46 @@ mod tests {
         assert!(p.resident < 12 && p.total_bytes <= 8 << 30);
         let err = plan_offload(&c, 1 << 30, 2.0, 0, Some(sub), true).unwrap_err();
         assert!(err.to_string().contains("gpu_memory"), "{err}");
+    }
+
+    #[test]
+    fn the_error_quotes_the_cheapest_placement_and_nonsense_is_named() {
+        let c = cfg7b();
+        // 8-bit groups of 1 cost more per weight (1 + 4 bytes) than bf16 (2): keeping every
+        // layer resident is the cheapest placement, 15.2 GB
+        let wide = SubstituteConfig { bits: 8, group: 1 };
+        let all_resident = plan_offload(&c, u64::MAX, 2.0, 0, Some(wide), true)
+            .unwrap()
+            .total_bytes;
+        let err = plan_offload(&c, 1 << 30, 2.0, 0, Some(wide), true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!("at least {all_resident} bytes")),
+            "{err}"
+        );
+        for bad in [0.0, -2.0, f64::NAN] {
+            let e = plan_offload(&c, 8 << 30, bad, 0, None, true).unwrap_err();
+            assert!(e.to_string().contains("dtype_bytes"), "{e}");
+        }
+        let e = plan_offload(
+            &c,
+            8 << 30,
+            2.0,
+            0,
+            Some(SubstituteConfig { bits: 0, group: 0 }),
+            true,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("substitute.bits"), "{e}");
+        // sizes that overflow u64 fit no budget, without a panic
+        let huge = QwenConfig {
+            hidden_size: 1 << 24,
+            intermediate_size: 1 << 24,
+            vocab_size: 1 << 24,
+            num_hidden_layers: 1 << 24,
+            ..c.clone()
+        };
+        assert!(plan_offload(&huge, 8 << 30, 2.0, u64::MAX, None, true).is_err());
     }
 }

@@ -155,6 +155,18 @@ pub fn quantize(
     cfg: SubstituteConfig,
 ) -> Result<QuantizedMatrix> {
     cfg.validate()?;
+    if rows == 0 || cols == 0 {
+        return Err(QwenError::TensorShape {
+            name: "substitute weight".into(),
+            expected: vec![rows.max(1), cols.max(1)],
+            found: vec![rows, cols],
+        });
+    }
+    // a group longer than the matrix is one group of all its rows
+    let cfg = SubstituteConfig {
+        group: cfg.group.min(rows),
+        ..cfg
+    };
     if w.len() != rows * cols {
         return Err(QwenError::TensorShape {
             name: "substitute weight".into(),
@@ -320,8 +332,34 @@ impl PackedHost {
 
 impl<B: Backend> PackedWeight<B> {
     /// Packs `q` and moves it to `device`.
-    pub fn new(q: &QuantizedMatrix, device: &B::Device) -> Self {
-        PackedHost::new(q.clone()).upload(device)
+    ///
+    /// # Errors
+    /// [`QwenError::ConfigValue`] for bad settings in `q.cfg`; [`QwenError::TensorShape`]
+    /// naming `substitute codes` / `substitute scale` when the vectors do not match
+    /// `rows x cols` (a hand-built matrix; [`quantize`]'s output always does).
+    pub fn new(q: &QuantizedMatrix, device: &B::Device) -> Result<Self> {
+        q.cfg.validate()?;
+        let shape_err = |name: &str, expected: Vec<usize>, found: usize| QwenError::TensorShape {
+            name: name.into(),
+            expected,
+            found: vec![found],
+        };
+        if q.rows == 0 || q.cols == 0 || q.codes.len() != q.rows * q.cols {
+            return Err(shape_err(
+                "substitute codes",
+                vec![q.rows, q.cols],
+                q.codes.len(),
+            ));
+        }
+        let g = q.groups() * q.cols;
+        if q.scale.len() != g || q.min.len() != g {
+            return Err(shape_err(
+                "substitute scale",
+                vec![q.groups(), q.cols],
+                q.scale.len().min(q.min.len()),
+            ));
+        }
+        Ok(PackedHost::new(q.clone()).upload(device))
     }
 
     /// The dequantized weight `q * scale + min`, `[in, out]`, in the backend's float dtype.

@@ -219,7 +219,7 @@ fn packed_words_unpack_to_the_host_dequantization_for_every_width() {
             // a group's max takes the top code: the words' highest fields are exercised
             let top = q.codes.iter().copied().max().unwrap() as u32;
             assert_eq!(top + 1, 1 << bits, "{bits} bits");
-            let p = PackedWeight::<B>::new(&q, &FlexDevice);
+            let p = PackedWeight::<B>::new(&q, &FlexDevice).unwrap();
             assert_eq!([p.rows, p.cols], [rows, cols]);
             let d = host(&p.dequantize());
             assert_eq!(
@@ -229,4 +229,42 @@ fn packed_words_unpack_to_the_host_dequantization_for_every_width() {
             );
         }
     }
+}
+
+#[test]
+fn long_groups_empty_matrices_and_hand_built_codes_are_handled() {
+    use dustin_qwen::substitute::{PackedWeight, QuantizedMatrix};
+    // a group longer than the matrix is one group of all its rows
+    let w = [0.0f32, 1.0, 2.0, 3.0];
+    let long = quantize(
+        &w,
+        4,
+        1,
+        SubstituteConfig {
+            bits: 2,
+            group: 1_000_000,
+        },
+    )
+    .unwrap();
+    let whole = quantize(&w, 4, 1, SubstituteConfig { bits: 2, group: 4 }).unwrap();
+    assert_eq!(long, whole);
+    let p = PackedWeight::<B>::new(&long, &FlexDevice).unwrap();
+    assert_eq!(host(&p.dequantize()), vec![0.0, 1.0, 2.0, 3.0]);
+    assert!(quantize(&[], 0, 4, SubstituteConfig::default()).is_err());
+    let bad = QuantizedMatrix {
+        codes: vec![0; 3],
+        ..whole.clone()
+    };
+    let e = PackedWeight::<B>::new(&bad, &FlexDevice)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("substitute codes"), "{e}");
+    let bad = QuantizedMatrix {
+        cfg: SubstituteConfig { bits: 40, group: 4 },
+        ..whole
+    };
+    let e = PackedWeight::<B>::new(&bad, &FlexDevice)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("substitute.bits"), "{e}");
 }

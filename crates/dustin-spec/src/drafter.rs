@@ -89,6 +89,7 @@ pub struct ModelDrafter<B: Backend> {
     lookahead: LookaheadConfig,
     prefill_chunk: usize,
     prefix: Option<Vec<DenseKvCache<B>>>,
+    target_kv: Option<crate::TargetKv<B>>,
 }
 
 impl<B: Backend> ModelDrafter<B> {
@@ -107,7 +108,48 @@ impl<B: Backend> ModelDrafter<B> {
             lookahead: LookaheadConfig::default(),
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
             prefix: None,
+            target_kv: None,
         }
+    }
+
+    /// Drafts on the target's own KV cache (SubSpec's alignment): at every proposal the draft
+    /// starts from the cache the verifier published through `kv` (the target's exact K/V of
+    /// every committed token) and appends only its draft tokens; it keeps no cache of its own
+    /// between iterations and runs no prefill. The draft model must have the target's KV
+    /// shape (layers, KV heads, head width): a substitute of the target
+    /// (`dustin_qwen::substitute_model`). Give the same handle to the verifier
+    /// (`ModelVerifier::with_target_kv`).
+    pub fn with_target_kv(mut self, kv: crate::TargetKv<B>) -> Self {
+        self.target_kv = Some(kv);
+        self
+    }
+
+    /// The target's published cache, checked against this draft's KV shape.
+    fn adopt_target_kv(&self) -> dustin_core::Result<Option<DenseKvCache<B>>> {
+        let Some(kv) = &self.target_kv else {
+            return Ok(None);
+        };
+        let cache = kv.get().ok_or_else(|| {
+            dustin_core::CoreError::Model(
+                "the draft reads the target's KV cache, but the verifier published none: \
+                 build the verifier with ModelVerifier::with_target_kv and the same handle"
+                    .into(),
+            )
+        })?;
+        let c = &self.model.config;
+        let want = (c.num_hidden_layers, c.kv_heads(), c.head_dim());
+        let sh = cache.shape();
+        let got = (sh.layers, sh.kv_heads, sh.head_dim);
+        if self.layers.is_some() || want != got {
+            return Err(dustin_core::CoreError::invalid(
+                "target KV cache",
+                format!(
+                    "a draft with the target's KV shape (layers, KV heads, head width) {want:?} and all its layers"
+                ),
+                format!("{got:?}"),
+            ));
+        }
+        Ok(Some(cache))
     }
 
     /// Stages prefix caches for the next [`Drafter::prefill`] (see
@@ -147,6 +189,21 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
                 first.len(),
             ));
         }
+        if let Some(cache) = self.adopt_target_kv()? {
+            if cache.batch() != prompts.len() {
+                return Err(dustin_core::CoreError::invalid(
+                    "target KV cache",
+                    format!("{} sequences", prompts.len()),
+                    cache.batch(),
+                ));
+            }
+            self.cache = Some(cache);
+            self.pending = first.iter().map(|&t| vec![t]).collect();
+            self.base = vec![0; prompts.len()];
+            self.fed = vec![0; prompts.len()];
+            self.last = vec![Vec::new(); prompts.len()];
+            return Ok(());
+        }
         let capacity = prompts.iter().map(Vec::len).max().unwrap_or(0) + self.extra_capacity;
         let (cache, _, _) = prefill_from(
             &self.model,
@@ -182,6 +239,10 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
             layers: self.lookahead.layers.clone(),
             parts: Vec::new(),
         };
+        if let Some(target) = self.adopt_target_kv()? {
+            // the target's cache holds every committed token but the pending one
+            self.cache = Some(target);
+        }
         let pending = self.pending.clone();
         let cache = self.cache()?;
         let base: Vec<usize> = cache.lens().to_vec();
@@ -296,6 +357,7 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
         let base = self.base.clone();
         let fed = self.fed.clone();
         let last = self.last.clone();
+        let self_target_kv = self.target_kv.is_some();
         let cache = self.cache()?;
         let mut pending = Vec::with_capacity(batch);
         for s in 0..batch {
@@ -308,7 +370,11 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
                     a,
                 ));
             }
-            if a == gamma && gamma > 0 {
+            if self_target_kv {
+                // the next proposal starts from the target's cache, whose only missing
+                // committed token is the bonus token
+                pending.push(vec![next[s]]);
+            } else if a == gamma && gamma > 0 {
                 cache.truncate(s, base[s] + fed[s] + gamma - 1)?;
                 pending.push(vec![last[s][gamma - 1], next[s]]);
             } else {

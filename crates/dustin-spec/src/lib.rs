@@ -23,4 +23,4 @@ pub use decoder::{
 pub use drafter::{LookaheadConfig, ModelDrafter};
 pub use dustin_core::{Drafter, SelectionPolicy, Verifier};
 pub use error::{Result, SpecError};
-pub use verifier::ModelVerifier;
+pub use verifier::{ModelVerifier, TargetKv};

@@ -1,4 +1,4 @@
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use burn_tensor::{backend::Backend, Tensor};
 use dustin_core::{KvStore, Phase, SelectionPolicy, TokenId, Verification, Verifier, VerifyCtx};
@@ -21,6 +21,47 @@ pub struct ModelVerifier<B: Backend, P: SelectionPolicy<B>> {
     vocab: usize,
     prefill_chunk: usize,
     prefix: Option<Vec<DenseKvCache<B>>>,
+    share: Option<TargetKv<B>>,
+}
+
+/// A handle through which a [`ModelVerifier`] publishes its committed KV cache (after prefill,
+/// every commit and every retain) and a [`crate::ModelDrafter`] made from the target's own
+/// layers reads it (SubSpec: the draft attends to the target's exact K/V for every committed
+/// token and writes only its draft tokens, [`crate::ModelDrafter::with_target_kv`]).
+///
+/// Cloning a [`DenseKvCache`] shares its tensors; the draft's first append copies a layer
+/// (copy on write), so the target's cache is never changed by the draft.
+#[derive(Debug)]
+pub struct TargetKv<B: Backend>(Arc<Mutex<Option<DenseKvCache<B>>>>);
+
+impl<B: Backend> Clone for TargetKv<B> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl<B: Backend> Default for TargetKv<B> {
+    fn default() -> Self {
+        Self(Arc::new(Mutex::new(None)))
+    }
+}
+
+impl<B: Backend> TargetKv<B> {
+    /// An empty handle.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn publish(&self, cache: &DenseKvCache<B>) {
+        if let Ok(mut slot) = self.0.lock() {
+            *slot = Some(cache.clone());
+        }
+    }
+
+    /// The last published cache (a cheap clone), `None` before the verifier's prefill.
+    pub fn get(&self) -> Option<DenseKvCache<B>> {
+        self.0.lock().ok().and_then(|c| c.clone())
+    }
 }
 
 impl<B: Backend, P: SelectionPolicy<B>> ModelVerifier<B, P> {
@@ -38,6 +79,19 @@ impl<B: Backend, P: SelectionPolicy<B>> ModelVerifier<B, P> {
             vocab,
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
             prefix: None,
+            share: None,
+        }
+    }
+
+    /// Publishes the committed cache through `kv` (see [`TargetKv`]).
+    pub fn with_target_kv(mut self, kv: TargetKv<B>) -> Self {
+        self.share = Some(kv);
+        self
+    }
+
+    fn publish(&self) {
+        if let (Some(kv), Some(c)) = (&self.share, &self.cache) {
+            kv.publish(c);
         }
     }
 
@@ -92,6 +146,7 @@ impl<B: KernelOps, P: SelectionPolicy<B>> Verifier<B> for ModelVerifier<B, P> {
         )?;
         self.cache = Some(cache);
         self.pending.clear();
+        self.publish();
         Ok(last)
     }
 
@@ -199,6 +254,7 @@ impl<B: KernelOps, P: SelectionPolicy<B>> Verifier<B> for ModelVerifier<B, P> {
             cache.truncate(s, base[s] + a + 1)?;
         }
         self.pending = next.to_vec();
+        self.publish();
         self.policy.commit(accepted)
     }
 
@@ -210,6 +266,7 @@ impl<B: KernelOps, P: SelectionPolicy<B>> Verifier<B> for ModelVerifier<B, P> {
             .filter_map(|&k| self.base.get(k).copied())
             .collect();
         self.policy.retain(keep);
+        self.publish();
         Ok(())
     }
 

@@ -161,6 +161,78 @@ fn greedy_speculative_with_substitute_draft_equals_autoregressive() {
     }
 }
 
+/// [`spec`] with the draft reading the target's KV cache (SubSpec alignment, `TargetKv`).
+fn spec_on_target_kv(
+    target: Arc<Qwen2<B>>,
+    draft: Arc<Qwen2<B>>,
+    gamma: usize,
+    max_new: usize,
+    eos: &[u32],
+) -> dustin_spec::Result<(Vec<Vec<u32>>, Vec<FinishReason>, f64)> {
+    let extra = max_new + 2 * (gamma + 2);
+    let kv = dustin_spec::TargetKv::new();
+    let drafter = ModelDrafter::new(draft, None, extra).with_target_kv(kv.clone());
+    let verifier = ModelVerifier::new(target, DenseHook, extra, 96).with_target_kv(kv);
+    let mut dec = SpeculativeDecoder::new(drafter, verifier);
+    let cfg = SpecConfig {
+        gamma,
+        max_new_tokens: max_new,
+        eos: eos.to_vec(),
+        ..SpecConfig::default()
+    };
+    let o = dec.generate(&prompts(), &cfg, None, &mut |_, _| {})?;
+    Ok((o.tokens, o.finish, o.summary.mean_acceptance_length))
+}
+
+/// SubSpec with the draft on the target's KV cache: greedy output is the target's (with EOS,
+/// so finished sequences are dropped mid-run), a draft equal to the target accepts every
+/// token, and a draft of another KV shape is refused by name.
+#[test]
+fn substitute_draft_on_the_target_kv_cache_equals_autoregressive() {
+    use dustin_qwen::{substitute_model, SubstituteConfig};
+    let max_new = 23;
+    for name in ["llama", "qwen2-tied"] {
+        let target = model(name);
+        let (reference, _) = ar(&target, max_new, &[]);
+        let eos_tok = reference[0][12];
+        let (reference_eos, fin_eos) = ar(&target, max_new, &[eos_tok]);
+        for bits in [4u32, 2] {
+            let cfg = SubstituteConfig { bits, group: 16 };
+            let draft = Arc::new(substitute_model(&target, &[1], cfg).expect("substitute"));
+            for gamma in [1usize, 4] {
+                let (got, _, tau) =
+                    spec_on_target_kv(target.clone(), draft.clone(), gamma, max_new, &[])
+                        .expect("spec");
+                assert_eq!(got, reference, "{name}, {bits} bits, gamma {gamma}");
+                assert!(tau >= 1.0 && tau <= gamma as f64 + 1.0, "tau {tau}");
+                let (got, fin, _) =
+                    spec_on_target_kv(target.clone(), draft.clone(), gamma, max_new, &[eos_tok])
+                        .expect("spec");
+                assert_eq!(
+                    got, reference_eos,
+                    "{name}, {bits} bits, gamma {gamma}, EOS"
+                );
+                assert_eq!(fin, fin_eos, "{name}, {bits} bits, gamma {gamma}: finish");
+            }
+        }
+        // no substituted layer: the draft is the target on the target's own cache
+        let same = Arc::new(
+            substitute_model(&target, &[], SubstituteConfig::default()).expect("substitute"),
+        );
+        let (got, _, tau) = spec_on_target_kv(target.clone(), same, 4, max_new, &[]).expect("spec");
+        assert_eq!(got, reference);
+        assert!(
+            tau > 4.0 * 0.7 + 1.0,
+            "{name}: an exact draft accepts all, tau {tau}"
+        );
+    }
+    // a draft whose KV shape is not the target's
+    let err = spec_on_target_kv(model("qwen2-tied"), model("qwen2-gqa7"), 4, 5, &[])
+        .expect_err("shape mismatch")
+        .to_string();
+    assert!(err.contains("target KV cache"), "{err}");
+}
+
 #[test]
 fn autoregressive_through_the_verifier_equals_generate() {
     let target = model("llama");
