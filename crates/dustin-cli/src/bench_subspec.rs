@@ -484,7 +484,6 @@ mod tests {
         };
         assert!(off("subspec") > off("ar"));
         // a prompt that leaves no room for the run before max_position_embeddings (512)
-        let mut a = a;
         a.ctx = 500;
         let e = run_on::<burn_flex::Flex>(&a, sub, &burn_flex::FlexDevice)
             .unwrap_err()

@@ -278,10 +278,7 @@ impl SubstituteSpec {
     /// # Errors
     /// [`CliError::Model`] naming `substitute.layers` (an index past the target's layers),
     /// `substitute.bits` or `substitute.group`.
-    pub fn build<B: burn_tensor::backend::Backend>(
-        &self,
-        target: &Qwen2<B>,
-    ) -> Result<Qwen2<B>, CliError> {
+    pub fn build<B: KernelOps>(&self, target: &Qwen2<B>) -> Result<Qwen2<B>, CliError> {
         let layers = self.resolve(target.layers.len(), &target.offloaded_layers());
         let model = substitute_model(target, &layers, self.cfg)?;
         let weights: usize = layers

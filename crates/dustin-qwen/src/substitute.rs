@@ -40,6 +40,7 @@ use burn_tensor::{backend::Backend, Int, Tensor, TensorData};
 
 use crate::error::{QwenError, Result};
 use crate::model::{Layer, Linear, Qwen2, Weight};
+use dustin_kernels::KernelOps;
 
 /// Default code width of a substitute weight (bits).
 pub const DEFAULT_BITS: u32 = 4;
@@ -491,14 +492,17 @@ pub fn second_half(num_layers: usize) -> Vec<usize> {
 }
 
 /// The SubSpec draft model of `target`: each layer listed in `layers` (any order, repeats
-/// ignored) carries packed group-quantized copies of its linear weights ([`substitute_layer`]); every
-/// other layer, the embedding, the final norm, the LM head and the RoPE tables are the
-/// target's own tensors (clones of Burn tensors share their storage: nothing is copied).
+/// ignored) carries group-quantized copies of its linear weights: packed
+/// ([`Weight::Packed`], dequantized per product) on backends with fused kernels
+/// ([`KernelOps::FUSED`], the GPU), dequantized once ([`Weight::Dense`], the same values) on
+/// the others, where the unpacking would cost more than the matmul. Every other layer, the
+/// embedding, the final norm, the LM head and the RoPE tables are the target's own tensors
+/// (clones of Burn tensors share their storage: nothing is copied).
 ///
 /// # Errors
 /// [`QwenError::ConfigValue`] naming `substitute.layers` for an index `>=` the target's layer
 /// count, `substitute.bits` or `substitute.group` for bad settings.
-pub fn substitute_model<B: Backend>(
+pub fn substitute_model<B: KernelOps>(
     target: &Qwen2<B>,
     layers: &[usize],
     cfg: SubstituteConfig,
@@ -577,12 +581,21 @@ pub fn substitute_model<B: Backend>(
         }
         let mut seven = seven.into_iter();
         model.layers[l] = target.layers[l].map_linears(|lin| {
+            let packed = seven.next().ok_or_else(|| {
+                QwenError::Core(dustin_core::CoreError::Model(
+                    "seven packed matrices".into(),
+                ))
+            })?;
+            // without fused kernels (the CPU) memory is not what SubSpec saves and the
+            // per-product unpacking costs more than the matmul: keep the dequantized values
+            // (bit for bit the packed form's, see `PackedWeight`)
+            let weight = if B::FUSED {
+                Weight::Packed(packed)
+            } else {
+                Weight::Dense(packed.dequantize())
+            };
             Ok::<_, QwenError>(Linear {
-                weight: Weight::Packed(seven.next().ok_or_else(|| {
-                    QwenError::Core(dustin_core::CoreError::Model(
-                        "seven packed matrices".into(),
-                    ))
-                })?),
+                weight,
                 bias: lin.bias.clone(),
             })
         })?;

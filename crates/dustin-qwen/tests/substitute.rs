@@ -81,10 +81,9 @@ fn resident_tensors_are_the_targets_and_substitutes_are_within_half_a_step() {
     for ((name, a), (_, b)) in linears(t1).into_iter().zip(linears(s1)) {
         let [rows, cols] = a.weight.dims();
         assert_eq!(b.weight.dims(), [rows, cols]);
-        assert!(
-            matches!(b.weight, Weight::Packed(_)),
-            "layer 1 {name} is packed"
-        );
+        // the CPU backend keeps the dequantized values (GPU backends the packed codes, whose
+        // values are checked bit for bit against the host quantizer below)
+        assert!(matches!(b.weight, Weight::Dense(_)), "layer 1 {name}");
         let w = wt(&a.weight);
         let d = wt(&b.weight);
         assert_eq!(
