@@ -6,8 +6,8 @@
 #   bash .device/gpu_subspec.sh 32b-only
 # Each (model, mode) is one process; nvidia-smi samples the GPU memory every 100 ms (peak in
 # mem.jsonl). Env: OUT (results folder), TAU (mean acceptance length of the subspec rows,
-# default 3.14: SmolLM2-135M's substitute draft at 4 bits, gamma 4), LIMIT (seconds per
-# process).
+# default 3.14: SmolLM2-135M's substitute draft at 4 bits, gamma 4; 3.47 with KV=target),
+# KV (`own` or `target`: the draft on the target's KV cache), LIMIT (seconds per process).
 set -u
 D=.device
 C=$D/configs
@@ -21,7 +21,7 @@ one() {
     nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$OUT/mem_$name.txt" 2>/dev/null &
     local watch=$!
     timeout "${LIMIT:-240}" "$D/dustin" bench-subspec --device cuda --json "$OUT/subspec.jsonl" \
-        --accept "$TAU" "$@" 2>&1 | tee "$OUT/$name.txt"
+        --accept "$TAU" --kv "${KV:-own}" "$@" 2>&1 | tee "$OUT/$name.txt"
     kill "$watch" 2>/dev/null
     wait "$watch" 2>/dev/null
     echo "{\"run\":\"$name\",\"peak_mib\":$(sort -n "$OUT/mem_$name.txt" | tail -1)}" | tee -a "$OUT/mem.jsonl"

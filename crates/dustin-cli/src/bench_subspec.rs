@@ -70,6 +70,10 @@ pub struct SubspecArgs {
     /// Group length of the substitute's quantization.
     #[arg(long, default_value_t = 64)]
     pub group: usize,
+    /// Where the subspec draft keeps its KV: `own` (a cache of its own) or `target` (it
+    /// attends to the target's cache, `dustin_spec::TargetKv`; `--draft substitute:kv=target`).
+    #[arg(long, default_value = "own")]
+    pub kv: String,
     /// Prefetch settings measured (comma-separated `on`, `off`).
     #[arg(long, value_delimiter = ',', default_value = "on,off")]
     pub prefetch: Vec<String>,
@@ -92,6 +96,8 @@ pub struct SubspecArgs {
 pub struct Row {
     /// `ar` or `subspec`.
     pub mode: String,
+    /// Where the subspec draft keeps its KV (`own`, `target`).
+    pub kv: String,
     /// Whether the next offloaded layer was staged during the current layer's compute.
     pub prefetch: bool,
     /// The budget, bytes.
@@ -177,6 +183,9 @@ fn validate(a: &SubspecArgs) -> Result<SubstituteConfig, CliError> {
     }
     if let Some(m) = a.modes.iter().find(|m| *m != "ar" && *m != "subspec") {
         return bad(format!("--modes {m}: expected ar or subspec"));
+    }
+    if a.kv != "own" && a.kv != "target" {
+        return bad(format!("--kv {}: expected own or target", a.kv));
     }
     if let Some(p) = a.prefetch.iter().find(|p| *p != "on" && *p != "off") {
         return bad(format!("--prefetch {p}: expected on or off"));
@@ -293,6 +302,15 @@ fn run_on<B: KernelOps>(
                     let d = Arc::new((**d).clone().with_prefetch(prefetch));
                     let drafter = ModelDrafter::new(d, None, extra);
                     let verifier = ModelVerifier::new(target.clone(), DenseHook, extra, vocab);
+                    let (drafter, verifier) = if args.kv == "target" {
+                        let kv = dustin_spec::TargetKv::new();
+                        (
+                            drafter.with_target_kv(kv.clone()),
+                            verifier.with_target_kv(kv),
+                        )
+                    } else {
+                        (drafter, verifier)
+                    };
                     let mut dec = SpeculativeDecoder::new(drafter, verifier);
                     dec.set_forced_acceptance(Some(tau - 1.0))?;
                     dec.generate(&prompts, &cfg, None, &mut |_, _| {})?
@@ -323,6 +341,7 @@ fn run_on<B: KernelOps>(
             );
             let row = Row {
                 mode: mode.clone(),
+                kv: args.kv.clone(),
                 prefetch,
                 gpu_memory: args.gpu_memory,
                 resident: plan.resident,
@@ -451,7 +470,16 @@ mod tests {
         .unwrap();
         let json = dir.join("rows.jsonl");
         let _ = std::fs::remove_file(&json);
-        let mut a = args(&["--ctx", "8", "--iters", "2", "--modes", "ar,subspec"]);
+        let mut a = args(&[
+            "--ctx",
+            "8",
+            "--iters",
+            "2",
+            "--modes",
+            "ar,subspec",
+            "--kv",
+            "target",
+        ]);
         a.target = cfg;
         a.gpu_memory = 2_200_000;
         a.json = Some(json.clone());
@@ -497,7 +525,8 @@ mod tests {
 
     #[test]
     fn bad_settings_are_named() {
-        let cases: [(&[&str], &str); 7] = [
+        let cases: [(&[&str], &str); 8] = [
+            (&["--kv", "shared"], "--kv shared: expected own or target"),
             (
                 &["--warmup", "20000"],
                 "--warmup 20000 + --iters 3: at most 10000 iterations",
