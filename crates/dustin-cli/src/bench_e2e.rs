@@ -188,14 +188,8 @@ fn accept_of(a: &E2eArgs, mode: &str) -> Result<f64, CliError> {
 /// Bytes of the weights one forward pass reads: every layer's matrices and the LM head
 /// (the embedding is only gathered from), at `bytes` per parameter.
 pub fn weight_bytes_per_forward(c: &QwenConfig, bytes: f64) -> f64 {
-    let (h, i, nh, kv, d) = (
-        c.hidden_size as f64,
-        c.intermediate_size as f64,
-        c.num_attention_heads as f64,
-        c.kv_heads() as f64,
-        c.head_dim() as f64,
-    );
-    let layer = h * nh * d * 2.0 + h * kv * d * 2.0 + 3.0 * h * i + 2.0 * h;
+    let h = c.hidden_size as f64;
+    let layer = c.layer_matrix_weights() + 2.0 * h;
     (c.num_hidden_layers as f64 * layer + c.vocab_size as f64 * h) * bytes
 }
 
@@ -289,7 +283,56 @@ pub struct Row {
     pub setup_secs: f64,
 }
 
-fn mean(xs: impl Iterator<Item = f64>) -> f64 {
+/// Means over the timed iterations of a run (after `warmup`, at most `iters`).
+pub(crate) struct TimedWindow<'a> {
+    /// The timed iterations.
+    pub iterations: Vec<&'a IterationStats>,
+    /// Mean milliseconds per iteration of each phase.
+    pub draft_ms: f64,
+    /// See `draft_ms`.
+    pub verify_ms: f64,
+    /// See `draft_ms`.
+    pub accept_ms: f64,
+    /// See `draft_ms`.
+    pub commit_ms: f64,
+    /// Mean tokens per sequence per iteration (accepted drafts + 1).
+    pub tau_measured: f64,
+}
+
+/// The timed window of `iterations`.
+///
+/// # Errors
+/// [`CliError::Usage`] naming `mode` when no iteration is left after the warm-up.
+pub(crate) fn timed_window<'a>(
+    iterations: &'a [IterationStats],
+    warmup: usize,
+    iters: usize,
+    mode: &str,
+) -> Result<TimedWindow<'a>, CliError> {
+    let timed: Vec<&IterationStats> = iterations.iter().skip(warmup).take(iters).collect();
+    if timed.is_empty() {
+        return Err(CliError::Usage(format!(
+            "mode {mode}: only {} iterations ran; raise the schedule or lower --warmup",
+            iterations.len()
+        )));
+    }
+    let ms = |f: fn(&IterationStats) -> f64| 1e3 * mean(timed.iter().map(|i| f(i)));
+    Ok(TimedWindow {
+        draft_ms: ms(|i| i.draft_secs),
+        verify_ms: ms(|i| i.verify_secs),
+        accept_ms: ms(|i| i.accept_secs),
+        commit_ms: ms(|i| i.commit_secs),
+        tau_measured: mean(
+            timed
+                .iter()
+                .flat_map(|i| i.accepted.iter().map(|&a| a as f64 + 1.0)),
+        ),
+        iterations: timed,
+    })
+}
+
+/// Mean of `xs` (0 when empty).
+pub(crate) fn mean(xs: impl Iterator<Item = f64>) -> f64 {
     let v: Vec<f64> = xs.collect();
     if v.is_empty() {
         0.0
@@ -381,29 +424,12 @@ fn run_on<B: KernelOps>(args: &E2eArgs, dev: &B::Device) -> Result<(), CliError>
                     dec.generate(&prompts, &cfg, None, &mut |_, _| {})?
                 };
                 let setup_secs = out.summary.prefill_secs;
-                let timed: Vec<&IterationStats> = out
-                    .iterations
-                    .iter()
-                    .skip(args.warmup)
-                    .take(args.iters)
-                    .collect();
-                if timed.is_empty() {
-                    return Err(CliError::Usage(format!(
-                        "mode {mode}: only {} iterations ran; raise the schedule or lower --warmup",
-                        out.iterations.len()
-                    )));
-                }
-                let ms = |f: fn(&IterationStats) -> f64| 1e3 * mean(timed.iter().map(|i| f(i)));
-                let draft_ms = ms(|i| i.draft_secs);
-                let verify_ms = ms(|i| i.verify_secs);
-                let accept_ms = ms(|i| i.accept_secs);
-                let commit_ms = ms(|i| i.commit_secs);
+                let w = timed_window(&out.iterations, args.warmup, args.iters, mode)?;
+                let (draft_ms, verify_ms, accept_ms, commit_ms) =
+                    (w.draft_ms, w.verify_ms, w.accept_ms, w.commit_ms);
                 let iter_ms = draft_ms + verify_ms + accept_ms + commit_ms;
-                let tau_run = mean(
-                    timed
-                        .iter()
-                        .flat_map(|i| i.accepted.iter().map(|&a| a as f64 + 1.0)),
-                );
+                let tau_run = w.tau_measured;
+                let timed = w.iterations;
                 let kv_read = mean(
                     timed
                         .iter()

@@ -24,9 +24,7 @@ use clap::Args;
 use dustin_core::{DenseHook, TokenId};
 use dustin_kernels::KernelOps;
 use dustin_qwen::{plan_offload, substitute_model, Qwen2, QwenConfig, SubstituteConfig};
-use dustin_spec::{
-    autoregressive, IterationStats, ModelDrafter, ModelVerifier, SpecConfig, SpeculativeDecoder,
-};
+use dustin_spec::{autoregressive, ModelDrafter, ModelVerifier, SpecConfig, SpeculativeDecoder};
 
 use crate::backend::DeviceKind;
 use crate::generate::parse_bytes;
@@ -205,11 +203,6 @@ pub fn run(args: SubspecArgs) -> Result<(), CliError> {
     crate::with_backend!(args.device, |B, dev| run_on::<B>(&args, sub, &dev))
 }
 
-fn mean(xs: impl Iterator<Item = f64>) -> f64 {
-    let v: Vec<f64> = xs.collect();
-    v.iter().sum::<f64>() / v.len().max(1) as f64
-}
-
 fn run_on<B: KernelOps>(
     args: &SubspecArgs,
     sub: SubstituteConfig,
@@ -317,28 +310,11 @@ fn run_on<B: KernelOps>(
                 }
             };
             let mem_after_run = dustin_qwen::offload::memory_usage::<B>(dev);
-            let timed: Vec<&IterationStats> = out
-                .iterations
-                .iter()
-                .skip(args.warmup)
-                .take(args.iters)
-                .collect();
-            if timed.is_empty() {
-                return Err(CliError::Usage(format!(
-                    "mode {mode}: only {} iterations ran; lower --warmup",
-                    out.iterations.len()
-                )));
-            }
-            let ms = |f: fn(&IterationStats) -> f64| 1e3 * mean(timed.iter().map(|i| f(i)));
-            let draft_ms = ms(|i| i.draft_secs);
-            let verify_ms = ms(|i| i.verify_secs);
-            let other_ms = ms(|i| i.accept_secs + i.commit_secs);
+            let w = crate::bench_e2e::timed_window(&out.iterations, args.warmup, args.iters, mode)?;
+            let (draft_ms, verify_ms) = (w.draft_ms, w.verify_ms);
+            let other_ms = w.accept_ms + w.commit_ms;
             let iter_ms = draft_ms + verify_ms + other_ms;
-            let tau_measured = mean(
-                timed
-                    .iter()
-                    .flat_map(|i| i.accepted.iter().map(|&a| a as f64 + 1.0)),
-            );
+            let tau_measured = w.tau_measured;
             let row = Row {
                 mode: mode.clone(),
                 kv: args.kv.clone(),

@@ -908,28 +908,7 @@ fn compute_rows<B: KernelOps>(
         )));
     }
     let target = Arc::new(files.build::<B>(max_ctx, dev)?);
-    let (draft, draft_layers, self_draft) =
-        match parse_draft(&args.draft)? {
-            DraftSpec::SelfLayers(n) => {
-                if n >= target.config.num_hidden_layers {
-                    return Err(CliError::Usage(format!(
-                        "--draft self:layers={n}: the target has {} layers",
-                        target.config.num_hidden_layers
-                    )));
-                }
-                (target.clone(), Some(n), true)
-            }
-            DraftSpec::Model(p) => {
-                let df = ModelFiles::open(&p)?;
-                (Arc::new(df.build::<B>(max_ctx, dev)?), None, false)
-            }
-            DraftSpec::Substitute(sub) if sub.target_kv => return Err(CliError::Usage(
-                "--draft substitute:kv=target: the evaluation harness runs the draft on its own \
-                 KV cache (kv=own); kv=target is for generate and bench-subspec"
-                    .into(),
-            )),
-            DraftSpec::Substitute(sub) => (Arc::new(sub.build(&target)?), None, false),
-        };
+    let (draft, draft_layers, self_draft) = eval_draft(&args.draft, &target, max_ctx, dev, None)?;
     let vocab = tok.vocab_size().min(target.config.vocab_size);
     let cx = Ctx {
         args,
@@ -1536,6 +1515,52 @@ fn report(
         .join(", ")
     );
     Ok(())
+}
+
+/// An evaluation draft: `(model, early-exit layers, whether it is the target itself)`.
+pub(crate) type EvalDraft<B> = (Arc<Qwen2<B>>, Option<usize>, bool);
+
+/// The draft of an evaluation run (`--draft` of `eval fidelity`, `eval pg19`, `eval
+/// longbench`): `(model, early-exit layers, whether it is the target itself)`. A separate
+/// draft model is built for `positions` positions and, when `tok` is given, must share its
+/// vocabulary.
+///
+/// # Errors
+/// A self-draft with too many layers, `substitute:kv=target` (the harness prefills drafts on
+/// caches of their own), the model's load and vocabulary errors.
+pub(crate) fn eval_draft<B: KernelOps>(
+    draft: &str,
+    target: &Arc<Qwen2<B>>,
+    positions: usize,
+    dev: &B::Device,
+    tok: Option<&dustin_qwen::Tokenizer>,
+) -> Result<EvalDraft<B>, CliError> {
+    Ok(match parse_draft(draft)? {
+        DraftSpec::SelfLayers(n) => {
+            if n >= target.config.num_hidden_layers {
+                return Err(CliError::Usage(format!(
+                    "--draft self:layers={n}: the target has {} layers",
+                    target.config.num_hidden_layers
+                )));
+            }
+            (target.clone(), Some(n), true)
+        }
+        DraftSpec::Model(p) => {
+            let df = ModelFiles::open(&p)?;
+            if let Some(tok) = tok {
+                crate::generate::check_vocab(tok, &df.tokenizer)?;
+            }
+            (Arc::new(df.build::<B>(positions, dev)?), None, false)
+        }
+        DraftSpec::Substitute(sub) if sub.target_kv => {
+            return Err(CliError::Usage(
+                "--draft substitute:kv=target: the evaluation harness runs the draft on its own \
+                 KV cache (kv=own); kv=target is for generate and bench-subspec"
+                    .into(),
+            ))
+        }
+        DraftSpec::Substitute(sub) => (Arc::new(sub.build(target)?), None, false),
+    })
 }
 
 #[cfg(test)]

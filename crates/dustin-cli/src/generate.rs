@@ -475,11 +475,8 @@ fn offload_plan<B: KernelOps>(
         return Ok(Vec::new());
     };
     let bytes = dustin_core::memory::float_bytes::<B>();
-    let kv: u64 = cfgs
-        .iter()
-        .map(|c| c.kv_bytes_per_token(bytes) as u64)
-        .sum::<u64>()
-        .saturating_mul((batch * capacity) as u64);
+    let kv = u64::try_from(kv_per_token::<B>(cfgs).saturating_mul((batch * capacity) as u128))
+        .unwrap_or(u64::MAX);
     let draft_weights = draft.map_or(0, |d| {
         crate::bench_e2e::weight_bytes_per_forward(&d.config, bytes as f64) as u64
     });
@@ -517,6 +514,14 @@ fn offload_plan<B: KernelOps>(
     Ok(plan.offloaded)
 }
 
+/// KV bytes per token of one sequence over the caches of `cfgs` (target and drafts).
+fn kv_per_token<B: KernelOps>(cfgs: &[&dustin_qwen::QwenConfig]) -> u128 {
+    let bytes = dustin_core::memory::float_bytes::<B>();
+    cfgs.iter()
+        .map(|c| c.kv_bytes_per_token(bytes) as u128)
+        .sum()
+}
+
 /// Checks the KV caches' memory (target and draft, `batch` sequences of `capacity` tokens)
 /// before the weights are loaded, so that an impossible request fails at once with the
 /// figures.
@@ -526,10 +531,7 @@ fn check_kv_memory<B: KernelOps>(
     capacity: usize,
     dev: &B::Device,
 ) -> Result<(), CliError> {
-    let per_token: u128 = cfgs
-        .iter()
-        .map(|c| c.kv_bytes_per_token(dustin_core::memory::float_bytes::<B>()) as u128)
-        .sum();
+    let per_token = kv_per_token::<B>(cfgs);
     // prefill stacks per-sequence caches into the batch: both are alive at that moment
     let copies: u128 = if batch > 1 { 2 } else { 1 };
     let needed = per_token

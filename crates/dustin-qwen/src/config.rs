@@ -195,6 +195,19 @@ impl QwenConfig {
             .unwrap_or_default()
     }
 
+    /// Weights of one decoder layer's seven matrices: q and o `hidden x heads * head_dim`,
+    /// k and v `hidden x kv_heads * head_dim`, gate, up and down `hidden x intermediate`
+    /// (biases and norms not included).
+    pub fn layer_matrix_weights(&self) -> f64 {
+        let (h, i) = (self.hidden_size as f64, self.intermediate_size as f64);
+        let (nh, kv, d) = (
+            self.num_attention_heads as f64,
+            self.kv_heads() as f64,
+            self.head_dim() as f64,
+        );
+        2.0 * h * nh * d + 2.0 * h * kv * d + 3.0 * h * i
+    }
+
     /// Bytes of KV cache per token for one sequence (all layers, K and V) at `dtype_bytes`
     /// bytes per element.
     pub fn kv_bytes_per_token(&self, dtype_bytes: usize) -> usize {

@@ -182,7 +182,7 @@ pub fn plan_offload(
         c.kv_heads() as f64,
         c.head_dim() as f64,
     );
-    let matrices = 2.0 * h * nh * d + 2.0 * h * kv * d + 3.0 * h * i;
+    let matrices = c.layer_matrix_weights();
     let small = if c.qkv_bias() {
         nh * d + 2.0 * kv * d
     } else {

@@ -66,9 +66,27 @@ fn spec(
     max_new: usize,
     eos: &[u32],
 ) -> (Vec<Vec<u32>>, Vec<FinishReason>, f64) {
+    spec_with(target, draft, gamma, max_new, eos, false).expect("spec")
+}
+
+/// Speculative generation of [`prompts`]; with `target_kv` the draft reads the target's KV
+/// cache (SubSpec alignment, `TargetKv`).
+fn spec_with(
+    target: Arc<Qwen2<B>>,
+    draft: Arc<Qwen2<B>>,
+    gamma: usize,
+    max_new: usize,
+    eos: &[u32],
+    target_kv: bool,
+) -> dustin_spec::Result<(Vec<Vec<u32>>, Vec<FinishReason>, f64)> {
     let extra = max_new + 2 * (gamma + 2);
-    let drafter = ModelDrafter::new(draft, None, extra);
-    let verifier = ModelVerifier::new(target, DenseHook, extra, 96);
+    let mut drafter = ModelDrafter::new(draft, None, extra);
+    let mut verifier = ModelVerifier::new(target, DenseHook, extra, 96);
+    if target_kv {
+        let kv = dustin_spec::TargetKv::new();
+        drafter = drafter.with_target_kv(kv.clone());
+        verifier = verifier.with_target_kv(kv);
+    }
     let mut dec = SpeculativeDecoder::new(drafter, verifier);
     let cfg = SpecConfig {
         gamma,
@@ -76,10 +94,8 @@ fn spec(
         eos: eos.to_vec(),
         ..SpecConfig::default()
     };
-    let o = dec
-        .generate(&prompts(), &cfg, None, &mut |_, _| {})
-        .expect("spec");
-    (o.tokens, o.finish, o.summary.mean_acceptance_length)
+    let o = dec.generate(&prompts(), &cfg, None, &mut |_, _| {})?;
+    Ok((o.tokens, o.finish, o.summary.mean_acceptance_length))
 }
 
 #[test]
@@ -161,7 +177,6 @@ fn greedy_speculative_with_substitute_draft_equals_autoregressive() {
     }
 }
 
-/// [`spec`] with the draft reading the target's KV cache (SubSpec alignment, `TargetKv`).
 fn spec_on_target_kv(
     target: Arc<Qwen2<B>>,
     draft: Arc<Qwen2<B>>,
@@ -169,19 +184,7 @@ fn spec_on_target_kv(
     max_new: usize,
     eos: &[u32],
 ) -> dustin_spec::Result<(Vec<Vec<u32>>, Vec<FinishReason>, f64)> {
-    let extra = max_new + 2 * (gamma + 2);
-    let kv = dustin_spec::TargetKv::new();
-    let drafter = ModelDrafter::new(draft, None, extra).with_target_kv(kv.clone());
-    let verifier = ModelVerifier::new(target, DenseHook, extra, 96).with_target_kv(kv);
-    let mut dec = SpeculativeDecoder::new(drafter, verifier);
-    let cfg = SpecConfig {
-        gamma,
-        max_new_tokens: max_new,
-        eos: eos.to_vec(),
-        ..SpecConfig::default()
-    };
-    let o = dec.generate(&prompts(), &cfg, None, &mut |_, _| {})?;
-    Ok((o.tokens, o.finish, o.summary.mean_acceptance_length))
+    spec_with(target, draft, gamma, max_new, eos, true)
 }
 
 /// SubSpec with the draft on the target's KV cache: greedy output is the target's (with EOS,

@@ -41,7 +41,7 @@ use super::{
     fnv, say, selector_specs_from, BudgetSpec, FanOut, SelectorSpec, SharedDrafter, SharedVerifier,
 };
 use crate::backend::DeviceKind;
-use crate::generate::{model_path, parse_draft, DraftSpec};
+use crate::generate::model_path;
 use crate::CliError;
 
 /// The tasks of the shared data folder (`../shared/data/longbench`), the default of `--tasks`.
@@ -604,28 +604,7 @@ pub(super) fn longbench<B: KernelOps>(
     }
     let target = Arc::new(files.build::<B>(ctx, dev)?);
     let (draft, draft_layers, self_draft) =
-        match parse_draft(&args.draft)? {
-            DraftSpec::SelfLayers(n) => {
-                if n >= target.config.num_hidden_layers {
-                    return Err(CliError::Usage(format!(
-                        "--draft self:layers={n}: the target has {} layers",
-                        target.config.num_hidden_layers
-                    )));
-                }
-                (target.clone(), Some(n), true)
-            }
-            DraftSpec::Model(p) => {
-                let df = ModelFiles::open(&p)?;
-                crate::generate::check_vocab(&tok, &df.tokenizer)?;
-                (Arc::new(df.build::<B>(ctx, dev)?), None, false)
-            }
-            DraftSpec::Substitute(sub) if sub.target_kv => return Err(CliError::Usage(
-                "--draft substitute:kv=target: the evaluation harness runs the draft on its own \
-                 KV cache (kv=own); kv=target is for generate and bench-subspec"
-                    .into(),
-            )),
-            DraftSpec::Substitute(sub) => (Arc::new(sub.build(&target)?), None, false),
-        };
+        crate::eval::eval_draft(&args.draft, &target, ctx, dev, Some(&tok))?;
     let vocab = tok.vocab_size().min(target.config.vocab_size);
     let cx = Cx {
         target,
