@@ -71,8 +71,15 @@ proptest! {
         let scores = Tensor::<B, 3>::from_data(TensorData::new(v.clone(), [b, h, c]), &dev());
         let sel = select_top_k(scores.clone(), &lens, keep).unwrap();
         let got = check_selection(&sel, &lens, keep, "proptest");
-        // the top-k of the kernel ops (what `select_top_k` runs on a fused backend: CUDA)
-        let fused = <B as dustin_kernels::KernelOps>::top_k_positions(scores, &lens, keep.into()).unwrap();
+        // the top-k of the kernel ops (what `select_top_k` runs on a fused backend: CUDA);
+        // their documented contract refuses budget 0 (no selector config reaches it: budgets
+        // are validated above n_sink + window)
+        let fused = <B as dustin_kernels::KernelOps>::top_k_positions(scores, &lens, keep.into());
+        if keep.budget == 0 {
+            prop_assert!(fused.is_err(), "budget 0 must be refused by the kernel ops");
+            return Ok(());
+        }
+        let fused = fused.unwrap();
         let fused = dustin_core::LayerSelection { indices: fused.indices, counts: fused.counts };
         let got_fused = check_selection(&fused, &lens, keep, "proptest (kernel ops)");
         for i in 0..b {
