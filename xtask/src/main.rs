@@ -280,6 +280,10 @@ fn gpu_e2e() -> Result<(), String> {
         "  bash .device/gpu_e2e.sh 7b      # kernels check + Qwen2.5-7B / 0.5B, 8k-32k, B 1/8/16"
     );
     println!("  bash .device/gpu_e2e.sh 72b     # Qwen2.5-72B shapes (20 layers), 32k, B 8/16 + HF peers");
+    println!(
+        "  bash .device/gpu_subspec.sh 7b  # SubSpec: offloaded AR vs substitute draft at 8 GiB"
+    );
+    println!("  bash .device/gpu_tp.sh all      # 2+ GPUs (kind nvidia-h200-x2): tp-check, 72B 80 layers at 32k");
     Ok(())
 }
 

@@ -12,9 +12,36 @@ pub enum DeviceKind {
     Cuda,
 }
 
-/// Calls `$body` with a type alias `B` for the chosen backend and a device `dev`.
+/// Calls `$body` with a type alias `B` for the chosen backend and a device `dev`; the second
+/// form also binds `dev_of`, a function from a device index to that device (`CudaDevice::new`
+/// on CUDA; the one CPU device on the CPU, whatever the index), for tensor-parallel groups.
 #[macro_export]
 macro_rules! with_backend {
+    ($kind:expr, |$b:ident, $dev:ident, $dev_of:ident| $body:expr) => {{
+        match $kind {
+            $crate::backend::DeviceKind::Cpu => {
+                type $b = burn_flex::Flex;
+                let $dev = burn_flex::FlexDevice::default();
+                let $dev_of = |_: usize| burn_flex::FlexDevice::default();
+                $body
+            }
+            $crate::backend::DeviceKind::Cuda => {
+                #[cfg(feature = "cuda")]
+                {
+                    type $b = burn_cuda::Cuda<half::bf16, i32>;
+                    let $dev = burn_cuda::CudaDevice::default();
+                    let $dev_of = burn_cuda::CudaDevice::new;
+                    $body
+                }
+                #[cfg(not(feature = "cuda"))]
+                {
+                    Err($crate::CliError::Usage(
+                        "--device cuda needs a CUDA build: cargo build --release --features cuda -p dustin-cli".into(),
+                    ))
+                }
+            }
+        }
+    }};
     ($kind:expr, |$b:ident, $dev:ident| $body:expr) => {{
         match $kind {
             $crate::backend::DeviceKind::Cpu => {

@@ -25,7 +25,7 @@ use clap::Args;
 use dustin_core::{DenseHook, TokenId};
 use dustin_kernels::KernelOps;
 use dustin_kv::DenseKvCache;
-use dustin_qwen::{Qwen2, QwenConfig};
+use dustin_qwen::{Qwen2, QwenConfig, TpGroup, TpRank};
 use dustin_spec::{
     autoregressive, IterationStats, ModelDrafter, ModelVerifier, SpecConfig, SpeculativeDecoder,
 };
@@ -86,6 +86,11 @@ pub struct E2eArgs {
     /// keeps the prefill on the fused kernels (more runs Burn's plain attention).
     #[arg(long, default_value_t = 16)]
     pub tail: usize,
+    /// Tensor-parallel ranks: the target split over this many devices (CUDA devices
+    /// `0 .. tp`, NCCL all-reduce; on the CPU, ranks share the one device and sum on the host),
+    /// one host thread per rank, the draft replicated on every rank. Rows are rank 0's.
+    #[arg(long, default_value_t = 1)]
+    pub tp: usize,
     /// Append one JSON line per row to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -97,7 +102,10 @@ pub struct E2eArgs {
 /// `dustin bench-e2e`.
 pub fn run(args: E2eArgs) -> Result<(), CliError> {
     validate(&args)?;
-    crate::with_backend!(args.device, |B, dev| run_on::<B>(&args, &dev))
+    crate::with_backend!(args.device, |B, _dev, dev_of| run_on::<B>(
+        &args,
+        (0..args.tp).map(dev_of).collect()
+    ))
 }
 
 fn validate(a: &E2eArgs) -> Result<(), CliError> {
@@ -123,6 +131,9 @@ fn validate(a: &E2eArgs) -> Result<(), CliError> {
     }
     if a.iters == 0 {
         return bad("--iters 0: nothing would be timed".into());
+    }
+    if a.tp == 0 {
+        return bad("--tp 0: expected at least one rank".into());
     }
     for m in &a.modes {
         if m != "ar" && !dustin_select::registry::names().contains(&m.as_str()) {
@@ -198,8 +209,8 @@ pub fn kv_bytes_per_token(c: &QwenConfig, bytes: f64) -> f64 {
     (c.num_hidden_layers * 2 * c.kv_heads() * c.head_dim()) as f64 * bytes
 }
 
-/// Random K/V cache contents: `lens[b]` positions of each batch-1 cache are "filled" with
-/// N(0, 1) keys and values (the whole capacity is random; only `lens` counts).
+/// A batch-1 K/V cache whose first `len` positions are "filled" with N(0, 1) keys and values
+/// (the whole capacity is random; only `len` counts).
 fn random_prefix<B: KernelOps>(
     model: &Qwen2<B>,
     capacity: usize,
@@ -247,6 +258,8 @@ pub struct Row {
     pub batch: usize,
     /// Target layers measured.
     pub target_layers: usize,
+    /// Tensor-parallel ranks (GPUs) the target is split over.
+    pub tp: usize,
     /// Draft tokens per iteration (0 for `ar`).
     pub gamma: usize,
     /// The schedule's mean acceptance length (tokens per sequence per iteration); tokens/s
@@ -272,7 +285,9 @@ pub struct Row {
     pub kv_read: f64,
     /// Fraction of a dense read spent by the estimator.
     pub estimation_read: f64,
-    /// Bytes the mode must read per iteration (see the module docs).
+    /// Bytes the mode must read per iteration (see the module docs), per GPU: under tensor
+    /// parallelism each rank reads 1/tp of the target's weights and KV and all of the
+    /// replicated draft, in parallel with the others.
     pub floor_bytes: f64,
     /// `floor_bytes / 4.3 TB/s`, milliseconds.
     pub floor_ms: f64,
@@ -341,7 +356,7 @@ pub(crate) fn mean(xs: impl Iterator<Item = f64>) -> f64 {
     }
 }
 
-fn run_on<B: KernelOps>(args: &E2eArgs, dev: &B::Device) -> Result<(), CliError> {
+fn run_on<B: KernelOps>(args: &E2eArgs, devices: Vec<B::Device>) -> Result<(), CliError> {
     let mut tcfg = QwenConfig::from_file(&args.target)?;
     let mut dcfg = QwenConfig::from_file(&args.draft)?;
     if let Some(n) = args.target_layers {
@@ -362,25 +377,90 @@ fn run_on<B: KernelOps>(args: &E2eArgs, dev: &B::Device) -> Result<(), CliError>
     tcfg.max_position_embeddings = tcfg.max_position_embeddings.max(positions);
     dcfg.max_position_embeddings = dcfg.max_position_embeddings.max(positions);
     let t = Instant::now();
-    let target = Arc::new(Qwen2::<B>::random(&tcfg, positions, dev)?);
-    let draft = Arc::new(Qwen2::<B>::random(&dcfg, positions, dev)?);
+    let world = devices.len();
+    let mut models = Vec::with_capacity(world);
+    if world == 1 {
+        models.push((
+            Arc::new(Qwen2::<B>::random(&tcfg, positions, &devices[0])?),
+            Arc::new(Qwen2::<B>::random(&dcfg, positions, &devices[0])?),
+        ));
+    } else {
+        let group = TpGroup::<B>::new(devices.clone())?;
+        // one rank after the other, each from the same seed: the replicated tensors (draft,
+        // embedding, LM head) are the same on every rank
+        for (r, dev) in devices.iter().enumerate() {
+            B::seed(dev, 0x5eed);
+            let rank = TpRank::new(r, group.clone())?;
+            models.push((
+                Arc::new(Qwen2::<B>::random_shard(&tcfg, positions, rank)?),
+                Arc::new(Qwen2::<B>::random(&dcfg, positions, dev)?),
+            ));
+        }
+    }
     eprintln!(
-        "bench-e2e: target {} ({} layers), draft {} ({} layers), random bf16 weights built in {:.1} s",
+        "bench-e2e: target {} ({} layers{}), draft {} ({} layers), random bf16 weights built in {:.1} s",
         args.target.display(),
         tcfg.num_hidden_layers,
+        if world > 1 {
+            format!(", tensor parallel over {world} ranks")
+        } else {
+            String::new()
+        },
         args.draft.display(),
         dcfg.num_hidden_layers,
         t.elapsed().as_secs_f64()
     );
+    let cfgs = (&tcfg, &dcfg, extra);
+    if world == 1 {
+        let (target, draft) = models.remove(0);
+        return measure(args, cfgs, target, draft, &devices[0], true);
+    }
+    // SPMD: every rank runs the same modes in the same order (the all-reduces pair up); a
+    // rank's error is reported after all have stopped
+    let results: Vec<Result<(), CliError>> = std::thread::scope(|s| {
+        let hands: Vec<_> = models
+            .into_iter()
+            .zip(&devices)
+            .enumerate()
+            .map(|(r, ((target, draft), dev))| {
+                s.spawn(move || measure(args, cfgs, target, draft, dev, r == 0))
+            })
+            .collect();
+        hands
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(CliError::Usage("a tensor-parallel rank panicked".into()))
+                })
+            })
+            .collect()
+    });
+    results.into_iter().collect()
+}
+
+/// Every (context, batch, mode) row on one rank (`report`: print and write the rows).
+fn measure<B: KernelOps>(
+    args: &E2eArgs,
+    (tcfg, dcfg, extra): (&QwenConfig, &QwenConfig, usize),
+    target: Arc<Qwen2<B>>,
+    draft: Arc<Qwen2<B>>,
+    dev: &B::Device,
+    report: bool,
+) -> Result<(), CliError> {
+    let world = target.tp().map_or(1, |(_, w)| w) as f64;
     let vocab = tcfg.vocab_size.min(dcfg.vocab_size);
-    let wt = weight_bytes_per_forward(&tcfg, 2.0);
-    let wd = weight_bytes_per_forward(&dcfg, 2.0);
-    let kvt = kv_bytes_per_token(&tcfg, 2.0);
-    let kvd = kv_bytes_per_token(&dcfg, 2.0);
-    println!(
-        "| mode | ctx | B | tau | draft ms | verify ms | accept+commit ms | iter ms | tokens/s | KV read (+est.) | floor ms | over floor |"
-    );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    // per rank: 1/world of the target's layers and KV (the replicated LM head is counted
+    // once per rank too, a small overcount)
+    let wt = weight_bytes_per_forward(tcfg, 2.0) / world;
+    let wd = weight_bytes_per_forward(dcfg, 2.0);
+    let kvt = kv_bytes_per_token(tcfg, 2.0) / world;
+    let kvd = kv_bytes_per_token(dcfg, 2.0);
+    if report {
+        println!(
+            "| mode | ctx | B | tau | draft ms | verify ms | accept+commit ms | iter ms | tokens/s | KV read (+est.) | floor ms | over floor |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    }
     for &ctx in &args.ctx {
         for &batch in &args.batch {
             for mode in &args.modes {
@@ -394,9 +474,13 @@ fn run_on<B: KernelOps>(args: &E2eArgs, dev: &B::Device) -> Result<(), CliError>
                     .collect();
                 let capacity = ctx + extra;
                 let pre = ctx - args.tail;
-                let tprefix = (0..batch)
-                    .map(|_| random_prefix(&target, capacity, pre, tcfg.num_hidden_layers, dev))
-                    .collect::<Result<Vec<_>, _>>()?;
+                // one random prefix shared by every sequence (clones share storage until the
+                // prefill writes each sequence's tail, one sequence at a time)
+                let tprefix =
+                    vec![
+                        random_prefix(&target, capacity, pre, tcfg.num_hidden_layers, dev)?;
+                        batch
+                    ];
                 let cfg = SpecConfig {
                     gamma: if mode == "ar" { 1 } else { args.gamma },
                     max_new_tokens: if mode == "ar" {
@@ -411,9 +495,11 @@ fn run_on<B: KernelOps>(args: &E2eArgs, dev: &B::Device) -> Result<(), CliError>
                         .with_prefix(tprefix);
                     autoregressive(&mut v, &prompts, &cfg, None, &mut |_, _| {})?
                 } else {
-                    let dprefix = (0..batch)
-                        .map(|_| random_prefix(&draft, capacity, pre, dcfg.num_hidden_layers, dev))
-                        .collect::<Result<Vec<_>, _>>()?;
+                    let dprefix =
+                        vec![
+                            random_prefix(&draft, capacity, pre, dcfg.num_hidden_layers, dev)?;
+                            batch
+                        ];
                     let policy = build_policy::<B>(mode, args.budget, &FileConfig::default())?;
                     let drafter =
                         ModelDrafter::new(draft.clone(), None, extra).with_prefix(dprefix);
@@ -449,6 +535,7 @@ fn run_on<B: KernelOps>(args: &E2eArgs, dev: &B::Device) -> Result<(), CliError>
                     ctx,
                     batch,
                     target_layers: tcfg.num_hidden_layers,
+                    tp: world as usize,
                     gamma: g as usize,
                     tau,
                     tau_measured: tau_run,
@@ -465,6 +552,9 @@ fn run_on<B: KernelOps>(args: &E2eArgs, dev: &B::Device) -> Result<(), CliError>
                     over_floor: iter_ms / floor_ms,
                     setup_secs,
                 };
+                if !report {
+                    continue;
+                }
                 println!(
                     "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {:.3} (+{:.3}) | {:.2} | {:.1}x |",
                     row.mode,

@@ -16,6 +16,7 @@ mod eval;
 mod fetch;
 mod generate;
 mod ppl;
+mod tp_check;
 
 /// dustin: speculative decoding with draft-augmented sparse verification for long contexts.
 #[derive(Debug, Parser)]
@@ -43,6 +44,9 @@ enum Command {
     /// SubSpec at a GPU-memory budget: offloaded autoregressive decoding vs a substitute
     /// draft, random weights at real shapes, acceptance from a schedule (issue 10).
     BenchSubspec(bench_subspec::SubspecArgs),
+    /// Tensor parallelism check: the target split over --tp devices against the whole
+    /// model, same random weights (logits and greedy tokens; issue 11).
+    TpCheck(tp_check::TpCheckArgs),
     /// Evaluations per selector and budget against dense verification: `eval fidelity`,
     /// `eval pg19` (perplexity) and `eval longbench` (LongBench scores).
     Eval(eval::EvalArgs),
@@ -59,6 +63,7 @@ fn main() -> ExitCode {
         Command::BenchE2e(a) => bench_e2e::run(a),
         Command::BenchSubspec(a) => bench_subspec::run(a),
         Command::Ppl(a) => ppl::run(a),
+        Command::TpCheck(a) => tp_check::run(a),
         Command::Eval(a) => eval::run(a),
         Command::FetchModel(a) => fetch::run(a).map(|p| println!("{}", p.display())),
     };

@@ -112,3 +112,104 @@ fn bad_schedule_and_modes_are_named() {
         assert!(err.contains(want), "{args:?}: {err}");
     }
 }
+
+/// Rows of `bench-e2e` on the llama fixture at `--tp tp`.
+fn rows_at_tp(tp: &str) -> Vec<serde_json::Value> {
+    let dir = std::env::temp_dir().join(format!("dustin-e2e-tp{tp}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("rows.jsonl");
+    let f = fixture();
+    let out = Command::new(env!("CARGO_BIN_EXE_dustin"))
+        .args(["bench-e2e", "--target", &f, "--draft", &f, "--ctx", "180"])
+        .args(["--modes", "ar,dense,streaming", "--accept", "default=2.0"])
+        .args([
+            "--warmup", "0", "--iters", "2", "--tail", "20", "--budget", "90",
+        ])
+        .args(["--tp", tp, "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = std::fs::read_to_string(&json)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    std::fs::remove_dir_all(&dir).ok();
+    rows
+}
+
+#[test]
+fn tensor_parallel_ranks_run_every_mode_and_halve_the_floor() {
+    let one = rows_at_tp("1");
+    let two = rows_at_tp("2");
+    assert_eq!(one.len(), 3);
+    assert_eq!(two.len(), 3, "rank 0 alone reports");
+    for (a, b) in one.iter().zip(&two) {
+        let mode = a["mode"].as_str().unwrap();
+        assert_eq!(b["mode"], a["mode"]);
+        assert_eq!(b["tp"].as_u64(), Some(2), "{mode}");
+        // the selection splits with the KV heads: the same share of the cache is read
+        assert_eq!(b["kv_read"], a["kv_read"], "{mode}");
+        assert_eq!(b["tau_measured"], a["tau_measured"], "{mode}");
+        // each rank reads half the target (weights and KV) and the whole draft
+        let (fa, fb) = (
+            a["floor_bytes"].as_f64().unwrap(),
+            b["floor_bytes"].as_f64().unwrap(),
+        );
+        assert!(fb < fa && fb >= fa / 2.0, "{mode}: {fb} vs {fa}");
+        assert_eq!(fb == fa / 2.0, mode == "ar", "{mode}: only ar has no draft");
+    }
+}
+
+#[test]
+fn tp_check_matches_the_whole_model_and_names_bad_splits() {
+    let f = fixture();
+    let out = Command::new(env!("CARGO_BIN_EXE_dustin"))
+        .args([
+            "tp-check",
+            "--target",
+            &f,
+            "--target-layers",
+            "2",
+            "--tp",
+            "2",
+        ])
+        .args(["--ctx", "12", "--steps", "3"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+    assert_eq!(report["ranks_identical"], true);
+    assert!(report["rel_diff"].as_f64().unwrap() <= 1e-4, "{report}");
+    assert!(report["max_abs_logit"].as_f64().unwrap() > 0.0);
+    // 7 query heads over 1 KV head do not split over 2 ranks
+    let gqa7 = f.replace("/llama/", "/qwen2-gqa7/");
+    let out = Command::new(env!("CARGO_BIN_EXE_dustin"))
+        .args([
+            "tp-check",
+            "--target",
+            &gqa7,
+            "--target-layers",
+            "2",
+            "--tp",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("num_attention_heads") && err.contains("2 ranks"),
+        "{err}"
+    );
+}

@@ -222,6 +222,50 @@ impl<B: Backend> DenseKvCache<B> {
         })
     }
 
+    /// Writes the batch-1 cache `part` into sequence `seq` of this cache (its K/V over the
+    /// whole capacity, and its length), consuming it. The layers are written in place where
+    /// the backend can (this cache's tensors not shared), so a batch can be filled one
+    /// sequence at a time with one sequence's cache alive beside it, instead of the two full
+    /// copies of [`DenseKvCache::stack`].
+    ///
+    /// # Errors
+    /// [`CoreError::InvalidInput`] for `seq` outside the batch, a `part` of batch other than 1
+    /// or of other layers / heads / capacity / head width.
+    pub fn write_sequence(&mut self, seq: usize, part: Self) -> Result<()> {
+        let (s, p) = (self.shape, part.shape);
+        if seq >= s.batch {
+            return Err(CoreError::invalid(
+                "seq",
+                format!("a sequence index below {}", s.batch),
+                seq,
+            ));
+        }
+        if p.batch != 1
+            || (p.layers, p.kv_heads, p.capacity, p.head_dim)
+                != (s.layers, s.kv_heads, s.capacity, s.head_dim)
+        {
+            return Err(CoreError::invalid(
+                "part",
+                format!("a batch-1 cache of shape {s:?} (except batch)"),
+                format!("{p:?}"),
+            ));
+        }
+        let ranges = [seq..seq + 1, 0..s.kv_heads, 0..s.capacity, 0..s.head_dim];
+        let mut part = part;
+        for l in 0..s.layers {
+            for (dst, src) in [
+                (&mut self.k[l], &mut part.k[l]),
+                (&mut self.v[l], &mut part.v[l]),
+            ] {
+                if let (Some(d), Some(x)) = (dst.take(), src.take()) {
+                    *dst = Some(d.slice_assign(ranges.clone(), x));
+                }
+            }
+        }
+        self.lens[seq] = part.lens[0];
+        Ok(())
+    }
+
     /// Sets every sequence's length (for example after a prefill written elsewhere).
     ///
     /// # Errors

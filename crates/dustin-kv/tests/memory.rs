@@ -95,3 +95,56 @@ fn from_layers_keeps_contents_and_checks_shapes() {
         .to_string();
     assert!(e.contains("`k`"), "{e}");
 }
+
+/// A batch filled one sequence at a time holds what stacking the sequences gives: each
+/// sequence's own keys and values at its own length; bad parts are named.
+#[test]
+fn write_sequence_places_each_part_in_its_slot() {
+    use burn_tensor::{Tensor, TensorData};
+    use dustin_core::KvStore;
+    let (layers, heads, cap, hd) = (2, 3, 5, 4);
+    let part = |seed: f32, len: usize| {
+        let mk = |off: f32| -> Vec<Tensor<Flex, 4>> {
+            (0..layers)
+                .map(|l| {
+                    let v: Vec<f32> = (0..heads * cap * hd)
+                        .map(|i| seed * 1000.0 + off + (l * 100) as f32 + i as f32)
+                        .collect();
+                    Tensor::from_data(TensorData::new(v, [1, heads, cap, hd]), &FlexDevice)
+                })
+                .collect()
+        };
+        DenseKvCache::from_layers(mk(0.0), mk(0.5), &[len]).unwrap()
+    };
+    let shape = KvShape {
+        batch: 3,
+        layers,
+        kv_heads: heads,
+        capacity: cap,
+        head_dim: hd,
+    };
+    let mut all = DenseKvCache::<Flex>::new(shape, &FlexDevice);
+    // out of order, as a prefill may finish them
+    for (seq, len) in [(2usize, 4usize), (0, 1), (1, 3)] {
+        all.write_sequence(seq, part(seq as f32 + 1.0, len))
+            .unwrap();
+    }
+    assert_eq!(all.lens(), &[1, 3, 4]);
+    for l in 0..layers {
+        let k: Vec<f32> = all.view(l, cap).k.into_data().into_vec().unwrap();
+        let v: Vec<f32> = all.view(l, cap).v.into_data().into_vec().unwrap();
+        let per = heads * cap * hd;
+        for seq in 0..3 {
+            for i in 0..per {
+                let want = (seq as f32 + 1.0) * 1000.0 + (l * 100) as f32 + i as f32;
+                assert_eq!(k[seq * per + i], want, "layer {l} seq {seq} k[{i}]");
+                assert_eq!(v[seq * per + i], want + 0.5, "layer {l} seq {seq} v[{i}]");
+            }
+        }
+    }
+    let e = all.write_sequence(3, part(1.0, 1)).unwrap_err().to_string();
+    assert!(e.contains("seq"), "{e}");
+    let two = DenseKvCache::<Flex>::new(KvShape { batch: 2, ..shape }, &FlexDevice);
+    let e = all.write_sequence(0, two).unwrap_err().to_string();
+    assert!(e.contains("part"), "{e}");
+}

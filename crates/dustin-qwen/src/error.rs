@@ -81,6 +81,11 @@ pub enum QwenError {
         /// What is wrong.
         msg: String,
     },
+    /// Tensor parallelism cannot split or run this model as asked ([`crate::tp`]): a size that
+    /// does not divide by the world size, a rank outside its group, a weight that is not a
+    /// dense device tensor, or a rank the others waited on in vain.
+    #[error("tensor parallelism: {0}")]
+    Parallel(String),
     /// An error from the KV cache or a hook.
     #[error(transparent)]
     Core(#[from] dustin_core::CoreError),

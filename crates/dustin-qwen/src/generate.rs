@@ -109,10 +109,12 @@ pub fn prefill_from<B: KernelOps, H: AttentionHook<B> + ?Sized>(
     all_logits: bool,
 ) -> Result<(DenseKvCache<B>, Tensor<B, 2>, Vec<Tensor<B, 3>>)> {
     check_prompts(model, prompts, 0)?;
-    // the per-sequence caches and the batch they are stacked into are alive together
+    // a batch is filled one sequence at a time: the batch cache and one sequence's cache
+    // are alive together (plus any prefix caches the caller passed)
+    let batch = prompts.len();
     DenseKvCache::<B>::check_memory(
-        model.kv_shape(prompts.len(), capacity, layers),
-        if prompts.len() > 1 { 2 } else { 1 },
+        model.kv_shape(if batch > 1 { batch + 1 } else { 1 }, capacity, layers),
+        1,
         model.device(),
     )?;
     if let Some(p) = &prefixes {
@@ -125,7 +127,8 @@ pub fn prefill_from<B: KernelOps, H: AttentionHook<B> + ?Sized>(
     }
     let mut prefixes = prefixes.map(|v| v.into_iter());
     let chunk = chunk.max(1);
-    let mut caches = Vec::with_capacity(prompts.len());
+    let mut stacked = (batch > 1).then(|| model.new_cache(batch, capacity, layers));
+    let mut single = None;
     let mut lasts = Vec::with_capacity(prompts.len());
     let mut alls = Vec::new();
     for (seq, p) in prompts.iter().enumerate() {
@@ -186,9 +189,21 @@ pub fn prefill_from<B: KernelOps, H: AttentionHook<B> + ?Sized>(
         if all_logits {
             alls.push(Tensor::cat(per, 1));
         }
-        caches.push(cache);
+        match stacked.as_mut() {
+            Some(all) => all.write_sequence(seq, cache)?,
+            None => single = Some(cache),
+        }
     }
-    let cache = DenseKvCache::stack(caches)?;
+    let cache = match (stacked, single) {
+        (Some(all), _) => all,
+        (None, Some(one)) => one,
+        (None, None) => {
+            return Err(QwenError::Prompt {
+                index: 0,
+                msg: "no prompts".into(),
+            })
+        }
+    };
     Ok((cache, Tensor::cat(lasts, 0), alls))
 }
 

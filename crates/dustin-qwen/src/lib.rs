@@ -12,7 +12,9 @@
 //!   sampling;
 //! - [`substitute`]: group-quantized substitute layers for SubSpec drafting (a draft that is
 //!   the target with some layers replaced by low-bit copies);
-//! - [`offload`]: target layers kept in host memory and the plan of what fits a GPU budget.
+//! - [`offload`]: target layers kept in host memory and the plan of what fits a GPU budget;
+//! - [`tp`]: tensor parallelism (heads, KV cache and MLP split over a device group, one
+//!   all-reduce per attention and MLP block).
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
@@ -26,6 +28,7 @@ pub mod offload;
 pub mod safetensors_loader;
 pub mod substitute;
 pub mod tokenizer;
+pub mod tp;
 pub mod weights;
 
 pub use config::{Family, QwenConfig};
@@ -36,4 +39,5 @@ pub use offload::{plan_offload, OffloadPlan};
 pub use safetensors_loader::SafetensorsDir;
 pub use substitute::{substitute_model, SubstituteConfig};
 pub use tokenizer::{StreamDecoder, Tokenizer};
+pub use tp::{TpGroup, TpRank};
 pub use weights::{HostTensor, WeightSource};

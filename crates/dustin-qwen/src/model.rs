@@ -22,6 +22,7 @@ use dustin_kv::{DenseKvCache, KvShape};
 use crate::config::QwenConfig;
 use crate::error::{QwenError, Result};
 use crate::offload::HostWeight;
+use crate::tp::{check_divisible, TpRank};
 use crate::weights::{HostTensor, WeightSource};
 
 /// Where and in what form a linear layer's weight `[in, out]` lives.
@@ -351,6 +352,9 @@ pub struct Qwen2<B: Backend> {
     /// Whether the next offloaded layer is staged by a helper thread while the current layer
     /// computes ([`Qwen2::with_prefetch`]).
     prefetch: bool,
+    /// This shard's rank and group under tensor parallelism ([`crate::tp`]); `None` for a
+    /// whole model.
+    tp: Option<TpRank<B>>,
 }
 
 /// CubeCL stream id of the prefetch thread's uploads (a fixed id, so that every upload
@@ -543,6 +547,7 @@ impl<B: Backend> Qwen2<B> {
             device: device.clone(),
             kernels: None,
             prefetch: true,
+            tp: None,
         })
     }
 
@@ -564,14 +569,47 @@ impl<B: Backend> Qwen2<B> {
         device: &B::Device,
         offloaded: &[usize],
     ) -> Result<Self> {
+        Self::random_inner(config, max_positions, device, offloaded, None)
+    }
+
+    /// Rank `rank`'s shard of a model with random weights ([`Qwen2::random`]) drawn directly
+    /// at the shard's shapes on the rank's device (for speed measurements of a model that
+    /// does not fit one device; the shards of different ranks are not slices of one model:
+    /// [`Qwen2::shard`] makes those). The embedding, norms and LM head are drawn first, so
+    /// ranks that seed the backend alike (`B::seed`) before building get identical copies.
+    ///
+    /// # Errors
+    /// As [`Qwen2::random`]; [`QwenError::Parallel`] as [`Qwen2::shard`].
+    pub fn random_shard(
+        config: &QwenConfig,
+        max_positions: usize,
+        rank: TpRank<B>,
+    ) -> Result<Self> {
+        let world = rank.world();
+        check_divisible("num_attention_heads", config.num_attention_heads, world)?;
+        check_divisible("num_key_value_heads", config.kv_heads(), world)?;
+        check_divisible("intermediate_size", config.intermediate_size, world)?;
+        let dev = rank.device().clone();
+        Self::random_inner(config, max_positions, &dev, &[], Some(rank))
+    }
+
+    fn random_inner(
+        config: &QwenConfig,
+        max_positions: usize,
+        device: &B::Device,
+        offloaded: &[usize],
+        tp: Option<TpRank<B>>,
+    ) -> Result<Self> {
         use burn_tensor::Distribution;
         config.validate()?;
         let c = config;
-        let (h, hd, nh, kv) = (
+        let w = tp.as_ref().map_or(1, TpRank::world);
+        let (h, hd, nh, kv, mid) = (
             c.hidden_size,
             c.head_dim(),
-            c.num_attention_heads,
-            c.kv_heads(),
+            c.num_attention_heads / w,
+            c.kv_heads() / w,
+            c.intermediate_size / w,
         );
         let dist = Distribution::Normal(0.0, 0.02);
         let mat = |i: usize, o: usize| Tensor::<B, 2>::random([i, o], dist, device);
@@ -586,6 +624,13 @@ impl<B: Backend> Qwen2<B> {
             eps: c.rms_norm_eps,
         };
         let bias = c.qkv_bias();
+        // replicated tensors first (see random_shard)
+        let embed = mat(c.vocab_size, h);
+        let lm_head = if c.tie_word_embeddings {
+            embed.clone().transpose()
+        } else {
+            mat(h, c.vocab_size)
+        };
         let layers = (0..c.num_hidden_layers)
             .map(|l| {
                 (
@@ -597,9 +642,9 @@ impl<B: Backend> Qwen2<B> {
                         v: lin(h, kv * hd, bias),
                         o: lin(nh * hd, h, false),
                         post_norm: norm(),
-                        gate: lin(h, c.intermediate_size, false),
-                        up: lin(h, c.intermediate_size, false),
-                        down: lin(c.intermediate_size, h, false),
+                        gate: lin(h, mid, false),
+                        up: lin(h, mid, false),
+                        down: lin(mid, h, false),
                     },
                 )
             })
@@ -611,12 +656,6 @@ impl<B: Backend> Qwen2<B> {
                 }
             })
             .collect();
-        let embed = mat(c.vocab_size, h);
-        let lm_head = if c.tie_word_embeddings {
-            embed.clone().transpose()
-        } else {
-            mat(h, c.vocab_size)
-        };
         let max_positions = max_positions.clamp(1, c.max_position_embeddings);
         Ok(Self {
             config: c.clone(),
@@ -628,6 +667,7 @@ impl<B: Backend> Qwen2<B> {
             device: device.clone(),
             kernels: None,
             prefetch: true,
+            tp,
         })
     }
 
@@ -677,13 +717,118 @@ impl<B: Backend> Qwen2<B> {
         self.rope.max_positions
     }
 
+    /// `(rank, world)` of this shard under tensor parallelism; `None` for a whole model.
+    pub fn tp(&self) -> Option<(usize, usize)> {
+        self.tp.as_ref().map(|t| (t.rank, t.world()))
+    }
+
+    /// Query heads and KV heads this model (or shard) computes: the config's, divided by the
+    /// world size under tensor parallelism.
+    pub fn local_heads(&self) -> (usize, usize) {
+        let w = self.tp.as_ref().map_or(1, TpRank::world);
+        (
+            self.config.num_attention_heads / w,
+            self.config.kv_heads() / w,
+        )
+    }
+
+    /// This model's shard for `rank` of a tensor-parallel group ([`crate::tp`]), on the rank's
+    /// device: columns of q/k/v/gate/up and rows of o/down for the rank's heads and
+    /// intermediate block, a full copy of the rest (a bias of o or down stays on rank 0
+    /// only). The weights go through host memory once (a check and loading path, not a fast
+    /// one). The result computes, with the other ranks, what this model computes.
+    ///
+    /// # Errors
+    /// [`QwenError::Parallel`] when heads, KV heads or `intermediate_size` do not divide by
+    /// the world size, the model is already a shard, or a layer holds packed or host weights
+    /// (substitutes and offloaded layers do not shard).
+    pub fn shard(&self, rank: TpRank<B>) -> Result<Self> {
+        if self.tp.is_some() {
+            return Err(QwenError::Parallel(
+                "the model is already a tensor-parallel shard".into(),
+            ));
+        }
+        let c = &self.config;
+        let world = rank.world();
+        check_divisible("num_attention_heads", c.num_attention_heads, world)?;
+        check_divisible("num_key_value_heads", c.kv_heads(), world)?;
+        check_divisible("intermediate_size", c.intermediate_size, world)?;
+        let dev = rank.device().clone();
+        let hd = c.head_dim();
+        let move_to = |t: &Tensor<B, 2>| Tensor::<B, 2>::from_data(t.to_data(), &dev);
+        let move1 = |t: &Tensor<B, 1>| Tensor::<B, 1>::from_data(t.to_data(), &dev);
+        let norm = |n: &RmsNorm<B>| RmsNorm {
+            weight: move1(&n.weight),
+            eps: n.eps,
+        };
+        let dense = |l: &Linear<B>, li: usize| match &l.weight {
+            Weight::Dense(w) => Ok(w.clone()),
+            _ => Err(QwenError::Parallel(format!(
+                "layer {li} holds packed or host weights; only dense device weights shard"
+            ))),
+        };
+        // column-parallel: output columns `cols`, bias sliced alike
+        let column = |l: &Linear<B>, li: usize, cols: std::ops::Range<usize>| {
+            let w = dense(l, li)?;
+            let [rows, _] = w.dims();
+            Ok::<_, QwenError>(Linear::dense(
+                move_to(&w.slice([0..rows, cols.clone()])),
+                l.bias.as_ref().map(|b| move1(&b.clone().slice([cols]))),
+            ))
+        };
+        // row-parallel: input rows `rows`; a bias is added once, by rank 0
+        let row = |l: &Linear<B>, li: usize, rows: std::ops::Range<usize>| {
+            let w = dense(l, li)?;
+            let [_, cols] = w.dims();
+            Ok::<_, QwenError>(Linear::dense(
+                move_to(&w.slice([rows, 0..cols])),
+                l.bias.as_ref().filter(|_| rank.rank == 0).map(move1),
+            ))
+        };
+        let heads = rank.part(c.num_attention_heads);
+        let kv = rank.part(c.kv_heads());
+        let q_cols = heads.start * hd..heads.end * hd;
+        let kv_cols = kv.start * hd..kv.end * hd;
+        let mid = rank.part(c.intermediate_size);
+        let layers = self
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(li, l)| {
+                Ok(Layer {
+                    input_norm: norm(&l.input_norm),
+                    q: column(&l.q, li, q_cols.clone())?,
+                    k: column(&l.k, li, kv_cols.clone())?,
+                    v: column(&l.v, li, kv_cols.clone())?,
+                    o: row(&l.o, li, q_cols.clone())?,
+                    post_norm: norm(&l.post_norm),
+                    gate: column(&l.gate, li, mid.clone())?,
+                    up: column(&l.up, li, mid.clone())?,
+                    down: row(&l.down, li, mid.clone())?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            config: c.clone(),
+            embed: move_to(&self.embed),
+            layers,
+            norm: norm(&self.norm),
+            lm_head: move_to(&self.lm_head),
+            rope: Rope::new(c.rope_theta, hd, self.rope.max_positions, &dev),
+            device: dev,
+            kernels: self.kernels,
+            prefetch: self.prefetch,
+            tp: Some(rank),
+        })
+    }
+
     /// Shape of a KV cache for `batch` sequences of `capacity` tokens over the first `layers`
     /// layers (`None`: all).
     pub fn kv_shape(&self, batch: usize, capacity: usize, layers: Option<usize>) -> KvShape {
         KvShape {
             batch,
             layers: layers.unwrap_or(self.config.num_hidden_layers),
-            kv_heads: self.config.kv_heads(),
+            kv_heads: self.local_heads().1,
             capacity,
             head_dim: self.config.head_dim(),
         }
@@ -871,12 +1016,21 @@ impl<B: KernelOps> Qwen2<B> {
         let a = self.attention(
             li, layer, h, positions, ctx_lens, n, cache, hook, phase, reads, dense,
         )?;
-        let x = x + a;
+        let x = x + self.all_reduce(a)?;
         let h = layer.post_norm.forward(x.clone());
         let m = layer
             .down
             .forward(activation::silu(layer.gate.forward(h.clone())) * layer.up.forward(h));
-        Ok(x + m)
+        Ok(x + self.all_reduce(m)?)
+    }
+
+    /// Under tensor parallelism, the sum of a row-parallel layer's partial outputs over the
+    /// group ([`crate::tp::TpGroup::sum`]); otherwise `x` itself.
+    fn all_reduce(&self, x: Tensor<B, 3>) -> Result<Tensor<B, 3>> {
+        match &self.tp {
+            Some(t) => t.group.sum(t.rank, x),
+            None => Ok(x),
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -895,7 +1049,7 @@ impl<B: KernelOps> Qwen2<B> {
         dense: &mut [u64],
     ) -> Result<Tensor<B, 3>> {
         let c = &self.config;
-        let (nh, kvh, hd) = (c.num_attention_heads, c.kv_heads(), c.head_dim());
+        let ((nh, kvh), hd) = (self.local_heads(), c.head_dim());
         let g = nh / kvh;
         let batch = ctx_lens.len();
         let q = layer

@@ -686,6 +686,20 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         })
     }
 
+    const COLLECTIVE: bool = true;
+
+    fn all_reduce_sum(x: Tensor<Self, 3>, group: &[Self::Device]) -> Result<Tensor<Self, 3>> {
+        use burn_backend::distributed::{DistributedBackend, ReduceOperation};
+        use burn_tensor::backend::DeviceOps;
+        crate::check_group(group)?;
+        let ids = group.iter().map(DeviceOps::id).collect();
+        let prim = x.into_primitive().tensor();
+        let out = <Self as DistributedBackend>::all_reduce(prim, ReduceOperation::Sum, ids);
+        Ok(Tensor::from_primitive(TensorPrimitive::Float(
+            out.resolve(),
+        )))
+    }
+
     fn memory_usage(device: &Self::Device) -> Option<(u64, u64)> {
         let client = <CudaRuntime as Runtime>::client(device);
         client

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Tensor parallelism of issue 11 on a machine with 2 or more GPUs, from the repository root
+# with `.device` carried (staged by `cargo run --release -p xtask -- gpu-e2e`).
+#   bash .device/gpu_tp.sh check   # tp-check: Qwen2.5-72B shapes, first 4 layers, split over
+#                                  # TP GPUs vs whole on GPU 0, f32 and bf16
+#   bash .device/gpu_tp.sh bench   # bench-e2e --tp TP: Qwen2.5-72B, all 80 layers, 0.5B draft
+#                                  # replicated, 32k context, batch BATCH, modes MODES
+#   bash .device/gpu_tp.sh all     # both
+# Env: OUT (results folder), TP (ranks, default 2), BATCH (default 8), CTX (default 32768),
+# MODES (default ar,dense,dustin), TAU (mean acceptance length of the speculative modes,
+# default 1.36: dense and dustin on SmolLM2 at 4096 tokens, docs/fidelity.md), LIMIT
+# (seconds per process). NCCL's NVLink multicast stays off (NCCL_NVLS_ENABLE=0). nvidia-smi
+# samples every GPU's memory every 100 ms (peak per GPU in mem.jsonl).
+set -u
+D=.device
+C=$D/configs
+OUT=${OUT:-/tmp/dustin-tp}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0
+TP=${TP:-2}
+
+watch_mem() {
+    nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 100 > "$OUT/mem_$1.txt" 2>/dev/null &
+    WATCH=$!
+}
+peak_mem() {
+    kill "$WATCH" 2>/dev/null
+    wait "$WATCH" 2>/dev/null
+    echo "{\"run\":\"$1\",\"peak_mib_per_gpu\":\"$(awk -F', ' '{ if ($2 > m[$1]) m[$1] = $2 } END { for (g in m) printf "%s:%s ", g, m[g] }' "$OUT/mem_$1.txt")\"}" | tee -a "$OUT/mem.jsonl"
+}
+
+nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader | tee "$OUT/machine.txt"
+nvidia-smi topo -m 2>&1 | head -8 | tee "$OUT/topo.txt"
+case "${1:-all}" in
+check | all)
+    for dt in f32 bf16; do
+        watch_mem "check_$dt"
+        timeout "${LIMIT:-180}" "$D/dustin" tp-check --device cuda --dtype "$dt" --tp "$TP" \
+            --target "$C/Qwen2.5-72B-Instruct.config.json" --target-layers 4 --batch 2 --ctx 64 \
+            --steps 8 2>&1 | tee "$OUT/check_$dt.txt"
+        peak_mem "check_$dt"
+    done
+    ;;&
+bench | all)
+    watch_mem bench
+    timeout "${LIMIT:-420}" "$D/dustin" bench-e2e --device cuda --tp "$TP" --json "$OUT/e2e.jsonl" \
+        --target "$C/Qwen2.5-72B-Instruct.config.json" --draft "$C/Qwen2.5-0.5B-Instruct.config.json" \
+        --ctx "${CTX:-32768}" --batch "${BATCH:-8}" --modes "${MODES:-ar,dense,dustin}" \
+        --accept "default=${TAU:-1.36}" --warmup 2 --iters 6 2>&1 | tee "$OUT/bench.txt"
+    peak_mem bench
+    ;;
+esac
