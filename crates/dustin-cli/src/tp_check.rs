@@ -226,10 +226,23 @@ fn check<B: KernelOps>(
                 .collect()
         })
         .collect();
+    let t0 = std::time::Instant::now();
     let (want, want_tokens) = trace(&whole, &prompts, a.steps, None)?;
+    eprintln!(
+        "tp-check: whole model traced in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
     let group = TpGroup::<B>::new(devices)?;
     let shards = (0..a.tp)
-        .map(|r| Ok(whole.shard(TpRank::new(r, group.clone())?)?))
+        .map(|r| {
+            let t = std::time::Instant::now();
+            let s = whole.shard(TpRank::new(r, group.clone())?)?;
+            eprintln!(
+                "tp-check: rank {r} sharded in {:.1} s",
+                t.elapsed().as_secs_f64()
+            );
+            Ok(s)
+        })
         .collect::<Result<Vec<_>, CliError>>()?;
     drop(whole);
     eprintln!(

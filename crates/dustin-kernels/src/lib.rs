@@ -231,6 +231,13 @@ pub trait KernelOps: Backend {
         None
     }
 
+    /// Frees the host staging buffers of finished uploads issued on the calling thread's
+    /// stream, waiting for the copies first. CubeCL keeps each upload's host buffer in a
+    /// per-stream queue that it empties only when that stream launches enough kernels or is
+    /// flushed twice (the queue is double-buffered behind a fence); a stream that only uploads
+    /// (the offload prefetch thread) would otherwise keep every buffer. No-op by default.
+    fn release_uploads(_device: &Self::Device) {}
+
     /// Whether [`KernelOps::all_reduce_sum`] runs on the device (NCCL on CUDA); `false`: the
     /// backend has no collective and a tensor-parallel group sums on the host instead
     /// (`dustin_qwen::tp`).

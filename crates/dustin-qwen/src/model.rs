@@ -244,6 +244,19 @@ impl<B: Backend> Layer<B> {
             .any(|l| matches!(l.weight, Weight::Host(_)))
     }
 
+    /// Bytes of the layer's weights resident on the device (norms and biases included).
+    pub fn device_bytes(&self) -> usize {
+        let vec_bytes = |t: &Tensor<B, 1>| t.dims()[0] * t.dtype().size();
+        let lin = self
+            .linears()
+            .iter()
+            .map(|l| l.weight.device_bytes() + l.bias.as_ref().map_or(0, vec_bytes))
+            .sum::<usize>();
+        lin + vec_bytes(&self.input_norm.weight) + vec_bytes(&self.post_norm.weight)
+    }
+}
+
+impl<B: KernelOps> Layer<B> {
     /// This layer with every host weight copied to `device` (dense); device weights are
     /// shared. The copy is what an offloaded layer's forward pass computes with. The seven
     /// copies run on seven threads (host-side staging copies in parallel), all issued on the
@@ -268,11 +281,16 @@ impl<B: Backend> Layer<B> {
                 .collect()
         });
         // CubeCL keeps each upload's host buffer in its stream's drop queue until the stream
-        // syncs or launches enough kernels; the prefetch stream launches none, so without this
-        // sync every staged layer's host copy stays alive (the 32B run was killed for host
-        // memory). Syncing here also means the copies are done before the layer is used.
+        // launches enough kernels or is flushed; the prefetch stream launches none, so without
+        // the release every staged layer's host copy stays alive (two 32B runs were killed for
+        // host memory; a sync alone does not empty the queue). Syncing also means the copies
+        // are done before the layer is used.
         if uploads.iter().any(Option::is_some) {
-            let _ = stream.executes(|| B::sync(device));
+            let _ = stream.executes(|| {
+                let r = B::sync(device);
+                B::release_uploads(device);
+                r
+            });
         }
         let mut uploads = uploads.into_iter();
         self.map_each(|l| match (uploads.next().flatten(), &l.weight) {
@@ -282,17 +300,6 @@ impl<B: Backend> Layer<B> {
             (None, Weight::Host(h)) => Linear::dense(h.upload(device), l.bias.clone()),
             (None, _) => l.clone(),
         })
-    }
-
-    /// Bytes of the layer's weights resident on the device (norms and biases included).
-    pub fn device_bytes(&self) -> usize {
-        let vec_bytes = |t: &Tensor<B, 1>| t.dims()[0] * t.dtype().size();
-        let lin = self
-            .linears()
-            .iter()
-            .map(|l| l.weight.device_bytes() + l.bias.as_ref().map_or(0, vec_bytes))
-            .sum::<usize>();
-        lin + vec_bytes(&self.input_norm.weight) + vec_bytes(&self.post_norm.weight)
     }
 }
 
@@ -735,8 +742,9 @@ impl<B: Backend> Qwen2<B> {
     /// This model's shard for `rank` of a tensor-parallel group ([`crate::tp`]), on the rank's
     /// device: columns of q/k/v/gate/up and rows of o/down for the rank's heads and
     /// intermediate block, a full copy of the rest (a bias of o or down stays on rank 0
-    /// only). The weights go through host memory once (a check and loading path, not a fast
-    /// one). The result computes, with the other ranks, what this model computes.
+    /// only). Each piece is copied with `Tensor::to_device` (device to device on CUDA, through
+    /// cubecl's NCCL peer copy; nothing is copied for the rank on the model's own device).
+    /// The result computes, with the other ranks, what this model computes.
     ///
     /// # Errors
     /// [`QwenError::Parallel`] when heads, KV heads or `intermediate_size` do not divide by
@@ -755,8 +763,8 @@ impl<B: Backend> Qwen2<B> {
         check_divisible("intermediate_size", c.intermediate_size, world)?;
         let dev = rank.device().clone();
         let hd = c.head_dim();
-        let move_to = |t: &Tensor<B, 2>| Tensor::<B, 2>::from_data(t.to_data(), &dev);
-        let move1 = |t: &Tensor<B, 1>| Tensor::<B, 1>::from_data(t.to_data(), &dev);
+        let move_to = |t: &Tensor<B, 2>| t.clone().to_device(&dev);
+        let move1 = |t: &Tensor<B, 1>| t.clone().to_device(&dev);
         let norm = |n: &RmsNorm<B>| RmsNorm {
             weight: move1(&n.weight),
             eps: n.eps,

@@ -688,6 +688,14 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
 
     const COLLECTIVE: bool = true;
 
+    fn release_uploads(device: &Self::Device) {
+        let client = <CudaRuntime as Runtime>::client(device);
+        // the first flush moves the staged buffers behind a fence, the second waits on it
+        // and frees them
+        let _ = client.flush();
+        let _ = client.flush();
+    }
+
     fn all_reduce_sum(x: Tensor<Self, 3>, group: &[Self::Device]) -> Result<Tensor<Self, 3>> {
         use burn_backend::distributed::{DistributedBackend, ReduceOperation};
         use burn_tensor::backend::DeviceOps;
