@@ -11,7 +11,8 @@
 # speculative modes, default 1.36: dense and dustin on SmolLM2 at 4096 tokens,
 # docs/fidelity.md), LIMIT (seconds per bench process), CHECK_LIMIT (seconds per check).
 # NCCL's NVLink multicast stays off (NCCL_NVLS_ENABLE=0). nvidia-smi samples every GPU's
-# memory every 100 ms (peak per GPU in mem.jsonl).
+# memory every 100 ms (peak per GPU in mem.jsonl). DTYPES (checks, default "f32 bf16"),
+# CHECK_BATCH / CHECK_CTX / CHECK_STEPS (default 2 / 32 / 6).
 set -u
 D=.device
 C=$D/configs
@@ -34,11 +35,11 @@ nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,nohea
 nvidia-smi topo -m 2>&1 | head -8 | tee "$OUT/topo.txt"
 case "${1:-all}" in
 check | all)
-    for dt in f32 bf16; do
+    for dt in ${DTYPES:-f32 bf16}; do
         watch_mem "check_$dt"
         timeout "${CHECK_LIMIT:-150}" "$D/dustin" tp-check --device cuda --dtype "$dt" --tp "$TP" \
-            --target "$C/Qwen2.5-72B-Instruct.config.json" --target-layers 4 --batch 2 --ctx 32 \
-            --steps 6 2>&1 | tee "$OUT/check_$dt.txt"
+            --target "$C/Qwen2.5-72B-Instruct.config.json" --target-layers 4 --batch "${CHECK_BATCH:-2}" \
+            --ctx "${CHECK_CTX:-32}" --steps "${CHECK_STEPS:-6}" 2>&1 | tee "$OUT/check_$dt.txt"
         peak_mem "check_$dt"
     done
     ;;&

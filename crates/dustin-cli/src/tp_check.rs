@@ -64,6 +64,10 @@ pub struct TpCheckArgs {
     /// Compute dtype (bf16 needs `--device cuda`).
     #[arg(long, value_enum, default_value_t = CheckDtype::F32)]
     pub dtype: CheckDtype,
+    /// Sum the ranks' partial results on the host even on CUDA (checks NCCL's all-reduce
+    /// against the host path).
+    #[arg(long)]
+    pub host_sum: bool,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
@@ -232,7 +236,11 @@ fn check<B: KernelOps>(
         "tp-check: whole model traced in {:.1} s",
         t0.elapsed().as_secs_f64()
     );
-    let group = TpGroup::<B>::new(devices)?;
+    let group = if a.host_sum {
+        TpGroup::<B>::new_host_sum(devices)?
+    } else {
+        TpGroup::<B>::new(devices)?
+    };
     let shards = (0..a.tp)
         .map(|r| {
             let t = std::time::Instant::now();

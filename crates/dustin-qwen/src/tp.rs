@@ -45,6 +45,9 @@ pub const HOST_SUM_TIMEOUT_SECS: u64 = 600;
 pub struct TpGroup<B: Backend> {
     devices: Vec<B::Device>,
     host: HostSum,
+    /// Sum on the host even where the backend has a device collective (a check of the
+    /// collective against the host path).
+    force_host: bool,
 }
 
 impl<B: Backend> TpGroup<B> {
@@ -62,7 +65,23 @@ impl<B: Backend> TpGroup<B> {
         Ok(Arc::new(Self {
             devices,
             host: HostSum::new(world),
+            force_host: false,
         }))
+    }
+
+    /// As [`TpGroup::new`], summing on the host whatever the backend (to check the device
+    /// collective against it).
+    ///
+    /// # Errors
+    /// As [`TpGroup::new`].
+    pub fn new_host_sum(devices: Vec<B::Device>) -> Result<Arc<Self>> {
+        let world = devices.len();
+        let mut g = Self::new(devices)?;
+        if let Some(g) = Arc::get_mut(&mut g) {
+            g.force_host = true;
+        }
+        debug_assert_eq!(g.world(), world);
+        Ok(g)
     }
 
     /// Number of ranks.
@@ -82,6 +101,7 @@ impl<B: Backend> TpGroup<B> {
         B: KernelOps,
     {
         B::COLLECTIVE
+            && !self.force_host
             && self.devices.len() > 1
             && self
                 .devices
