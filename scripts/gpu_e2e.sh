@@ -17,19 +17,17 @@ D=.device
 C=$D/configs
 OUT=${OUT:-/tmp/dustin-e2e}
 mkdir -p "$OUT"
+. "$D/gpu_mem.sh"
 TAU=${TAU:-1.36}
 DRAFT=$C/Qwen2.5-0.5B-Instruct.config.json
 
 group() {
     local name=$1
     shift
-    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$OUT/mem_$name.txt" 2>/dev/null &
-    local watch=$!
+    mem_watch "$name"
     timeout "${LIMIT:-240}" "$D/dustin" bench-e2e --device cuda --json "$OUT/e2e.jsonl" \
         --accept "default=$TAU" --draft "$DRAFT" --warmup 2 --iters 6 "$@" 2>&1 | tee "$OUT/$name.txt"
-    kill "$watch" 2>/dev/null
-    wait "$watch" 2>/dev/null
-    echo "{\"group\":\"$name\",\"peak_mib\":$(sort -n "$OUT/mem_$name.txt" | tail -1)}" | tee -a "$OUT/mem.jsonl"
+    echo "{\"group\":\"$name\",\"peak_mib\":$(mem_peak_max "$name")}" | tee -a "$OUT/mem.jsonl"
 }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/machine.txt"

@@ -13,18 +13,16 @@ D=.device
 C=$D/configs
 OUT=${OUT:-/tmp/dustin-subspec}
 mkdir -p "$OUT"
+. "$D/gpu_mem.sh"
 TAU=${TAU:-3.14}
 
 one() {
     local name=$1
     shift
-    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$OUT/mem_$name.txt" 2>/dev/null &
-    local watch=$!
+    mem_watch "$name"
     timeout "${LIMIT:-240}" "$D/dustin" bench-subspec --device cuda --json "$OUT/subspec.jsonl" \
         --accept "$TAU" --kv "${KV:-own}" "$@" 2>&1 | tee "$OUT/$name.txt"
-    kill "$watch" 2>/dev/null
-    wait "$watch" 2>/dev/null
-    echo "{\"run\":\"$name\",\"peak_mib\":$(sort -n "$OUT/mem_$name.txt" | tail -1)}" | tee -a "$OUT/mem.jsonl"
+    echo "{\"run\":\"$name\",\"peak_mib\":$(mem_peak_max "$name")}" | tee -a "$OUT/mem.jsonl"
 }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/machine.txt"

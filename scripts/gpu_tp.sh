@@ -18,41 +18,32 @@ D=.device
 C=$D/configs
 OUT=${OUT:-/tmp/dustin-tp}
 mkdir -p "$OUT"
+. "$D/gpu_mem.sh"
 export NCCL_NVLS_ENABLE=0
 TP=${TP:-2}
-
-watch_mem() {
-    nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 100 > "$OUT/mem_$1.txt" 2>/dev/null &
-    WATCH=$!
-}
-peak_mem() {
-    kill "$WATCH" 2>/dev/null
-    wait "$WATCH" 2>/dev/null
-    echo "{\"run\":\"$1\",\"peak_mib_per_gpu\":\"$(awk -F', ' '{ if ($2 > m[$1]) m[$1] = $2 } END { for (g in m) printf "%s:%s ", g, m[g] }' "$OUT/mem_$1.txt")\"}" | tee -a "$OUT/mem.jsonl"
-}
 
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader | tee "$OUT/machine.txt"
 nvidia-smi topo -m 2>&1 | head -8 | tee "$OUT/topo.txt"
 case "${1:-all}" in
 check | all)
     for dt in ${DTYPES:-f32 bf16}; do
-        watch_mem "check_$dt"
+        mem_watch "check_$dt"
         timeout "${CHECK_LIMIT:-150}" "$D/dustin" tp-check --device cuda --dtype "$dt" --tp "$TP" \
             --target "$C/Qwen2.5-72B-Instruct.config.json" --target-layers 4 --batch "${CHECK_BATCH:-2}" \
             --ctx "${CHECK_CTX:-32}" --steps "${CHECK_STEPS:-6}" 2>&1 | tee "$OUT/check_$dt.txt"
-        peak_mem "check_$dt"
+        echo "{\"run\":\"check_$dt\",\"peak_mib_per_gpu\":\"$(mem_peak "check_$dt")\"}" | tee -a "$OUT/mem.jsonl"
     done
     ;;&
 bench | all)
     # one process per mode: the allocator's pools of one mode do not crowd the next (at 72B,
     # 32k, batch 8 a GPU holds 75 GB of weights and 43 GB of KV)
     for mode in $(echo "${MODES:-ar,dustin,dense}" | tr , ' '); do
-        watch_mem "bench_$mode"
+        mem_watch "bench_$mode"
         timeout "${LIMIT:-200}" "$D/dustin" bench-e2e --device cuda --tp "$TP" --json "$OUT/e2e.jsonl" \
             --target "$C/Qwen2.5-72B-Instruct.config.json" --draft "$C/Qwen2.5-0.5B-Instruct.config.json" \
             --ctx "${CTX:-32768}" --batch "${BATCH:-8}" --modes "$mode" \
             --accept "default=${TAU:-1.36}" --warmup 2 --iters 6 2>&1 | grep -v "^\s*$" | tail -5 | tee "$OUT/bench_$mode.txt"
-        peak_mem "bench_$mode"
+        echo "{\"run\":\"bench_$mode\",\"peak_mib_per_gpu\":\"$(mem_peak "bench_$mode")\"}" | tee -a "$OUT/mem.jsonl"
     done
     ;;
 esac

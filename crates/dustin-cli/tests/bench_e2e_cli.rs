@@ -11,34 +11,16 @@ fn fixture() -> String {
     )
 }
 
-#[test]
-fn every_mode_runs_under_the_schedule() {
-    let dir = std::env::temp_dir().join(format!("dustin-e2e-{}", std::process::id()));
+/// Rows of `bench-e2e` on the llama fixture (target and draft) with `args` after the models.
+fn bench_rows(tag: &str, args: &[&str]) -> Vec<serde_json::Value> {
+    let dir = std::env::temp_dir().join(format!("dustin-e2e-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("rows.jsonl");
     let f = fixture();
     let out = Command::new(env!("CARGO_BIN_EXE_dustin"))
-        .args([
-            "bench-e2e",
-            "--target",
-            &f,
-            "--draft",
-            &f,
-            "--ctx",
-            "180",
-            "--batch",
-            "2",
-        ])
-        .args(["--modes", "ar,dense,dustin,streaming,quest,snapkv"])
-        .args([
-            "--accept",
-            "default=2.5,dustin=2.0",
-            "--warmup",
-            "1",
-            "--iters",
-            "4",
-        ])
-        .args(["--tail", "40", "--budget", "90", "--json"])
+        .args(["bench-e2e", "--target", &f, "--draft", &f])
+        .args(args)
+        .arg("--json")
         .arg(&json)
         .output()
         .unwrap();
@@ -47,11 +29,38 @@ fn every_mode_runs_under_the_schedule() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let rows: Vec<serde_json::Value> = std::fs::read_to_string(&json)
+    let rows = std::fs::read_to_string(&json)
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
+    std::fs::remove_dir_all(&dir).ok();
+    rows
+}
+
+#[test]
+fn every_mode_runs_under_the_schedule() {
+    let rows = bench_rows(
+        "modes",
+        &[
+            "--ctx",
+            "180",
+            "--batch",
+            "2",
+            "--modes",
+            "ar,dense,dustin,streaming,quest,snapkv",
+            "--accept",
+            "default=2.5,dustin=2.0",
+            "--warmup",
+            "1",
+            "--iters",
+            "4",
+            "--tail",
+            "40",
+            "--budget",
+            "90",
+        ],
+    );
     let modes: Vec<&str> = rows.iter().map(|r| r["mode"].as_str().unwrap()).collect();
     assert_eq!(
         modes,
@@ -87,7 +96,6 @@ fn every_mode_runs_under_the_schedule() {
         let expect = 2.0 * tau / (r["iter_ms"].as_f64().unwrap() / 1e3);
         assert!((tps - expect).abs() < 1e-6 * expect, "{mode}");
     }
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -115,32 +123,27 @@ fn bad_schedule_and_modes_are_named() {
 
 /// Rows of `bench-e2e` on the llama fixture at `--tp tp`.
 fn rows_at_tp(tp: &str) -> Vec<serde_json::Value> {
-    let dir = std::env::temp_dir().join(format!("dustin-e2e-tp{tp}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let json = dir.join("rows.jsonl");
-    let f = fixture();
-    let out = Command::new(env!("CARGO_BIN_EXE_dustin"))
-        .args(["bench-e2e", "--target", &f, "--draft", &f, "--ctx", "180"])
-        .args(["--modes", "ar,dense,streaming", "--accept", "default=2.0"])
-        .args([
-            "--warmup", "0", "--iters", "2", "--tail", "20", "--budget", "90",
-        ])
-        .args(["--tp", tp, "--json"])
-        .arg(&json)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows = std::fs::read_to_string(&json)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    std::fs::remove_dir_all(&dir).ok();
-    rows
+    bench_rows(
+        &format!("tp{tp}"),
+        &[
+            "--ctx",
+            "180",
+            "--modes",
+            "ar,dense,streaming",
+            "--accept",
+            "default=2.0",
+            "--warmup",
+            "0",
+            "--iters",
+            "2",
+            "--tail",
+            "20",
+            "--budget",
+            "90",
+            "--tp",
+            tp,
+        ],
+    )
 }
 
 #[test]

@@ -934,8 +934,16 @@ impl<B: KernelOps> Qwen2<B> {
             .clone()
             .select(0, ids)
             .reshape([batch, n, hidden]);
-        let mut reads = vec![0u64; batch];
-        let mut dense = vec![0u64; batch];
+        let mut pass = Pass {
+            positions: &positions,
+            ctx_lens: &ctx_lens,
+            n,
+            cache,
+            hook,
+            phase: opts.phase,
+            reads: vec![0u64; batch],
+            dense: vec![0u64; batch],
+        };
         // an offloaded layer is staged on the device before it runs; with prefetching, the
         // next offloaded layer is staged by a helper thread (its own CUDA stream on
         // CubeCL backends) while the current one computes
@@ -952,12 +960,7 @@ impl<B: KernelOps> Qwen2<B> {
             } else {
                 stored
             };
-            let mut step = |x: Tensor<B, 3>| {
-                self.layer_forward(
-                    li, layer, x, &positions, &ctx_lens, n, cache, hook, opts.phase, &mut reads,
-                    &mut dense,
-                )
-            };
+            let mut step = |x: Tensor<B, 3>| self.layer_forward(li, layer, x, &mut pass);
             let upcoming = self
                 .layers
                 .get(li + 1)
@@ -979,6 +982,12 @@ impl<B: KernelOps> Qwen2<B> {
                 _ => step(x)?,
             };
         }
+        let Pass {
+            cache,
+            reads,
+            dense,
+            ..
+        } = pass;
         cache.advance(n)?;
         let logits = match opts.logits {
             LogitsMode::None => None,
@@ -1005,25 +1014,15 @@ impl<B: KernelOps> Qwen2<B> {
     }
 
     /// One decoder layer: `x + attn(rmsnorm(x))`, then `+ mlp(rmsnorm(.))`.
-    #[allow(clippy::too_many_arguments)]
     fn layer_forward<H: AttentionHook<B> + ?Sized>(
         &self,
         li: usize,
         layer: &Layer<B>,
         x: Tensor<B, 3>,
-        positions: &Tensor<B, 1, Int>,
-        ctx_lens: &[usize],
-        n: usize,
-        cache: &mut DenseKvCache<B>,
-        hook: &mut H,
-        phase: Phase,
-        reads: &mut [u64],
-        dense: &mut [u64],
+        pass: &mut Pass<'_, B, H>,
     ) -> Result<Tensor<B, 3>> {
         let h = layer.input_norm.forward(x.clone());
-        let a = self.attention(
-            li, layer, h, positions, ctx_lens, n, cache, hook, phase, reads, dense,
-        )?;
+        let a = self.attention(li, layer, h, pass)?;
         let x = x + self.all_reduce(a)?;
         let h = layer.post_norm.forward(x.clone());
         let m = layer
@@ -1041,21 +1040,23 @@ impl<B: KernelOps> Qwen2<B> {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn attention<H: AttentionHook<B> + ?Sized>(
         &self,
         li: usize,
         layer: &Layer<B>,
         h: Tensor<B, 3>,
-        positions: &Tensor<B, 1, Int>,
-        ctx_lens: &[usize],
-        n: usize,
-        cache: &mut DenseKvCache<B>,
-        hook: &mut H,
-        phase: Phase,
-        reads: &mut [u64],
-        dense: &mut [u64],
+        pass: &mut Pass<'_, B, H>,
     ) -> Result<Tensor<B, 3>> {
+        let Pass {
+            positions,
+            ctx_lens,
+            n,
+            ref mut cache,
+            ref mut hook,
+            phase,
+            ref mut reads,
+            ref mut dense,
+        } = *pass;
         let c = &self.config;
         let ((nh, kvh), hd) = (self.local_heads(), c.head_dim());
         let g = nh / kvh;
@@ -1223,6 +1224,19 @@ impl<B: KernelOps> Qwen2<B> {
             .reshape([batch, n, nh * hd]);
         Ok(layer.o.forward(out))
     }
+}
+
+/// What every layer of one forward pass shares: its inputs, the cache and hook it writes to,
+/// and the context positions read so far per sequence (read and dense counts).
+struct Pass<'a, B: Backend, H: ?Sized> {
+    positions: &'a Tensor<B, 1, Int>,
+    ctx_lens: &'a [usize],
+    n: usize,
+    cache: &'a mut DenseKvCache<B>,
+    hook: &'a mut H,
+    phase: Phase,
+    reads: Vec<u64>,
+    dense: Vec<u64>,
 }
 
 /// A kernel's result, `None` where the backend's kernels do not take the input (dtype, head

@@ -3,58 +3,25 @@
 //! ours in f32 on the CPU. Max abs error must be <= 1e-4 for the prefill (every position),
 //! every decode step, chunked prefill, and a batch of two prompts of different lengths.
 
-use std::path::{Path, PathBuf};
+mod common;
 
-use burn_flex::{Flex, FlexDevice};
+use burn_flex::FlexDevice;
 use burn_tensor::Tensor;
+use common::{fixture, max_err, Reference, B};
 use dustin_core::{DenseHook, Phase};
 use dustin_qwen::generate::prefill;
 use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2, QwenConfig, SafetensorsDir};
-use serde::Deserialize;
 
-type B = Flex;
 const TOL: f32 = 1e-4;
 
-#[derive(Deserialize)]
-struct Case {
-    prompt: Vec<u32>,
-    prefill_logits: Vec<Vec<f32>>,
-    decode_tokens: Vec<u32>,
-    decode_logits: Vec<Vec<f32>>,
-}
-
-#[derive(Deserialize)]
-struct Reference {
-    cases: Vec<Case>,
-}
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/parity")
-        .join(name)
-}
-
 fn load(name: &str) -> (Qwen2<B>, Reference) {
-    let dir = fixture(name);
-    let cfg = QwenConfig::from_file(&dir.join("config.json")).expect("config");
-    let src = SafetensorsDir::open(&dir).expect("safetensors");
-    let model = Qwen2::<B>::load(&cfg, &src, 64, &FlexDevice).expect("model");
-    let text = std::fs::read_to_string(dir.join("reference.json")).expect("reference");
-    (model, serde_json::from_str(&text).expect("reference json"))
+    (common::load(name), common::reference(name))
 }
 
 fn rows(t: Tensor<B, 3>) -> Vec<Vec<f32>> {
     let [b, n, v] = t.dims();
     let d: Vec<f32> = t.into_data().convert::<f32>().into_vec().expect("f32");
     (0..b * n).map(|i| d[i * v..(i + 1) * v].to_vec()).collect()
-}
-
-fn max_err(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
 }
 
 fn decode(model: &Qwen2<B>, cache: &mut dustin_kv::DenseKvCache<B>, toks: &[u32]) -> Vec<Vec<f32>> {

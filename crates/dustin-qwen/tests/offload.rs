@@ -2,20 +2,14 @@
 //! pass, with and without prefetching) compute exactly what resident layers compute, on the
 //! parity fixtures; the device holds less.
 
-use std::path::Path;
+mod common;
 
-use burn_flex::{Flex, FlexDevice};
-use dustin_core::{DenseHook, Phase};
-use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2, QwenConfig, SafetensorsDir, Weight};
-
-type B = Flex;
+use burn_flex::FlexDevice;
+use common::{fixture_files, forward_logits, B};
+use dustin_qwen::{Qwen2, Weight};
 
 fn load(name: &str, offloaded: &[usize]) -> Qwen2<B> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/parity")
-        .join(name);
-    let cfg = QwenConfig::from_file(&dir.join("config.json")).unwrap();
-    let src = SafetensorsDir::open(&dir).unwrap();
+    let (cfg, src) = fixture_files(name);
     Qwen2::load_offloaded(&cfg, &src, 64, &FlexDevice, offloaded).unwrap()
 }
 
@@ -23,35 +17,15 @@ fn load(name: &str, offloaded: &[usize]) -> Qwen2<B> {
 /// back by the next steps).
 fn logits(m: &Qwen2<B>) -> Vec<f32> {
     let mut cache = m.new_cache(2, 32, None);
-    let mut all = Vec::new();
     let steps = [
         vec![vec![5u32, 17, 33, 2, 90], vec![61, 7, 44, 12, 3]],
         vec![vec![71u32], vec![9]],
         vec![vec![4u32], vec![88]],
     ];
-    for tokens in steps {
-        let out = m
-            .forward(
-                &tokens,
-                &mut cache,
-                &mut DenseHook,
-                ForwardOpts {
-                    phase: Phase::Decode,
-                    logits: LogitsMode::All,
-                    layers: None,
-                },
-            )
-            .unwrap();
-        all.extend(
-            out.logits
-                .unwrap()
-                .into_data()
-                .convert::<f32>()
-                .into_vec::<f32>()
-                .unwrap(),
-        );
-    }
-    all
+    steps
+        .iter()
+        .flat_map(|tokens| forward_logits(m, &mut cache, tokens))
+        .collect()
 }
 
 #[test]

@@ -5,26 +5,18 @@
 //! and norms exact; their logits move away from the target's as bits drop; bad inputs are
 //! named.
 
-use std::path::Path;
+mod common;
 
 use burn_flex::{Flex, FlexDevice};
 use burn_tensor::{backend::Backend, Tensor};
-use dustin_core::{DenseHook, Phase};
 use dustin_qwen::model::{Linear, Weight};
 use dustin_qwen::substitute::{fake_quantize, quantize, second_half};
-use dustin_qwen::{
-    substitute_model, ForwardOpts, LogitsMode, Qwen2, QwenConfig, SafetensorsDir, SubstituteConfig,
-};
+use dustin_qwen::{substitute_model, Qwen2, SubstituteConfig};
 
 type B = Flex;
 
 fn model(name: &str) -> Qwen2<B> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/parity")
-        .join(name);
-    let cfg = QwenConfig::from_file(&dir.join("config.json")).unwrap();
-    let src = SafetensorsDir::open(&dir).unwrap();
-    Qwen2::load(&cfg, &src, 64, &FlexDevice).unwrap()
+    common::load(name)
 }
 
 fn host<const D: usize, BB: Backend>(t: &Tensor<BB, D>) -> Vec<f32> {
@@ -122,27 +114,8 @@ fn resident_tensors_are_the_targets_and_substitutes_are_within_half_a_step() {
 /// Largest logit difference to the target over a short prompt.
 fn logit_gap(target: &Qwen2<B>, sub: &Qwen2<B>) -> f32 {
     let prompt = vec![vec![5u32, 17, 33, 2, 90, 61, 7, 44, 12, 3, 71]];
-    let run = |m: &Qwen2<B>| {
-        let mut c = m.new_cache(1, 32, None);
-        let out = m
-            .forward(
-                &prompt,
-                &mut c,
-                &mut DenseHook,
-                ForwardOpts {
-                    phase: Phase::Decode,
-                    logits: LogitsMode::All,
-                    layers: None,
-                },
-            )
-            .unwrap();
-        host(&out.logits.unwrap())
-    };
-    let (a, b) = (run(target), run(sub));
-    a.iter()
-        .zip(&b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
+    let run = |m: &Qwen2<B>| common::forward_logits(m, &mut m.new_cache(1, 32, None), &prompt);
+    common::max_err(&run(target), &run(sub))
 }
 
 #[test]

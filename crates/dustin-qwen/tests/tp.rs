@@ -3,73 +3,27 @@
 //! `scripts/make_parity_fixtures.py`, the same bound as `hf_parity.rs`), identical on every
 //! rank; world size 1 is the unsharded model bit for bit; sizes that do not split are named.
 
-use std::path::Path;
+mod common;
 
-use burn_flex::{Flex, FlexDevice};
-use dustin_core::{DenseHook, Phase};
-use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2, QwenConfig, SafetensorsDir, TpGroup, TpRank};
-use serde::Deserialize;
+use burn_flex::FlexDevice;
+use common::{forward_logits, load, max_err, reference, Case, B};
+use dustin_qwen::{Qwen2, TpGroup, TpRank};
 
-type B = Flex;
 const TOL: f32 = 1e-4;
-
-#[derive(Deserialize)]
-struct Case {
-    prompt: Vec<u32>,
-    prefill_logits: Vec<Vec<f32>>,
-    decode_tokens: Vec<u32>,
-    decode_logits: Vec<Vec<f32>>,
-}
-
-#[derive(Deserialize)]
-struct Reference {
-    cases: Vec<Case>,
-}
-
-fn load(name: &str) -> (Qwen2<B>, Reference) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/parity")
-        .join(name);
-    let cfg = QwenConfig::from_file(&dir.join("config.json")).unwrap();
-    let src = SafetensorsDir::open(&dir).unwrap();
-    let model = Qwen2::<B>::load(&cfg, &src, 64, &FlexDevice).unwrap();
-    let text = std::fs::read_to_string(dir.join("reference.json")).unwrap();
-    (model, serde_json::from_str(&text).unwrap())
-}
 
 /// Rows of logits: the prefill's (every position), then one per decode step.
 fn run(m: &Qwen2<B>, case: &Case) -> Vec<Vec<f32>> {
     let mut cache = m.new_cache(1, 64, None);
-    let mut rows = Vec::new();
+    let vocab = m.config.vocab_size;
     let mut steps = vec![case.prompt.clone()];
     steps.extend(case.decode_tokens.iter().map(|&t| vec![t]));
-    for tokens in steps {
-        let out = m
-            .forward(
-                &[tokens],
-                &mut cache,
-                &mut DenseHook,
-                ForwardOpts {
-                    phase: Phase::Decode,
-                    logits: LogitsMode::All,
-                    layers: None,
-                },
-            )
-            .unwrap();
-        let t = out.logits.unwrap();
-        let [_, n, v] = t.dims();
-        let d: Vec<f32> = t.into_data().convert::<f32>().into_vec().unwrap();
-        rows.extend((0..n).map(|i| d[i * v..(i + 1) * v].to_vec()));
-    }
-    rows
-}
-
-fn max_err(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
+    steps
+        .into_iter()
+        .flat_map(|tokens| {
+            let d = forward_logits(m, &mut cache, &[tokens]);
+            d.chunks(vocab).map(<[f32]>::to_vec).collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 /// Shards of `m` over `world` ranks (all on the one CPU device), each run on its own thread.
@@ -100,7 +54,7 @@ fn run_sharded(m: &Qwen2<B>, world: usize, case: &Case) -> Vec<Vec<Vec<f32>>> {
 #[test]
 fn two_ranks_give_hf_logits_on_every_rank() {
     for name in ["llama", "qwen2-tied"] {
-        let (model, r) = load(name);
+        let (model, r) = (load(name), reference(name));
         for (ci, case) in r.cases.iter().enumerate() {
             let want: Vec<Vec<f32>> = case
                 .prefill_logits
@@ -125,7 +79,7 @@ fn two_ranks_give_hf_logits_on_every_rank() {
 
 #[test]
 fn world_size_one_is_the_model_itself() {
-    let (model, r) = load("qwen2-tied");
+    let (model, r) = (load("qwen2-tied"), reference("qwen2-tied"));
     let want = run(&model, &r.cases[0]);
     let got = run_sharded(&model, 1, &r.cases[0]);
     assert_eq!(got[0], want);
@@ -134,7 +88,7 @@ fn world_size_one_is_the_model_itself() {
 #[test]
 fn sizes_that_do_not_split_are_named() {
     // 7 query heads over 1 KV head
-    let (model, _) = load("qwen2-gqa7");
+    let model = load("qwen2-gqa7");
     let group = TpGroup::<B>::new(vec![FlexDevice; 2]).unwrap();
     let e = model
         .shard(TpRank::new(0, group.clone()).unwrap())
@@ -148,7 +102,7 @@ fn sizes_that_do_not_split_are_named() {
     assert!(e.contains("rank 2"), "{e}");
     assert!(TpGroup::<B>::new(vec![]).is_err());
     // a shard does not shard again
-    let (model, _) = load("llama");
+    let model = load("llama");
     let s = model.shard(TpRank::new(0, group.clone()).unwrap()).unwrap();
     let e = s
         .shard(TpRank::new(1, group).unwrap())

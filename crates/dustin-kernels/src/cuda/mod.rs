@@ -697,7 +697,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
     }
 
     fn all_reduce_sum(x: Tensor<Self, 3>, group: &[Self::Device]) -> Result<Tensor<Self, 3>> {
-        use burn_backend::distributed::{DistributedBackend, ReduceOperation};
+        use burn_tensor::backend::distributed::{DistributedBackend, ReduceOperation};
         use burn_tensor::backend::DeviceOps;
         crate::check_group(group)?;
         let ids = group.iter().map(DeviceOps::id).collect();

@@ -1,0 +1,94 @@
+//! Helpers shared by the integration tests: the parity fixtures (tiny random Qwen2 / Llama
+//! models with HF transformers' float64 logits, `scripts/make_parity_fixtures.py`) and one
+//! dense forward pass read back to the host.
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::path::{Path, PathBuf};
+
+use burn_flex::{Flex, FlexDevice};
+use dustin_core::{DenseHook, Phase};
+use dustin_kv::DenseKvCache;
+use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2, QwenConfig, SafetensorsDir};
+use serde::Deserialize;
+
+/// The CPU backend the tests run on.
+pub type B = Flex;
+
+/// One prompt of a fixture's `reference.json`.
+#[derive(Deserialize)]
+pub struct Case {
+    /// Prompt token ids.
+    pub prompt: Vec<u32>,
+    /// HF logits at every prompt position.
+    pub prefill_logits: Vec<Vec<f32>>,
+    /// Tokens fed after the prompt, one per decode step.
+    pub decode_tokens: Vec<u32>,
+    /// HF logits after each decode token.
+    pub decode_logits: Vec<Vec<f32>>,
+}
+
+/// A fixture's `reference.json`.
+#[derive(Deserialize)]
+pub struct Reference {
+    /// Its prompts.
+    pub cases: Vec<Case>,
+}
+
+/// Folder of parity fixture `name` (`llama`, `qwen2-tied`, `qwen2-gqa7`).
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/parity")
+        .join(name)
+}
+
+/// Config and weights of fixture `name`.
+pub fn fixture_files(name: &str) -> (QwenConfig, SafetensorsDir) {
+    let dir = fixture(name);
+    let cfg = QwenConfig::from_file(&dir.join("config.json")).expect("config");
+    let src = SafetensorsDir::open(&dir).expect("safetensors");
+    (cfg, src)
+}
+
+/// Fixture `name` as a model with 64 RoPE positions.
+pub fn load(name: &str) -> Qwen2<B> {
+    let (cfg, src) = fixture_files(name);
+    Qwen2::<B>::load(&cfg, &src, 64, &FlexDevice).expect("model")
+}
+
+/// HF's reference logits of fixture `name`.
+pub fn reference(name: &str) -> Reference {
+    let text = std::fs::read_to_string(fixture(name).join("reference.json")).expect("reference");
+    serde_json::from_str(&text).expect("reference json")
+}
+
+/// One dense forward pass of `tokens` (`[batch][n]`) appended to `cache`: the logits of every
+/// new position, flat `[batch, n, vocab]` on the host.
+pub fn forward_logits(m: &Qwen2<B>, cache: &mut DenseKvCache<B>, tokens: &[Vec<u32>]) -> Vec<f32> {
+    let out = m
+        .forward(
+            tokens,
+            cache,
+            &mut DenseHook,
+            ForwardOpts {
+                phase: Phase::Decode,
+                logits: LogitsMode::All,
+                layers: None,
+            },
+        )
+        .expect("forward");
+    out.logits
+        .expect("logits")
+        .into_data()
+        .convert::<f32>()
+        .into_vec()
+        .expect("f32")
+}
+
+/// Largest absolute difference of two equal-length slices.
+pub fn max_err(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
