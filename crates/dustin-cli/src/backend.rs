@@ -43,26 +43,6 @@ macro_rules! with_backend {
         }
     }};
     ($kind:expr, |$b:ident, $dev:ident| $body:expr) => {{
-        match $kind {
-            $crate::backend::DeviceKind::Cpu => {
-                type $b = burn_flex::Flex;
-                let $dev = burn_flex::FlexDevice::default();
-                $body
-            }
-            $crate::backend::DeviceKind::Cuda => {
-                #[cfg(feature = "cuda")]
-                {
-                    type $b = burn_cuda::Cuda<half::bf16, i32>;
-                    let $dev = burn_cuda::CudaDevice::default();
-                    $body
-                }
-                #[cfg(not(feature = "cuda"))]
-                {
-                    Err($crate::CliError::Usage(
-                        "--device cuda needs a CUDA build: cargo build --release --features cuda -p dustin-cli".into(),
-                    ))
-                }
-            }
-        }
+        $crate::with_backend!($kind, |$b, $dev, _dev_of| $body)
     }};
 }

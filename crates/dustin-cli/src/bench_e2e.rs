@@ -110,13 +110,7 @@ pub fn run(args: E2eArgs) -> Result<(), CliError> {
 
 fn validate(a: &E2eArgs) -> Result<(), CliError> {
     let bad = |m: String| Err(CliError::Usage(m));
-    if a.gamma == 0 || a.gamma > dustin_spec::MAX_GAMMA {
-        return bad(format!(
-            "--gamma {}: expected 1 ..= {}",
-            a.gamma,
-            dustin_spec::MAX_GAMMA
-        ));
-    }
+    crate::check_gamma(a.gamma)?;
     if a.ctx.iter().any(|&c| c <= a.tail) {
         return bad(format!(
             "--ctx {:?}: every context must be longer than --tail {}",

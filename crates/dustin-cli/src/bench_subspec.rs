@@ -148,13 +148,7 @@ pub struct Row {
 
 fn validate(a: &SubspecArgs) -> Result<SubstituteConfig, CliError> {
     let bad = |m: String| Err(CliError::Usage(m));
-    if a.gamma == 0 || a.gamma > dustin_spec::MAX_GAMMA {
-        return bad(format!(
-            "--gamma {}: expected 1 ..= {}",
-            a.gamma,
-            dustin_spec::MAX_GAMMA
-        ));
-    }
+    crate::check_gamma(a.gamma)?;
     if !(a.accept.is_finite() && a.accept >= 1.0 && a.accept <= (a.gamma + 1) as f64) {
         return bad(format!(
             "--accept {}: expected a mean acceptance length in 1 ..= gamma + 1 = {}",

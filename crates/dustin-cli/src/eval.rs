@@ -851,13 +851,7 @@ fn compute_rows<B: KernelOps>(
     dev: &B::Device,
     what: &str,
 ) -> Result<Computed, CliError> {
-    if args.gamma == 0 || args.gamma > dustin_spec::MAX_GAMMA {
-        return Err(CliError::Usage(format!(
-            "--gamma {}: expected 1 ..= {}",
-            args.gamma,
-            dustin_spec::MAX_GAMMA
-        )));
-    }
+    crate::check_gamma(args.gamma)?;
     if args.windows == 0 {
         return Err(CliError::Usage("--windows: at least 1".into()));
     }

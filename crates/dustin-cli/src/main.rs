@@ -85,6 +85,20 @@ fn main() -> ExitCode {
     }
 }
 
+/// Checks `--gamma`: 1 ..= [`dustin_spec::MAX_GAMMA`] draft tokens per iteration.
+///
+/// # Errors
+/// [`CliError::Usage`] naming the value and the range.
+pub(crate) fn check_gamma(gamma: usize) -> Result<(), CliError> {
+    if gamma == 0 || gamma > dustin_spec::MAX_GAMMA {
+        return Err(CliError::Usage(format!(
+            "--gamma {gamma}: expected 1 ..= {}",
+            dustin_spec::MAX_GAMMA
+        )));
+    }
+    Ok(())
+}
+
 /// Errors of the command line.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {

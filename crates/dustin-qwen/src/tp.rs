@@ -56,6 +56,19 @@ impl<B: Backend> TpGroup<B> {
     /// # Errors
     /// [`QwenError::Parallel`] for an empty list.
     pub fn new(devices: Vec<B::Device>) -> Result<Arc<Self>> {
+        Self::build(devices, false)
+    }
+
+    /// As [`TpGroup::new`], summing on the host whatever the backend (to check the device
+    /// collective against it).
+    ///
+    /// # Errors
+    /// As [`TpGroup::new`].
+    pub fn new_host_sum(devices: Vec<B::Device>) -> Result<Arc<Self>> {
+        Self::build(devices, true)
+    }
+
+    fn build(devices: Vec<B::Device>, force_host: bool) -> Result<Arc<Self>> {
         if devices.is_empty() {
             return Err(QwenError::Parallel(
                 "tensor-parallel group of no devices: expected at least one".into(),
@@ -65,23 +78,8 @@ impl<B: Backend> TpGroup<B> {
         Ok(Arc::new(Self {
             devices,
             host: HostSum::new(world),
-            force_host: false,
+            force_host,
         }))
-    }
-
-    /// As [`TpGroup::new`], summing on the host whatever the backend (to check the device
-    /// collective against it).
-    ///
-    /// # Errors
-    /// As [`TpGroup::new`].
-    pub fn new_host_sum(devices: Vec<B::Device>) -> Result<Arc<Self>> {
-        let world = devices.len();
-        let mut g = Self::new(devices)?;
-        if let Some(g) = Arc::get_mut(&mut g) {
-            g.force_host = true;
-        }
-        debug_assert_eq!(g.world(), world);
-        Ok(g)
     }
 
     /// Number of ranks.

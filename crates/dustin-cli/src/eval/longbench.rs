@@ -540,13 +540,7 @@ pub(super) fn longbench<B: KernelOps>(
     args: &LongBenchArgs,
     dev: &B::Device,
 ) -> Result<(), CliError> {
-    if args.gamma == 0 || args.gamma > dustin_spec::MAX_GAMMA {
-        return Err(CliError::Usage(format!(
-            "--gamma {}: expected 1 ..= {}",
-            args.gamma,
-            dustin_spec::MAX_GAMMA
-        )));
-    }
+    crate::check_gamma(args.gamma)?;
     if args.max_samples == Some(0) {
         return Err(CliError::Usage("--max-samples: at least 1".into()));
     }
