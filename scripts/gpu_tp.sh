@@ -6,6 +6,8 @@
 #   bash .device/gpu_tp.sh bench   # bench-e2e --tp TP: Qwen2.5-72B, all 80 layers, 0.5B draft
 #                                  # replicated, 32k context, batch BATCH, modes MODES
 #   bash .device/gpu_tp.sh all     # both
+#   bash .device/gpu_tp.sh diagnose  # tp-check with the device all-reduce and the device copy
+#                                    # each swapped for the host path (which part is wrong)
 # Env: OUT (results folder), TP (ranks, default 2), BATCH (default 8), CTX (default 32768),
 # MODES (default ar,dustin,dense; one process each), TAU (mean acceptance length of the
 # speculative modes, default 1.36: dense and dustin on SmolLM2 at 4096 tokens,
@@ -25,6 +27,17 @@ TP=${TP:-2}
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader | tee "$OUT/machine.txt"
 nvidia-smi topo -m 2>&1 | head -8 | tee "$OUT/topo.txt"
 case "${1:-all}" in
+diagnose)
+    # which CUDA piece differs from the CPU path: NCCL's all-reduce (--host-sum) or the shards'
+    # device-to-device copy (--host-copy); bf16, 72B shapes, 4 layers, one small batch each
+    for flags in "" "--host-sum" "--host-copy" "--host-sum --host-copy"; do
+        echo "== tp-check $flags"
+        # shellcheck disable=SC2086
+        timeout "${CHECK_LIMIT:-100}" "$D/dustin" tp-check --device cuda --dtype bf16 --tp "$TP" \
+            --target "$C/Qwen2.5-72B-Instruct.config.json" --target-layers 4 --batch 1 --ctx 16 \
+            --steps 3 $flags 2>&1 | grep -E "^tp-check|^error" | tee -a "$OUT/diagnose.txt"
+    done
+    ;;
 check | all)
     for dt in ${DTYPES:-f32 bf16}; do
         mem_watch "check_$dt"

@@ -68,6 +68,10 @@ pub struct TpCheckArgs {
     /// against the host path).
     #[arg(long)]
     pub host_sum: bool,
+    /// Copy the shards from the whole model through host memory instead of device to device
+    /// (checks the device copy against the plain upload path).
+    #[arg(long)]
+    pub host_copy: bool,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
@@ -244,7 +248,7 @@ fn check<B: KernelOps>(
     let shards = (0..a.tp)
         .map(|r| {
             let t = std::time::Instant::now();
-            let s = whole.shard(TpRank::new(r, group.clone())?)?;
+            let s = whole.shard_with(TpRank::new(r, group.clone())?, a.host_copy)?;
             eprintln!(
                 "tp-check: rank {r} sharded in {:.1} s",
                 t.elapsed().as_secs_f64()
@@ -254,12 +258,17 @@ fn check<B: KernelOps>(
         .collect::<Result<Vec<_>, CliError>>()?;
     drop(whole);
     eprintln!(
-        "tp-check: {} ranks ({}), {} layers, batch {}, ctx {}, {} steps",
+        "tp-check: {} ranks ({}, shards copied {}), {} layers, batch {}, ctx {}, {} steps",
         a.tp,
         if group.on_device() {
             "device all-reduce"
         } else {
             "host all-reduce"
+        },
+        if a.host_copy {
+            "through the host"
+        } else {
+            "device to device"
         },
         cfg.num_hidden_layers,
         a.batch,

@@ -751,6 +751,15 @@ impl<B: Backend> Qwen2<B> {
     /// the world size, the model is already a shard, or a layer holds packed or host weights
     /// (substitutes and offloaded layers do not shard).
     pub fn shard(&self, rank: TpRank<B>) -> Result<Self> {
+        self.shard_with(rank, false)
+    }
+
+    /// [`Qwen2::shard`], copying each piece through host memory when `via_host` (a check of
+    /// the device-to-device copy against the plain upload path; slower).
+    ///
+    /// # Errors
+    /// As [`Qwen2::shard`].
+    pub fn shard_with(&self, rank: TpRank<B>, via_host: bool) -> Result<Self> {
         if self.tp.is_some() {
             return Err(QwenError::Parallel(
                 "the model is already a tensor-parallel shard".into(),
@@ -763,8 +772,20 @@ impl<B: Backend> Qwen2<B> {
         check_divisible("intermediate_size", c.intermediate_size, world)?;
         let dev = rank.device().clone();
         let hd = c.head_dim();
-        let move_to = |t: &Tensor<B, 2>| t.clone().to_device(&dev);
-        let move1 = |t: &Tensor<B, 1>| t.clone().to_device(&dev);
+        let move_to = |t: &Tensor<B, 2>| {
+            if via_host {
+                Tensor::from_data(t.to_data(), &dev)
+            } else {
+                t.clone().to_device(&dev)
+            }
+        };
+        let move1 = |t: &Tensor<B, 1>| {
+            if via_host {
+                Tensor::from_data(t.to_data(), &dev)
+            } else {
+                t.clone().to_device(&dev)
+            }
+        };
         let norm = |n: &RmsNorm<B>| RmsNorm {
             weight: move1(&n.weight),
             eps: n.eps,
