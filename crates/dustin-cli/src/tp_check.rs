@@ -46,9 +46,10 @@ pub struct TpCheckArgs {
     /// HF `config.json` of the target (for example Qwen2.5-72B-Instruct's).
     #[arg(long)]
     pub target: PathBuf,
-    /// Keep only the first N layers (the whole model must fit device 0).
-    #[arg(long, default_value_t = 4)]
-    pub target_layers: usize,
+    /// Keep only the first N layers (the whole model must fit device 0). Default: 4, or all
+    /// of a smaller model's.
+    #[arg(long)]
+    pub target_layers: Option<usize>,
     /// Ranks (devices `0 .. tp` on CUDA; one shared device on the CPU).
     #[arg(long, default_value_t = 2)]
     pub tp: usize,
@@ -100,11 +101,16 @@ pub struct TpCheckReport {
 
 /// `dustin tp-check`.
 pub fn run(a: TpCheckArgs) -> Result<(), CliError> {
-    if a.tp == 0 || a.batch == 0 || a.ctx == 0 || a.target_layers == 0 {
+    if a.tp == 0 || a.batch == 0 || a.ctx == 0 {
         return Err(CliError::Usage(format!(
-            "--tp {} --batch {} --ctx {} --target-layers {}: each must be at least 1",
-            a.tp, a.batch, a.ctx, a.target_layers
+            "--tp {} --batch {} --ctx {}: each must be at least 1",
+            a.tp, a.batch, a.ctx
         )));
+    }
+    if a.target_layers == Some(0) {
+        return Err(CliError::Usage(
+            "--target-layers 0: expected at least one layer".into(),
+        ));
     }
     let report = match (a.device, a.dtype) {
         (DeviceKind::Cpu, CheckDtype::F32) => {
@@ -214,13 +220,14 @@ fn check<B: KernelOps>(
     dev_of: impl Fn(usize) -> B::Device,
 ) -> Result<TpCheckReport, CliError> {
     let mut cfg = QwenConfig::from_file(&a.target)?;
-    if a.target_layers > cfg.num_hidden_layers {
+    let layers = a.target_layers.unwrap_or(cfg.num_hidden_layers.min(4));
+    if layers > cfg.num_hidden_layers {
         return Err(CliError::Usage(format!(
-            "--target-layers {}: the config has {}",
-            a.target_layers, cfg.num_hidden_layers
+            "--target-layers {layers}: the config has {}",
+            cfg.num_hidden_layers
         )));
     }
-    cfg.num_hidden_layers = a.target_layers;
+    cfg.num_hidden_layers = layers;
     let positions = a.ctx + a.steps + 2;
     cfg.max_position_embeddings = cfg.max_position_embeddings.max(positions);
     let devices: Vec<B::Device> = (0..a.tp).map(dev_of).collect();
