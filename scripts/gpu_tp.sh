@@ -14,7 +14,8 @@
 # docs/fidelity.md), LIMIT (seconds per bench process), CHECK_LIMIT (seconds per check).
 # NCCL's NVLink multicast stays off (NCCL_NVLS_ENABLE=0). nvidia-smi samples every GPU's
 # memory every 100 ms (peak per GPU in mem.jsonl). DTYPES (checks, default "f32 bf16"),
-# CHECK_BATCH / CHECK_CTX / CHECK_STEPS (default 2 / 32 / 6).
+# CHECK_BATCH / CHECK_CTX / CHECK_STEPS (default 2 / 32 / 4). A fresh machine spends about 60 s
+# of the first check autotuning; CHECK_LIMIT defaults to 240 s.
 set -u
 D=.device
 C=$D/configs
@@ -33,7 +34,7 @@ diagnose)
     for flags in "" "--host-sum" "--host-copy" "--host-sum --host-copy"; do
         echo "== tp-check $flags"
         # shellcheck disable=SC2086
-        timeout "${CHECK_LIMIT:-100}" "$D/dustin" tp-check --device cuda --dtype bf16 --tp "$TP" \
+        timeout "${CHECK_LIMIT:-200}" "$D/dustin" tp-check --device cuda --dtype bf16 --tp "$TP" \
             --target "$C/Qwen2.5-72B-Instruct.config.json" --target-layers 4 --batch 1 --ctx 16 \
             --steps 3 $flags 2>&1 | grep -E "^tp-check|^error" | tee -a "$OUT/diagnose.txt"
     done
@@ -41,9 +42,9 @@ diagnose)
 check | all)
     for dt in ${DTYPES:-f32 bf16}; do
         mem_watch "check_$dt"
-        timeout "${CHECK_LIMIT:-150}" "$D/dustin" tp-check --device cuda --dtype "$dt" --tp "$TP" \
+        timeout "${CHECK_LIMIT:-240}" "$D/dustin" tp-check --device cuda --dtype "$dt" --tp "$TP" \
             --target "$C/Qwen2.5-72B-Instruct.config.json" --target-layers 4 --batch "${CHECK_BATCH:-2}" \
-            --ctx "${CHECK_CTX:-32}" --steps "${CHECK_STEPS:-6}" 2>&1 | tee "$OUT/check_$dt.txt"
+            --ctx "${CHECK_CTX:-32}" --steps "${CHECK_STEPS:-4}" 2>&1 | tee "$OUT/check_$dt.txt"
         echo "{\"run\":\"check_$dt\",\"peak_mib_per_gpu\":\"$(mem_peak "check_$dt")\"}" | tee -a "$OUT/mem.jsonl"
     done
     ;;&

@@ -743,7 +743,8 @@ impl<B: Backend> Qwen2<B> {
     /// device: columns of q/k/v/gate/up and rows of o/down for the rank's heads and
     /// intermediate block, a full copy of the rest (a bias of o or down stays on rank 0
     /// only). Each piece is copied with `Tensor::to_device` (device to device on CUDA, through
-    /// cubecl's NCCL peer copy; nothing is copied for the rank on the model's own device).
+    /// cubecl's NCCL peer copy, one piece at a time, each into a buffer of its own first;
+    /// nothing is copied for the rank on the model's own device).
     /// The result computes, with the other ranks, what this model computes.
     ///
     /// # Errors
@@ -772,23 +773,48 @@ impl<B: Backend> Qwen2<B> {
         check_divisible("intermediate_size", c.intermediate_size, world)?;
         let dev = rank.device().clone();
         let hd = c.head_dim();
-        let move_to = |t: &Tensor<B, 2>| {
-            if via_host {
-                Tensor::from_data(t.to_data(), &dev)
-            } else {
-                t.clone().to_device(&dev)
-            }
+        // Device path: the piece is first copied into a fresh tensor of its own on the source
+        // device (`+ 0`, exact), sent, and the destination synchronised before the next piece.
+        // cubecl 0.10's peer copy (`Tensor::to_device`, NCCL send/recv) of a slice view gave
+        // wrong weights on two H200s (docs/perf.md, "Tensor parallelism"); an unsynchronised
+        // copy lets the next piece's kernels reuse a buffer the send still reads.
+        let sync = |what: &str| {
+            B::sync(&dev).map_err(|e| {
+                QwenError::Parallel(format!(
+                    "device copy of {what} to rank {}: {e:?}",
+                    rank.rank
+                ))
+            })
         };
-        let move1 = |t: &Tensor<B, 1>| {
+        let move_to = |t: &Tensor<B, 2>| -> Result<Tensor<B, 2>> {
             if via_host {
-                Tensor::from_data(t.to_data(), &dev)
-            } else {
-                t.clone().to_device(&dev)
+                return Ok(Tensor::from_data(t.to_data(), &dev));
             }
+            if self.device == dev {
+                return Ok(t.clone());
+            }
+            let own = t.clone().add_scalar(0.0);
+            let out = own.clone().to_device(&dev);
+            sync("a weight")?;
+            Ok(out)
         };
-        let norm = |n: &RmsNorm<B>| RmsNorm {
-            weight: move1(&n.weight),
-            eps: n.eps,
+        let move1 = |t: &Tensor<B, 1>| -> Result<Tensor<B, 1>> {
+            if via_host {
+                return Ok(Tensor::from_data(t.to_data(), &dev));
+            }
+            if self.device == dev {
+                return Ok(t.clone());
+            }
+            let own = t.clone().add_scalar(0.0);
+            let out = own.clone().to_device(&dev);
+            sync("a norm or bias")?;
+            Ok(out)
+        };
+        let norm = |n: &RmsNorm<B>| -> Result<RmsNorm<B>> {
+            Ok(RmsNorm {
+                weight: move1(&n.weight)?,
+                eps: n.eps,
+            })
         };
         let dense = |l: &Linear<B>, li: usize| match &l.weight {
             Weight::Dense(w) => Ok(w.clone()),
@@ -801,8 +827,11 @@ impl<B: Backend> Qwen2<B> {
             let w = dense(l, li)?;
             let [rows, _] = w.dims();
             Ok::<_, QwenError>(Linear::dense(
-                move_to(&w.slice([0..rows, cols.clone()])),
-                l.bias.as_ref().map(|b| move1(&b.clone().slice([cols]))),
+                move_to(&w.slice([0..rows, cols.clone()]))?,
+                l.bias
+                    .as_ref()
+                    .map(|b| move1(&b.clone().slice([cols])))
+                    .transpose()?,
             ))
         };
         // row-parallel: input rows `rows`; a bias is added once, by rank 0
@@ -810,8 +839,12 @@ impl<B: Backend> Qwen2<B> {
             let w = dense(l, li)?;
             let [_, cols] = w.dims();
             Ok::<_, QwenError>(Linear::dense(
-                move_to(&w.slice([rows, 0..cols])),
-                l.bias.as_ref().filter(|_| rank.rank == 0).map(move1),
+                move_to(&w.slice([rows, 0..cols]))?,
+                l.bias
+                    .as_ref()
+                    .filter(|_| rank.rank == 0)
+                    .map(move1)
+                    .transpose()?,
             ))
         };
         let heads = rank.part(c.num_attention_heads);
@@ -825,12 +858,12 @@ impl<B: Backend> Qwen2<B> {
             .enumerate()
             .map(|(li, l)| {
                 Ok(Layer {
-                    input_norm: norm(&l.input_norm),
+                    input_norm: norm(&l.input_norm)?,
                     q: column(&l.q, li, q_cols.clone())?,
                     k: column(&l.k, li, kv_cols.clone())?,
                     v: column(&l.v, li, kv_cols.clone())?,
                     o: row(&l.o, li, q_cols.clone())?,
-                    post_norm: norm(&l.post_norm),
+                    post_norm: norm(&l.post_norm)?,
                     gate: column(&l.gate, li, mid.clone())?,
                     up: column(&l.up, li, mid.clone())?,
                     down: row(&l.down, li, mid.clone())?,
@@ -839,10 +872,10 @@ impl<B: Backend> Qwen2<B> {
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             config: c.clone(),
-            embed: move_to(&self.embed),
+            embed: move_to(&self.embed)?,
             layers,
-            norm: norm(&self.norm),
-            lm_head: move_to(&self.lm_head),
+            norm: norm(&self.norm)?,
+            lm_head: move_to(&self.lm_head)?,
             rope: Rope::new(c.rope_theta, hd, self.rope.max_positions, &dev),
             device: dev,
             kernels: self.kernels,
