@@ -7,8 +7,12 @@
 # Each (model, mode) is one process; nvidia-smi samples the GPU memory every 100 ms (peak in
 # mem.jsonl). Env: OUT (results folder), TAU (mean acceptance length of the subspec rows,
 # default 3.14: SmolLM2-135M's substitute draft at 4 bits, gamma 4; 3.47 with KV=target),
-# KV (`own` or `target`: the draft on the target's KV cache), LIMIT (seconds per process).
-set -u
+# KV (`own` or `target`: the draft on the target's KV cache), LIMIT (seconds per process),
+# UPLOAD (host memory of the offloaded weights, `--upload`; default pageable,pinned at 7B) and
+# UPLOAD32 (default pinned at 32B, where a pageable forward pass takes 35-50 s). First,
+# `dustin upload-check` checks the page-locked copy bit for bit and times both copy paths
+# (upload.txt, upload.jsonl); when it fails the pinned rows are skipped.
+set -u -o pipefail
 D=.device
 C=$D/configs
 OUT=${OUT:-/tmp/dustin-subspec}
@@ -26,14 +30,23 @@ one() {
 }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/machine.txt"
+UP7=${UPLOAD:-pageable,pinned}
+UP32=${UPLOAD32:-pinned}
+if ! timeout 120 "$D/dustin" upload-check --device cuda --json "$OUT/upload.jsonl" 2>&1 | tee "$OUT/upload.txt"; then
+    echo "page-locked upload check failed: pageable rows only" | tee -a "$OUT/upload.txt"
+    UP7=pageable
+    UP32=pageable
+fi
 if [ "${1:-all}" != 32b-only ]; then
-    one 7b_ar --target "$C/Qwen2.5-7B-Instruct.config.json" --gpu-memory 8GiB --modes ar
-    one 7b_subspec --target "$C/Qwen2.5-7B-Instruct.config.json" --gpu-memory 8GiB --modes subspec
+    one 7b_ar --target "$C/Qwen2.5-7B-Instruct.config.json" --gpu-memory 8GiB --modes ar \
+        --upload "$UP7"
+    one 7b_subspec --target "$C/Qwen2.5-7B-Instruct.config.json" --gpu-memory 8GiB --modes subspec \
+        --upload "$UP7"
 fi
 if [ "${1:-all}" != 7b ]; then
     # about 30-40 s per forward pass at 32B: no untimed warm-up (autotuning is noise here)
     one 32b_ar --target "$C/Qwen2.5-32B-Instruct.config.json" --gpu-memory 24GiB --modes ar \
-        --prefetch on --warmup 0 --iters 2
+        --prefetch on --warmup 0 --iters 2 --upload "$UP32"
     one 32b_subspec --target "$C/Qwen2.5-32B-Instruct.config.json" --gpu-memory 24GiB \
-        --modes subspec --prefetch on --warmup 0 --iters 2
+        --modes subspec --prefetch on --warmup 0 --iters 2 --upload "$UP32"
 fi

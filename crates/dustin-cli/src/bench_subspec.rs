@@ -75,6 +75,12 @@ pub struct SubspecArgs {
     /// Prefetch settings measured (comma-separated `on`, `off`).
     #[arg(long, value_delimiter = ',', default_value = "on,off")]
     pub prefetch: Vec<String>,
+    /// Host memory of the offloaded weights measured (comma-separated `pageable`, `pinned`):
+    /// `pageable` copies each through Burn's `Tensor::from_data`, `pinned` moves them to
+    /// page-locked memory once after the build and copies each by one DMA transfer
+    /// (`Qwen2::pin_offloaded`). Pageable rows run first; on the CPU both are the same path.
+    #[arg(long, value_delimiter = ',', default_value = "pageable")]
+    pub upload: Vec<String>,
     /// Iterations run first and not timed.
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
@@ -98,6 +104,11 @@ pub struct Row {
     pub kv: String,
     /// Whether the next offloaded layer was staged during the current layer's compute.
     pub prefetch: bool,
+    /// Whether the offloaded weights were in page-locked host memory (`--upload pinned`).
+    pub pinned: bool,
+    /// Page-locked uploads the driver refused so far in the process (each then went through
+    /// pageable memory; `dustin_qwen::offload::pinned_fallbacks`).
+    pub pinned_fallbacks: usize,
     /// The budget, bytes.
     pub gpu_memory: u64,
     /// Target layers resident / offloaded.
@@ -182,6 +193,9 @@ fn validate(a: &SubspecArgs) -> Result<SubstituteConfig, CliError> {
     if let Some(p) = a.prefetch.iter().find(|p| *p != "on" && *p != "off") {
         return bad(format!("--prefetch {p}: expected on or off"));
     }
+    if let Some(u) = a.upload.iter().find(|u| *u != "pageable" && *u != "pinned") {
+        return bad(format!("--upload {u}: expected pageable or pinned"));
+    }
     let cfg = SubstituteConfig {
         bits: a.bits,
         group: a.group,
@@ -231,9 +245,9 @@ fn run_on<B: KernelOps>(
         plan_for(args, &tcfg, mode, sub, bytes, positions)?;
     }
     println!(
-        "| mode | prefetch | resident / offloaded | planned GB | device weights GB | streamed GB | tau | draft ms | verify ms | iter ms | tokens/s | stream GB/s |"
+        "| mode | prefetch | upload | resident / offloaded | planned GB | device weights GB | streamed GB | tau | draft ms | verify ms | iter ms | tokens/s | stream GB/s |"
     );
-    println!("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for mode in &args.modes {
         let spec = mode == "subspec";
         let plan = plan_for(args, &tcfg, mode, sub, bytes, positions)?;
@@ -271,73 +285,93 @@ fn run_on<B: KernelOps>(
             plan.resident,
             plan.offloaded.len()
         );
-        for p in &args.prefetch {
-            let prefetch = p == "on";
-            let target = Arc::new(target.clone().with_prefetch(prefetch));
-            let tau = if spec { args.accept } else { 1.0 };
-            let cfg = SpecConfig {
-                gamma: if spec { args.gamma } else { 1 },
-                max_new_tokens: ((args.warmup + args.iters + 1) as f64 * tau).ceil() as usize + 1,
-                ..SpecConfig::default()
-            };
-            let out = match &draft {
-                None => {
-                    let mut v = ModelVerifier::new(target.clone(), DenseHook, extra, vocab);
-                    autoregressive(&mut v, &prompts, &cfg, None, &mut |_, _| {})?
-                }
-                Some(d) => {
-                    let d = Arc::new((**d).clone().with_prefetch(prefetch));
-                    let drafter = ModelDrafter::new(d, None, extra);
-                    let verifier = ModelVerifier::new(target.clone(), DenseHook, extra, vocab);
-                    let (drafter, verifier) = if args.kv == "target" {
-                        let kv = dustin_spec::TargetKv::new();
-                        (
-                            drafter.with_target_kv(kv.clone()),
-                            verifier.with_target_kv(kv),
-                        )
-                    } else {
-                        (drafter, verifier)
-                    };
-                    let mut dec = SpeculativeDecoder::new(drafter, verifier);
-                    dec.set_forced_acceptance(Some(tau - 1.0))?;
-                    dec.generate(&prompts, &cfg, None, &mut |_, _| {})?
-                }
-            };
-            let mem_after_run = dustin_qwen::offload::memory_usage::<B>(dev);
-            let w = crate::bench_e2e::timed_window(&out.iterations, args.warmup, args.iters, mode)?;
-            let (draft_ms, verify_ms) = (w.draft_ms, w.verify_ms);
-            let other_ms = w.accept_ms + w.commit_ms;
-            let iter_ms = draft_ms + verify_ms + other_ms;
-            let tau_measured = w.tau_measured;
-            let row = Row {
-                mode: mode.clone(),
-                kv: args.kv.clone(),
-                prefetch,
-                gpu_memory: args.gpu_memory,
-                resident: plan.resident,
-                offloaded: plan.offloaded.len(),
-                planned_bytes: plan.total_bytes,
-                device_weight_bytes,
-                streamed_bytes,
-                ctx: args.ctx,
-                batch: args.batch,
-                gamma: if spec { args.gamma } else { 0 },
-                tau,
-                tau_measured,
-                draft_ms,
-                verify_ms,
-                other_ms,
-                iter_ms,
-                tokens_per_sec: args.batch as f64 * tau / (iter_ms / 1e3),
-                stream_gb_per_sec: streamed_bytes as f64 / 1e9 / (verify_ms / 1e3),
-                build_secs,
-                mem_after_build,
-                mem_after_run,
-            };
-            println!(
-                "| {} | {} | {} / {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {:.1} | {:.1} | {:.3} | {:.2} |",
+        let mut target = target;
+        let uploads: Vec<bool> = ["pageable", "pinned"]
+            .iter()
+            .filter(|u| args.upload.iter().any(|a| a == *u))
+            .map(|u| *u == "pinned")
+            .collect();
+        for pinned in uploads {
+            if pinned {
+                let t = Instant::now();
+                target.pin_offloaded()?;
+                eprintln!(
+                "bench-subspec: {mode}: offloaded weights moved to page-locked memory in {:.1} s",
+                t.elapsed().as_secs_f64()
+            );
+            }
+            for p in &args.prefetch {
+                let prefetch = p == "on";
+                let target = Arc::new(target.clone().with_prefetch(prefetch));
+                let tau = if spec { args.accept } else { 1.0 };
+                let cfg = SpecConfig {
+                    gamma: if spec { args.gamma } else { 1 },
+                    max_new_tokens: ((args.warmup + args.iters + 1) as f64 * tau).ceil() as usize
+                        + 1,
+                    ..SpecConfig::default()
+                };
+                let out = match &draft {
+                    None => {
+                        let mut v = ModelVerifier::new(target.clone(), DenseHook, extra, vocab);
+                        autoregressive(&mut v, &prompts, &cfg, None, &mut |_, _| {})?
+                    }
+                    Some(d) => {
+                        let d = Arc::new((**d).clone().with_prefetch(prefetch));
+                        let drafter = ModelDrafter::new(d, None, extra);
+                        let verifier = ModelVerifier::new(target.clone(), DenseHook, extra, vocab);
+                        let (drafter, verifier) = if args.kv == "target" {
+                            let kv = dustin_spec::TargetKv::new();
+                            (
+                                drafter.with_target_kv(kv.clone()),
+                                verifier.with_target_kv(kv),
+                            )
+                        } else {
+                            (drafter, verifier)
+                        };
+                        let mut dec = SpeculativeDecoder::new(drafter, verifier);
+                        dec.set_forced_acceptance(Some(tau - 1.0))?;
+                        dec.generate(&prompts, &cfg, None, &mut |_, _| {})?
+                    }
+                };
+                let mem_after_run = dustin_qwen::offload::memory_usage::<B>(dev);
+                let w =
+                    crate::bench_e2e::timed_window(&out.iterations, args.warmup, args.iters, mode)?;
+                let (draft_ms, verify_ms) = (w.draft_ms, w.verify_ms);
+                let other_ms = w.accept_ms + w.commit_ms;
+                let iter_ms = draft_ms + verify_ms + other_ms;
+                let tau_measured = w.tau_measured;
+                let row = Row {
+                    mode: mode.clone(),
+                    kv: args.kv.clone(),
+                    prefetch,
+                    pinned,
+                    pinned_fallbacks: dustin_qwen::offload::pinned_fallbacks(),
+                    gpu_memory: args.gpu_memory,
+                    resident: plan.resident,
+                    offloaded: plan.offloaded.len(),
+                    planned_bytes: plan.total_bytes,
+                    device_weight_bytes,
+                    streamed_bytes,
+                    ctx: args.ctx,
+                    batch: args.batch,
+                    gamma: if spec { args.gamma } else { 0 },
+                    tau,
+                    tau_measured,
+                    draft_ms,
+                    verify_ms,
+                    other_ms,
+                    iter_ms,
+                    tokens_per_sec: args.batch as f64 * tau / (iter_ms / 1e3),
+                    stream_gb_per_sec: streamed_bytes as f64 / 1e9 / (verify_ms / 1e3),
+                    build_secs,
+                    mem_after_build,
+                    mem_after_run,
+                };
+                println!(
+                "| {} | {} | {} | {} / {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {:.1} | {:.1} | {:.3} | {:.2} |",
                 row.mode,
                 p,
+                if pinned { "pinned" } else { "pageable" },
                 row.resident,
                 row.offloaded,
                 row.planned_bytes as f64 / 1e9,
@@ -350,19 +384,20 @@ fn run_on<B: KernelOps>(
                 row.tokens_per_sec,
                 row.stream_gb_per_sec
             );
-            if let (Some(b), Some(r)) = (row.mem_after_build, row.mem_after_run) {
-                eprintln!(
+                if let (Some(b), Some(r)) = (row.mem_after_build, row.mem_after_run) {
+                    eprintln!(
                     "  device allocator: after build {:.2} GB in use / {:.2} GB reserved; after the run {:.2} / {:.2} GB",
                     b.0 as f64 / 1e9,
                     b.1 as f64 / 1e9,
                     r.0 as f64 / 1e9,
                     r.1 as f64 / 1e9
                 );
+                }
+                if let Some(path) = &args.json {
+                    crate::bench_e2e::append_json(path, &row)?;
+                }
+                dustin_qwen::offload::memory_cleanup::<B>(dev);
             }
-            if let Some(path) = &args.json {
-                crate::bench_e2e::append_json(path, &row)?;
-            }
-            dustin_qwen::offload::memory_cleanup::<B>(dev);
         }
     }
     Ok(())
@@ -449,6 +484,8 @@ mod tests {
             "ar,subspec",
             "--kv",
             "target",
+            "--upload",
+            "pinned,pageable",
         ]);
         a.target = cfg;
         a.gpu_memory = 2_200_000;
@@ -460,8 +497,24 @@ mod tests {
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
-        assert_eq!(rows.len(), 4, "two modes x prefetch on, off");
+        assert_eq!(
+            rows.len(),
+            8,
+            "two modes x pageable, pinned x prefetch on, off"
+        );
+        // pageable rows first whatever the order asked, then pinned, per mode
+        let pinned: Vec<bool> = rows
+            .iter()
+            .map(|r| r["pinned"].as_bool().unwrap())
+            .collect();
+        assert_eq!(
+            pinned,
+            [false, false, true, true, false, false, true, true],
+            "{rows:?}"
+        );
         for r in &rows {
+            // the CPU has no page-locked memory: nothing to refuse
+            assert_eq!(r["pinned_fallbacks"].as_u64(), Some(0), "{r}");
             let off = r["offloaded"].as_u64().unwrap();
             assert!(off > 0 && off + r["resident"].as_u64().unwrap() == 6, "{r}");
             assert_eq!(
@@ -495,7 +548,7 @@ mod tests {
 
     #[test]
     fn bad_settings_are_named() {
-        let cases: [(&[&str], &str); 8] = [
+        let cases: [(&[&str], &str); 9] = [
             (&["--kv", "shared"], "--kv shared: expected own or target"),
             (
                 &["--warmup", "20000"],
@@ -519,6 +572,10 @@ mod tests {
                 "--prefetch maybe: expected on or off",
             ),
             (&["--bits", "9"], "--bits / --group"),
+            (
+                &["--upload", "pinned,mapped"],
+                "--upload mapped: expected pageable or pinned",
+            ),
         ];
         for (extra, want) in cases {
             let e = validate(&args(extra)).unwrap_err().to_string();

@@ -17,6 +17,7 @@ mod fetch;
 mod generate;
 mod ppl;
 mod tp_check;
+mod upload_check;
 
 /// dustin: speculative decoding with draft-augmented sparse verification for long contexts.
 #[derive(Debug, Parser)]
@@ -47,6 +48,9 @@ enum Command {
     /// Tensor parallelism check: the target split over --tp devices against the whole
     /// model, same random weights (logits and greedy tokens; issue 11).
     TpCheck(tp_check::TpCheckArgs),
+    /// Host-to-device copies of weight matrices: Burn's pageable path against page-locked
+    /// memory (bit-for-bit check and GB/s; CUDA; issue 10).
+    UploadCheck(upload_check::UploadCheckArgs),
     /// Evaluations per selector and budget against dense verification: `eval fidelity`,
     /// `eval pg19` (perplexity) and `eval longbench` (LongBench scores).
     Eval(eval::EvalArgs),
@@ -64,6 +68,7 @@ fn main() -> ExitCode {
         Command::BenchSubspec(a) => bench_subspec::run(a),
         Command::Ppl(a) => ppl::run(a),
         Command::TpCheck(a) => tp_check::run(a),
+        Command::UploadCheck(a) => upload_check::run(a),
         Command::Eval(a) => eval::run(a),
         Command::FetchModel(a) => fetch::run(a).map(|p| println!("{}", p.display())),
     };

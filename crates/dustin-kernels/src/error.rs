@@ -28,6 +28,9 @@ pub enum KernelError {
     /// The backend's kernels do not take this input (dtype, head width ...).
     #[error("unsupported by this backend's kernels: {0}")]
     Unsupported(String),
+    /// The device driver refused a call (out of page-locked host memory, a failed copy ...).
+    #[error("device driver: {0}")]
+    Driver(String),
 }
 
 impl KernelError {

@@ -38,15 +38,17 @@
 #![warn(missing_docs)]
 
 pub mod error;
+pub mod pinned;
 pub mod plain;
 pub mod reference;
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
 
-use burn_tensor::{backend::Backend, Int, Tensor};
+use burn_tensor::{backend::Backend, Int, Tensor, TensorData};
 
 pub use error::{KernelError, Result};
+pub use pinned::PinnedHost;
 
 /// Most new tokens per sequence the verify kernels take (`gamma + 1 <= 16`).
 pub const MAX_NEW: usize = 16;
@@ -237,6 +239,36 @@ pub trait KernelOps: Backend {
     /// flushed twice (the queue is double-buffered behind a fence); a stream that only uploads
     /// (the offload prefetch thread) would otherwise keep every buffer. No-op by default.
     fn release_uploads(_device: &Self::Device) {}
+
+    /// Copies `data`, a `[rows, cols]` matrix in this backend's float dtype, into page-locked
+    /// host memory on `device`'s side, for [`KernelOps::upload_pinned`] (offloaded layers,
+    /// copied in for every forward pass). `Ok(None)` where the backend has no page-locked
+    /// memory (the default; the CPU), so callers keep their pageable copy.
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for data that is not 2-D or whose bytes do not match its shape
+    /// and dtype; [`KernelError::Driver`] when the driver cannot lock that much host memory.
+    fn pin_host(data: &TensorData, device: &Self::Device) -> Result<Option<PinnedHost>> {
+        let _ = (data, device);
+        Ok(None)
+    }
+
+    /// A device copy `[rows, cols]` of a page-locked matrix made by [`KernelOps::pin_host`]:
+    /// one host-to-device DMA transfer into a buffer of the device allocator, finished before
+    /// this returns (so the tensor is ready for any stream). It waits for the work queued on
+    /// the calling thread's stream first, since the allocator may hand back a block that work
+    /// still reads. On CUDA from the prefetch thread's own stream that wait is for uploads
+    /// only.
+    ///
+    /// # Errors
+    /// [`KernelError::Unsupported`] on backends without page-locked memory (the default);
+    /// [`KernelError::Driver`] for a failed copy.
+    fn upload_pinned(host: &PinnedHost, device: &Self::Device) -> Result<Tensor<Self, 2>> {
+        let _ = (host, device);
+        Err(KernelError::Unsupported(
+            "page-locked uploads on this backend (it has no page-locked memory)".into(),
+        ))
+    }
 
     /// Whether [`KernelOps::all_reduce_sum`] runs on the device (NCCL on CUDA); `false`: the
     /// backend has no collective and a tensor-parallel group sums on the host instead

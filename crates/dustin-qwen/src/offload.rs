@@ -21,57 +21,122 @@ use crate::error::{QwenError, Result};
 use crate::substitute::SubstituteConfig;
 use dustin_kernels::KernelOps;
 
-/// A weight matrix `[in, out]` in host memory, in the dtype it will have on the device.
+/// A weight matrix `[in, out]` in host memory, in the dtype it will have on the device:
+/// pageable (a [`TensorData`]) or, after [`HostWeight::pinned`], page-locked
+/// ([`dustin_kernels::PinnedHost`], copied to the device by one DMA transfer).
 #[derive(Clone)]
 pub struct HostWeight {
-    data: Arc<TensorData>,
+    data: Arc<Store>,
+}
+
+enum Store {
+    Pageable(TensorData),
+    Pinned(dustin_kernels::PinnedHost),
 }
 
 impl std::fmt::Debug for HostWeight {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let dims = self.dims();
         write!(
             f,
-            "HostWeight({:?}, {:?}, {} bytes)",
-            self.data.shape,
-            self.data.dtype,
-            self.bytes()
+            "HostWeight({dims:?}, {:?}, {} bytes{})",
+            self.dtype(),
+            self.bytes(),
+            if self.is_pinned() { ", pinned" } else { "" }
         )
     }
 }
 
 impl HostWeight {
+    fn pageable(data: TensorData) -> Self {
+        Self {
+            data: Arc::new(Store::Pageable(data)),
+        }
+    }
+
     /// Copies a device weight `[in, out]` to host memory (dtype kept).
     pub fn from_device<B: Backend>(w: &Tensor<B, 2>) -> Self {
-        Self {
-            data: Arc::new(w.clone().into_data()),
-        }
+        Self::pageable(w.clone().into_data())
     }
 
     /// A host weight `[rows, cols]` from row-major f32 values, converted to the float dtype
     /// of backend `B` (bf16 on our CUDA backend), so uploads need no conversion.
     pub fn from_f32<B: Backend>(values: Vec<f32>, rows: usize, cols: usize) -> Self {
         let dtype = <B::FloatElem as burn_tensor::Element>::dtype();
-        Self {
-            data: Arc::new(TensorData::new(values, [rows, cols]).convert_dtype(dtype)),
-        }
+        Self::pageable(TensorData::new(values, [rows, cols]).convert_dtype(dtype))
     }
 
     /// `[in, out]`.
     pub fn dims(&self) -> [usize; 2] {
-        [
-            self.data.shape.first().copied().unwrap_or(0),
-            self.data.shape.get(1).copied().unwrap_or(0),
-        ]
+        match &*self.data {
+            Store::Pageable(d) => [
+                d.shape.first().copied().unwrap_or(0),
+                d.shape.get(1).copied().unwrap_or(0),
+            ],
+            Store::Pinned(p) => p.dims(),
+        }
+    }
+
+    fn dtype(&self) -> burn_tensor::DType {
+        match &*self.data {
+            Store::Pageable(d) => d.dtype,
+            Store::Pinned(p) => p.dtype(),
+        }
     }
 
     /// Bytes held in host memory.
     pub fn bytes(&self) -> usize {
-        self.data.bytes.len()
+        match &*self.data {
+            Store::Pageable(d) => d.bytes.len(),
+            Store::Pinned(p) => p.bytes(),
+        }
     }
 
-    /// A device copy of the weight.
+    /// Whether the weight is in page-locked memory.
+    pub fn is_pinned(&self) -> bool {
+        matches!(&*self.data, Store::Pinned(_))
+    }
+
+    /// This weight in page-locked host memory for uploads to `device`
+    /// ([`KernelOps::pin_host`]), or a shared handle to itself where backend `B` has no
+    /// page-locked memory (the CPU) or it already is. The pageable copy is dropped with the
+    /// last handle to it.
+    ///
+    /// # Errors
+    /// [`QwenError::Kernel`] when the driver cannot lock the memory.
+    pub fn pinned<B: KernelOps>(&self, device: &B::Device) -> Result<Self> {
+        match &*self.data {
+            Store::Pinned(_) => Ok(self.clone()),
+            Store::Pageable(d) => Ok(match B::pin_host(d, device)? {
+                Some(p) => Self {
+                    data: Arc::new(Store::Pinned(p)),
+                },
+                None => self.clone(),
+            }),
+        }
+    }
+
+    /// A device copy of the weight through Burn's `Tensor::from_data` (pageable host memory;
+    /// a page-locked weight is first copied to a pageable buffer).
     pub fn upload<B: Backend>(&self, device: &B::Device) -> Tensor<B, 2> {
-        Tensor::from_data((*self.data).clone(), device)
+        match &*self.data {
+            Store::Pageable(d) => Tensor::from_data(d.clone(), device),
+            Store::Pinned(p) => Tensor::from_data(p.to_data(), device),
+        }
+    }
+
+    /// A device copy of the weight, by one DMA transfer when it is page-locked
+    /// ([`KernelOps::upload_pinned`]); [`HostWeight::upload`] otherwise, or when the driver
+    /// refuses the transfer (the values are the same either way, only the speed differs; such
+    /// fallbacks are counted, [`pinned_fallbacks`]).
+    pub fn upload_fast<B: KernelOps>(&self, device: &B::Device) -> Tensor<B, 2> {
+        match &*self.data {
+            Store::Pinned(p) => B::upload_pinned(p, device).unwrap_or_else(|_| {
+                PINNED_FALLBACKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.upload(device)
+            }),
+            Store::Pageable(_) => self.upload(device),
+        }
     }
 
     /// The values as f32, row-major `[in, out]`.
@@ -79,12 +144,23 @@ impl HostWeight {
     /// # Errors
     /// [`QwenError::Core`] if the stored dtype cannot be converted.
     pub fn to_f32(&self) -> Result<Vec<f32>> {
-        (*self.data)
-            .clone()
-            .convert::<f32>()
+        let data = match &*self.data {
+            Store::Pageable(d) => d.clone(),
+            Store::Pinned(p) => p.to_data(),
+        };
+        data.convert::<f32>()
             .into_vec::<f32>()
             .map_err(|e| QwenError::Core(dustin_core::CoreError::Model(format!("{e:?}"))))
     }
+}
+
+static PINNED_FALLBACKS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Page-locked uploads the driver refused since the process started, each copied through
+/// pageable memory instead ([`HostWeight::upload_fast`]); benchmarks report it next to their
+/// copy rate.
+pub fn pinned_fallbacks() -> usize {
+    PINNED_FALLBACKS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// What the device allocator holds, bytes `(in use, reserved)`, summed over the calling

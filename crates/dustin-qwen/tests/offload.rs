@@ -72,3 +72,17 @@ fn offloaded_layers_compute_what_resident_layers_compute() {
         }
     }
 }
+
+/// `pin_offloaded` on a backend without page-locked memory (the CPU) leaves every weight
+/// pageable and in place, and the model computes exactly what it did.
+#[test]
+fn pinning_without_page_locked_memory_changes_nothing() {
+    let want = logits(&load("llama", &[]));
+    let mut m = load("llama", &[0, 1]);
+    assert!(!m.offloaded_pinned());
+    m.pin_offloaded().unwrap();
+    assert!(!m.offloaded_pinned());
+    assert_eq!(m.offloaded_layers(), vec![0, 1]);
+    assert_eq!(logits(&m), want);
+    assert_eq!(dustin_qwen::offload::pinned_fallbacks(), 0);
+}

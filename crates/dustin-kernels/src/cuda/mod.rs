@@ -492,6 +492,43 @@ fn subset_scores<F: FloatElement, I: IntElement, BT: BoolElement>(
     Ok(out)
 }
 
+/// `cuMemHostAlloc` flag: the block is page-locked for every CUDA context, not only the one
+/// current when it was made (CUDA driver API, `CU_MEMHOSTALLOC_PORTABLE`).
+const HOST_ALLOC_PORTABLE: u32 = 0x01;
+
+fn driver(what: &str, e: impl std::fmt::Debug) -> KernelError {
+    KernelError::Driver(format!("{what}: {e:?}"))
+}
+
+/// Makes GPU `index`'s primary context current on the calling thread: the context cubecl-cuda
+/// 0.10 runs in (`runtime.rs` retains the primary context of each device), so pointers and
+/// page-locked blocks are shared with it.
+pub(crate) fn make_current(index: usize) -> Result<()> {
+    use cudarc::driver::result::{ctx, device, init, primary_ctx};
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+    thread_local! {
+        /// Primary contexts retained by this thread, by device ordinal (pointers as usize).
+        static RETAINED: RefCell<HashMap<usize, usize>> = RefCell::new(HashMap::new());
+    }
+    let known = RETAINED.with(|r| r.borrow().get(&index).copied());
+    let c = match known {
+        Some(c) => c as cudarc::driver::sys::CUcontext,
+        None => {
+            init().map_err(|e| driver("cuInit", e))?;
+            let ordinal = i32::try_from(index).map_err(|e| driver("device ordinal", e))?;
+            let dev = device::get(ordinal).map_err(|e| driver("cuDeviceGet", e))?;
+            // SAFETY: `dev` is a valid device handle from `cuDeviceGet`.
+            let c = unsafe { primary_ctx::retain(dev) }
+                .map_err(|e| driver("cuDevicePrimaryCtxRetain", e))?;
+            RETAINED.with(|r| r.borrow_mut().insert(index, c as usize));
+            c
+        }
+    };
+    // SAFETY: `c` is a primary context retained above (never released while the process runs).
+    unsafe { ctx::set_current(c) }.map_err(|e| driver("cuCtxSetCurrent", e))
+}
+
 impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, BT> {
     const FUSED: bool = true;
 
@@ -684,6 +721,83 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
             indices: Tensor::from_primitive(out),
             counts,
         })
+    }
+
+    fn pin_host(data: &TensorData, device: &Self::Device) -> Result<Option<crate::PinnedHost>> {
+        let shape: Vec<usize> = data.shape.iter().copied().collect();
+        let [rows, cols] = shape[..] else {
+            return Err(KernelError::Shape {
+                name: "data",
+                expected: vec![0, 0],
+                found: shape,
+            });
+        };
+        let bytes = data.as_bytes();
+        let len = rows * cols * data.dtype.size();
+        if bytes.len() != len {
+            return Err(KernelError::invalid(
+                "data",
+                format!("{len} bytes for [{rows}, {cols}] of {:?}", data.dtype),
+                bytes.len(),
+            ));
+        }
+        make_current(device.index)?;
+        // SAFETY: a plain allocation call with the primary context current; the block is
+        // freed by `Mem`'s drop.
+        let ptr = unsafe { cudarc::driver::result::malloc_host(len.max(1), HOST_ALLOC_PORTABLE) }
+            .map_err(|e| driver(&format!("cuMemHostAlloc of {len} bytes"), e))?
+            .cast::<u8>();
+        // SAFETY: `ptr` holds at least `len` bytes and does not overlap `bytes`.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr, len) };
+        Ok(Some(crate::PinnedHost {
+            shape: [rows, cols],
+            dtype: data.dtype,
+            mem: crate::pinned::Mem {
+                ptr,
+                len,
+                device: device.index,
+            },
+        }))
+    }
+
+    fn upload_pinned(host: &crate::PinnedHost, device: &Self::Device) -> Result<Tensor<Self, 2>> {
+        let want = <F as burn_tensor::Element>::dtype();
+        if host.dtype() != want {
+            return Err(KernelError::invalid(
+                "host",
+                format!("a matrix of the backend's float dtype {want:?}"),
+                format!("{:?}", host.dtype()),
+            ));
+        }
+        let bytes = host.as_bytes();
+        let client = <CudaRuntime as Runtime>::client(device);
+        let handle = client.empty(bytes.len().max(1));
+        // binding the buffer orders this thread's stream after any other stream that used the
+        // block last (cubecl's stream alignment); the pool may also hand back a block that
+        // work queued on this stream still reads. The sync waits for both before the copy,
+        // which runs outside cubecl's streams, writes the block.
+        let res = client
+            .get_resource(handle.clone())
+            .map_err(|e| driver("device buffer", e))?;
+        cubecl::future::block_on(client.sync()).map_err(|e| driver("stream sync", e))?;
+        let dst = res.resource().ptr;
+        make_current(device.index)?;
+        // SAFETY: `dst` is a live device buffer of at least `bytes.len()` bytes (held by `res`
+        // and `handle`); from page-locked memory `cuMemcpyHtoD` returns when the copy is done.
+        // cubecl's streams are non-blocking, so the legacy stream this runs on does not wait
+        // for (or hold up) their work.
+        unsafe { cudarc::driver::result::memcpy_htod_sync(dst, bytes) }
+            .map_err(|e| driver(&format!("cuMemcpyHtoD of {} bytes", bytes.len()), e))?;
+        drop(res);
+        let [rows, cols] = host.dims();
+        let t = CubeTensor::new_contiguous(
+            client,
+            device.clone(),
+            Shape::new([rows, cols]),
+            handle,
+            host.dtype(),
+        );
+        Ok(Tensor::from_primitive(TensorPrimitive::Float(t)))
     }
 
     const COLLECTIVE: bool = true;
