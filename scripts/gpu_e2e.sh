@@ -10,7 +10,8 @@
 #   bash .device/gpu_e2e.sh final # 32k: 7B B 1/8/16, 72B B 8/16, HF peers at 32k B 1/8
 # Env: OUT (results folder), TAU (mean acceptance length of every speculative mode, default
 # 1.36: dense and dustin on SmolLM2 at 4096 tokens, docs/fidelity.md), LIMIT (seconds per
-# group). Each group is one process; nvidia-smi samples its memory every 100 ms (peak in
+# group), PROFILE (non-empty: `--profile`, the phase times of every mode, slower runs). Each
+# group is one process; nvidia-smi samples its memory every 100 ms (peak in
 # mem.jsonl).
 set -u
 D=.device
@@ -26,7 +27,7 @@ group() {
     shift
     mem_watch "$name"
     timeout "${LIMIT:-240}" "$D/dustin" bench-e2e --device cuda --json "$OUT/e2e.jsonl" \
-        --accept "default=$TAU" --draft "$DRAFT" --warmup 2 --iters 6 "$@" 2>&1 | tee "$OUT/$name.txt"
+        --accept "default=$TAU" --draft "$DRAFT" --warmup 2 --iters 6 ${PROFILE:+--profile} "$@" 2>&1 | tee "$OUT/$name.txt"
     echo "{\"group\":\"$name\",\"peak_mib\":$(mem_peak_max "$name")}" | tee -a "$OUT/mem.jsonl"
 }
 

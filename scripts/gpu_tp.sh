@@ -14,6 +14,7 @@
 # docs/fidelity.md), LIMIT (seconds per bench process), CHECK_LIMIT (seconds per check).
 # NCCL's NVLink multicast stays off (NCCL_NVLS_ENABLE=0). nvidia-smi samples every GPU's
 # memory every 100 ms (peak per GPU in mem.jsonl). DTYPES (checks, default "f32 bf16"),
+# PROFILE (non-empty: `bench-e2e --profile`, phase times per mode, slower runs).
 # CHECK_BATCH / CHECK_CTX / CHECK_STEPS (default 2 / 32 / 4). A fresh machine spends about 60 s
 # of the first check autotuning; CHECK_LIMIT defaults to 240 s.
 set -u
@@ -56,7 +57,7 @@ bench | all)
         timeout "${LIMIT:-200}" "$D/dustin" bench-e2e --device cuda --tp "$TP" --json "$OUT/e2e.jsonl" \
             --target "$C/Qwen2.5-72B-Instruct.config.json" --draft "$C/Qwen2.5-0.5B-Instruct.config.json" \
             --ctx "${CTX:-32768}" --batch "${BATCH:-8}" --modes "$mode" \
-            --accept "default=${TAU:-1.36}" --warmup 2 --iters 6 2>&1 | grep -v "^\s*$" | tail -5 | tee "$OUT/bench_$mode.txt"
+            --accept "default=${TAU:-1.36}" --warmup 2 --iters 6 ${PROFILE:+--profile} 2>&1 | grep -v "^\s*$" | tail -40 | tee "$OUT/bench_$mode.txt"
         echo "{\"run\":\"bench_$mode\",\"peak_mib_per_gpu\":\"$(mem_peak "bench_$mode")\"}" | tee -a "$OUT/mem.jsonl"
     done
     ;;

@@ -94,9 +94,30 @@ pub struct E2eArgs {
     /// Append one JSON line per row to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Also time every phase of the target's and the draft's forward passes over the
+    /// iterations after the warm-up (`dustin_qwen::profile`: the device is waited for around
+    /// each phase, so these runs are slower; read the shares, take the speed from a run
+    /// without it). Printed per mode, and one JSON line per mode (`"profile"`) with `--json`.
+    #[arg(long)]
+    pub profile: bool,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
+}
+
+/// Phase times of one mode's profiled run (`--profile`), decode steps only, per iteration.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ProfileRow {
+    /// The mode.
+    pub profile: String,
+    /// Context, batch.
+    pub ctx: usize,
+    /// See `ctx`.
+    pub batch: usize,
+    /// Iterations the times cover (after the warm-up).
+    pub iterations: usize,
+    /// `(model, phase, ms per iteration, calls per iteration)`, in the order phases ran.
+    pub phases: Vec<(String, String, f64, f64)>,
 }
 
 /// `dustin bench-e2e`.
@@ -432,6 +453,53 @@ fn run_on<B: KernelOps>(args: &E2eArgs, devices: Vec<B::Device>) -> Result<(), C
     results.into_iter().collect()
 }
 
+/// Prints (and appends to `--json`) the decode-phase times recorded since the warm-up, per
+/// iteration.
+fn report_profile(
+    args: &E2eArgs,
+    mode: &str,
+    ctx: usize,
+    batch: usize,
+    iterations: usize,
+) -> Result<(), CliError> {
+    let n = iterations.saturating_sub(args.warmup).max(1);
+    let phases: Vec<(String, String, f64, f64)> = dustin_qwen::profile::snapshot()
+        .into_iter()
+        .filter(|p| p.stage == "decode")
+        .map(|p| {
+            (
+                p.model.to_string(),
+                p.phase.to_string(),
+                p.secs * 1e3 / n as f64,
+                p.calls as f64 / n as f64,
+            )
+        })
+        .collect();
+    let total: f64 = phases.iter().map(|p| p.2).sum();
+    println!("profile of {mode} (ctx {ctx}, batch {batch}, {n} iterations after the warm-up; device waited for around each phase):");
+    println!("| model | phase | ms per iteration | share | calls per iteration |");
+    println!("|---|---|---:|---:|---:|");
+    for (model, phase, ms, calls) in &phases {
+        println!(
+            "| {model} | {phase} | {ms:.2} | {:.1}% | {calls:.0} |",
+            100.0 * ms / total.max(f64::MIN_POSITIVE)
+        );
+    }
+    if let Some(p) = &args.json {
+        append_json(
+            p,
+            &ProfileRow {
+                profile: mode.to_string(),
+                ctx,
+                batch,
+                iterations: n,
+                phases,
+            },
+        )?;
+    }
+    Ok(())
+}
+
 /// Every (context, batch, mode) row on one rank (`report`: print and write the rows).
 fn measure<B: KernelOps>(
     args: &E2eArgs,
@@ -441,6 +509,14 @@ fn measure<B: KernelOps>(
     dev: &B::Device,
     report: bool,
 ) -> Result<(), CliError> {
+    let (target, draft) = if args.profile {
+        (
+            Arc::new((*target).clone().with_profile(Some("target"))),
+            Arc::new((*draft).clone().with_profile(Some("draft"))),
+        )
+    } else {
+        (target, draft)
+    };
     let world = target.tp().map_or(1, |(_, w)| w) as f64;
     let vocab = tcfg.vocab_size.min(dcfg.vocab_size);
     // per rank: 1/world of the target's layers and KV (the replicated LM head is counted
@@ -484,10 +560,22 @@ fn measure<B: KernelOps>(
                     },
                     ..SpecConfig::default()
                 };
+                // the first call for sequence 0 follows the prefill, then one per iteration:
+                // the profile starts over once the warm-up iterations are done
+                let mut seen = 0usize;
+                let warmup = args.warmup;
+                let mut on_tokens = |seq: usize, _: &[TokenId]| {
+                    if seq == 0 && report {
+                        seen += 1;
+                        if seen == warmup + 1 {
+                            dustin_qwen::profile::reset();
+                        }
+                    }
+                };
                 let out = if mode == "ar" {
                     let mut v = ModelVerifier::new(target.clone(), DenseHook, extra, vocab)
                         .with_prefix(tprefix);
-                    autoregressive(&mut v, &prompts, &cfg, None, &mut |_, _| {})?
+                    autoregressive(&mut v, &prompts, &cfg, None, &mut on_tokens)?
                 } else {
                     let dprefix =
                         vec![
@@ -501,8 +589,11 @@ fn measure<B: KernelOps>(
                         .with_prefix(tprefix);
                     let mut dec = SpeculativeDecoder::new(drafter, verifier);
                     dec.set_forced_acceptance(Some(tau - 1.0))?;
-                    dec.generate(&prompts, &cfg, None, &mut |_, _| {})?
+                    dec.generate(&prompts, &cfg, None, &mut on_tokens)?
                 };
+                if args.profile && report {
+                    report_profile(args, mode, ctx, batch, out.iterations.len())?;
+                }
                 let setup_secs = out.summary.prefill_secs;
                 let w = timed_window(&out.iterations, args.warmup, args.iters, mode)?;
                 let (draft_ms, verify_ms, accept_ms, commit_ms) =

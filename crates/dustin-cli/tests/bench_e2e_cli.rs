@@ -216,3 +216,58 @@ fn tp_check_matches_the_whole_model_and_names_bad_splits() {
         "{err}"
     );
 }
+
+/// `--profile` adds one line per mode with the decode-phase times of the target (and the
+/// draft, for speculative modes) over the iterations after the warm-up; the rows stay.
+#[test]
+fn profile_lines_cover_every_layer_phase_after_the_warmup() {
+    let lines = bench_rows(
+        "profile",
+        &[
+            "--ctx",
+            "180",
+            "--batch",
+            "2",
+            "--modes",
+            "ar,dustin",
+            "--warmup",
+            "1",
+            "--iters",
+            "3",
+            "--tail",
+            "40",
+            "--budget",
+            "90",
+            "--profile",
+        ],
+    );
+    let (profiles, rows): (Vec<_>, Vec<_>) = lines.iter().partition(|l| l.get("profile").is_some());
+    assert_eq!(rows.len(), 2);
+    assert_eq!(profiles.len(), 2);
+    let layers = 2.0; // the llama fixture
+    for p in &profiles {
+        let mode = p["profile"].as_str().unwrap();
+        let iters = p["iterations"].as_f64().unwrap();
+        assert!(iters >= 3.0, "{p}");
+        let phases = p["phases"].as_array().unwrap();
+        let calls = |model: &str, phase: &str| {
+            phases
+                .iter()
+                .find(|x| x[0] == model && x[1] == phase)
+                .map_or(0.0, |x| x[3].as_f64().unwrap())
+        };
+        // one target pass per iteration (a verification or an autoregressive step)
+        for phase in ["qkv", "select", "attention", "mlp"] {
+            assert_eq!(calls("target", phase), layers, "{mode} {phase}: {p}");
+        }
+        assert_eq!(calls("target", "lm_head"), 1.0, "{mode}: {p}");
+        // the draft runs gamma (4) steps per iteration, and only in speculative modes
+        let draft_qkv = calls("draft", "qkv");
+        if mode == "ar" {
+            assert_eq!(draft_qkv, 0.0, "{p}");
+        } else {
+            assert!(draft_qkv >= 4.0 * layers, "{p}");
+        }
+        assert!(phases.iter().all(|x| x[2].as_f64().unwrap() >= 0.0));
+    }
+}

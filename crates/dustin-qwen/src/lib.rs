@@ -25,6 +25,7 @@ pub mod gguf;
 pub mod load;
 pub mod model;
 pub mod offload;
+pub mod profile;
 pub mod safetensors_loader;
 pub mod substitute;
 pub mod tokenizer;

@@ -22,6 +22,7 @@ use dustin_kv::{DenseKvCache, KvShape};
 use crate::config::QwenConfig;
 use crate::error::{QwenError, Result};
 use crate::offload::HostWeight;
+use crate::profile::Timer;
 use crate::tp::{check_divisible, TpRank};
 use crate::weights::{HostTensor, WeightSource};
 
@@ -364,6 +365,9 @@ pub struct Qwen2<B: Backend> {
     /// This shard's rank and group under tensor parallelism ([`crate::tp`]); `None` for a
     /// whole model.
     tp: Option<TpRank<B>>,
+    /// Label under which forward passes time their phases ([`crate::profile`]); `None`: not
+    /// profiled.
+    profile: Option<&'static str>,
 }
 
 /// CubeCL stream id of the prefetch thread's uploads (a fixed id, so that every upload
@@ -557,6 +561,7 @@ impl<B: Backend> Qwen2<B> {
             kernels: None,
             prefetch: true,
             tp: None,
+            profile: None,
         })
     }
 
@@ -677,6 +682,7 @@ impl<B: Backend> Qwen2<B> {
             kernels: None,
             prefetch: true,
             tp,
+            profile: None,
         })
     }
 
@@ -738,6 +744,14 @@ impl<B: Backend> Qwen2<B> {
                 _ => true,
             })
         })
+    }
+
+    /// Times every phase of this model's forward passes under `label` (`None`: off, the
+    /// default), waiting for the device around each phase; see [`crate::profile`] for the
+    /// phases and what the times mean. The times go to [`crate::profile::snapshot`].
+    pub fn with_profile(mut self, label: Option<&'static str>) -> Self {
+        self.profile = label;
+        self
     }
 
     /// The device the weights live on.
@@ -926,6 +940,7 @@ impl<B: Backend> Qwen2<B> {
             kernels: self.kernels,
             prefetch: self.prefetch,
             tp: Some(rank),
+            profile: self.profile,
         })
     }
 
@@ -1028,12 +1043,24 @@ impl<B: KernelOps> Qwen2<B> {
         let positions =
             Tensor::<B, 1, Int>::from_data(TensorData::new(positions, [batch * n]), dev);
         let hidden = self.config.hidden_size;
-        let mut x = self
-            .embed
-            .clone()
-            .select(0, ids)
-            .reshape([batch, n, hidden]);
+        let timer = Timer {
+            label: self
+                .profile
+                .filter(|_| self.tp.as_ref().is_none_or(|t| t.rank == 0)),
+            stage: match opts.phase {
+                Phase::Prefill { .. } => "prefill",
+                Phase::Decode => "decode",
+            },
+            device: dev,
+        };
+        let mut x = timer.time("embed", || {
+            self.embed
+                .clone()
+                .select(0, ids)
+                .reshape([batch, n, hidden])
+        });
         let mut pass = Pass {
+            timer,
             positions: &positions,
             ctx_lens: &ctx_lens,
             n,
@@ -1053,7 +1080,7 @@ impl<B: KernelOps> Qwen2<B> {
             let layer = if stored.is_offloaded() {
                 staged = match next.take() {
                     Some(l) => l,
-                    None => stored.staged(dev),
+                    None => timer.time("stage", || stored.staged(dev)),
                 };
                 &staged
             } else {
@@ -1090,7 +1117,7 @@ impl<B: KernelOps> Qwen2<B> {
         cache.advance(n)?;
         let logits = match opts.logits {
             LogitsMode::None => None,
-            mode => {
+            mode => timer.time("lm_head", || {
                 let x = if mode == LogitsMode::Last {
                     x.slice([0..batch, n - 1..n, 0..hidden])
                 } else {
@@ -1103,7 +1130,7 @@ impl<B: KernelOps> Qwen2<B> {
                         .matmul(self.lm_head.clone())
                         .reshape([b, m, vocab]),
                 )
-            }
+            }),
         };
         Ok(ForwardOut {
             logits,
@@ -1120,21 +1147,24 @@ impl<B: KernelOps> Qwen2<B> {
         x: Tensor<B, 3>,
         pass: &mut Pass<'_, B, H>,
     ) -> Result<Tensor<B, 3>> {
-        let h = layer.input_norm.forward(x.clone());
+        let timer = pass.timer;
+        let h = timer.time("input_norm", || layer.input_norm.forward(x.clone()));
         let a = self.attention(li, layer, h, pass)?;
-        let x = x + self.all_reduce(a)?;
-        let h = layer.post_norm.forward(x.clone());
-        let m = layer
-            .down
-            .forward(activation::silu(layer.gate.forward(h.clone())) * layer.up.forward(h));
-        Ok(x + self.all_reduce(m)?)
+        let x = x + self.all_reduce(a, timer)?;
+        let h = timer.time("post_norm", || layer.post_norm.forward(x.clone()));
+        let m = timer.time("mlp", || {
+            layer
+                .down
+                .forward(activation::silu(layer.gate.forward(h.clone())) * layer.up.forward(h))
+        });
+        Ok(x + self.all_reduce(m, timer)?)
     }
 
     /// Under tensor parallelism, the sum of a row-parallel layer's partial outputs over the
     /// group ([`crate::tp::TpGroup::sum`]); otherwise `x` itself.
-    fn all_reduce(&self, x: Tensor<B, 3>) -> Result<Tensor<B, 3>> {
+    fn all_reduce(&self, x: Tensor<B, 3>, timer: Timer<'_, B>) -> Result<Tensor<B, 3>> {
         match &self.tp {
-            Some(t) => t.group.sum(t.rank, x),
+            Some(t) => timer.time("all_reduce", || t.group.sum(t.rank, x)),
             None => Ok(x),
         }
     }
@@ -1147,6 +1177,7 @@ impl<B: KernelOps> Qwen2<B> {
         pass: &mut Pass<'_, B, H>,
     ) -> Result<Tensor<B, 3>> {
         let Pass {
+            timer,
             positions,
             ctx_lens,
             n,
@@ -1160,24 +1191,31 @@ impl<B: KernelOps> Qwen2<B> {
         let ((nh, kvh), hd) = (self.local_heads(), c.head_dim());
         let g = nh / kvh;
         let batch = ctx_lens.len();
-        let q = layer
-            .q
-            .forward(h.clone())
-            .reshape([batch, n, nh, hd])
-            .swap_dims(1, 2);
-        let k = layer
-            .k
-            .forward(h.clone())
-            .reshape([batch, n, kvh, hd])
-            .swap_dims(1, 2);
-        let v = layer
-            .v
-            .forward(h)
-            .reshape([batch, n, kvh, hd])
-            .swap_dims(1, 2);
-        let q = self.rope.apply(q, positions.clone());
-        let k = self.rope.apply(k, positions.clone());
-        cache.append(li, k.clone(), v.clone())?;
+        let (q, k, v) = timer.time("qkv", || {
+            let q = layer
+                .q
+                .forward(h.clone())
+                .reshape([batch, n, nh, hd])
+                .swap_dims(1, 2);
+            let k = layer
+                .k
+                .forward(h.clone())
+                .reshape([batch, n, kvh, hd])
+                .swap_dims(1, 2);
+            let v = layer
+                .v
+                .forward(h)
+                .reshape([batch, n, kvh, hd])
+                .swap_dims(1, 2);
+            (q, k, v)
+        });
+        let (q, k) = timer.time("rope", || {
+            (
+                self.rope.apply(q, positions.clone()),
+                self.rope.apply(k, positions.clone()),
+            )
+        });
+        timer.time("kv_append", || cache.append(li, k.clone(), v.clone()))?;
         let keys_len = ctx_lens.iter().max().copied().unwrap_or(0) + n;
         let view = cache.view(li, keys_len);
         let scale = 1.0 / (hd as f32).sqrt();
@@ -1190,7 +1228,7 @@ impl<B: KernelOps> Qwen2<B> {
             n_new: n,
             scale,
         };
-        let selection = hook.on_layer(&ctx)?;
+        let selection = timer.time("select", || hook.on_layer(&ctx))?;
         for (b, &l) in ctx_lens.iter().enumerate() {
             dense[b] += (l * kvh) as u64;
         }
@@ -1201,38 +1239,20 @@ impl<B: KernelOps> Qwen2<B> {
         let mut mass_done = false;
         if fused && n <= MAX_NEW && selection.is_none() && hook.wants_key_mass(li, phase) {
             let all: Vec<usize> = (0..nh).collect();
-            if let Some(mass) = fallback(B::head_subset_scores(
-                q.clone(),
-                view.k.clone(),
-                ctx_lens,
-                &all,
-                scale,
-            ))? {
-                hook.on_key_mass(li, phase, &mass)?;
+            let scored = timer.time("key_mass", || {
+                fallback(B::head_subset_scores(
+                    q.clone(),
+                    view.k.clone(),
+                    ctx_lens,
+                    &all,
+                    scale,
+                ))
+            })?;
+            if let Some(mass) = scored {
+                timer.time("select", || hook.on_key_mass(li, phase, &mass))?;
                 mass_done = true;
             }
         }
-        let kernel_out = match &selection {
-            None if fused && n <= MAX_NEW && (mass_done || !hook.wants_probs(li, phase)) => {
-                fallback(B::verify_attention(
-                    q.clone(),
-                    view.k.clone(),
-                    view.v.clone(),
-                    ctx_lens,
-                    scale,
-                ))?
-            }
-            Some(sel) if fused && n <= MAX_NEW => fallback(B::sparse_verify_attention(
-                q.clone(),
-                view.k.clone(),
-                view.v.clone(),
-                ctx_lens,
-                sel.indices.clone(),
-                &sel.counts,
-                scale,
-            ))?,
-            _ => None,
-        };
         // context positions read, per sequence (the new tokens are not counted)
         match &selection {
             None => {
@@ -1246,88 +1266,107 @@ impl<B: KernelOps> Qwen2<B> {
                 }
             }
         }
-        if let Some(out) = kernel_out {
-            let out = out.swap_dims(1, 2).reshape([batch, n, nh * hd]);
-            return Ok(layer.o.forward(out));
-        }
-        let qg = q.reshape([batch, kvh, g * n, hd]);
-        let out = match selection {
-            None => {
-                // key j is visible to new token i of sequence b iff j <= ctx_lens[b] + i
-                let mut mask = Vec::with_capacity(batch * n * keys_len);
-                for &l in ctx_lens {
-                    for i in 0..n {
-                        for j in 0..keys_len {
-                            mask.push(if j <= l + i {
-                                0.0f32
-                            } else {
-                                f32::NEG_INFINITY
-                            });
+        let wants_probs = hook.wants_probs(li, phase);
+        let out = timer.time("attention", || -> Result<Tensor<B, 3>> {
+            let kernel_out = match &selection {
+                None if fused && n <= MAX_NEW && (mass_done || !wants_probs) => fallback(
+                    B::verify_attention(q.clone(), view.k.clone(), view.v.clone(), ctx_lens, scale),
+                )?,
+                Some(sel) if fused && n <= MAX_NEW => fallback(B::sparse_verify_attention(
+                    q.clone(),
+                    view.k.clone(),
+                    view.v.clone(),
+                    ctx_lens,
+                    sel.indices.clone(),
+                    &sel.counts,
+                    scale,
+                ))?,
+                _ => None,
+            };
+            if let Some(out) = kernel_out {
+                return Ok(out.swap_dims(1, 2).reshape([batch, n, nh * hd]));
+            }
+            let qg = q.reshape([batch, kvh, g * n, hd]);
+            let out = match selection {
+                None => {
+                    // key j is visible to new token i of sequence b iff j <= ctx_lens[b] + i
+                    let mut mask = Vec::with_capacity(batch * n * keys_len);
+                    for &l in ctx_lens {
+                        for i in 0..n {
+                            for j in 0..keys_len {
+                                mask.push(if j <= l + i {
+                                    0.0f32
+                                } else {
+                                    f32::NEG_INFINITY
+                                });
+                            }
                         }
                     }
+                    let mask = Tensor::<B, 5>::from_data(
+                        TensorData::new(mask, [batch, 1, 1, n, keys_len]),
+                        dev,
+                    );
+                    let scores = qg.matmul(view.k.swap_dims(2, 3)).mul_scalar(scale);
+                    let scores = scores.reshape([batch, kvh, g, n, keys_len]) + mask;
+                    let probs =
+                        activation::softmax(scores, 4).reshape([batch, kvh, g * n, keys_len]);
+                    if !mass_done && hook.wants_probs(li, phase) {
+                        hook.on_probs(li, phase, &probs.clone().reshape([batch, nh, n, keys_len]))?;
+                    }
+                    probs.matmul(view.v)
                 }
-                let mask = Tensor::<B, 5>::from_data(
-                    TensorData::new(mask, [batch, 1, 1, n, keys_len]),
-                    dev,
-                );
-                let scores = qg.matmul(view.k.swap_dims(2, 3)).mul_scalar(scale);
-                let scores = scores.reshape([batch, kvh, g, n, keys_len]) + mask;
-                let probs = activation::softmax(scores, 4).reshape([batch, kvh, g * n, keys_len]);
-                if !mass_done && hook.wants_probs(li, phase) {
-                    hook.on_probs(li, phase, &probs.clone().reshape([batch, nh, n, keys_len]))?;
-                }
-                probs.matmul(view.v)
-            }
-            Some(sel) => {
-                let LayerSelection { indices, counts } = sel;
-                let [sb, sh, kk] = indices.dims();
-                if sb != batch || sh != kvh || counts.len() != batch {
-                    return Err(QwenError::Core(dustin_core::CoreError::Shape {
-                        name: format!("selection of layer {li}"),
-                        expected: vec![batch, kvh, kk],
-                        found: vec![sb, sh, kk],
-                    }));
-                }
-                // flat row index ((b * kvh + h) * keys_len + pos) into [batch*kvh*keys_len, hd]
-                let offs: Vec<i64> = (0..batch * kvh).map(|r| (r * keys_len) as i64).collect();
-                let offs =
-                    Tensor::<B, 3, Int>::from_data(TensorData::new(offs, [batch, kvh, 1]), dev);
-                let flat = (indices + offs).reshape([batch * kvh * kk]);
-                let kf = view.k.reshape([batch * kvh * keys_len, hd]);
-                let vf = view.v.reshape([batch * kvh * keys_len, hd]);
-                let ks = kf.select(0, flat.clone()).reshape([batch, kvh, kk, hd]);
-                let vs = vf.select(0, flat).reshape([batch, kvh, kk, hd]);
-                let ks = Tensor::cat(vec![ks, k], 2);
-                let vs = Tensor::cat(vec![vs, v], 2);
-                let m = kk + n;
-                let mut mask = Vec::with_capacity(batch * n * m);
-                for &cnt in &counts {
-                    for i in 0..n {
-                        for s in 0..m {
-                            let ok = if s < kk { s < cnt } else { s - kk <= i };
-                            mask.push(if ok { 0.0f32 } else { f32::NEG_INFINITY });
+                Some(sel) => {
+                    let LayerSelection { indices, counts } = sel;
+                    let [sb, sh, kk] = indices.dims();
+                    if sb != batch || sh != kvh || counts.len() != batch {
+                        return Err(QwenError::Core(dustin_core::CoreError::Shape {
+                            name: format!("selection of layer {li}"),
+                            expected: vec![batch, kvh, kk],
+                            found: vec![sb, sh, kk],
+                        }));
+                    }
+                    // flat row index ((b * kvh + h) * keys_len + pos) into [batch*kvh*keys_len, hd]
+                    let offs: Vec<i64> = (0..batch * kvh).map(|r| (r * keys_len) as i64).collect();
+                    let offs =
+                        Tensor::<B, 3, Int>::from_data(TensorData::new(offs, [batch, kvh, 1]), dev);
+                    let flat = (indices + offs).reshape([batch * kvh * kk]);
+                    let kf = view.k.reshape([batch * kvh * keys_len, hd]);
+                    let vf = view.v.reshape([batch * kvh * keys_len, hd]);
+                    let ks = kf.select(0, flat.clone()).reshape([batch, kvh, kk, hd]);
+                    let vs = vf.select(0, flat).reshape([batch, kvh, kk, hd]);
+                    let ks = Tensor::cat(vec![ks, k], 2);
+                    let vs = Tensor::cat(vec![vs, v], 2);
+                    let m = kk + n;
+                    let mut mask = Vec::with_capacity(batch * n * m);
+                    for &cnt in &counts {
+                        for i in 0..n {
+                            for s in 0..m {
+                                let ok = if s < kk { s < cnt } else { s - kk <= i };
+                                mask.push(if ok { 0.0f32 } else { f32::NEG_INFINITY });
+                            }
                         }
                     }
+                    let mask =
+                        Tensor::<B, 5>::from_data(TensorData::new(mask, [batch, 1, 1, n, m]), dev);
+                    let scores = qg.matmul(ks.swap_dims(2, 3)).mul_scalar(scale);
+                    let scores = scores.reshape([batch, kvh, g, n, m]) + mask;
+                    let probs = activation::softmax(scores, 4).reshape([batch, kvh, g * n, m]);
+                    probs.matmul(vs)
                 }
-                let mask =
-                    Tensor::<B, 5>::from_data(TensorData::new(mask, [batch, 1, 1, n, m]), dev);
-                let scores = qg.matmul(ks.swap_dims(2, 3)).mul_scalar(scale);
-                let scores = scores.reshape([batch, kvh, g, n, m]) + mask;
-                let probs = activation::softmax(scores, 4).reshape([batch, kvh, g * n, m]);
-                probs.matmul(vs)
-            }
-        };
-        let out = out
-            .reshape([batch, nh, n, hd])
-            .swap_dims(1, 2)
-            .reshape([batch, n, nh * hd]);
-        Ok(layer.o.forward(out))
+            };
+            Ok(out
+                .reshape([batch, nh, n, hd])
+                .swap_dims(1, 2)
+                .reshape([batch, n, nh * hd]))
+        })?;
+        Ok(timer.time("o_proj", || layer.o.forward(out)))
     }
 }
 
 /// What every layer of one forward pass shares: its inputs, the cache and hook it writes to,
 /// and the context positions read so far per sequence (read and dense counts).
 struct Pass<'a, B: Backend, H: ?Sized> {
+    timer: Timer<'a, B>,
     positions: &'a Tensor<B, 1, Int>,
     ctx_lens: &'a [usize],
     n: usize,
