@@ -123,6 +123,7 @@ pub struct ProfileRow {
 /// `dustin bench-e2e`.
 pub fn run(args: E2eArgs) -> Result<(), CliError> {
     validate(&args)?;
+    check_json_path(args.json.as_deref())?;
     crate::with_backend!(args.device, |B, _dev, dev_of| run_on::<B>(
         &args,
         (0..args.tp).map(dev_of).collect()
@@ -260,6 +261,25 @@ pub fn append_json<T: serde::Serialize>(path: &std::path::Path, row: &T) -> Resu
         path: path.display().to_string(),
         source,
     })
+}
+
+/// Checks before a run that `--json PATH` can be appended to (creating it), so a bad path is
+/// reported before anything is measured rather than after the first row.
+///
+/// # Errors
+/// [`CliError::Io`] naming the path.
+pub fn check_json_path(path: Option<&std::path::Path>) -> Result<(), CliError> {
+    if let Some(path) = path {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|source| CliError::Io {
+                path: path.display().to_string(),
+                source,
+            })?;
+    }
+    Ok(())
 }
 
 /// One measured row.
@@ -460,10 +480,10 @@ fn report_profile(
     mode: &str,
     ctx: usize,
     batch: usize,
-    iterations: usize,
+    (recorded, iterations): (Vec<dustin_qwen::profile::PhaseTime>, usize),
 ) -> Result<(), CliError> {
-    let n = iterations.saturating_sub(args.warmup).max(1);
-    let phases: Vec<(String, String, f64, f64)> = dustin_qwen::profile::snapshot()
+    let n = iterations.max(1);
+    let phases: Vec<(String, String, f64, f64)> = recorded
         .into_iter()
         .filter(|p| p.stage == "decode")
         .map(|p| {
@@ -481,7 +501,7 @@ fn report_profile(
     println!("|---|---|---:|---:|---:|");
     for (model, phase, ms, calls) in &phases {
         println!(
-            "| {model} | {phase} | {ms:.2} | {:.1}% | {calls:.0} |",
+            "| {model} | {phase} | {ms:.2} | {:.1}% | {calls:.2} |",
             100.0 * ms / total.max(f64::MIN_POSITIVE)
         );
     }
@@ -509,7 +529,9 @@ fn measure<B: KernelOps>(
     dev: &B::Device,
     report: bool,
 ) -> Result<(), CliError> {
-    let (target, draft) = if args.profile {
+    // only the reporting rank records (the draft is replicated, not split: every rank's copy
+    // would add to the one table)
+    let (target, draft) = if args.profile && report {
         (
             Arc::new((*target).clone().with_profile(Some("target"))),
             Arc::new((*draft).clone().with_profile(Some("draft"))),
@@ -562,13 +584,17 @@ fn measure<B: KernelOps>(
                 };
                 // the first call for sequence 0 follows the prefill, then one per iteration:
                 // the profile starts over once the warm-up iterations are done
+                // and is read when the timed iterations are done
                 let mut seen = 0usize;
-                let warmup = args.warmup;
+                let mut window: Option<Vec<dustin_qwen::profile::PhaseTime>> = None;
+                let (warmup, iters) = (args.warmup, args.iters);
                 let mut on_tokens = |seq: usize, _: &[TokenId]| {
-                    if seq == 0 && report {
+                    if seq == 0 && report && args.profile {
                         seen += 1;
                         if seen == warmup + 1 {
                             dustin_qwen::profile::reset();
+                        } else if seen == warmup + iters + 1 {
+                            window = Some(dustin_qwen::profile::snapshot());
                         }
                     }
                 };
@@ -591,9 +617,17 @@ fn measure<B: KernelOps>(
                     dec.set_forced_acceptance(Some(tau - 1.0))?;
                     dec.generate(&prompts, &cfg, None, &mut on_tokens)?
                 };
-                if args.profile && report {
-                    report_profile(args, mode, ctx, batch, out.iterations.len())?;
-                }
+                // the generation stops within a few iterations of the timed window's end, so
+                // the window is complete; otherwise the profile covers what ran after warm-up
+                let profiled = window.take().map_or_else(
+                    || {
+                        (
+                            dustin_qwen::profile::snapshot(),
+                            out.iterations.len().saturating_sub(args.warmup),
+                        )
+                    },
+                    |w| (w, args.iters),
+                );
                 let setup_secs = out.summary.prefill_secs;
                 let w = timed_window(&out.iterations, args.warmup, args.iters, mode)?;
                 let (draft_ms, verify_ms, accept_ms, commit_ms) =
@@ -658,6 +692,9 @@ fn measure<B: KernelOps>(
                 );
                 if let Some(p) = &args.json {
                     append_json(p, &row)?;
+                }
+                if args.profile {
+                    report_profile(args, mode, ctx, batch, profiled)?;
                 }
             }
         }

@@ -104,7 +104,11 @@ pub struct Row {
     pub kv: String,
     /// Whether the next offloaded layer was staged during the current layer's compute.
     pub prefetch: bool,
-    /// Whether the offloaded weights were in page-locked host memory (`--upload pinned`).
+    /// The `--upload` setting of the row (`pageable` or `pinned`).
+    pub upload: String,
+    /// Whether the offloaded weights were in page-locked host memory: `--upload pinned` on a
+    /// backend that has it (CUDA) with something offloaded; `false` on the CPU, which runs
+    /// the `pinned` rows through pageable memory.
     pub pinned: bool,
     /// Page-locked uploads the driver refused so far in the process (each then went through
     /// pageable memory; `dustin_qwen::offload::pinned_fallbacks`).
@@ -208,6 +212,7 @@ fn validate(a: &SubspecArgs) -> Result<SubstituteConfig, CliError> {
 /// `dustin bench-subspec`.
 pub fn run(args: SubspecArgs) -> Result<(), CliError> {
     let sub = validate(&args)?;
+    crate::bench_e2e::check_json_path(args.json.as_deref())?;
     crate::with_backend!(args.device, |B, dev| run_on::<B>(&args, sub, &dev))
 }
 
@@ -295,11 +300,20 @@ fn run_on<B: KernelOps>(
             if pinned {
                 let t = Instant::now();
                 target.pin_offloaded()?;
-                eprintln!(
-                "bench-subspec: {mode}: offloaded weights moved to page-locked memory in {:.1} s",
-                t.elapsed().as_secs_f64()
-            );
+                if plan.offloaded.is_empty() {
+                    eprintln!("bench-subspec: {mode}: nothing is offloaded, nothing to pin");
+                } else if target.offloaded_pinned() {
+                    eprintln!(
+                        "bench-subspec: {mode}: offloaded weights moved to page-locked memory in {:.1} s",
+                        t.elapsed().as_secs_f64()
+                    );
+                } else {
+                    eprintln!(
+                        "bench-subspec: {mode}: this backend has no page-locked memory; the `pinned` rows copy through pageable memory (their `pinned` field says false)"
+                    );
+                }
             }
+            let pinned_now = pinned && !plan.offloaded.is_empty() && target.offloaded_pinned();
             for p in &args.prefetch {
                 let prefetch = p == "on";
                 let target = Arc::new(target.clone().with_prefetch(prefetch));
@@ -344,7 +358,8 @@ fn run_on<B: KernelOps>(
                     mode: mode.clone(),
                     kv: args.kv.clone(),
                     prefetch,
-                    pinned,
+                    upload: if pinned { "pinned" } else { "pageable" }.into(),
+                    pinned: pinned_now,
                     pinned_fallbacks: dustin_qwen::offload::pinned_fallbacks(),
                     gpu_memory: args.gpu_memory,
                     resident: plan.resident,
@@ -371,7 +386,7 @@ fn run_on<B: KernelOps>(
                 "| {} | {} | {} | {} / {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {:.1} | {:.1} | {:.3} | {:.2} |",
                 row.mode,
                 p,
-                if pinned { "pinned" } else { "pageable" },
+                if pinned_now { "pinned" } else { "pageable" },
                 row.resident,
                 row.offloaded,
                 row.planned_bytes as f64 / 1e9,
@@ -503,17 +518,13 @@ mod tests {
             "two modes x pageable, pinned x prefetch on, off"
         );
         // pageable rows first whatever the order asked, then pinned, per mode
-        let pinned: Vec<bool> = rows
-            .iter()
-            .map(|r| r["pinned"].as_bool().unwrap())
-            .collect();
-        assert_eq!(
-            pinned,
-            [false, false, true, true, false, false, true, true],
-            "{rows:?}"
-        );
+        let upload: Vec<&str> = rows.iter().map(|r| r["upload"].as_str().unwrap()).collect();
+        let (pg, pn) = ("pageable", "pinned");
+        assert_eq!(upload, [pg, pg, pn, pn, pg, pg, pn, pn], "{rows:?}");
         for r in &rows {
-            // the CPU has no page-locked memory: nothing to refuse
+            // the CPU has no page-locked memory: the pinned rows copy through pageable memory,
+            // say so, and nothing was refused
+            assert_eq!(r["pinned"].as_bool(), Some(false), "{r}");
             assert_eq!(r["pinned_fallbacks"].as_u64(), Some(0), "{r}");
             let off = r["offloaded"].as_u64().unwrap();
             assert!(off > 0 && off + r["resident"].as_u64().unwrap() == 6, "{r}");

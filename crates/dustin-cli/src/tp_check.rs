@@ -62,10 +62,12 @@ pub struct TpCheckArgs {
     /// Sequences.
     #[arg(long, default_value_t = 2)]
     pub batch: usize,
-    /// Prompt tokens per sequence.
+    /// Prompt tokens per sequence (the random model's RoPE table is extended past the
+    /// config's `max_position_embeddings` when needed). `--batch x (--ctx + --steps)` is at
+    /// most 2^24.
     #[arg(long, default_value_t = 64)]
     pub ctx: usize,
-    /// Decode steps after the prefill.
+    /// Decode steps after the prefill (at most 10000).
     #[arg(long, default_value_t = 8)]
     pub steps: usize,
     /// Compute dtype (bf16 needs `--device cuda`).
@@ -105,6 +107,11 @@ pub struct TpCheckReport {
     pub bound: f32,
 }
 
+/// Most tokens (`batch x (ctx + steps)`) a check runs: the other benchmarks' 2^24.
+const MAX_TOKENS: usize = 1 << 24;
+/// Most decode steps (each keeps a `[batch, vocab]` row of logits per model on the host).
+const MAX_STEPS: usize = 10_000;
+
 /// `dustin tp-check`.
 pub fn run(a: TpCheckArgs) -> Result<(), CliError> {
     if a.tp == 0 || a.batch == 0 || a.ctx == 0 {
@@ -117,6 +124,20 @@ pub fn run(a: TpCheckArgs) -> Result<(), CliError> {
         return Err(CliError::Usage(
             "--target-layers 0: expected at least one layer".into(),
         ));
+    }
+    // the same limits as the other benchmarks: the whole model's logits of every step are
+    // kept on the host
+    if a.batch.saturating_mul(a.ctx.saturating_add(a.steps)) > MAX_TOKENS {
+        return Err(CliError::Usage(format!(
+            "--batch {} x (--ctx {} + --steps {}): at most {MAX_TOKENS} tokens in all",
+            a.batch, a.ctx, a.steps
+        )));
+    }
+    if a.steps > MAX_STEPS {
+        return Err(CliError::Usage(format!(
+            "--steps {}: at most {MAX_STEPS}",
+            a.steps
+        )));
     }
     let report = match (a.device, a.dtype) {
         (DeviceKind::Cpu, CheckDtype::F32) => {
@@ -234,6 +255,12 @@ fn check<B: KernelOps>(
         )));
     }
     cfg.num_hidden_layers = layers;
+    // a split that cannot work is refused before the whole model is drawn and traced
+    dustin_qwen::tp::check_divisible("num_attention_heads", cfg.num_attention_heads, a.tp)?;
+    dustin_qwen::tp::check_divisible("num_key_value_heads", cfg.kv_heads(), a.tp)?;
+    dustin_qwen::tp::check_divisible("intermediate_size", cfg.intermediate_size, a.tp)?;
+    // random weights: the RoPE table is extended to the positions the check runs, whatever
+    // the config's max_position_embeddings says
     let positions = a.ctx + a.steps + 2;
     cfg.max_position_embeddings = cfg.max_position_embeddings.max(positions);
     let devices: Vec<B::Device> = (0..a.tp).map(dev_of).collect();

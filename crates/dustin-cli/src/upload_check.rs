@@ -21,7 +21,7 @@ use crate::CliError;
 /// Arguments of `dustin upload-check`.
 #[derive(Debug, Args)]
 pub struct UploadCheckArgs {
-    /// Matrices `ROWSxCOLS`, comma-separated. Default: an odd 3x5, Qwen2.5-7B's gate/up
+    /// Matrices `ROWSxCOLS` (at most 2^32 elements each), comma-separated. Default: an odd 3x5, Qwen2.5-7B's gate/up
     /// [3584, 18944] and Qwen2.5-72B's [8192, 29568] (the published configs).
     #[arg(
         long,
@@ -71,7 +71,7 @@ fn kernel(e: dustin_kernels::KernelError) -> CliError {
 fn parse_size(s: &str) -> Result<[usize; 2], CliError> {
     let bad = || {
         CliError::Usage(format!(
-            "--sizes {s}: expected ROWSxCOLS with both at least 1, e.g. 3584x18944"
+            "--sizes {s}: expected ROWSxCOLS with both at least 1 and at most 2^32 elements, e.g. 3584x18944"
         ))
     };
     let (r, c) = s.split_once('x').ok_or_else(bad)?;
@@ -95,9 +95,10 @@ pub fn run(a: UploadCheckArgs) -> Result<(), CliError> {
     if a.reps == 0 {
         return Err(CliError::Usage("--reps 0: expected at least 1".into()));
     }
-    let rows = crate::with_backend!(a.device, |B, dev| run_on::<B>(&sizes, a.reps, &dev))?;
+    crate::bench_e2e::check_json_path(a.json.as_deref())?;
+    // each matrix is printed and written as soon as it is measured
     let mut wrong = 0;
-    for r in &rows {
+    let mut emit = |r: &UploadRow| -> Result<(), CliError> {
         println!(
             "upload {}x{} ({:.1} MB): pageable {:.2} ms ({:.2} GB/s, equal: {}), page-locked {} (equal: {})",
             r.rows,
@@ -116,7 +117,11 @@ pub fn run(a: UploadCheckArgs) -> Result<(), CliError> {
             crate::bench_e2e::append_json(p, r)?;
         }
         wrong += usize::from(!r.pageable_equal) + usize::from(!r.pinned_equal);
-    }
+        Ok(())
+    };
+    crate::with_backend!(a.device, |B, dev| run_on::<B>(
+        &sizes, a.reps, &dev, &mut emit
+    ))?;
     if wrong > 0 {
         return Err(CliError::Usage(format!(
             "upload-check failed: {wrong} copies differ from their source"
@@ -143,8 +148,16 @@ fn run_on<B: KernelOps>(
     sizes: &[[usize; 2]],
     reps: usize,
     dev: &B::Device,
-) -> Result<Vec<UploadRow>, CliError> {
-    let mut out = Vec::with_capacity(sizes.len());
+    emit: &mut dyn FnMut(&UploadRow) -> Result<(), CliError>,
+) -> Result<(), CliError> {
+    // a backend without page-locked memory is named before any matrix is drawn
+    let probe = burn_tensor::TensorData::new(vec![0f32], [1, 1])
+        .convert_dtype(<B::FloatElem as burn_tensor::Element>::dtype());
+    if B::pin_host(&probe, dev).map_err(kernel)?.is_none() {
+        return Err(CliError::Usage(
+            "this backend has no page-locked memory (the CPU); run with --device cuda".into(),
+        ));
+    }
     for &[rows, cols] in sizes {
         let src =
             Tensor::<B, 2>::random([rows, cols], Distribution::Normal(0.0, 1.0), dev).into_data();
@@ -172,7 +185,7 @@ fn run_on<B: KernelOps>(
             None
         };
         let gb = want.len() as f64 / 1e9;
-        out.push(UploadRow {
+        emit(&UploadRow {
             rows,
             cols,
             bytes: want.len(),
@@ -182,9 +195,9 @@ fn run_on<B: KernelOps>(
             pinned_ms: fast.map(|s| s * 1e3),
             pageable_gb_per_sec: gb / pageable,
             pinned_gb_per_sec: fast.map(|s| gb / s),
-        });
+        })?;
     }
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -203,9 +216,20 @@ mod tests {
 
     #[test]
     fn the_cpu_says_it_has_no_page_locked_memory() {
-        let e = run_on::<burn_flex::Flex>(&[[3, 5]], 1, &burn_flex::FlexDevice)
-            .unwrap_err()
-            .to_string();
+        // named before anything is drawn: a matrix too large to draw gives the same error
+        let mut rows = 0;
+        let e = run_on::<burn_flex::Flex>(
+            &[[1 << 16, 1 << 16]],
+            1,
+            &burn_flex::FlexDevice,
+            &mut |_| {
+                rows += 1;
+                Ok(())
+            },
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("no page-locked memory"), "{e}");
+        assert_eq!(rows, 0);
     }
 }

@@ -215,6 +215,28 @@ fn tp_check_matches_the_whole_model_and_names_bad_splits() {
         err.contains("num_attention_heads") && err.contains("2 ranks"),
         "{err}"
     );
+    // ... and is refused before the whole model is drawn and traced
+    assert!(!err.contains("traced"), "{err}");
+    // sizes that cannot run are named up front (an overflowing sum, too many steps)
+    for (args, want) in [
+        (
+            ["--ctx", "18446744073709551615", "--steps", "8"],
+            "at most 16777216 tokens in all",
+        ),
+        (
+            ["--ctx", "16", "--steps", "20000"],
+            "--steps 20000: at most 10000",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_dustin"))
+            .args(["tp-check", "--target", &f])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
 }
 
 /// `--profile` adds one line per mode with the decode-phase times of the target (and the
@@ -247,8 +269,8 @@ fn profile_lines_cover_every_layer_phase_after_the_warmup() {
     let layers = 2.0; // the llama fixture
     for p in &profiles {
         let mode = p["profile"].as_str().unwrap();
-        let iters = p["iterations"].as_f64().unwrap();
-        assert!(iters >= 3.0, "{p}");
+        // exactly the timed window
+        assert_eq!(p["iterations"].as_u64(), Some(3), "{p}");
         let phases = p["phases"].as_array().unwrap();
         let calls = |model: &str, phase: &str| {
             phases
@@ -270,4 +292,68 @@ fn profile_lines_cover_every_layer_phase_after_the_warmup() {
         }
         assert!(phases.iter().all(|x| x[2].as_f64().unwrap() >= 0.0));
     }
+}
+
+/// Under tensor parallelism only rank 0 records: the replicated draft's phases count its
+/// gamma steps once, not once per rank.
+#[test]
+fn profile_under_tensor_parallelism_counts_one_rank() {
+    let lines = bench_rows(
+        "profile-tp",
+        &[
+            "--ctx",
+            "180",
+            "--batch",
+            "2",
+            "--modes",
+            "dustin",
+            "--warmup",
+            "1",
+            "--iters",
+            "2",
+            "--tail",
+            "40",
+            "--budget",
+            "90",
+            "--tp",
+            "2",
+            "--profile",
+        ],
+    );
+    let p = lines.iter().find(|l| l.get("profile").is_some()).unwrap();
+    let phases = p["phases"].as_array().unwrap();
+    let calls = |model: &str, phase: &str| {
+        phases
+            .iter()
+            .find(|x| x[0] == model && x[1] == phase)
+            .map_or(0.0, |x| x[3].as_f64().unwrap())
+    };
+    assert_eq!(calls("draft", "embed"), 4.0, "{p}");
+    assert_eq!(calls("target", "embed"), 1.0, "{p}");
+    // two all-reduces per layer (after o and after the MLP), two layers
+    assert_eq!(calls("target", "all_reduce"), 4.0, "{p}");
+}
+
+/// A `--json` path that cannot be written is named before anything is measured, so no
+/// measured row is printed and then lost.
+#[test]
+fn an_unwritable_json_path_is_named_before_the_run() {
+    let f = fixture();
+    let dir = std::env::temp_dir();
+    let out = Command::new(env!("CARGO_BIN_EXE_dustin"))
+        .args(["bench-e2e", "--target", &f, "--draft", &f])
+        .args([
+            "--ctx", "180", "--batch", "1", "--modes", "ar", "--tail", "40",
+        ])
+        .arg("--json")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(&dir.display().to_string()), "{err}");
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("| ar |"),
+        "a row was measured first"
+    );
 }

@@ -505,28 +505,33 @@ fn driver(what: &str, e: impl std::fmt::Debug) -> KernelError {
 /// page-locked blocks are shared with it.
 pub(crate) fn make_current(index: usize) -> Result<()> {
     use cudarc::driver::result::{ctx, device, init, primary_ctx};
-    use std::cell::RefCell;
     use std::collections::HashMap;
-    thread_local! {
-        /// Primary contexts retained by this thread, by device ordinal (pointers as usize).
-        static RETAINED: RefCell<HashMap<usize, usize>> = RefCell::new(HashMap::new());
-    }
-    let known = RETAINED.with(|r| r.borrow().get(&index).copied());
-    let c = match known {
-        Some(c) => c as cudarc::driver::sys::CUcontext,
-        None => {
-            init().map_err(|e| driver("cuInit", e))?;
-            let ordinal = i32::try_from(index).map_err(|e| driver("device ordinal", e))?;
-            let dev = device::get(ordinal).map_err(|e| driver("cuDeviceGet", e))?;
-            // SAFETY: `dev` is a valid device handle from `cuDeviceGet`.
-            let c = unsafe { primary_ctx::retain(dev) }
-                .map_err(|e| driver("cuDevicePrimaryCtxRetain", e))?;
-            RETAINED.with(|r| r.borrow_mut().insert(index, c as usize));
-            c
+    use std::sync::{Mutex, OnceLock};
+    /// Primary contexts retained by this process, by device ordinal (pointers as usize):
+    /// retained once each, never released while the process runs.
+    static RETAINED: OnceLock<Mutex<HashMap<usize, usize>>> = OnceLock::new();
+    let c = {
+        let mut map = RETAINED
+            .get_or_init(|| Mutex::new(HashMap::new()))
+            .lock()
+            .map_err(|_| driver("context table", "poisoned"))?;
+        match map.get(&index) {
+            Some(&c) => c,
+            None => {
+                init().map_err(|e| driver("cuInit", e))?;
+                let ordinal = i32::try_from(index).map_err(|e| driver("device ordinal", e))?;
+                let dev = device::get(ordinal).map_err(|e| driver("cuDeviceGet", e))?;
+                // SAFETY: `dev` is a valid device handle from `cuDeviceGet`.
+                let c = unsafe { primary_ctx::retain(dev) }
+                    .map_err(|e| driver("cuDevicePrimaryCtxRetain", e))?;
+                map.insert(index, c as usize);
+                c as usize
+            }
         }
     };
-    // SAFETY: `c` is a primary context retained above (never released while the process runs).
-    unsafe { ctx::set_current(c) }.map_err(|e| driver("cuCtxSetCurrent", e))
+    // SAFETY: `c` is a primary context retained above and never released.
+    unsafe { ctx::set_current(c as cudarc::driver::sys::CUcontext) }
+        .map_err(|e| driver("cuCtxSetCurrent", e))
 }
 
 impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, BT> {
