@@ -835,8 +835,10 @@ impl<B: Backend> Qwen2<B> {
         // Device path: the piece is first copied into a fresh tensor of its own on the source
         // device (`+ 0`, exact), sent, and the destination synchronised before the next piece.
         // cubecl 0.10's peer copy (`Tensor::to_device`, NCCL send/recv) of a slice view gave
-        // wrong weights on two H200s (docs/perf.md, "Tensor parallelism"); an unsynchronised
-        // copy lets the next piece's kernels reuse a buffer the send still reads.
+        // wrong weights on two H200s (docs/perf.md, "Tensor parallelism"): either the view
+        // itself, or the temporary that made it contiguous being reused by the next piece's
+        // kernels while the send still read it (not told apart; this path avoids both, and
+        // `own` lives until the destination has synchronised).
         let sync = |what: &str| {
             B::sync(&dev).map_err(|e| {
                 QwenError::Parallel(format!(
