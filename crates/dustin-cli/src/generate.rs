@@ -87,6 +87,12 @@ pub struct GenerateArgs {
     /// Target layers kept in host memory, e.g. `14-27` or `20,21` (0-based).
     #[arg(long)]
     pub offload: Option<String>,
+    /// Keep the offloaded layers' weights in page-locked host memory, so each forward pass
+    /// copies them by one DMA transfer instead of through Burn's pageable path
+    /// (`Qwen2::pin_offloaded`; CUDA only, no effect on the CPU). Off by default until it has
+    /// been checked on the GPU (`dustin upload-check --device cuda`).
+    #[arg(long)]
+    pub pinned_offload: bool,
     /// Write every sequence's text, tokens and finish reason (eos, stop_string, length,
     /// cancelled) to this JSON file, also when generation is cancelled with Ctrl-C.
     #[arg(long)]
@@ -604,7 +610,16 @@ fn run_on<B: KernelOps>(
     }
     check_kv_memory::<B>(&cfgs, ids.len(), positions, dev)?;
     let offloaded = offload_plan::<B>(args, &cfgs, ids.len(), positions, draft_files.as_ref())?;
-    let model = Arc::new(files.build_offloaded::<B>(positions, dev, &offloaded)?);
+    let mut model = files.build_offloaded::<B>(positions, dev, &offloaded)?;
+    if args.pinned_offload && !offloaded.is_empty() {
+        model.pin_offloaded()?;
+        if !model.offloaded_pinned() {
+            eprintln!(
+                "note: --pinned-offload: this backend has no page-locked memory; the offloaded layers copy through pageable memory"
+            );
+        }
+    }
+    let model = Arc::new(model);
     let sampling = SamplingConfig {
         temperature: args.temperature,
         top_p: args.top_p,
