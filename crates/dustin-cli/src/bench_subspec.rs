@@ -200,6 +200,19 @@ fn validate(a: &SubspecArgs) -> Result<SubstituteConfig, CliError> {
     if let Some(u) = a.upload.iter().find(|u| *u != "pageable" && *u != "pinned") {
         return bad(format!("--upload {u}: expected pageable or pinned"));
     }
+    for (flag, list) in [
+        ("--modes", &a.modes),
+        ("--prefetch", &a.prefetch),
+        ("--upload", &a.upload),
+    ] {
+        if let Some((_, v)) = list
+            .iter()
+            .enumerate()
+            .find(|(i, v)| list[..*i].contains(v))
+        {
+            return bad(format!("{flag} {}: {v} is listed twice", list.join(",")));
+        }
+    }
     let cfg = SubstituteConfig {
         bits: a.bits,
         group: a.group,
@@ -245,9 +258,19 @@ fn run_on<B: KernelOps>(
                 .collect()
         })
         .collect();
-    // every plan is checked before anything is built or printed
-    for mode in &args.modes {
-        plan_for(args, &tcfg, mode, sub, bytes, positions)?;
+    // every plan is checked before anything is built or printed, and every mode's problem
+    // is named at once (each mode needs its own minimum)
+    let problems: Vec<String> = args
+        .modes
+        .iter()
+        .filter_map(|mode| {
+            plan_for(args, &tcfg, mode, sub, bytes, positions)
+                .err()
+                .map(|e| e.to_string())
+        })
+        .collect();
+    if !problems.is_empty() {
+        return Err(CliError::Usage(problems.join("; ")));
     }
     println!(
         "| mode | prefetch | upload | resident / offloaded | planned GB | device weights GB | streamed GB | tau | draft ms | verify ms | iter ms | tokens/s | stream GB/s |"
@@ -545,6 +568,17 @@ mod tests {
                 .unwrap()
         };
         assert!(off("subspec") > off("ar"));
+        // a budget too small for either mode names both minimums at once
+        let mut small = args(&["--ctx", "8", "--modes", "ar,subspec"]);
+        small.target = a.target.clone();
+        small.gpu_memory = 100_000;
+        let e = run_on::<burn_flex::Flex>(&small, sub, &burn_flex::FlexDevice)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--gpu-memory (ar)") && e.contains("--gpu-memory (subspec)"),
+            "{e}"
+        );
         // a prompt that leaves no room for the run before max_position_embeddings (512)
         a.ctx = 500;
         let e = run_on::<burn_flex::Flex>(&a, sub, &burn_flex::FlexDevice)
@@ -559,7 +593,7 @@ mod tests {
 
     #[test]
     fn bad_settings_are_named() {
-        let cases: [(&[&str], &str); 9] = [
+        let cases: [(&[&str], &str); 11] = [
             (&["--kv", "shared"], "--kv shared: expected own or target"),
             (
                 &["--warmup", "20000"],
@@ -587,6 +621,11 @@ mod tests {
                 &["--upload", "pinned,mapped"],
                 "--upload mapped: expected pageable or pinned",
             ),
+            (
+                &["--prefetch", "off,off"],
+                "--prefetch off,off: off is listed twice",
+            ),
+            (&["--modes", "ar,subspec,ar"], "ar is listed twice"),
         ];
         for (extra, want) in cases {
             let e = validate(&args(extra)).unwrap_err().to_string();
