@@ -249,14 +249,7 @@ fn random_prefix<B: KernelOps>(
 pub fn append_json<T: serde::Serialize>(path: &std::path::Path, row: &T) -> Result<(), CliError> {
     use std::io::Write;
     let line = serde_json::to_string(row).map_err(|e| CliError::Usage(format!("json: {e}")))?;
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(|source| CliError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
+    let mut f = open_append(path)?;
     writeln!(f, "{line}").map_err(|source| CliError::Io {
         path: path.display().to_string(),
         source,
@@ -269,17 +262,18 @@ pub fn append_json<T: serde::Serialize>(path: &std::path::Path, row: &T) -> Resu
 /// # Errors
 /// [`CliError::Io`] naming the path.
 pub fn check_json_path(path: Option<&std::path::Path>) -> Result<(), CliError> {
-    if let Some(path) = path {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(|source| CliError::Io {
-                path: path.display().to_string(),
-                source,
-            })?;
-    }
-    Ok(())
+    path.map_or(Ok(()), |p| open_append(p).map(drop))
+}
+
+fn open_append(path: &std::path::Path) -> Result<std::fs::File, CliError> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|source| CliError::Io {
+            path: path.display().to_string(),
+            source,
+        })
 }
 
 /// One measured row.

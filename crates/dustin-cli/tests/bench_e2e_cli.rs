@@ -239,6 +239,16 @@ fn tp_check_matches_the_whole_model_and_names_bad_splits() {
     }
 }
 
+/// Calls per iteration of `model`'s `phase` in a `--profile` line (0 when it never ran).
+fn phase_calls(profile: &serde_json::Value, model: &str, phase: &str) -> f64 {
+    profile["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x[0] == model && x[1] == phase)
+        .map_or(0.0, |x| x[3].as_f64().unwrap())
+}
+
 /// `--profile` adds one line per mode with the decode-phase times of the target (and the
 /// draft, for speculative modes) over the iterations after the warm-up; the rows stay.
 #[test]
@@ -271,13 +281,8 @@ fn profile_lines_cover_every_layer_phase_after_the_warmup() {
         let mode = p["profile"].as_str().unwrap();
         // exactly the timed window
         assert_eq!(p["iterations"].as_u64(), Some(3), "{p}");
+        let calls = |model: &str, phase: &str| phase_calls(p, model, phase);
         let phases = p["phases"].as_array().unwrap();
-        let calls = |model: &str, phase: &str| {
-            phases
-                .iter()
-                .find(|x| x[0] == model && x[1] == phase)
-                .map_or(0.0, |x| x[3].as_f64().unwrap())
-        };
         // one target pass per iteration (a verification or an autoregressive step)
         for phase in ["qkv", "select", "attention", "mlp"] {
             assert_eq!(calls("target", phase), layers, "{mode} {phase}: {p}");
@@ -321,13 +326,7 @@ fn profile_under_tensor_parallelism_counts_one_rank() {
         ],
     );
     let p = lines.iter().find(|l| l.get("profile").is_some()).unwrap();
-    let phases = p["phases"].as_array().unwrap();
-    let calls = |model: &str, phase: &str| {
-        phases
-            .iter()
-            .find(|x| x[0] == model && x[1] == phase)
-            .map_or(0.0, |x| x[3].as_f64().unwrap())
-    };
+    let calls = |model: &str, phase: &str| phase_calls(p, model, phase);
     assert_eq!(calls("draft", "embed"), 4.0, "{p}");
     assert_eq!(calls("target", "embed"), 1.0, "{p}");
     // two all-reduces per layer (after o and after the MLP), two layers

@@ -445,6 +445,38 @@ impl<B: Backend> Loader<'_, B> {
     }
 }
 
+/// How [`Qwen2::shard_with`] copies one piece to a rank's device: through host memory, not at
+/// all (the rank's device is the model's), or device to device from a buffer of its own with
+/// the destination synchronised before the next piece (see the comment there).
+struct PieceCopy<'a, B: Backend> {
+    from: &'a B::Device,
+    to: &'a B::Device,
+    via_host: bool,
+    rank: usize,
+    what: &'static str,
+}
+
+impl<B: Backend> PieceCopy<'_, B> {
+    fn run<const D: usize>(&self, t: &Tensor<B, D>) -> Result<Tensor<B, D>> {
+        if self.via_host {
+            return Ok(Tensor::from_data(t.to_data(), self.to));
+        }
+        if self.from == self.to {
+            return Ok(t.clone());
+        }
+        let own = t.clone().add_scalar(0.0);
+        let out = own.clone().to_device(self.to);
+        B::sync(self.to).map_err(|e| {
+            QwenError::Parallel(format!(
+                "device copy of {} to rank {}: {e:?}",
+                self.what, self.rank
+            ))
+        })?;
+        drop(own);
+        Ok(out)
+    }
+}
+
 fn transpose(data: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     let mut out = vec![0.0f32; data.len()];
     for r in 0..rows {
@@ -839,38 +871,15 @@ impl<B: Backend> Qwen2<B> {
         // itself, or the temporary that made it contiguous being reused by the next piece's
         // kernels while the send still read it (not told apart; this path avoids both, and
         // `own` lives until the destination has synchronised).
-        let sync = |what: &str| {
-            B::sync(&dev).map_err(|e| {
-                QwenError::Parallel(format!(
-                    "device copy of {what} to rank {}: {e:?}",
-                    rank.rank
-                ))
-            })
+        let copy = |what: &'static str| PieceCopy {
+            from: &self.device,
+            to: &dev,
+            via_host,
+            rank: rank.rank,
+            what,
         };
-        let move_to = |t: &Tensor<B, 2>| -> Result<Tensor<B, 2>> {
-            if via_host {
-                return Ok(Tensor::from_data(t.to_data(), &dev));
-            }
-            if self.device == dev {
-                return Ok(t.clone());
-            }
-            let own = t.clone().add_scalar(0.0);
-            let out = own.clone().to_device(&dev);
-            sync("a weight")?;
-            Ok(out)
-        };
-        let move1 = |t: &Tensor<B, 1>| -> Result<Tensor<B, 1>> {
-            if via_host {
-                return Ok(Tensor::from_data(t.to_data(), &dev));
-            }
-            if self.device == dev {
-                return Ok(t.clone());
-            }
-            let own = t.clone().add_scalar(0.0);
-            let out = own.clone().to_device(&dev);
-            sync("a norm or bias")?;
-            Ok(out)
-        };
+        let move_to = |t: &Tensor<B, 2>| copy("a weight").run(t);
+        let move1 = |t: &Tensor<B, 1>| copy("a norm or bias").run(t);
         let norm = |n: &RmsNorm<B>| -> Result<RmsNorm<B>> {
             Ok(RmsNorm {
                 weight: move1(&n.weight)?,
