@@ -100,9 +100,24 @@ pub struct E2eArgs {
     /// without it). Printed per mode, and one JSON line per mode (`"profile"`) with `--json`.
     #[arg(long)]
     pub profile: bool,
+    /// How RMSNorm, the SwiGLU product and RoPE run in target and draft: `fused` (one kernel
+    /// each where the backend has them, `Qwen2::with_fused_elementwise`) or `plain` (Burn
+    /// ops: 7, 10 and 7 kernels on CUDA). The same values up to rounding; the rows say which.
+    #[arg(long, value_enum, default_value_t = Elementwise::Fused)]
+    pub elementwise: Elementwise,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
+}
+
+/// `--elementwise`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Elementwise {
+    /// The backend's fused kernels where it has them.
+    Fused,
+    /// Burn ops.
+    Plain,
 }
 
 /// Phase times of one mode's profiled run (`--profile`), decode steps only, per iteration.
@@ -325,6 +340,8 @@ pub struct Row {
     /// Wall seconds of the engine's prefill: the real tail of every sequence through target
     /// and draft (the random prefixes are made before and not counted).
     pub setup_secs: f64,
+    /// `--elementwise`.
+    pub elementwise: Elementwise,
 }
 
 /// Means over the timed iterations of a run (after `warmup`, at most `iters`).
@@ -533,6 +550,13 @@ fn measure<B: KernelOps>(
     } else {
         (target, draft)
     };
+    let (target, draft) = match args.elementwise {
+        Elementwise::Fused => (target, draft),
+        Elementwise::Plain => (
+            Arc::new((*target).clone().with_fused_elementwise(Some(false))),
+            Arc::new((*draft).clone().with_fused_elementwise(Some(false))),
+        ),
+    };
     let world = target.tp().map_or(1, |(_, w)| w) as f64;
     let vocab = tcfg.vocab_size.min(dcfg.vocab_size);
     // per rank: 1/world of the target's layers and KV (the replicated LM head is counted
@@ -664,6 +688,7 @@ fn measure<B: KernelOps>(
                     floor_ms,
                     over_floor: iter_ms / floor_ms,
                     setup_secs,
+                    elementwise: args.elementwise,
                 };
                 if !report {
                     continue;

@@ -79,7 +79,9 @@ pub struct SubspecArgs {
     /// `pageable` copies each through Burn's `Tensor::from_data`, `pinned` moves them to
     /// page-locked memory once after the build and copies each by one DMA transfer
     /// (`Qwen2::pin_offloaded`). Pageable rows run first; on the CPU both are the same path.
-    #[arg(long, value_delimiter = ',', default_value = "pageable")]
+    /// Default `pinned`: 50-52 GB/s against 0.4 GB/s on the H200 machine (`dustin
+    /// upload-check`, docs/perf.md).
+    #[arg(long, value_delimiter = ',', default_value = "pinned")]
     pub upload: Vec<String>,
     /// Iterations run first and not timed.
     #[arg(long, default_value_t = 1)]

@@ -87,16 +87,27 @@ pub struct GenerateArgs {
     /// Target layers kept in host memory, e.g. `14-27` or `20,21` (0-based).
     #[arg(long)]
     pub offload: Option<String>,
-    /// Keep the offloaded layers' weights in page-locked host memory, so each forward pass
-    /// copies them by one DMA transfer instead of through Burn's pageable path
-    /// (`Qwen2::pin_offloaded`; CUDA only, no effect on the CPU). Off by default until it has
-    /// been checked on the GPU (`dustin upload-check --device cuda`).
-    #[arg(long)]
-    pub pinned_offload: bool,
+    /// Host memory of the offloaded layers' weights: `pinned` (page-locked, the default:
+    /// each forward pass copies a matrix by one DMA transfer, 50-52 GB/s on the H200 machine)
+    /// or `pageable` (Burn's `Tensor::from_data`, 0.4 GB/s there; `dustin upload-check
+    /// --device cuda`, docs/perf.md). The CPU has no page-locked memory: both are the same
+    /// there, and asking for `pinned` explicitly says so.
+    #[arg(long, value_enum)]
+    pub offload_memory: Option<OffloadMemory>,
     /// Write every sequence's text, tokens and finish reason (eos, stop_string, length,
     /// cancelled) to this JSON file, also when generation is cancelled with Ctrl-C.
     #[arg(long)]
     pub output: Option<PathBuf>,
+}
+
+/// Where offloaded target weights live in host memory (`--offload-memory`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OffloadMemory {
+    /// Page-locked (`cuMemHostAlloc`), copied by one DMA transfer per matrix
+    /// (`Qwen2::pin_offloaded`).
+    Pinned,
+    /// Ordinary host memory, copied through Burn's `Tensor::from_data`.
+    Pageable,
 }
 
 /// Parses a byte count: a number with an optional `K`, `M`, `G` or `T` suffix (powers of
@@ -611,11 +622,11 @@ fn run_on<B: KernelOps>(
     check_kv_memory::<B>(&cfgs, ids.len(), positions, dev)?;
     let offloaded = offload_plan::<B>(args, &cfgs, ids.len(), positions, draft_files.as_ref())?;
     let mut model = files.build_offloaded::<B>(positions, dev, &offloaded)?;
-    if args.pinned_offload && !offloaded.is_empty() {
+    if args.offload_memory != Some(OffloadMemory::Pageable) && !offloaded.is_empty() {
         model.pin_offloaded()?;
-        if !model.offloaded_pinned() {
+        if !model.offloaded_pinned() && args.offload_memory == Some(OffloadMemory::Pinned) {
             eprintln!(
-                "note: --pinned-offload: this backend has no page-locked memory; the offloaded layers copy through pageable memory"
+                "note: --offload-memory pinned: this backend has no page-locked memory; the offloaded layers copy through pageable memory"
             );
         }
     }

@@ -15,6 +15,7 @@ mod demo;
 mod eval;
 mod fetch;
 mod generate;
+mod kernel_check;
 mod ppl;
 mod tp_check;
 mod upload_check;
@@ -51,6 +52,10 @@ enum Command {
     /// Host-to-device copies of weight matrices: Burn's pageable path against page-locked
     /// memory (bit-for-bit check and GB/s; CUDA; issue 10).
     UploadCheck(upload_check::UploadCheckArgs),
+    /// The element-wise kernels (RMSNorm, SwiGLU product, RoPE, packed dequantization)
+    /// against float64 references
+    /// on random inputs (`--device cuda`: the fused CUDA kernels, outputs poisoned first).
+    KernelCheck(kernel_check::KernelCheckArgs),
     /// Evaluations per selector and budget against dense verification: `eval fidelity`,
     /// `eval pg19` (perplexity) and `eval longbench` (LongBench scores).
     Eval(eval::EvalArgs),
@@ -69,6 +74,7 @@ fn main() -> ExitCode {
         Command::Ppl(a) => ppl::run(a),
         Command::TpCheck(a) => tp_check::run(a),
         Command::UploadCheck(a) => upload_check::run(a),
+        Command::KernelCheck(a) => kernel_check::run(a),
         Command::Eval(a) => eval::run(a),
         Command::FetchModel(a) => fetch::run(a).map(|p| println!("{}", p.display())),
     };

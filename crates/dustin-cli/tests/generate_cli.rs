@@ -190,9 +190,18 @@ fn substitute_draft_matches_autoregressive() {
     let (out, _) = run(&["--offload", "0-1"]);
     assert_eq!(out, reference, "offloaded autoregressive");
     // page-locked offload on the CPU: nothing to lock, said so, the same output
-    let (out, err) = run(&["--offload", "0-1", "--pinned-offload"]);
-    assert_eq!(out, reference, "offloaded autoregressive, --pinned-offload");
+    let (out, err) = run(&["--offload", "0-1", "--offload-memory", "pinned"]);
+    assert_eq!(
+        out, reference,
+        "offloaded autoregressive, --offload-memory pinned"
+    );
     assert!(err.contains("no page-locked memory"), "{err}");
+    let (out, err) = run(&["--offload", "0-1", "--offload-memory", "pageable"]);
+    assert_eq!(
+        out, reference,
+        "offloaded autoregressive, --offload-memory pageable"
+    );
+    assert!(!err.contains("page-locked"), "{err}");
     // the draft on the target's KV cache (SubSpec alignment)
     for sel in ["dense", "dustin"] {
         let (out, err) = run(&["--draft", "substitute:kv=target", "--selector", sel]);

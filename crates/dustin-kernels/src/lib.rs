@@ -37,6 +37,7 @@
 //! accumulate); a combine kernel merges the per-block `(max, sum, acc)`. See `docs/decisions.md`.
 #![warn(missing_docs)]
 
+pub mod check;
 pub mod error;
 pub mod pinned;
 pub mod plain;
@@ -224,6 +225,65 @@ pub trait KernelOps: Backend {
         keep: Keep,
     ) -> Result<Positions<Self>> {
         plain::top_k_positions(scores, ctx_lens, keep)
+    }
+
+    /// RMSNorm (Zhang & Sennrich 2019) over the last dimension of `x` `[batch, n, hidden]`,
+    /// `weight` `[hidden]`: `x / sqrt(mean(x^2) + eps) * weight`, in `x`'s dtype. Fused
+    /// kernels follow HF `Qwen2RMSNorm`: the mean and the scaling in f32, the normalised value
+    /// rounded to the dtype before the multiply by `weight`.
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] when `weight` is not `[hidden]`.
+    fn rms_norm(x: Tensor<Self, 3>, weight: Tensor<Self, 1>, eps: f64) -> Result<Tensor<Self, 3>> {
+        plain::rms_norm(x, weight, eps)
+    }
+
+    /// The SwiGLU product of the MLP, `silu(gate) * up`, both `[batch, n, intermediate]`
+    /// (`silu(x) = x / (1 + exp(-x))`, Ramachandran et al. 2017; Qwen2's `hidden_act`).
+    /// Fused kernels compute `silu` in f32 and round it once to the dtype (as PyTorch's
+    /// `F.silu` on bf16 does), then multiply by `up` in the dtype.
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] when the shapes differ.
+    fn silu_mul(gate: Tensor<Self, 3>, up: Tensor<Self, 3>) -> Result<Tensor<Self, 3>> {
+        plain::silu_mul(gate, up)
+    }
+
+    /// Rotate-half RoPE (Su et al. 2021; HF `apply_rotary_pos_emb`) of `x` `[batch, heads, n,
+    /// head_dim]` (any strides) with tables `cos` `[batch, 1, n, head_dim]` holding `[cos,
+    /// cos]` and `sin` holding `[-sin, sin]` at each token's position:
+    /// `x * cos + [x2, x1] * sin`. Returns a contiguous `[batch, heads, n, head_dim]`.
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for tables of another shape; [`KernelError::InvalidInput`] for
+    /// an odd `head_dim`.
+    fn rope(
+        x: Tensor<Self, 4>,
+        cos: Tensor<Self, 4>,
+        sin: Tensor<Self, 4>,
+    ) -> Result<Tensor<Self, 4>> {
+        plain::rope(x, cos, sin)
+    }
+
+    /// Dequantizes a packed group-quantized matrix (a SubSpec substitute's layout,
+    /// `dustin_qwen::substitute::PackedWeight`): `words` `[groups, words_per_group, cols]`
+    /// hold `32 / bits` codes each, row `r` of group `g` at word `r / (32 / bits)`, bits
+    /// `(r % (32 / bits)) * bits ..`; `scale` and `min` `[groups, 1, cols]`. Returns `w[r, c] =
+    /// code * scale[g, c] + min[g, c]` `[rows, cols]` in the float dtype (the multiply and the
+    /// add each rounded to it), `g = r / group`.
+    ///
+    /// # Errors
+    /// [`KernelError::InvalidInput`] for `bits` outside 1..=8 or a `group` / `rows` the words
+    /// do not cover; [`KernelError::Shape`] for `scale` / `min` of another shape.
+    fn dequantize_packed(
+        words: Tensor<Self, 3, Int>,
+        scale: Tensor<Self, 3>,
+        min: Tensor<Self, 3>,
+        bits: u32,
+        group: usize,
+        rows: usize,
+    ) -> Result<Tensor<Self, 2>> {
+        plain::dequantize_packed(words, scale, min, bits, group, rows)
     }
 
     /// What the device allocator of the calling thread's stream holds, bytes: `(in use,
@@ -432,6 +492,96 @@ pub fn check_selection(dims: &AttnDims, idx: [usize; 3], counts: &[usize]) -> Re
 
 /// Checks a head list for [`KernelOps::head_subset_scores`].
 ///
+/// Checks a packed matrix ([`KernelOps::dequantize_packed`]) and returns `32 / bits`, the
+/// codes per word.
+///
+/// # Errors
+/// [`KernelError::InvalidInput`] naming `bits`, `group` or `rows`; [`KernelError::Shape`]
+/// naming `scale` or `min`.
+pub fn check_packed(
+    words: [usize; 3],
+    scale: [usize; 3],
+    min: [usize; 3],
+    bits: u32,
+    group: usize,
+    rows: usize,
+) -> Result<usize> {
+    if !(1..=8).contains(&bits) {
+        return Err(KernelError::invalid("bits", "1 ..= 8", bits));
+    }
+    let per = (32 / bits) as usize;
+    let [groups, wpg, cols] = words;
+    if group == 0 || wpg * per < group {
+        return Err(KernelError::invalid(
+            "group",
+            format!("1 ..= {} (codes per group the words hold)", wpg * per),
+            group,
+        ));
+    }
+    if rows > groups * group || rows + group <= groups * group {
+        return Err(KernelError::invalid(
+            "rows",
+            format!(
+                "{} ..= {} ({groups} groups of {group})",
+                (groups.max(1) - 1) * group + 1,
+                groups * group
+            ),
+            rows,
+        ));
+    }
+    check_same("scale", [groups, 1, cols], scale)?;
+    check_same("min", [groups, 1, cols], min)?;
+    Ok(per)
+}
+
+/// Checks `weight` `[hidden]` against `x` `[batch, n, hidden]` ([`KernelOps::rms_norm`]).
+///
+/// # Errors
+/// [`KernelError::Shape`] naming `weight`.
+pub fn check_rms_norm(x: [usize; 3], weight: [usize; 1]) -> Result<()> {
+    if weight[0] != x[2] {
+        return Err(KernelError::Shape {
+            name: "weight",
+            expected: vec![x[2]],
+            found: weight.to_vec(),
+        });
+    }
+    Ok(())
+}
+
+/// Checks that `found` has the shape `expected` ([`KernelOps::silu_mul`]).
+///
+/// # Errors
+/// [`KernelError::Shape`] naming the argument.
+pub fn check_same<const D: usize>(
+    name: &'static str,
+    expected: [usize; D],
+    found: [usize; D],
+) -> Result<()> {
+    if expected != found {
+        return Err(KernelError::Shape {
+            name,
+            expected: expected.to_vec(),
+            found: found.to_vec(),
+        });
+    }
+    Ok(())
+}
+
+/// Checks the RoPE tables `[batch, 1, n, head_dim]` against `x` `[batch, heads, n,
+/// head_dim]` and that `head_dim` is even ([`KernelOps::rope`]).
+///
+/// # Errors
+/// [`KernelError::Shape`] naming `cos` or `sin`; [`KernelError::InvalidInput`] naming `x`.
+pub fn check_rope(x: [usize; 4], cos: [usize; 4], sin: [usize; 4]) -> Result<()> {
+    let [b, _, n, d] = x;
+    if d % 2 != 0 {
+        return Err(KernelError::invalid("x", "an even head_dim", d));
+    }
+    check_same("cos", [b, 1, n, d], cos)?;
+    check_same("sin", [b, 1, n, d], sin)
+}
+
 /// # Errors
 /// [`KernelError::InvalidInput`] naming `heads`.
 pub fn check_heads(heads: &[usize], q_heads: usize) -> Result<()> {

@@ -380,3 +380,107 @@ pub fn top_k_positions<B: Backend>(
         counts,
     })
 }
+
+/// RMSNorm over the last dimension of `x` `[batch, n, hidden]`: `x / sqrt(mean(x^2) + eps) *
+/// weight` in `x`'s dtype; `weight` `[hidden]`.
+///
+/// # Errors
+/// [`KernelError::Shape`] when `weight` is not `[hidden]`.
+pub fn rms_norm<B: Backend>(
+    x: Tensor<B, 3>,
+    weight: Tensor<B, 1>,
+    eps: f64,
+) -> Result<Tensor<B, 3>> {
+    crate::check_rms_norm(x.dims(), weight.dims())?;
+    let ms = x.clone().powi_scalar(2).mean_dim(2);
+    let inv = (ms + eps).sqrt().recip();
+    Ok(x * inv * weight.unsqueeze::<3>())
+}
+
+/// The SwiGLU product `silu(gate) * up` of two `[batch, n, intermediate]` tensors (Burn's
+/// `silu`, `x * sigmoid(x)`).
+///
+/// # Errors
+/// [`KernelError::Shape`] when the shapes differ.
+pub fn silu_mul<B: Backend>(gate: Tensor<B, 3>, up: Tensor<B, 3>) -> Result<Tensor<B, 3>> {
+    crate::check_same("up", gate.dims(), up.dims())?;
+    Ok(activation::silu(gate) * up)
+}
+
+/// Rotate-half RoPE of `x` `[batch, heads, n, head_dim]` with per-position tables `cos`
+/// `[batch, 1, n, head_dim]` (`[cos, cos]`) and `sin` (`[-sin, sin]`, signed):
+/// `x * cos + [x2, x1] * sin`, which is HF's `x * cos + rotate_half(x) * sin`.
+///
+/// # Errors
+/// [`KernelError::Shape`] for tables of another shape; [`KernelError::InvalidInput`] for an
+/// odd `head_dim`.
+pub fn rope<B: Backend>(
+    x: Tensor<B, 4>,
+    cos: Tensor<B, 4>,
+    sin: Tensor<B, 4>,
+) -> Result<Tensor<B, 4>> {
+    let [b, h, n, d] = x.dims();
+    crate::check_rope(x.dims(), cos.dims(), sin.dims())?;
+    let half = d / 2;
+    let x1 = x.clone().slice([0..b, 0..h, 0..n, 0..half]);
+    let x2 = x.clone().slice([0..b, 0..h, 0..n, half..d]);
+    let swapped = Tensor::cat(vec![x2, x1], 3);
+    Ok(x * cos + swapped * sin)
+}
+
+/// Dequantizes a packed matrix with Burn ops (shift, mask, multiply, add); see
+/// [`crate::KernelOps::dequantize_packed`].
+///
+/// # Errors
+/// As [`crate::check_packed`].
+pub fn dequantize_packed<B: Backend>(
+    words: Tensor<B, 3, Int>,
+    scale: Tensor<B, 3>,
+    min: Tensor<B, 3>,
+    bits: u32,
+    group: usize,
+    rows: usize,
+) -> Result<Tensor<B, 2>> {
+    crate::check_packed(words.dims(), scale.dims(), min.dims(), bits, group, rows)?;
+    Ok(dequantize_packed_unchecked(
+        words, scale, min, bits, group, rows,
+    ))
+}
+
+/// [`dequantize_packed`] without the checks, for callers whose layout holds by construction
+/// (`dustin_qwen::substitute::PackedWeight`). The inputs must pass
+/// [`crate::check_packed`]; otherwise Burn's ops panic on the shapes.
+pub fn dequantize_packed_unchecked<B: Backend>(
+    words: Tensor<B, 3, Int>,
+    scale: Tensor<B, 3>,
+    min: Tensor<B, 3>,
+    bits: u32,
+    group: usize,
+    rows: usize,
+) -> Tensor<B, 2> {
+    use burn_tensor::ElementConversion;
+    let per = (32 / bits.max(1)) as usize;
+    let [groups, wpg, cols] = words.dims();
+    let device = words.device();
+    let shifts: Vec<i32> = (0..per).map(|k| (k as u32 * bits) as i32).collect();
+    let shifts = Tensor::<B, 4, Int>::from_data(TensorData::new(shifts, [1, 1, per, 1]), &device);
+    let shape = [groups, wpg, per, cols];
+    let mask = ((1i64 << bits) - 1).elem::<B::IntElem>();
+    let codes = words
+        .unsqueeze_dim::<4>(2)
+        .expand(shape)
+        .bitwise_right_shift(shifts.expand(shape))
+        .bitwise_and_scalar(mask)
+        .reshape([groups, wpg * per, cols]);
+    let codes = if wpg * per == group {
+        codes
+    } else {
+        codes.slice([0..groups, 0..group, 0..cols])
+    };
+    let w = (codes.float() * scale + min).reshape([groups * group, cols]);
+    if groups * group == rows {
+        w
+    } else {
+        w.slice([0..rows, 0..cols])
+    }
+}

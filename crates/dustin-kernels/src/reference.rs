@@ -300,6 +300,100 @@ pub fn top_k(
     rows
 }
 
+/// RMSNorm of `rows` rows of `hidden` values (row-major `x`), `weight` `[hidden]`:
+/// `x / sqrt(mean(x^2) + eps) * weight`.
+pub fn rms_norm(x: &[f32], weight: &[f32], eps: f64, rows: usize, hidden: usize) -> Vec<f64> {
+    let mut out = vec![0.0f64; rows * hidden];
+    for r in 0..rows {
+        let row = &x[r * hidden..(r + 1) * hidden];
+        let ms = row.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>() / hidden as f64;
+        let inv = 1.0 / (ms + eps).sqrt();
+        for c in 0..hidden {
+            out[r * hidden + c] = row[c] as f64 * inv * weight[c] as f64;
+        }
+    }
+    out
+}
+
+/// `silu(gate) * up` elementwise, `silu(x) = x / (1 + exp(-x))`.
+pub fn silu_mul(gate: &[f32], up: &[f32]) -> Vec<f64> {
+    gate.iter()
+        .zip(up)
+        .map(|(&g, &u)| {
+            let g = g as f64;
+            g / (1.0 + (-g).exp()) * u as f64
+        })
+        .collect()
+}
+
+/// Rotate-half RoPE of `x` `[batch, heads, n, head_dim]` (row-major) at `positions`
+/// `[batch, n]` with base `theta`, angles computed here in f64 from the formula (HF
+/// `Qwen2RotaryEmbedding`): `x_i cos(a_i) - x_{i+d/2} sin(a_i)` for `i < d/2`, and
+/// `x_i cos(a_i) + x_{i-d/2} sin(a_i)` above, `a_i = p theta^(-2 (i mod d/2) / d)`.
+pub fn rope(
+    x: &[f32],
+    positions: &[usize],
+    theta: f64,
+    [batch, heads, n, d]: [usize; 4],
+) -> Vec<f64> {
+    let half = d / 2;
+    let mut out = vec![0.0f64; x.len()];
+    for b in 0..batch {
+        for h in 0..heads {
+            for t in 0..n {
+                let p = positions[b * n + t] as f64;
+                let base = ((b * heads + h) * n + t) * d;
+                for i in 0..d {
+                    let j = i % half;
+                    let a = p * theta.powf(-(2.0 * j as f64) / d as f64);
+                    let (c, s) = (a.cos(), a.sin());
+                    let xi = x[base + i] as f64;
+                    out[base + i] = if i < half {
+                        xi * c - x[base + i + half] as f64 * s
+                    } else {
+                        xi * c + x[base + i - half] as f64 * s
+                    };
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Dequantizes a packed matrix (layout of [`crate::KernelOps::dequantize_packed`]): `words`
+/// `[groups, wpg, cols]` (row-major), `scale`, `min` `[groups, cols]`; returns `[rows, cols]`
+/// `code * scale + min`, each code read with plain shifts on `u32`.
+pub fn dequantize_packed(
+    words: &[i32],
+    scale: &[f32],
+    min: &[f32],
+    [groups, wpg, cols]: [usize; 3],
+    bits: u32,
+    group: usize,
+    rows: usize,
+) -> Vec<f64> {
+    let per = (32 / bits) as usize;
+    let mask = (1u32 << bits) - 1;
+    let mut out = vec![0.0f64; rows * cols];
+    for r in 0..rows {
+        let (g, rr) = (r / group, r % group);
+        let (w, k) = (rr / per, rr % per);
+        assert!(g < groups && w < wpg, "row {r} outside the words");
+        for c in 0..cols {
+            let word = words[(g * wpg + w) * cols + c] as u32;
+            let code = (word >> (k as u32 * bits)) & mask;
+            out[r * cols + c] = code as f64 * scale[g * cols + c] as f64 + min[g * cols + c] as f64;
+        }
+    }
+    out
+}
+
+/// `len` random words (any 32 bits).
+pub fn random_words(len: usize, seed: u64) -> Vec<i32> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..len).map(|_| rng.random::<u32>() as i32).collect()
+}
+
 /// Normwise relative error `max |out - ref| / max |ref|`; infinite if any output is not
 /// finite or the lengths differ.
 pub fn rel_err(out: &[f32], reference: &[f64]) -> f64 {

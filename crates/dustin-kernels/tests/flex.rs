@@ -316,3 +316,87 @@ fn bad_input_is_an_error_not_a_panic() {
     assert!(Flex::head_subset_scores(q, k.clone(), &[5], &[1, 1], 1.0).is_err());
     assert!(Flex::quest_page_bounds(k, &[5], 0).is_err());
 }
+
+/// RMSNorm, the SwiGLU product, RoPE (strided input, ragged large positions) and packed
+/// dequantization (4 and 3 bits, a short last group) of the plain path against float64 loops;
+/// f32, so within 1e-5.
+#[test]
+fn elementwise_ops_match_float64() {
+    let rows = dustin_kernels::check::check_elementwise::<Flex>(&dev(), 1e-5);
+    assert_eq!(rows.len(), 12, "{rows:?}");
+    for r in &rows {
+        eprintln!("{r}");
+        assert!(r.ok(), "{r}");
+        // a bf16 scale times a code of at most 8 bits, plus a bf16 min, is exact in f32
+        if r.op != "dequant" {
+            assert!(r.err > 0.0, "f32 rounding leaves some error: {r}");
+        }
+    }
+}
+
+#[test]
+fn elementwise_ops_name_bad_shapes() {
+    let x = Tensor::<Flex, 3>::ones([2, 3, 8], &dev());
+    let err = Flex::rms_norm(x.clone(), Tensor::ones([7], &dev()), 1e-6).unwrap_err();
+    assert!(
+        matches!(err, KernelError::Shape { name: "weight", .. }),
+        "{err}"
+    );
+    let err = Flex::silu_mul(x.clone(), Tensor::ones([2, 3, 9], &dev())).unwrap_err();
+    assert!(
+        matches!(err, KernelError::Shape { name: "up", .. }),
+        "{err}"
+    );
+    let odd = Tensor::<Flex, 4>::ones([1, 2, 3, 5], &dev());
+    let t = Tensor::<Flex, 4>::ones([1, 1, 3, 5], &dev());
+    let err = Flex::rope(odd, t.clone(), t).unwrap_err();
+    assert!(err.to_string().contains("even head_dim"), "{err}");
+    let x4 = Tensor::<Flex, 4>::ones([1, 2, 3, 4], &dev());
+    let err = Flex::rope(
+        x4,
+        Tensor::ones([1, 1, 2, 4], &dev()),
+        Tensor::ones([1, 1, 3, 4], &dev()),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, KernelError::Shape { name: "cos", .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn packed_layouts_the_words_do_not_cover_are_named() {
+    let words = Tensor::<Flex, 3, Int>::zeros([2, 8, 5], &dev());
+    let sm = || Tensor::<Flex, 3>::ones([2, 1, 5], &dev());
+    let run = |bits, group, rows| {
+        Flex::dequantize_packed(words.clone(), sm(), sm(), bits, group, rows)
+            .unwrap_err()
+            .to_string()
+    };
+    assert!(run(0, 64, 100).contains("bits"), "{}", run(0, 64, 100));
+    assert!(run(9, 64, 100).contains("bits"));
+    // 8 words of 8 four-bit codes hold 64 rows per group, not 65
+    assert!(run(4, 65, 100).contains("group"));
+    // two groups of 64 hold 65 ..= 128 rows
+    assert!(run(4, 64, 129).contains("rows"));
+    assert!(run(4, 64, 64).contains("rows"));
+    let err = Flex::dequantize_packed(
+        words.clone(),
+        sm(),
+        Tensor::ones([2, 1, 4], &dev()),
+        4,
+        64,
+        100,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, KernelError::Shape { name: "min", .. }),
+        "{err}"
+    );
+    assert_eq!(
+        Flex::dequantize_packed(words, sm(), sm(), 4, 64, 100)
+            .unwrap()
+            .dims(),
+        [100, 5]
+    );
+}

@@ -89,9 +89,14 @@ impl<B: Backend> Linear<B> {
 
     /// Applies the layer to `x` of shape `[batch, n, in]`, giving `[batch, n, out]`.
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let [b, n, d] = x.dims();
-        let out = self.weight.dims()[1];
         let w = self.weight.to_dense(&x.device());
+        self.forward_dense(x, w)
+    }
+
+    /// [`Linear::forward`] with the weight already dense on the device, `w` `[in, out]`.
+    fn forward_dense(&self, x: Tensor<B, 3>, w: Tensor<B, 2>) -> Tensor<B, 3> {
+        let [b, n, d] = x.dims();
+        let out = w.dims()[1];
         let y = x.reshape([b * n, d]).matmul(w);
         let y = match &self.bias {
             Some(bias) => y + bias.clone().unsqueeze::<2>(),
@@ -119,7 +124,9 @@ impl<B: Backend> RmsNorm<B> {
     }
 }
 
-/// Rotate-half RoPE tables: `cos`, `sin` `[max_positions, head_dim / 2]`.
+/// Rotate-half RoPE tables, full head width: `cos` `[max_positions, head_dim]` holds
+/// `[cos, cos]` and `sin` `[max_positions, head_dim]` holds `[-sin, sin]`, so that
+/// `rotate_half(x) * [sin, sin] = swap_halves(x) * [-sin, sin]` (one negation fewer per call).
 ///
 /// `inv_freq[i] = theta^(-2i / head_dim)` and angle `= position * inv_freq[i]`, computed in
 /// f64 and rounded to the compute dtype (HF `Qwen2RotaryEmbedding`, default rope type).
@@ -135,44 +142,75 @@ impl<B: Backend> Rope<B> {
     /// Builds tables for positions `0 .. max_positions`.
     pub fn new(theta: f64, head_dim: usize, max_positions: usize, device: &B::Device) -> Self {
         let half = head_dim / 2;
-        let mut cos = Vec::with_capacity(max_positions * half);
-        let mut sin = Vec::with_capacity(max_positions * half);
+        let width = 2 * half;
+        let mut cos = vec![0f32; max_positions * width];
+        let mut sin = vec![0f32; max_positions * width];
         for p in 0..max_positions {
             for i in 0..half {
                 let inv = theta.powf(-(2.0 * i as f64) / head_dim as f64);
                 let a = p as f64 * inv;
-                cos.push(a.cos() as f32);
-                sin.push(a.sin() as f32);
+                let (c, s) = (a.cos() as f32, a.sin() as f32);
+                let row = p * width;
+                cos[row + i] = c;
+                cos[row + half + i] = c;
+                sin[row + i] = -s;
+                sin[row + half + i] = s;
             }
         }
         Self {
-            cos: Tensor::from_data(TensorData::new(cos, [max_positions, half]), device),
-            sin: Tensor::from_data(TensorData::new(sin, [max_positions, half]), device),
+            cos: Tensor::from_data(TensorData::new(cos, [max_positions, width]), device),
+            sin: Tensor::from_data(TensorData::new(sin, [max_positions, width]), device),
             half,
             max_positions,
         }
     }
 
+    /// The tables at `positions` `[batch * n]` (row-major `[batch, n]`), gathered once per
+    /// forward pass and shared by every layer's queries and keys.
+    pub fn at(&self, positions: Tensor<B, 1, Int>, batch: usize, n: usize) -> RopeAt<B> {
+        let width = 2 * self.half;
+        RopeAt {
+            cos: self
+                .cos
+                .clone()
+                .select(0, positions.clone())
+                .reshape([batch, 1, n, width]),
+            sin: self
+                .sin
+                .clone()
+                .select(0, positions)
+                .reshape([batch, 1, n, width]),
+            half: self.half,
+        }
+    }
+
     /// Rotates `x` `[batch, heads, n, head_dim]` at `positions` `[batch * n]` (row-major
-    /// `[batch, n]`).
+    /// `[batch, n]`); the same as `self.at(positions, batch, n).apply(x)`.
     pub fn apply(&self, x: Tensor<B, 4>, positions: Tensor<B, 1, Int>) -> Tensor<B, 4> {
+        let [b, _, n, _] = x.dims();
+        self.at(positions, b, n).apply(x)
+    }
+}
+
+/// RoPE tables gathered at one forward pass's positions ([`Rope::at`]): `cos`, signed `sin`
+/// `[batch, 1, n, head_dim]`.
+#[derive(Debug, Clone)]
+pub struct RopeAt<B: Backend> {
+    cos: Tensor<B, 4>,
+    sin: Tensor<B, 4>,
+    half: usize,
+}
+
+impl<B: Backend> RopeAt<B> {
+    /// Rotates `x` `[batch, heads, n, head_dim]`: `x * cos + rotate_half(x) * sin`, with
+    /// `rotate_half(x) = [-x2, x1]` (HF `apply_rotary_pos_emb`), computed as
+    /// `[x2, x1] * [-sin, sin]`: the same products, so the same values in every dtype.
+    pub fn apply(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
         let [b, h, n, d] = x.dims();
-        let cos = self
-            .cos
-            .clone()
-            .select(0, positions.clone())
-            .reshape([b, 1, n, self.half]);
-        let sin = self
-            .sin
-            .clone()
-            .select(0, positions)
-            .reshape([b, 1, n, self.half]);
-        let cos = Tensor::cat(vec![cos.clone(), cos], 3);
-        let sin = Tensor::cat(vec![sin.clone(), sin], 3);
         let x1 = x.clone().slice([0..b, 0..h, 0..n, 0..self.half]);
         let x2 = x.clone().slice([0..b, 0..h, 0..n, self.half..d]);
-        let rotated = Tensor::cat(vec![x2.neg(), x1], 3);
-        x * cos + rotated * sin
+        let swapped = Tensor::cat(vec![x2, x1], 3);
+        x * self.cos.clone() + swapped * self.sin.clone()
     }
 }
 
@@ -359,6 +397,9 @@ pub struct Qwen2<B: Backend> {
     /// Whether attention runs through the fused [`KernelOps`] kernels (`None`: when the
     /// backend has them, [`KernelOps::FUSED`]).
     kernels: Option<bool>,
+    /// Whether RMSNorm, the SwiGLU product and RoPE run as the backend's fused kernels
+    /// ([`Qwen2::with_fused_elementwise`]; `None`: when the backend has them).
+    elementwise: Option<bool>,
     /// Whether the next offloaded layer is staged by a helper thread while the current layer
     /// computes ([`Qwen2::with_prefetch`]).
     prefetch: bool,
@@ -591,6 +632,7 @@ impl<B: Backend> Qwen2<B> {
             rope: Rope::new(c.rope_theta, hd, max_positions, device),
             device: device.clone(),
             kernels: None,
+            elementwise: None,
             prefetch: true,
             tp: None,
             profile: None,
@@ -712,6 +754,7 @@ impl<B: Backend> Qwen2<B> {
             rope: Rope::new(c.rope_theta, hd, max_positions, device),
             device: device.clone(),
             kernels: None,
+            elementwise: None,
             prefetch: true,
             tp,
             profile: None,
@@ -724,6 +767,16 @@ impl<B: Backend> Qwen2<B> {
     /// paths compute the same attention; tests use this to check one against the other.
     pub fn with_kernels(mut self, kernels: Option<bool>) -> Self {
         self.kernels = kernels;
+        self
+    }
+
+    /// Chooses how RMSNorm, the MLP's SwiGLU product and RoPE run: `Some(true)` through
+    /// [`KernelOps::rms_norm`], [`KernelOps::silu_mul`] and [`KernelOps::rope`] (one fused
+    /// kernel each on CUDA, where the plain ops launch 7, 10 and 7 kernels),
+    /// `Some(false)` the model's own Burn ops, `None` (the default) the kernels exactly when
+    /// the backend has fused ones ([`KernelOps::FUSED`]). On the CPU both are the same ops.
+    pub fn with_fused_elementwise(mut self, on: Option<bool>) -> Self {
+        self.elementwise = on;
         self
     }
 
@@ -949,6 +1002,7 @@ impl<B: Backend> Qwen2<B> {
             rope: Rope::new(c.rope_theta, hd, self.rope.max_positions, &dev),
             device: dev,
             kernels: self.kernels,
+            elementwise: self.elementwise,
             prefetch: self.prefetch,
             tp: Some(rank),
             profile: self.profile,
@@ -979,6 +1033,41 @@ impl<B: Backend> Qwen2<B> {
 }
 
 impl<B: KernelOps> Qwen2<B> {
+    fn fused_elementwise(&self) -> bool {
+        self.elementwise.unwrap_or(B::FUSED)
+    }
+
+    /// `norm` applied to `x` `[batch, n, hidden]`, by the fused kernel when chosen.
+    fn norm_forward(&self, norm: &RmsNorm<B>, x: Tensor<B, 3>) -> Result<Tensor<B, 3>> {
+        if self.fused_elementwise() {
+            if let Some(t) = fallback(B::rms_norm(x.clone(), norm.weight.clone(), norm.eps))? {
+                return Ok(t);
+            }
+        }
+        Ok(norm.forward(x))
+    }
+
+    /// `lin` applied to `x` `[batch, n, in]`; a packed (substitute) weight is dequantized by
+    /// the fused kernel when chosen ([`crate::substitute::PackedWeight::dequantize_fused`]).
+    fn linear(&self, lin: &Linear<B>, x: Tensor<B, 3>) -> Result<Tensor<B, 3>> {
+        if let (Weight::Packed(p), true) = (&lin.weight, self.fused_elementwise()) {
+            if let Some(w) = fallback(p.dequantize_fused())? {
+                return Ok(lin.forward_dense(x, w));
+            }
+        }
+        Ok(lin.forward(x))
+    }
+
+    /// `x` `[batch, heads, n, head_dim]` rotated by `rope`, by the fused kernel when chosen.
+    fn rope_forward(&self, rope: &RopeAt<B>, x: Tensor<B, 4>) -> Result<Tensor<B, 4>> {
+        if self.fused_elementwise() {
+            if let Some(t) = fallback(B::rope(x.clone(), rope.cos.clone(), rope.sin.clone()))? {
+                return Ok(t);
+            }
+        }
+        Ok(rope.apply(x))
+    }
+
     /// Runs `tokens` (`[batch][n]`, the same `n` for every sequence) at each sequence's
     /// positions `cache.lens()[b] ..`, appends their K/V to `cache` and advances it by `n`.
     ///
@@ -1053,6 +1142,8 @@ impl<B: KernelOps> Qwen2<B> {
             .collect();
         let positions =
             Tensor::<B, 1, Int>::from_data(TensorData::new(positions, [batch * n]), dev);
+        // gathered once, shared by every layer's queries and keys
+        let rope = self.rope.at(positions, batch, n);
         let hidden = self.config.hidden_size;
         let timer = Timer {
             label: self
@@ -1072,7 +1163,7 @@ impl<B: KernelOps> Qwen2<B> {
         });
         let mut pass = Pass {
             timer,
-            positions: &positions,
+            rope: &rope,
             ctx_lens: &ctx_lens,
             n,
             cache,
@@ -1128,20 +1219,18 @@ impl<B: KernelOps> Qwen2<B> {
         cache.advance(n)?;
         let logits = match opts.logits {
             LogitsMode::None => None,
-            mode => timer.time("lm_head", || {
+            mode => Some(timer.time("lm_head", || -> Result<Tensor<B, 3>> {
                 let x = if mode == LogitsMode::Last {
                     x.slice([0..batch, n - 1..n, 0..hidden])
                 } else {
                     x
                 };
-                let x = self.norm.forward(x);
+                let x = self.norm_forward(&self.norm, x)?;
                 let [b, m, _] = x.dims();
-                Some(
-                    x.reshape([b * m, hidden])
-                        .matmul(self.lm_head.clone())
-                        .reshape([b, m, vocab]),
-                )
-            }),
+                Ok(x.reshape([b * m, hidden])
+                    .matmul(self.lm_head.clone())
+                    .reshape([b, m, vocab]))
+            })?),
         };
         Ok(ForwardOut {
             logits,
@@ -1159,15 +1248,27 @@ impl<B: KernelOps> Qwen2<B> {
         pass: &mut Pass<'_, B, H>,
     ) -> Result<Tensor<B, 3>> {
         let timer = pass.timer;
-        let h = timer.time("input_norm", || layer.input_norm.forward(x.clone()));
+        let h = timer.time("input_norm", || {
+            self.norm_forward(&layer.input_norm, x.clone())
+        })?;
         let a = self.attention(li, layer, h, pass)?;
         let x = x + self.all_reduce(a, timer)?;
-        let h = timer.time("post_norm", || layer.post_norm.forward(x.clone()));
-        let m = timer.time("mlp", || {
-            layer
-                .down
-                .forward(activation::silu(layer.gate.forward(h.clone())) * layer.up.forward(h))
-        });
+        let h = timer.time("post_norm", || {
+            self.norm_forward(&layer.post_norm, x.clone())
+        })?;
+        let m = timer.time("mlp", || -> Result<Tensor<B, 3>> {
+            let (gate, up) = (
+                self.linear(&layer.gate, h.clone())?,
+                self.linear(&layer.up, h)?,
+            );
+            let act = if self.fused_elementwise() {
+                fallback(B::silu_mul(gate.clone(), up.clone()))?
+            } else {
+                None
+            };
+            let act = act.unwrap_or_else(|| activation::silu(gate) * up);
+            self.linear(&layer.down, act)
+        })?;
         Ok(x + self.all_reduce(m, timer)?)
     }
 
@@ -1189,7 +1290,7 @@ impl<B: KernelOps> Qwen2<B> {
     ) -> Result<Tensor<B, 3>> {
         let Pass {
             timer,
-            positions,
+            rope,
             ctx_lens,
             n,
             ref mut cache,
@@ -1202,30 +1303,24 @@ impl<B: KernelOps> Qwen2<B> {
         let ((nh, kvh), hd) = (self.local_heads(), c.head_dim());
         let g = nh / kvh;
         let batch = ctx_lens.len();
-        let (q, k, v) = timer.time("qkv", || {
-            let q = layer
-                .q
-                .forward(h.clone())
+        let (q, k, v) = timer.time("qkv", || -> Result<_> {
+            let q = self
+                .linear(&layer.q, h.clone())?
                 .reshape([batch, n, nh, hd])
                 .swap_dims(1, 2);
-            let k = layer
-                .k
-                .forward(h.clone())
+            let k = self
+                .linear(&layer.k, h.clone())?
                 .reshape([batch, n, kvh, hd])
                 .swap_dims(1, 2);
-            let v = layer
-                .v
-                .forward(h)
+            let v = self
+                .linear(&layer.v, h)?
                 .reshape([batch, n, kvh, hd])
                 .swap_dims(1, 2);
-            (q, k, v)
-        });
-        let (q, k) = timer.time("rope", || {
-            (
-                self.rope.apply(q, positions.clone()),
-                self.rope.apply(k, positions.clone()),
-            )
-        });
+            Ok((q, k, v))
+        })?;
+        let (q, k) = timer.time("rope", || -> Result<_> {
+            Ok((self.rope_forward(rope, q)?, self.rope_forward(rope, k)?))
+        })?;
         timer.time("kv_append", || cache.append(li, k.clone(), v.clone()))?;
         let keys_len = ctx_lens.iter().max().copied().unwrap_or(0) + n;
         let view = cache.view(li, keys_len);
@@ -1370,7 +1465,7 @@ impl<B: KernelOps> Qwen2<B> {
                 .swap_dims(1, 2)
                 .reshape([batch, n, nh * hd]))
         })?;
-        Ok(timer.time("o_proj", || layer.o.forward(out)))
+        timer.time("o_proj", || self.linear(&layer.o, out))
     }
 }
 
@@ -1378,7 +1473,7 @@ impl<B: KernelOps> Qwen2<B> {
 /// and the context positions read so far per sequence (read and dense counts).
 struct Pass<'a, B: Backend, H: ?Sized> {
     timer: Timer<'a, B>,
-    positions: &'a Tensor<B, 1, Int>,
+    rope: &'a RopeAt<B>,
     ctx_lens: &'a [usize],
     n: usize,
     cache: &'a mut DenseKvCache<B>,

@@ -55,8 +55,21 @@ impl HostWeight {
     }
 
     /// Copies a device weight `[in, out]` to host memory (dtype kept).
+    ///
+    /// The bytes are copied once more into a buffer of our own. cubecl-cuda 0.10 reads every
+    /// device tensor into a slot of its per-stream page-locked host pool
+    /// (`read_async` -> `reserve_cpu(.., marked_pinned = true)`), and that pool never gives
+    /// memory back (`memory_cleanup` cleans the device pool only). Holding the read itself
+    /// would keep one pool slot per offloaded matrix: at Qwen2.5-32B with 60 offloaded layers,
+    /// 56 GB of the host held by the pool, and the same again once [`HostWeight::pinned`]
+    /// copies them (the host's out-of-memory killer ended that run, docs/perf.md). Dropping
+    /// the read at once lets the next matrix's read reuse the slot.
     pub fn from_device<B: Backend>(w: &Tensor<B, 2>) -> Self {
-        Self::pageable(w.clone().into_data())
+        let read = w.clone().into_data();
+        let owned =
+            TensorData::from_bytes_vec(read.as_bytes().to_vec(), read.shape.clone(), read.dtype);
+        drop(read);
+        Self::pageable(owned)
     }
 
     /// A host weight `[rows, cols]` from row-major f32 values, converted to the float dtype

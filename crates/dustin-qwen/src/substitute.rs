@@ -263,7 +263,6 @@ pub struct PackedWeight<B: Backend> {
     words: Tensor<B, 3, Int>,
     scale: Tensor<B, 3>,
     min: Tensor<B, 3>,
-    shifts: Tensor<B, 4, Int>,
 }
 
 /// A packed matrix still in host memory (the words of [`PackedWeight`]'s layout; the
@@ -312,10 +311,8 @@ impl PackedHost {
     }
 
     fn upload<B: Backend>(self, device: &B::Device) -> PackedWeight<B> {
-        let (cols, bits) = (self.cols, self.cfg.bits);
+        let cols = self.cols;
         let groups = self.rows.div_ceil(self.cfg.group.max(1));
-        let per = codes_per_word(bits);
-        let shifts: Vec<i32> = (0..per).map(|k| (k as u32 * bits) as i32).collect();
         PackedWeight {
             rows: self.rows,
             cols,
@@ -326,8 +323,26 @@ impl PackedHost {
             ),
             scale: Tensor::from_data(TensorData::new(self.scale, [groups, 1, cols]), device),
             min: Tensor::from_data(TensorData::new(self.min, [groups, 1, cols]), device),
-            shifts: Tensor::from_data(TensorData::new(shifts, [1, 1, per, 1]), device),
         }
+    }
+}
+
+impl<B: dustin_kernels::KernelOps> PackedWeight<B> {
+    /// [`PackedWeight::dequantize`] through [`dustin_kernels::KernelOps::dequantize_packed`]:
+    /// one kernel on CUDA (reads the 4-bit words once, writes the dense matrix) where the
+    /// Burn ops write and read `[groups, words, codes, cols]` integer intermediates.
+    ///
+    /// # Errors
+    /// The kernel's (the layout is checked again there).
+    pub fn dequantize_fused(&self) -> dustin_kernels::Result<Tensor<B, 2>> {
+        B::dequantize_packed(
+            self.words.clone(),
+            self.scale.clone(),
+            self.min.clone(),
+            self.cfg.bits,
+            self.cfg.group.max(1),
+            self.rows,
+        )
     }
 }
 
@@ -365,35 +380,17 @@ impl<B: Backend> PackedWeight<B> {
 
     /// The dequantized weight `q * scale + min`, `[in, out]`, in the backend's float dtype.
     pub fn dequantize(&self) -> Tensor<B, 2> {
-        use burn_tensor::ElementConversion;
-        let [groups, wpg, cols] = self.words.dims();
-        let per = codes_per_word(self.cfg.bits);
-        let group = self.cfg.group.max(1);
-        let shape = [groups, wpg, per, cols];
-        let mask = ((1i64 << self.cfg.bits) - 1).elem::<B::IntElem>();
-        let codes = self
-            .words
-            .clone()
-            .unsqueeze_dim::<4>(2)
-            .expand(shape)
-            .bitwise_right_shift(self.shifts.clone().expand(shape))
-            .bitwise_and_scalar(mask)
-            .reshape([groups, wpg * per, cols]);
-        let codes = if wpg * per == group {
-            codes
-        } else {
-            codes.slice([0..groups, 0..group, 0..cols])
-        };
-        let w =
-            (codes.float() * self.scale.clone() + self.min.clone()).reshape([groups * group, cols]);
-        if groups * group == self.rows {
-            w
-        } else {
-            w.slice([0..self.rows, 0..cols])
-        }
+        dustin_kernels::plain::dequantize_packed_unchecked(
+            self.words.clone(),
+            self.scale.clone(),
+            self.min.clone(),
+            self.cfg.bits,
+            self.cfg.group.max(1),
+            self.rows,
+        )
     }
 
-    /// Bytes held on the device: the words, scale and min (the 4-byte shift table aside).
+    /// Bytes held on the device: the words, scale and min.
     pub fn device_bytes(&self) -> usize {
         let n = |d: &[usize]| d.iter().product::<usize>();
         n(&self.words.dims()) * self.words.dtype().size()

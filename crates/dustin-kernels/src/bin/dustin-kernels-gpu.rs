@@ -395,6 +395,11 @@ fn check(op: &str) -> usize {
     for (i, c) in cases.iter().enumerate() {
         check_case(c, 1000 * i as u64 + 17, op, &mut rep);
     }
+    if op == "all" || op == "elementwise" {
+        for r in dustin_kernels::check::check_elementwise::<B>(&dev(), BOUND) {
+            rep.add(&r.case, r.op, r.err, r.bound);
+        }
+    }
     dustin_kernels::cuda::set_poison_outputs(false);
     println!(
         "check: {} results, {} failures",
@@ -662,7 +667,7 @@ fn main() -> std::process::ExitCode {
             bench(json, quick);
         }
         _ => {
-            eprintln!("usage: dustin-kernels-gpu check [--op dense|sparse|scores|quest|topk] | bench [--quick] [--json PATH] | gemm [--quick] [--json PATH] | all");
+            eprintln!("usage: dustin-kernels-gpu check [--op dense|sparse|scores|quest|topk|elementwise] | bench [--quick] [--json PATH] | gemm [--quick] [--json PATH] | all");
             return std::process::ExitCode::from(2);
         }
     }

@@ -880,3 +880,139 @@ pub fn fill_kernel<F: Float>(
         out[i] = F::cast_from(value);
     }
 }
+
+/// Threads per block of the element-wise and row kernels below.
+pub const ELEM_THREADS: usize = 256;
+
+/// RMSNorm, one block per row of `x` `[rows, hidden]` (any strides): the sum of squares in
+/// f32 (a tree over [`ELEM_THREADS`] partial sums in shared memory), then
+/// `out = dtype(x * inv) * weight` in the dtype (HF `Qwen2RMSNorm`'s order).
+#[cube(launch)]
+pub fn rms_norm_kernel<F: Float>(
+    x: &Tensor<F>,
+    w: &Tensor<F>,
+    out: &mut Tensor<F>,
+    eps: f32,
+    inv_hidden: f32,
+    #[comptime] hidden: usize,
+    #[define(F)] _dtype: StorageType,
+) {
+    let row = CUBE_POS_X as usize;
+    let tid = UNIT_POS as usize;
+    let mut part = SharedMemory::<f32>::new(ELEM_THREADS);
+    let base = row * x.stride(0);
+    let mut s = 0.0f32;
+    let mut c = tid;
+    while c < hidden {
+        let v = f32::cast_from(x[base + c * x.stride(1)]);
+        s += v * v;
+        c += ELEM_THREADS;
+    }
+    part[tid] = s;
+    sync_cube();
+    let mut half = ELEM_THREADS / 2;
+    while half > 0 {
+        if tid < half {
+            part[tid] = part[tid] + part[tid + half];
+        }
+        sync_cube();
+        half /= 2;
+    }
+    let inv = 1.0f32 / (part[0] * inv_hidden + eps).sqrt();
+    let mut c = tid;
+    while c < hidden {
+        let v = f32::cast_from(x[base + c * x.stride(1)]);
+        let t = F::cast_from(v * inv);
+        out[row * hidden + c] = t * w[c * w.stride(0)];
+        c += ELEM_THREADS;
+    }
+}
+
+/// `out = dtype(silu(gate)) * up` element-wise over `[rows, cols]` (any strides; `out`
+/// contiguous), `silu` in f32.
+#[cube(launch)]
+pub fn silu_mul_kernel<F: Float>(
+    gate: &Tensor<F>,
+    up: &Tensor<F>,
+    out: &mut Tensor<F>,
+    total: u32,
+    #[comptime] cols: usize,
+    #[define(F)] _dtype: StorageType,
+) {
+    let i = ABSOLUTE_POS as usize;
+    if i < total as usize {
+        let r = i / cols;
+        let c = i % cols;
+        let g = f32::cast_from(gate[r * gate.stride(0) + c * gate.stride(1)]);
+        let s = F::cast_from(g / (1.0f32 + (-g).exp()));
+        out[i] = s * up[r * up.stride(0) + c * up.stride(1)];
+    }
+}
+
+/// Rotate-half RoPE element-wise: `out[b, h, t, i] = x[i] cos[i] + x[i +- d/2] sin[i]` in the
+/// dtype, `x` `[batch, heads, n, d]` (any strides), `cos` / `sin` `[batch, 1, n, d]` (`sin`
+/// signed), `out` contiguous.
+#[cube(launch)]
+pub fn rope_kernel<F: Float>(
+    x: &Tensor<F>,
+    cos: &Tensor<F>,
+    sin: &Tensor<F>,
+    out: &mut Tensor<F>,
+    total: u32,
+    heads: u32,
+    n: u32,
+    #[comptime] d: usize,
+    #[define(F)] _dtype: StorageType,
+) {
+    let i = ABSOLUTE_POS as usize;
+    if i < total as usize {
+        let half = comptime![d / 2];
+        let c = i % d;
+        let t = (i / d) % (n as usize);
+        let h = (i / (d * n as usize)) % (heads as usize);
+        let b = i / (d * n as usize * heads as usize);
+        let xb = b * x.stride(0) + h * x.stride(1) + t * x.stride(2);
+        let mut other = c + half;
+        if c >= half {
+            other = c - half;
+        }
+        let tb = b * cos.stride(0) + t * cos.stride(2) + c * cos.stride(3);
+        let sb = b * sin.stride(0) + t * sin.stride(2) + c * sin.stride(3);
+        let a = x[xb + c * x.stride(3)] * cos[tb];
+        let r = x[xb + other * x.stride(3)] * sin[sb];
+        out[i] = a + r;
+    }
+}
+
+/// Dequantization of a packed matrix, one thread per output element `(r, c)` of `[rows,
+/// cols]`: the code is bits `k * bits ..` of word `(g, r_in_group / per, c)`; `out = code *
+/// scale + min` in the dtype (each op rounded, as the plain path's).
+#[cube(launch)]
+pub fn dequant_kernel<F: Float, I: Int>(
+    words: &Tensor<I>,
+    scale: &Tensor<F>,
+    min: &Tensor<F>,
+    out: &mut Tensor<F>,
+    total: u32,
+    bits: u32,
+    #[comptime] cols: usize,
+    #[comptime] group: usize,
+    #[comptime] per: usize,
+    #[comptime] wpg: usize,
+    #[define(F, I)] _dtypes: [StorageType; 2],
+) {
+    let i = ABSOLUTE_POS as usize;
+    if i < total as usize {
+        let r = i / cols;
+        let c = i % cols;
+        let g = r / group;
+        let rr = r % group;
+        let w = rr / per;
+        let k = rr % per;
+        let word = u32::cast_from(words[(g * wpg + w) * cols + c]);
+        let mask = (1u32 << bits) - 1u32;
+        let code = (word >> (k as u32 * bits)) & mask;
+        let q = F::cast_from(code);
+        out[i] = q * scale[g * cols + c] + min[g * cols + c];
+    }
+}

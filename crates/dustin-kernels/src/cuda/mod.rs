@@ -24,8 +24,8 @@ use cubecl::cuda::CudaRuntime;
 use cubecl::prelude::*;
 
 use crate::{
-    check_attn, check_heads, check_pages, check_selection, check_top_k, AttnDims, Keep,
-    KernelError, KernelOps, Positions, Result,
+    check_attn, check_heads, check_packed, check_pages, check_rms_norm, check_rope, check_same,
+    check_selection, check_top_k, AttnDims, Keep, KernelError, KernelOps, Positions, Result,
 };
 
 pub use kernels::{RESCALE_SLACK, THREADS, TILE};
@@ -89,6 +89,25 @@ fn poison(t: &Ct) {
         len as u32,
         t.dtype.into(),
     );
+}
+
+/// Blocks of [`kernels::ELEM_THREADS`] threads for `total` elements, one thread each.
+///
+/// # Errors
+/// [`KernelError::InvalidInput`] when `total` does not fit the kernels' 32-bit indices.
+fn elementwise_count(total: usize) -> Result<CubeCount> {
+    if total > u32::MAX as usize - kernels::ELEM_THREADS {
+        return Err(KernelError::invalid(
+            "elements",
+            format!("at most {}", u32::MAX as usize - kernels::ELEM_THREADS),
+            total,
+        ));
+    }
+    Ok(CubeCount::Static(
+        total.div_ceil(kernels::ELEM_THREADS) as u32,
+        1,
+        1,
+    ))
 }
 
 fn empty(t: &Ct, shape: Vec<usize>, dtype: DType) -> Ct {
@@ -726,6 +745,132 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
             indices: Tensor::from_primitive(out),
             counts,
         })
+    }
+
+    fn rms_norm(x: Tensor<Self, 3>, weight: Tensor<Self, 1>, eps: f64) -> Result<Tensor<Self, 3>> {
+        let [b, n, hidden] = x.dims();
+        check_rms_norm([b, n, hidden], weight.dims())?;
+        let rows = b * n;
+        let x = x.reshape([rows, hidden]).into_primitive().tensor();
+        let w = weight.into_primitive().tensor();
+        if rows == 0 || hidden == 0 {
+            let out = empty(&x, vec![b, n, hidden], x.dtype);
+            return Ok(Tensor::from_primitive(TensorPrimitive::Float(out)));
+        }
+        let fd = x.dtype;
+        let out = empty(&x, vec![b, n, hidden], fd);
+        let client = x.client.clone();
+        kernels::rms_norm_kernel::launch::<CudaRuntime>(
+            &client,
+            CubeCount::Static(rows as u32, 1, 1),
+            CubeDim::new_1d(kernels::ELEM_THREADS as u32),
+            x.into_tensor_arg(),
+            w.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            eps as f32,
+            1.0 / hidden as f32,
+            hidden,
+            fd.into(),
+        );
+        Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
+    }
+
+    fn silu_mul(gate: Tensor<Self, 3>, up: Tensor<Self, 3>) -> Result<Tensor<Self, 3>> {
+        let [b, n, cols] = gate.dims();
+        check_same("up", [b, n, cols], up.dims())?;
+        let rows = b * n;
+        let total = rows * cols;
+        let g = gate.reshape([rows, cols]).into_primitive().tensor();
+        let u = up.reshape([rows, cols]).into_primitive().tensor();
+        let fd = g.dtype;
+        let out = empty(&g, vec![b, n, cols], fd);
+        if total > 0 {
+            let client = g.client.clone();
+            kernels::silu_mul_kernel::launch::<CudaRuntime>(
+                &client,
+                elementwise_count(total)?,
+                CubeDim::new_1d(kernels::ELEM_THREADS as u32),
+                g.into_tensor_arg(),
+                u.into_tensor_arg(),
+                out.clone().into_tensor_arg(),
+                total as u32,
+                cols,
+                fd.into(),
+            );
+        }
+        Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
+    }
+
+    fn rope(
+        x: Tensor<Self, 4>,
+        cos: Tensor<Self, 4>,
+        sin: Tensor<Self, 4>,
+    ) -> Result<Tensor<Self, 4>> {
+        let [b, h, n, d] = x.dims();
+        check_rope([b, h, n, d], cos.dims(), sin.dims())?;
+        let total = b * h * n * d;
+        let x = float_prim(x).tensor();
+        let cos = float_prim(cos).tensor();
+        let sin = float_prim(sin).tensor();
+        let fd = x.dtype;
+        let out = empty(&x, vec![b, h, n, d], fd);
+        if total > 0 {
+            let client = x.client.clone();
+            kernels::rope_kernel::launch::<CudaRuntime>(
+                &client,
+                elementwise_count(total)?,
+                CubeDim::new_1d(kernels::ELEM_THREADS as u32),
+                x.into_tensor_arg(),
+                cos.into_tensor_arg(),
+                sin.into_tensor_arg(),
+                out.clone().into_tensor_arg(),
+                total as u32,
+                h as u32,
+                n as u32,
+                d,
+                fd.into(),
+            );
+        }
+        Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
+    }
+
+    fn dequantize_packed(
+        words: Tensor<Self, 3, Int>,
+        scale: Tensor<Self, 3>,
+        min: Tensor<Self, 3>,
+        bits: u32,
+        group: usize,
+        rows: usize,
+    ) -> Result<Tensor<Self, 2>> {
+        let per = check_packed(words.dims(), scale.dims(), min.dims(), bits, group, rows)?;
+        let [_, wpg, cols] = words.dims();
+        let total = rows * cols;
+        // the kernel indexes the three inputs as contiguous
+        let w = into_contiguous(words.into_primitive());
+        let sc = into_contiguous(scale.into_primitive().tensor());
+        let mn = into_contiguous(min.into_primitive().tensor());
+        let (fd, id) = (sc.dtype, w.dtype);
+        let out = empty(&sc, vec![rows, cols], fd);
+        if total > 0 {
+            let client = sc.client.clone();
+            kernels::dequant_kernel::launch::<CudaRuntime>(
+                &client,
+                elementwise_count(total)?,
+                CubeDim::new_1d(kernels::ELEM_THREADS as u32),
+                w.into_tensor_arg(),
+                sc.into_tensor_arg(),
+                mn.into_tensor_arg(),
+                out.clone().into_tensor_arg(),
+                total as u32,
+                bits,
+                cols,
+                group,
+                per,
+                wpg,
+                [fd.into(), id.into()],
+            );
+        }
+        Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
     }
 
     fn pin_host(data: &TensorData, device: &Self::Device) -> Result<Option<crate::PinnedHost>> {

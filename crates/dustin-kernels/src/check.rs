@@ -1,0 +1,205 @@
+//! Checks of the element-wise ops ([`KernelOps::rms_norm`], [`KernelOps::silu_mul`],
+//! [`KernelOps::rope`], [`KernelOps::dequantize_packed`]) against the float64 references of [`crate::reference`], on fresh
+//! random inputs rounded to bf16 (so a bf16 device copy holds them exactly), odd sizes, and a
+//! strided RoPE input (the model's `[batch, n, heads, d]` projection viewed as `[batch,
+//! heads, n, d]`). Generic over the backend: the CPU tests run it on the plain path, `dustin
+//! kernel-check --device cuda` and `dustin-kernels-gpu check` on the CUDA kernels (with
+//! poisoned outputs there, so an unwritten element is NaN and fails).
+
+use burn_tensor::{Tensor, TensorData};
+
+use crate::{reference, KernelOps};
+
+/// One checked (case, op): normwise relative error `max|out - ref| / max|ref|`
+/// ([`reference::rel_err`]) against `bound`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckRow {
+    /// The sizes.
+    pub case: String,
+    /// The op.
+    pub op: &'static str,
+    /// Normwise relative error; infinite for a non-finite output or an op error.
+    pub err: f64,
+    /// The bound it is held to.
+    pub bound: f64,
+    /// The op's error, if it returned one.
+    pub error: Option<String>,
+}
+
+impl CheckRow {
+    /// Whether the error is within the bound.
+    pub fn ok(&self) -> bool {
+        self.err < self.bound
+    }
+}
+
+impl std::fmt::Display for CheckRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:<30} {:<10} max rel err {:>10.3e}  bound {:.0e}  {}{}",
+            self.case,
+            self.op,
+            self.err,
+            self.bound,
+            if self.ok() { "ok" } else { "FAIL" },
+            self.error
+                .as_ref()
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default()
+        )
+    }
+}
+
+fn host<B: KernelOps, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+    t.into_data()
+        .convert::<f32>()
+        .to_vec::<f32>()
+        .unwrap_or_default()
+}
+
+fn row<B: KernelOps, const D: usize>(
+    case: String,
+    op: &'static str,
+    out: crate::Result<Tensor<B, D>>,
+    want: &[f64],
+    bound: f64,
+) -> CheckRow {
+    match out {
+        Ok(t) => CheckRow {
+            case,
+            op,
+            err: reference::rel_err(&host(t), want),
+            bound,
+            error: None,
+        },
+        Err(e) => CheckRow {
+            case,
+            op,
+            err: f64::INFINITY,
+            bound,
+            error: Some(e.to_string()),
+        },
+    }
+}
+
+/// Runs every case of the four ops on `device` and returns one row each; `bound` is the
+/// normwise relative error allowed (1e-2 for bf16, as the attention checks; about 1e-5 for
+/// f32).
+pub fn check_elementwise<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<CheckRow> {
+    let mut rows_out = Vec::new();
+    let up = |v: Vec<f32>, shape: Vec<usize>| TensorData::new(v, shape);
+    // RMSNorm: rows x hidden, hidden not a multiple of the block; Qwen2.5 eps 1e-6
+    for (i, &(b, n, hidden)) in [(1, 1, 896), (3, 5, 1000), (2, 7, 3584)].iter().enumerate() {
+        let seed = 7000 + i as u64;
+        let x = reference::random_bf16(b * n * hidden, 4.0, seed);
+        let w = reference::random_bf16(hidden, 2.0, seed + 1);
+        let want = reference::rms_norm(&x, &w, 1e-6, b * n, hidden);
+        let xt = Tensor::<B, 3>::from_data(up(x, vec![b, n, hidden]), device);
+        let wt = Tensor::<B, 1>::from_data(up(w, vec![hidden]), device);
+        rows_out.push(row(
+            format!("[{b}, {n}, {hidden}]"),
+            "rms_norm",
+            B::rms_norm(xt, wt, 1e-6),
+            &want,
+            bound,
+        ));
+    }
+    // SwiGLU product: odd sizes; gate values up to 8 in size (exp's range both ways)
+    for (i, &(b, n, cols)) in [(1, 1, 37), (3, 5, 4864), (2, 3, 18944)].iter().enumerate() {
+        let seed = 7100 + i as u64;
+        let g = reference::random_bf16(b * n * cols, 8.0, seed);
+        let u = reference::random_bf16(b * n * cols, 2.0, seed + 1);
+        let want = reference::silu_mul(&g, &u);
+        let gt = Tensor::<B, 3>::from_data(up(g, vec![b, n, cols]), device);
+        let ut = Tensor::<B, 3>::from_data(up(u, vec![b, n, cols]), device);
+        rows_out.push(row(
+            format!("[{b}, {n}, {cols}]"),
+            "silu_mul",
+            B::silu_mul(gt, ut),
+            &want,
+            bound,
+        ));
+    }
+    // RoPE: x made as [batch, n, heads, d] and viewed as [batch, heads, n, d] (strided, as the
+    // model's q and k are); positions ragged and large (Qwen2.5 theta 1e6)
+    let theta = 1e6;
+    for (i, &(b, h, n, d)) in [(1, 3, 1, 64), (3, 7, 5, 128), (2, 4, 16, 128)]
+        .iter()
+        .enumerate()
+    {
+        let seed = 7200 + i as u64;
+        let x_bnhd = reference::random_bf16(b * n * h * d, 3.0, seed);
+        let mut x = vec![0f32; x_bnhd.len()];
+        for bi in 0..b {
+            for t in 0..n {
+                for hi in 0..h {
+                    for c in 0..d {
+                        x[((bi * h + hi) * n + t) * d + c] =
+                            x_bnhd[((bi * n + t) * h + hi) * d + c];
+                    }
+                }
+            }
+        }
+        let positions: Vec<usize> = (0..b * n)
+            .map(|j| 3 + (j / n) * 9973 + 31 * (j % n) + (j / n) * (j / n) * 1001)
+            .collect();
+        let want = reference::rope(&x, &positions, theta, [b, h, n, d]);
+        let half = d / 2;
+        let (mut cos, mut sin) = (vec![0f32; b * n * d], vec![0f32; b * n * d]);
+        for (j, &p) in positions.iter().enumerate() {
+            for c in 0..half {
+                let a = p as f64 * theta.powf(-(2.0 * c as f64) / d as f64);
+                cos[j * d + c] = a.cos() as f32;
+                cos[j * d + half + c] = a.cos() as f32;
+                sin[j * d + c] = -a.sin() as f32;
+                sin[j * d + half + c] = a.sin() as f32;
+            }
+        }
+        let xt = Tensor::<B, 4>::from_data(up(x_bnhd, vec![b, n, h, d]), device).swap_dims(1, 2);
+        let ct = Tensor::<B, 4>::from_data(up(cos, vec![b, 1, n, d]), device);
+        let st = Tensor::<B, 4>::from_data(up(sin, vec![b, 1, n, d]), device);
+        rows_out.push(row(
+            format!("[{b}, {h}, {n}, {d}] strided"),
+            "rope",
+            B::rope(xt, ct, st),
+            &want,
+            bound,
+        ));
+    }
+    // Packed substitutes: 4 bits in groups of 64 (the default), 3 bits (a partly filled last
+    // word per group: 10 codes per word, 7 words for 64 rows), a last group cut short
+    let packed: [(usize, usize, u32, usize); 3] =
+        [(128, 37, 4, 64), (150, 300, 3, 64), (896, 4864, 4, 64)];
+    for (i, &(rows, cols, bits, group)) in packed.iter().enumerate() {
+        let seed = 7300 + i as u64;
+        let per = (32 / bits) as usize;
+        let (groups, wpg) = (rows.div_ceil(group), group.div_ceil(per));
+        let words = reference::random_words(groups * wpg * cols, seed);
+        let scale = reference::random_bf16(groups * cols, 0.05, seed + 1);
+        let min = reference::random_bf16(groups * cols, 0.5, seed + 2);
+        let want = reference::dequantize_packed(
+            &words,
+            &scale,
+            &min,
+            [groups, wpg, cols],
+            bits,
+            group,
+            rows,
+        );
+        let wt = Tensor::<B, 3, burn_tensor::Int>::from_data(
+            TensorData::new(words, [groups, wpg, cols]),
+            device,
+        );
+        let st = Tensor::<B, 3>::from_data(up(scale, vec![groups, 1, cols]), device);
+        let mt = Tensor::<B, 3>::from_data(up(min, vec![groups, 1, cols]), device);
+        rows_out.push(row(
+            format!("[{rows}, {cols}] {bits} bits, group {group}"),
+            "dequant",
+            B::dequantize_packed(wt, st, mt, bits, group, rows),
+            &want,
+            bound,
+        ));
+    }
+    rows_out
+}
