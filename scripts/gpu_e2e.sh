@@ -9,11 +9,12 @@
 #   bash .device/gpu_e2e.sh hf    # the HF transformers peers only
 #   bash .device/gpu_e2e.sh final # 32k: 7B B 1/8/16, 72B B 8/16, HF peers at 32k B 1/8
 #   bash .device/gpu_e2e.sh elementwise # `dustin kernel-check --device cuda`, then 7B at 32k,
-#                                 # B 1/8, `--elementwise plain` and `fused` side by side
+#                                 # B 1/8: plain ops, fused element-wise, fused + skinny GEMM
 # Env: OUT (results folder), TAU (mean acceptance length of every speculative mode, default
 # 1.36: dense and dustin on SmolLM2 at 4096 tokens, docs/fidelity.md), LIMIT (seconds per
 # group), PROFILE (non-empty: `--profile`, the phase times of every mode, slower runs),
-# ELEMENTWISE (`fused`, the default, or `plain`: `--elementwise`). Each
+# ELEMENTWISE (`fused`, the default, or `plain`: `--elementwise`), SKINNY (`off`, the default,
+# or `on`: `--skinny-gemm`). Each
 # group is one process; nvidia-smi samples its memory every 100 ms (peak in
 # mem.jsonl).
 set -u
@@ -30,7 +31,7 @@ group() {
     shift
     mem_watch "$name"
     timeout "${LIMIT:-240}" "$D/dustin" bench-e2e --device cuda --json "$OUT/e2e.jsonl" \
-        --accept "default=$TAU" --draft "$DRAFT" --warmup 2 --iters 6 ${PROFILE:+--profile} --elementwise "${ELEMENTWISE:-fused}" "$@" 2>&1 | tee "$OUT/$name.txt"
+        --accept "default=$TAU" --draft "$DRAFT" --warmup 2 --iters 6 ${PROFILE:+--profile} --elementwise "${ELEMENTWISE:-fused}" --skinny-gemm "${SKINNY:-off}" "$@" 2>&1 | tee "$OUT/$name.txt"
     echo "{\"group\":\"$name\",\"peak_mib\":$(mem_peak_max "$name")}" | tee -a "$OUT/mem.jsonl"
 }
 
@@ -53,15 +54,17 @@ final)
     PYTHONUNBUFFERED=1 timeout "${HF_LIMIT:-140}" python3 "$D/hf_e2e_bench.py" "$C" --quick 2>&1 | tee "$OUT/hf.jsonl"
     ;;
 elementwise)
-    # the fused RMSNorm / SwiGLU / RoPE kernels: checked first, then side by side with the
-    # plain Burn ops (7B at 32k, B 1 and 8)
+    # the fused RMSNorm / SwiGLU / RoPE / dequantization kernels and the skinny GEMM:
+    # checked first, then side by side with the plain Burn ops (7B at 32k, B 1 and 8):
+    # plain ops, fused element-wise ops, fused element-wise ops + skinny GEMM
     if ! (set -o pipefail; timeout 120 "$D/dustin" kernel-check --device cuda 2>&1 | tee "$OUT/kernel-check.txt"); then
         echo "kernel-check failed: no timing" >&2
         exit 1
     fi
-    for ew in plain fused; do
-        ELEMENTWISE=$ew group "7b_32768_$ew" --target "$C/Qwen2.5-7B-Instruct.config.json" \
-            --ctx 32768 --batch 1,8 --modes "${MODES:-ar,dense,dustin}"
+    for cfg in plain:off fused:off fused:on; do
+        ELEMENTWISE=${cfg%:*} SKINNY=${cfg#*:} group "7b_32768_${cfg/:/_skinny_}" \
+            --target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 32768 --batch 1,8 \
+            --modes "${MODES:-ar,dense,dustin}"
     done
     ;;
 hf)

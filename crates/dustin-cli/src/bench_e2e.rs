@@ -105,9 +105,24 @@ pub struct E2eArgs {
     /// ops: 7, 10 and 7 kernels on CUDA). The same values up to rounding; the rows say which.
     #[arg(long, value_enum, default_value_t = Elementwise::Fused)]
     pub elementwise: Elementwise,
+    /// Linear layers of decoding and verification (at most 16 rows) through our split-K
+    /// skinny GEMM kernel (`on`, `Qwen2::with_skinny_gemm`) or Burn's matmul (`off`, the
+    /// default until measured).
+    #[arg(long, value_enum, default_value_t = OnOff::Off)]
+    pub skinny_gemm: OnOff,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
+}
+
+/// `--skinny-gemm`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnOff {
+    /// On.
+    On,
+    /// Off.
+    Off,
 }
 
 /// `--elementwise`.
@@ -342,6 +357,8 @@ pub struct Row {
     pub setup_secs: f64,
     /// `--elementwise`.
     pub elementwise: Elementwise,
+    /// `--skinny-gemm`.
+    pub skinny_gemm: OnOff,
 }
 
 /// Means over the timed iterations of a run (after `warmup`, at most `iters`).
@@ -550,6 +567,13 @@ fn measure<B: KernelOps>(
     } else {
         (target, draft)
     };
+    let (target, draft) = match args.skinny_gemm {
+        OnOff::Off => (target, draft),
+        OnOff::On => (
+            Arc::new((*target).clone().with_skinny_gemm(true)),
+            Arc::new((*draft).clone().with_skinny_gemm(true)),
+        ),
+    };
     let (target, draft) = match args.elementwise {
         Elementwise::Fused => (target, draft),
         Elementwise::Plain => (
@@ -689,6 +713,7 @@ fn measure<B: KernelOps>(
                     over_floor: iter_ms / floor_ms,
                     setup_secs,
                     elementwise: args.elementwise,
+                    skinny_gemm: args.skinny_gemm,
                 };
                 if !report {
                     continue;

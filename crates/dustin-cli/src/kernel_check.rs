@@ -1,6 +1,7 @@
 //! `dustin kernel-check`: the element-wise ops the model runs per layer (RMSNorm, the SwiGLU
-//! product, RoPE, the dequantization of packed substitute weights; `KernelOps::rms_norm`,
-//! `silu_mul`, `rope`, `dequantize_packed`) against float64 loops
+//! product, RoPE, the dequantization of packed substitute weights, the skinny GEMM of
+//! decoding; `KernelOps::rms_norm`, `silu_mul`, `rope`, `dequantize_packed`,
+//! `skinny_linear`) against float64 loops
 //! (`dustin_kernels::check::check_elementwise`), on fresh random inputs with odd sizes and a
 //! strided RoPE input. On CUDA the outputs are poisoned with NaN first, so an element a kernel
 //! leaves unwritten fails. Bound (normwise relative error): 1e-2 for bf16 on CUDA, 1e-5 for

@@ -1,5 +1,5 @@
 //! Checks of the element-wise ops ([`KernelOps::rms_norm`], [`KernelOps::silu_mul`],
-//! [`KernelOps::rope`], [`KernelOps::dequantize_packed`]) against the float64 references of [`crate::reference`], on fresh
+//! [`KernelOps::rope`], [`KernelOps::dequantize_packed`], [`KernelOps::skinny_linear`]) against the float64 references of [`crate::reference`], on fresh
 //! random inputs rounded to bf16 (so a bf16 device copy holds them exactly), odd sizes, and a
 //! strided RoPE input (the model's `[batch, n, heads, d]` projection viewed as `[batch,
 //! heads, n, d]`). Generic over the backend: the CPU tests run it on the plain path, `dustin
@@ -83,7 +83,7 @@ fn row<B: KernelOps, const D: usize>(
     }
 }
 
-/// Runs every case of the four ops on `device` and returns one row each; `bound` is the
+/// Runs every case of the five ops on `device` and returns one row each; `bound` is the
 /// normwise relative error allowed (1e-2 for bf16, as the attention checks; about 1e-5 for
 /// f32).
 pub fn check_elementwise<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<CheckRow> {
@@ -197,6 +197,36 @@ pub fn check_elementwise<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<Ch
             format!("[{rows}, {cols}] {bits} bits, group {group}"),
             "dequant",
             B::dequantize_packed(wt, st, mt, bits, group, rows),
+            &want,
+            bound,
+        ));
+    }
+    // Skinny GEMM (decode and verify rows): one row, a verify batch of 15 rows with bias, 16
+    // rows (the most the kernel takes), 17 rows and n = 302 (Burn's matmul), k not a multiple
+    // of the split
+    let skinny: [(usize, usize, usize, bool); 5] = [
+        (1, 896, 4864, true),
+        (15, 1000, 512, true),
+        (16, 3584, 1028, false),
+        (17, 200, 64, true),
+        (3, 77, 302, false),
+    ];
+    for (i, &(m, k, n, with_bias)) in skinny.iter().enumerate() {
+        let seed = 7400 + i as u64;
+        let x = reference::random_bf16(m * k, 2.0, seed);
+        let w = reference::random_bf16(k * n, 0.05, seed + 1);
+        let b = reference::random_bf16(n, 1.0, seed + 2);
+        let want = reference::linear(&x, &w, with_bias.then_some(&b[..]), m, k, n);
+        let xt = Tensor::<B, 2>::from_data(up(x, vec![m, k]), device);
+        let wt = Tensor::<B, 2>::from_data(up(w, vec![k, n]), device);
+        let bt = with_bias.then(|| Tensor::<B, 1>::from_data(up(b, vec![n]), device));
+        rows_out.push(row(
+            format!(
+                "[{m}, {k}] x [{k}, {n}]{}",
+                if with_bias { " + bias" } else { "" }
+            ),
+            "skinny",
+            B::skinny_linear(xt, wt, bt),
             &want,
             bound,
         ));

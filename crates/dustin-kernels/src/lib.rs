@@ -286,6 +286,23 @@ pub trait KernelOps: Backend {
         plain::dequantize_packed(words, scale, min, bits, group, rows)
     }
 
+    /// The linear layer of decoding and verification: `x` `[m, k]` times `w` `[k, n]` (the
+    /// `[in, out]` weight) plus `bias` `[n]`, `[m, n]` in the dtype. On CUDA, for `m` up to
+    /// [`SKINNY_MAX_ROWS`] and a contiguous `w` with `n` a multiple of 4, one split-K kernel
+    /// that reads `w` once for all rows (memory-bound: the weight read is the cost) and one
+    /// that sums the splits, adds the bias and rounds once (as PyTorch's `addmm` epilogue);
+    /// other shapes take Burn's matmul.
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] naming `w` or `bias` when they do not fit `x`.
+    fn skinny_linear(
+        x: Tensor<Self, 2>,
+        w: Tensor<Self, 2>,
+        bias: Option<Tensor<Self, 1>>,
+    ) -> Result<Tensor<Self, 2>> {
+        plain::skinny_linear(x, w, bias)
+    }
+
     /// What the device allocator of the calling thread's stream holds, bytes: `(in use,
     /// reserved)`; `None` where the backend does not say (the CPU backend). Reserved includes
     /// freed blocks the pool keeps for reuse: it is what `nvidia-smi` sees of this stream.
@@ -532,6 +549,28 @@ pub fn check_packed(
     check_same("scale", [groups, 1, cols], scale)?;
     check_same("min", [groups, 1, cols], min)?;
     Ok(per)
+}
+
+/// Most rows of `x` [`KernelOps::skinny_linear`]'s CUDA kernel takes (batch x (gamma + 1)
+/// at batch 3 and gamma 4 is 15); more rows go to Burn's matmul.
+pub const SKINNY_MAX_ROWS: usize = 16;
+
+/// Checks `w` `[k, n]` and `bias` `[n]` against `x` `[m, k]` ([`KernelOps::skinny_linear`]).
+///
+/// # Errors
+/// [`KernelError::Shape`] naming `w` or `bias`.
+pub fn check_skinny(x: [usize; 2], w: [usize; 2], bias: Option<[usize; 1]>) -> Result<()> {
+    if w[0] != x[1] {
+        return Err(KernelError::Shape {
+            name: "w",
+            expected: vec![x[1], w[1]],
+            found: w.to_vec(),
+        });
+    }
+    if let Some(b) = bias {
+        check_same("bias", [w[1]], b)?;
+    }
+    Ok(())
 }
 
 /// Checks `weight` `[hidden]` against `x` `[batch, n, hidden]` ([`KernelOps::rms_norm`]).

@@ -484,3 +484,21 @@ pub fn dequantize_packed_unchecked<B: Backend>(
         w.slice([0..rows, 0..cols])
     }
 }
+
+/// `x [m, k] . w [k, n] + bias [n]` with Burn's matmul; see
+/// [`crate::KernelOps::skinny_linear`].
+///
+/// # Errors
+/// As [`crate::check_skinny`].
+pub fn skinny_linear<B: Backend>(
+    x: Tensor<B, 2>,
+    w: Tensor<B, 2>,
+    bias: Option<Tensor<B, 1>>,
+) -> Result<Tensor<B, 2>> {
+    crate::check_skinny(x.dims(), w.dims(), bias.as_ref().map(|b| b.dims()))?;
+    let y = x.matmul(w);
+    Ok(match bias {
+        Some(b) => y + b.unsqueeze::<2>(),
+        None => y,
+    })
+}

@@ -388,6 +388,28 @@ pub fn dequantize_packed(
     out
 }
 
+/// `x [m, k] . w [k, n] + bias [n]` (row-major), in f64.
+pub fn linear(
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Vec<f64> {
+    let mut out = vec![0.0f64; m * n];
+    for i in 0..m {
+        for c in 0..n {
+            let mut s = bias.map_or(0.0, |b| b[c] as f64);
+            for r in 0..k {
+                s += x[i * k + r] as f64 * w[r * n + c] as f64;
+            }
+            out[i * n + c] = s;
+        }
+    }
+    out
+}
+
 /// `len` random words (any 32 bits).
 pub fn random_words(len: usize, seed: u64) -> Vec<i32> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);

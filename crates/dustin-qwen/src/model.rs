@@ -400,6 +400,9 @@ pub struct Qwen2<B: Backend> {
     /// Whether RMSNorm, the SwiGLU product and RoPE run as the backend's fused kernels
     /// ([`Qwen2::with_fused_elementwise`]; `None`: when the backend has them).
     elementwise: Option<bool>,
+    /// Whether linear layers of at most [`dustin_kernels::SKINNY_MAX_ROWS`] rows run through
+    /// [`KernelOps::skinny_linear`] ([`Qwen2::with_skinny_gemm`]; off by default).
+    skinny_gemm: bool,
     /// Whether the next offloaded layer is staged by a helper thread while the current layer
     /// computes ([`Qwen2::with_prefetch`]).
     prefetch: bool,
@@ -633,6 +636,7 @@ impl<B: Backend> Qwen2<B> {
             device: device.clone(),
             kernels: None,
             elementwise: None,
+            skinny_gemm: false,
             prefetch: true,
             tp: None,
             profile: None,
@@ -755,6 +759,7 @@ impl<B: Backend> Qwen2<B> {
             device: device.clone(),
             kernels: None,
             elementwise: None,
+            skinny_gemm: false,
             prefetch: true,
             tp,
             profile: None,
@@ -777,6 +782,15 @@ impl<B: Backend> Qwen2<B> {
     /// the backend has fused ones ([`KernelOps::FUSED`]). On the CPU both are the same ops.
     pub fn with_fused_elementwise(mut self, on: Option<bool>) -> Self {
         self.elementwise = on;
+        self
+    }
+
+    /// Runs linear layers of at most [`dustin_kernels::SKINNY_MAX_ROWS`] rows (decoding and
+    /// verification: batch x new tokens) through [`KernelOps::skinny_linear`] (`true`) or
+    /// Burn's matmul (`false`, the default until the kernel has been measured on the GPU;
+    /// `bench-e2e --skinny-gemm on` compares). The same products up to f32 summation order.
+    pub fn with_skinny_gemm(mut self, on: bool) -> Self {
+        self.skinny_gemm = on;
         self
     }
 
@@ -1003,6 +1017,7 @@ impl<B: Backend> Qwen2<B> {
             device: dev,
             kernels: self.kernels,
             elementwise: self.elementwise,
+            skinny_gemm: self.skinny_gemm,
             prefetch: self.prefetch,
             tp: Some(rank),
             profile: self.profile,
@@ -1049,13 +1064,24 @@ impl<B: KernelOps> Qwen2<B> {
 
     /// `lin` applied to `x` `[batch, n, in]`; a packed (substitute) weight is dequantized by
     /// the fused kernel when chosen ([`crate::substitute::PackedWeight::dequantize_fused`]).
+    /// With [`Qwen2::with_skinny_gemm`], `x` of at most [`dustin_kernels::SKINNY_MAX_ROWS`]
+    /// rows goes through [`KernelOps::skinny_linear`].
     fn linear(&self, lin: &Linear<B>, x: Tensor<B, 3>) -> Result<Tensor<B, 3>> {
+        let mut dense = None;
         if let (Weight::Packed(p), true) = (&lin.weight, self.fused_elementwise()) {
-            if let Some(w) = fallback(p.dequantize_fused())? {
-                return Ok(lin.forward_dense(x, w));
-            }
+            dense = fallback(p.dequantize_fused())?;
         }
-        Ok(lin.forward(x))
+        let [b, n, d] = x.dims();
+        if self.skinny_gemm && b * n <= dustin_kernels::SKINNY_MAX_ROWS {
+            let w = dense.unwrap_or_else(|| lin.weight.to_dense(&x.device()));
+            let out = w.dims()[1];
+            let y = B::skinny_linear(x.reshape([b * n, d]), w, lin.bias.clone())?;
+            return Ok(y.reshape([b, n, out]));
+        }
+        Ok(match dense {
+            Some(w) => lin.forward_dense(x, w),
+            None => lin.forward(x),
+        })
     }
 
     /// `x` `[batch, heads, n, head_dim]` rotated by `rope`, by the fused kernel when chosen.

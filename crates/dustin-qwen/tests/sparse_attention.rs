@@ -161,7 +161,8 @@ type Run<'a> = Box<dyn Fn(&Qwen2<B>) -> Vec<f32> + 'a>;
 /// checked against a float64 reference in dustin-kernels; on CUDA the fused kernels) must give
 /// the logits of the model's own attention code (checked against HF transformers in
 /// `hf_parity.rs`): dense over a ragged batch and sparse over a selection. RMSNorm, the
-/// SwiGLU product and RoPE go through `KernelOps` on the kernel side too.
+/// SwiGLU product, RoPE and the linear layers (skinny GEMM) go through `KernelOps` on the
+/// kernel side too.
 #[test]
 fn kernel_attention_path_equals_the_model_path() {
     for name in ["qwen2-tied", "qwen2-gqa7", "llama"] {
@@ -170,7 +171,8 @@ fn kernel_attention_path_equals_the_model_path() {
             .with_fused_elementwise(Some(false));
         let kern = model(name)
             .with_kernels(Some(true))
-            .with_fused_elementwise(Some(true));
+            .with_fused_elementwise(Some(true))
+            .with_skinny_gemm(true);
         let prompts = vec![
             vec![5u32, 17, 33, 2, 90, 61, 7, 44, 12, 3, 71],
             vec![9, 1, 64, 30, 22],

@@ -556,7 +556,8 @@ fn sync2(t: &Tensor<B, 2>) {
 
 /// Issue 12's "measure first": Burn's autotuned bf16 matmul (this binary is built without
 /// fusion) at the projection shapes of Qwen2.5-7B and 72B, prefill rows (4k..32k tokens) and
-/// decode / verify rows (8, 40, 128), 30 untimed calls first (autotuning), then the mean of
+/// decode / verify rows (1, 8, 16, 40, 128; up to 16 also our skinny GEMM,
+/// `KernelOps::skinny_linear`), 30 untimed calls first (autotuning), then the mean of
 /// 10; and Burn's attention op for a causal prefill (28 heads, d 128, K/V expanded: the op
 /// wants equal head counts) at 4k, 16k, 32k. One JSON line a shape; TFLOP/s count `2 m k n`
 /// (attention: `2 * 2 * heads * d * n^2 / 2`, the causal half), TB/s the weight read.
@@ -574,7 +575,7 @@ fn gemm(json: Option<&str>, quick: bool) {
     } else {
         &[4096, 16384, 32768]
     };
-    let decode: &[usize] = &[8, 40, 128];
+    let decode: &[usize] = &[1, 8, 16, 40, 128];
     // (model, hidden, intermediate, q/o width, k/v width): the published configs
     for (name, h, inter, qo, kvo) in [
         ("7B", 3584usize, 18944usize, 3584usize, 512usize),
@@ -606,6 +607,35 @@ fn gemm(json: Option<&str>, quick: bool) {
                     flops / us / 1e6,
                     (2 * k * n) as f64 / us / 1e6
                 ));
+                // our split-K skinny GEMM on the same operands (decode / verify rows)
+                if m <= dustin_kernels::SKINNY_MAX_ROWS {
+                    let run = || B::skinny_linear(x.clone(), w.clone(), None);
+                    match run() {
+                        Ok(_) => {
+                            for _ in 0..5 {
+                                if let Ok(y) = run() {
+                                    sync2(&y);
+                                }
+                            }
+                            let t = Instant::now();
+                            let mut last = None;
+                            for _ in 0..reps {
+                                last = run().ok();
+                            }
+                            if let Some(y) = last {
+                                sync2(&y);
+                            }
+                            let us = t.elapsed().as_secs_f64() * 1e6 / reps as f64;
+                            emit(format!(
+                                "{{\"op\":\"skinny\",\"model\":\"{name}\",\"proj\":\"{what}\",\"m\":{m},\"k\":{k},\"n\":{n},\"us\":{us:.2},\"weight_tbps\":{:.3}}}",
+                                (2 * k * n) as f64 / us / 1e6
+                            ));
+                        }
+                        Err(e) => {
+                            emit(format!("{{\"op\":\"skinny\",\"m\":{m},\"error\":\"{e}\"}}"))
+                        }
+                    }
+                }
             }
         }
     }

@@ -1016,3 +1016,116 @@ pub fn dequant_kernel<F: Float, I: Int>(
         out[i] = q * scale[g * cols + c] + min[g * cols + c];
     }
 }
+
+/// Columns per block of the skinny GEMM (32 lanes x [`SKINNY_COLS`]).
+pub const SKINNY_TILE: usize = 128;
+/// Consecutive output columns per thread of the skinny GEMM.
+pub const SKINNY_COLS: usize = 4;
+/// Most rows of `w` (and columns of `x`) one block of the skinny GEMM stages.
+pub const SKINNY_CHUNK: usize = 512;
+
+/// Skinny GEMM `x [mt, k] . w [k, n]` (w row-major, contiguous), split over `k`: block
+/// `(tile, split)` takes columns `tile * 128 ..` and rows `split * rows_per_split ..` of `w`;
+/// its 8 warps take every eighth row of that range, lane `l` four consecutive columns, all
+/// `mt` rows of `x` (staged in shared memory as f32) at once, f32 accumulators; the warps'
+/// sums meet in shared memory and go to `part [splits, mt, n]` (f32).
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub fn skinny_gemm_kernel<F: Float>(
+    x: &Tensor<F>,
+    w: &Tensor<F>,
+    part: &mut Tensor<f32>,
+    k: u32,
+    n: u32,
+    rows_per_split: u32,
+    #[comptime] mt: usize,
+    #[define(F)] _dtype: StorageType,
+) {
+    let tid = UNIT_POS as usize;
+    let warp = tid / 32;
+    let lane = tid % 32;
+    let col0 = CUBE_POS_X as usize * SKINNY_TILE;
+    let split = CUBE_POS_Y as usize;
+    let k0 = split * rows_per_split as usize;
+    let mut k1 = k0 + rows_per_split as usize;
+    if k1 > k as usize {
+        k1 = k as usize;
+    }
+    let len = k1 - k0;
+    let mut xs = SharedMemory::<f32>::new(comptime![mt * SKINNY_CHUNK]);
+    let mut e = tid;
+    while e < mt * len {
+        let m = e / len;
+        let r = e % len;
+        xs[m * SKINNY_CHUNK + r] = f32::cast_from(x[m * x.stride(0) + (k0 + r) * x.stride(1)]);
+        e += 256usize;
+    }
+    sync_cube();
+    let c = col0 + lane * SKINNY_COLS;
+    let mut acc = Array::<f32>::new(comptime![mt * SKINNY_COLS]);
+    for i in 0..mt * SKINNY_COLS {
+        acc[i] = 0.0f32;
+    }
+    if c < n as usize {
+        let mut r = k0 + warp;
+        while r < k1 {
+            let base = r * n as usize + c;
+            let w0 = f32::cast_from(w[base]);
+            let w1 = f32::cast_from(w[base + 1]);
+            let w2 = f32::cast_from(w[base + 2]);
+            let w3 = f32::cast_from(w[base + 3]);
+            for m in 0..mt {
+                let xv = xs[m * SKINNY_CHUNK + (r - k0)];
+                acc[m * SKINNY_COLS] += xv * w0;
+                acc[m * SKINNY_COLS + 1] += xv * w1;
+                acc[m * SKINNY_COLS + 2] += xv * w2;
+                acc[m * SKINNY_COLS + 3] += xv * w3;
+            }
+            r += 8usize;
+        }
+    }
+    let mut red = SharedMemory::<f32>::new(8 * SKINNY_TILE);
+    for m in 0..mt {
+        for j in 0..SKINNY_COLS {
+            red[warp * SKINNY_TILE + lane * SKINNY_COLS + j] = acc[m * SKINNY_COLS + j];
+        }
+        sync_cube();
+        if tid < SKINNY_TILE {
+            let col = col0 + tid;
+            if col < n as usize {
+                let mut s = 0.0f32;
+                for wi in 0..8usize {
+                    s += red[wi * SKINNY_TILE + tid];
+                }
+                part[(split * mt + m) * n as usize + col] = s;
+            }
+        }
+        sync_cube();
+    }
+}
+
+/// Sum of the skinny GEMM's partial products over the splits, plus the bias, rounded once:
+/// `out[m, c] = dtype(sum_s part[s, m, c] + bias[c])`, one thread per output element.
+#[cube(launch)]
+pub fn skinny_reduce_kernel<F: Float>(
+    part: &Tensor<f32>,
+    bias: &Tensor<F>,
+    out: &mut Tensor<F>,
+    total: u32,
+    n: u32,
+    splits: u32,
+    #[comptime] has_bias: bool,
+    #[define(F)] _dtype: StorageType,
+) {
+    let i = ABSOLUTE_POS as usize;
+    if i < total as usize {
+        let mut s = 0.0f32;
+        for sp in 0..splits as usize {
+            s += part[sp * total as usize + i];
+        }
+        if has_bias {
+            s += f32::cast_from(bias[i % n as usize]);
+        }
+        out[i] = F::cast_from(s);
+    }
+}

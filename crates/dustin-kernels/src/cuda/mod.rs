@@ -25,7 +25,8 @@ use cubecl::prelude::*;
 
 use crate::{
     check_attn, check_heads, check_packed, check_pages, check_rms_norm, check_rope, check_same,
-    check_selection, check_top_k, AttnDims, Keep, KernelError, KernelOps, Positions, Result,
+    check_selection, check_skinny, check_top_k, AttnDims, Keep, KernelError, KernelOps, Positions,
+    Result,
 };
 
 pub use kernels::{RESCALE_SLACK, THREADS, TILE};
@@ -870,6 +871,68 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
                 [fd.into(), id.into()],
             );
         }
+        Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
+    }
+
+    fn skinny_linear(
+        x: Tensor<Self, 2>,
+        w: Tensor<Self, 2>,
+        bias: Option<Tensor<Self, 1>>,
+    ) -> Result<Tensor<Self, 2>> {
+        let ([m, k], [_, n]) = (x.dims(), w.dims());
+        check_skinny([m, k], w.dims(), bias.as_ref().map(|b| b.dims()))?;
+        let wp = w.into_primitive().tensor();
+        let row_major = wp.meta.strides().to_vec() == [n, 1];
+        if m == 0 || m > crate::SKINNY_MAX_ROWS || k == 0 || n == 0 || n % 4 != 0 || !row_major {
+            let w = Tensor::from_primitive(TensorPrimitive::Float(wp));
+            return crate::plain::skinny_linear(x, w, bias);
+        }
+        let xp = x.into_primitive().tensor();
+        let fd = xp.dtype;
+        // about 4 blocks per SM of the H200 (132 SMs); each split stages at most
+        // SKINNY_CHUNK rows of x, a multiple of the 8 warps
+        let tiles = n.div_ceil(kernels::SKINNY_TILE);
+        let want = (4 * 132usize).div_ceil(tiles).clamp(1, k.div_ceil(8));
+        let rows = k
+            .div_ceil(want)
+            .next_multiple_of(8)
+            .min(kernels::SKINNY_CHUNK);
+        let splits = k.div_ceil(rows);
+        let part = empty(&xp, vec![splits, m, n], DType::F32);
+        let out = empty(&xp, vec![m, n], fd);
+        let client = xp.client.clone();
+        kernels::skinny_gemm_kernel::launch::<CudaRuntime>(
+            &client,
+            CubeCount::Static(tiles as u32, splits as u32, 1),
+            CubeDim::new_1d(256),
+            xp.clone().into_tensor_arg(),
+            wp.into_tensor_arg(),
+            part.clone().into_tensor_arg(),
+            k as u32,
+            n as u32,
+            rows as u32,
+            m,
+            fd.into(),
+        );
+        let has_bias = bias.is_some();
+        // without a bias the kernel reads none; x stands in for the binding
+        let b = match bias {
+            Some(b) => b.into_primitive().tensor(),
+            None => xp,
+        };
+        kernels::skinny_reduce_kernel::launch::<CudaRuntime>(
+            &client,
+            elementwise_count(m * n)?,
+            CubeDim::new_1d(kernels::ELEM_THREADS as u32),
+            part.into_tensor_arg(),
+            b.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            (m * n) as u32,
+            n as u32,
+            splits as u32,
+            has_bias,
+            fd.into(),
+        );
         Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
     }
 
