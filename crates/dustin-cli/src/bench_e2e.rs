@@ -102,12 +102,14 @@ pub struct E2eArgs {
     pub profile: bool,
     /// How RMSNorm, the SwiGLU product and RoPE run in target and draft: `fused` (one kernel
     /// each where the backend has them, `Qwen2::with_fused_elementwise`) or `plain` (Burn
-    /// ops: 7, 10 and 7 kernels on CUDA). The same values up to rounding; the rows say which.
-    #[arg(long, value_enum, default_value_t = Elementwise::Fused)]
+    /// ops: 7, 10 and 7 kernels on CUDA; the default until the kernels have run on the GPU).
+    /// The same values up to rounding; the rows say which ran (`plain` on the CPU, which has
+    /// no fused kernels).
+    #[arg(long, value_enum, default_value_t = Elementwise::Plain)]
     pub elementwise: Elementwise,
     /// Linear layers of decoding and verification (at most 16 rows) through our split-K
     /// skinny GEMM kernel (`on`, `Qwen2::with_skinny_gemm`) or Burn's matmul (`off`, the
-    /// default until measured).
+    /// default until measured; rows on the CPU, which has no such kernel, say `off`).
     #[arg(long, value_enum, default_value_t = OnOff::Off)]
     pub skinny_gemm: OnOff,
     /// Where to run.
@@ -575,10 +577,10 @@ fn measure<B: KernelOps>(
         ),
     };
     let (target, draft) = match args.elementwise {
-        Elementwise::Fused => (target, draft),
-        Elementwise::Plain => (
-            Arc::new((*target).clone().with_fused_elementwise(Some(false))),
-            Arc::new((*draft).clone().with_fused_elementwise(Some(false))),
+        Elementwise::Plain => (target, draft),
+        Elementwise::Fused => (
+            Arc::new((*target).clone().with_fused_elementwise(true)),
+            Arc::new((*draft).clone().with_fused_elementwise(true)),
         ),
     };
     let world = target.tp().map_or(1, |(_, w)| w) as f64;
@@ -712,8 +714,16 @@ fn measure<B: KernelOps>(
                     floor_ms,
                     over_floor: iter_ms / floor_ms,
                     setup_secs,
-                    elementwise: args.elementwise,
-                    skinny_gemm: args.skinny_gemm,
+                    elementwise: if B::FUSED {
+                        args.elementwise
+                    } else {
+                        Elementwise::Plain
+                    },
+                    skinny_gemm: if B::FUSED {
+                        args.skinny_gemm
+                    } else {
+                        OnOff::Off
+                    },
                 };
                 if !report {
                     continue;

@@ -622,9 +622,17 @@ fn run_on<B: KernelOps>(
     check_kv_memory::<B>(&cfgs, ids.len(), positions, dev)?;
     let offloaded = offload_plan::<B>(args, &cfgs, ids.len(), positions, draft_files.as_ref())?;
     let mut model = files.build_offloaded::<B>(positions, dev, &offloaded)?;
+    if offloaded.is_empty() && args.offload_memory.is_some() {
+        eprintln!("note: --offload-memory: no target layer is offloaded, so it has no effect");
+    }
     if args.offload_memory != Some(OffloadMemory::Pageable) && !offloaded.is_empty() {
-        model.pin_offloaded()?;
-        if !model.offloaded_pinned() && args.offload_memory == Some(OffloadMemory::Pinned) {
+        // a driver that refuses to lock this much memory leaves the rest pageable: the values
+        // are the same either way, only the copies are slower
+        if let Err(e) = model.pin_offloaded() {
+            eprintln!(
+                "note: could not page-lock the offloaded weights ({e}); the rest copy through pageable memory (--offload-memory pageable skips the attempt)"
+            );
+        } else if !model.offloaded_pinned() && args.offload_memory == Some(OffloadMemory::Pinned) {
             eprintln!(
                 "note: --offload-memory pinned: this backend has no page-locked memory; the offloaded layers copy through pageable memory"
             );

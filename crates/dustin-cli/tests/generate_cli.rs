@@ -202,6 +202,10 @@ fn substitute_draft_matches_autoregressive() {
         "offloaded autoregressive, --offload-memory pageable"
     );
     assert!(!err.contains("page-locked"), "{err}");
+    // nothing offloaded: the setting has no effect, and says so
+    let (out, err) = run(&["--offload-memory", "pinned"]);
+    assert_eq!(out, reference, "--offload-memory without offloading");
+    assert!(err.contains("no effect"), "{err}");
     // the draft on the target's KV cache (SubSpec alignment)
     for sel in ["dense", "dustin"] {
         let (out, err) = run(&["--draft", "substitute:kv=target", "--selector", sel]);

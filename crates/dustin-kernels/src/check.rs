@@ -168,9 +168,16 @@ pub fn check_elementwise<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<Ch
         ));
     }
     // Packed substitutes: 4 bits in groups of 64 (the default), 3 bits (a partly filled last
-    // word per group: 10 codes per word, 7 words for 64 rows), a last group cut short
-    let packed: [(usize, usize, u32, usize); 3] =
-        [(128, 37, 4, 64), (150, 300, 3, 64), (896, 4864, 4, 64)];
+    // word per group: 10 codes per word, 7 words for 64 rows), a last group cut short, 8 and
+    // 2 bits, fewer rows than one group, 1 bit
+    let packed: [(usize, usize, u32, usize); 6] = [
+        (128, 37, 4, 64),
+        (150, 300, 3, 64),
+        (896, 4864, 4, 64),
+        (40, 70, 8, 32),
+        (20, 33, 2, 64),
+        (9, 16, 1, 9),
+    ];
     for (i, &(rows, cols, bits, group)) in packed.iter().enumerate() {
         let seed = 7300 + i as u64;
         let per = (32 / bits) as usize;

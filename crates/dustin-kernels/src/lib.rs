@@ -233,7 +233,8 @@ pub trait KernelOps: Backend {
     /// rounded to the dtype before the multiply by `weight`.
     ///
     /// # Errors
-    /// [`KernelError::Shape`] when `weight` is not `[hidden]`.
+    /// [`KernelError::Shape`] when `weight` is not `[hidden]`; [`KernelError::InvalidInput`]
+    /// for a negative or non-finite `eps`.
     fn rms_norm(x: Tensor<Self, 3>, weight: Tensor<Self, 1>, eps: f64) -> Result<Tensor<Self, 3>> {
         plain::rms_norm(x, weight, eps)
     }
@@ -507,8 +508,6 @@ pub fn check_selection(dims: &AttnDims, idx: [usize; 3], counts: &[usize]) -> Re
     Ok(())
 }
 
-/// Checks a head list for [`KernelOps::head_subset_scores`].
-///
 /// Checks a packed matrix ([`KernelOps::dequantize_packed`]) and returns `32 / bits`, the
 /// codes per word.
 ///
@@ -528,6 +527,13 @@ pub fn check_packed(
     }
     let per = (32 / bits) as usize;
     let [groups, wpg, cols] = words;
+    if wpg == 0 {
+        return Err(KernelError::invalid(
+            "words",
+            "at least one word per group",
+            0,
+        ));
+    }
     if group == 0 || wpg * per < group {
         return Err(KernelError::invalid(
             "group",
@@ -573,11 +579,16 @@ pub fn check_skinny(x: [usize; 2], w: [usize; 2], bias: Option<[usize; 1]>) -> R
     Ok(())
 }
 
-/// Checks `weight` `[hidden]` against `x` `[batch, n, hidden]` ([`KernelOps::rms_norm`]).
+/// Checks `weight` `[hidden]` against `x` `[batch, n, hidden]` and `eps`
+/// ([`KernelOps::rms_norm`]).
 ///
 /// # Errors
-/// [`KernelError::Shape`] naming `weight`.
-pub fn check_rms_norm(x: [usize; 3], weight: [usize; 1]) -> Result<()> {
+/// [`KernelError::Shape`] naming `weight`; [`KernelError::InvalidInput`] naming `eps` when it
+/// is negative or not finite.
+pub fn check_rms_norm(x: [usize; 3], weight: [usize; 1], eps: f64) -> Result<()> {
+    if !eps.is_finite() || eps < 0.0 {
+        return Err(KernelError::invalid("eps", "a finite value >= 0", eps));
+    }
     if weight[0] != x[2] {
         return Err(KernelError::Shape {
             name: "weight",
@@ -621,6 +632,8 @@ pub fn check_rope(x: [usize; 4], cos: [usize; 4], sin: [usize; 4]) -> Result<()>
     check_same("sin", [b, 1, n, d], sin)
 }
 
+/// Checks a head list for [`KernelOps::head_subset_scores`].
+///
 /// # Errors
 /// [`KernelError::InvalidInput`] naming `heads`.
 pub fn check_heads(heads: &[usize], q_heads: usize) -> Result<()> {

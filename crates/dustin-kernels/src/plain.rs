@@ -385,13 +385,17 @@ pub fn top_k_positions<B: Backend>(
 /// weight` in `x`'s dtype; `weight` `[hidden]`.
 ///
 /// # Errors
-/// [`KernelError::Shape`] when `weight` is not `[hidden]`.
+/// As [`crate::check_rms_norm`].
 pub fn rms_norm<B: Backend>(
     x: Tensor<B, 3>,
     weight: Tensor<B, 1>,
     eps: f64,
 ) -> Result<Tensor<B, 3>> {
-    crate::check_rms_norm(x.dims(), weight.dims())?;
+    crate::check_rms_norm(x.dims(), weight.dims(), eps)?;
+    if x.dims()[2] == 0 {
+        // nothing to normalise (and no mean of an empty row)
+        return Ok(x);
+    }
     let ms = x.clone().powi_scalar(2).mean_dim(2);
     let inv = (ms + eps).sqrt().recip();
     Ok(x * inv * weight.unsqueeze::<3>())
@@ -442,6 +446,10 @@ pub fn dequantize_packed<B: Backend>(
     rows: usize,
 ) -> Result<Tensor<B, 2>> {
     crate::check_packed(words.dims(), scale.dims(), min.dims(), bits, group, rows)?;
+    let cols = words.dims()[2];
+    if rows == 0 || cols == 0 {
+        return Ok(Tensor::zeros([rows, cols], &words.device()));
+    }
     Ok(dequantize_packed_unchecked(
         words, scale, min, bits, group, rows,
     ))

@@ -323,7 +323,7 @@ fn bad_input_is_an_error_not_a_panic() {
 #[test]
 fn elementwise_ops_match_float64() {
     let rows = dustin_kernels::check::check_elementwise::<Flex>(&dev(), 1e-5);
-    assert_eq!(rows.len(), 17, "{rows:?}");
+    assert_eq!(rows.len(), 20, "{rows:?}");
     for r in &rows {
         eprintln!("{r}");
         assert!(r.ok(), "{r}");
@@ -399,4 +399,31 @@ fn packed_layouts_the_words_do_not_cover_are_named() {
             .dims(),
         [100, 5]
     );
+}
+
+/// Zero-sized inputs give empty results, not panics; a bad `eps` is named.
+#[test]
+fn elementwise_ops_take_empty_inputs() {
+    let x = Tensor::<Flex, 3>::zeros([2, 3, 0], &dev());
+    let out = Flex::rms_norm(x, Tensor::zeros([0], &dev()), 1e-6).unwrap();
+    assert_eq!(out.dims(), [2, 3, 0]);
+    let x = Tensor::<Flex, 3>::ones([1, 1, 4], &dev());
+    for eps in [-1.0, f64::NAN, f64::INFINITY] {
+        let err = Flex::rms_norm(x.clone(), Tensor::ones([4], &dev()), eps).unwrap_err();
+        assert!(err.to_string().contains("eps"), "{err}");
+    }
+    // no columns; no groups and no rows
+    let w = Tensor::<Flex, 3, Int>::zeros([2, 1, 0], &dev());
+    let sm = Tensor::<Flex, 3>::zeros([2, 1, 0], &dev());
+    let out = Flex::dequantize_packed(w, sm.clone(), sm, 4, 8, 10).unwrap();
+    assert_eq!(out.dims(), [10, 0]);
+    let w = Tensor::<Flex, 3, Int>::zeros([0, 1, 3], &dev());
+    let sm = Tensor::<Flex, 3>::zeros([0, 1, 3], &dev());
+    let out = Flex::dequantize_packed(w, sm.clone(), sm, 4, 8, 0).unwrap();
+    assert_eq!(out.dims(), [0, 3]);
+    // no words per group
+    let w = Tensor::<Flex, 3, Int>::zeros([1, 0, 3], &dev());
+    let sm = Tensor::<Flex, 3>::zeros([1, 1, 3], &dev());
+    let err = Flex::dequantize_packed(w, sm.clone(), sm, 4, 8, 8).unwrap_err();
+    assert!(err.to_string().contains("words"), "{err}");
 }

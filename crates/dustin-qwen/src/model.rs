@@ -398,8 +398,8 @@ pub struct Qwen2<B: Backend> {
     /// backend has them, [`KernelOps::FUSED`]).
     kernels: Option<bool>,
     /// Whether RMSNorm, the SwiGLU product and RoPE run as the backend's fused kernels
-    /// ([`Qwen2::with_fused_elementwise`]; `None`: when the backend has them).
-    elementwise: Option<bool>,
+    /// ([`Qwen2::with_fused_elementwise`]; off by default).
+    elementwise: bool,
     /// Whether linear layers of at most [`dustin_kernels::SKINNY_MAX_ROWS`] rows run through
     /// [`KernelOps::skinny_linear`] ([`Qwen2::with_skinny_gemm`]; off by default).
     skinny_gemm: bool,
@@ -635,7 +635,7 @@ impl<B: Backend> Qwen2<B> {
             rope: Rope::new(c.rope_theta, hd, max_positions, device),
             device: device.clone(),
             kernels: None,
-            elementwise: None,
+            elementwise: false,
             skinny_gemm: false,
             prefetch: true,
             tp: None,
@@ -758,7 +758,7 @@ impl<B: Backend> Qwen2<B> {
             rope: Rope::new(c.rope_theta, hd, max_positions, device),
             device: device.clone(),
             kernels: None,
-            elementwise: None,
+            elementwise: false,
             skinny_gemm: false,
             prefetch: true,
             tp,
@@ -775,12 +775,13 @@ impl<B: Backend> Qwen2<B> {
         self
     }
 
-    /// Chooses how RMSNorm, the MLP's SwiGLU product and RoPE run: `Some(true)` through
-    /// [`KernelOps::rms_norm`], [`KernelOps::silu_mul`] and [`KernelOps::rope`] (one fused
-    /// kernel each on CUDA, where the plain ops launch 7, 10 and 7 kernels),
-    /// `Some(false)` the model's own Burn ops, `None` (the default) the kernels exactly when
-    /// the backend has fused ones ([`KernelOps::FUSED`]). On the CPU both are the same ops.
-    pub fn with_fused_elementwise(mut self, on: Option<bool>) -> Self {
+    /// Chooses how RMSNorm, the MLP's SwiGLU product, RoPE and the dequantization of packed
+    /// substitute weights run: `true` through [`KernelOps::rms_norm`],
+    /// [`KernelOps::silu_mul`], [`KernelOps::rope`] and [`KernelOps::dequantize_packed`] (one
+    /// kernel each on CUDA, where the plain ops launch 7, 10, 7 and about 8), `false` (the
+    /// default) the model's own Burn ops. Off by default until `dustin kernel-check --device
+    /// cuda` has passed on the GPU (docs/perf.md). On the CPU both are the same ops.
+    pub fn with_fused_elementwise(mut self, on: bool) -> Self {
         self.elementwise = on;
         self
     }
@@ -1049,7 +1050,7 @@ impl<B: Backend> Qwen2<B> {
 
 impl<B: KernelOps> Qwen2<B> {
     fn fused_elementwise(&self) -> bool {
-        self.elementwise.unwrap_or(B::FUSED)
+        self.elementwise
     }
 
     /// `norm` applied to `x` `[batch, n, hidden]`, by the fused kernel when chosen.

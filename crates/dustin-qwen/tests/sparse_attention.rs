@@ -168,10 +168,10 @@ fn kernel_attention_path_equals_the_model_path() {
     for name in ["qwen2-tied", "qwen2-gqa7", "llama"] {
         let own = model(name)
             .with_kernels(Some(false))
-            .with_fused_elementwise(Some(false));
+            .with_fused_elementwise(false);
         let kern = model(name)
             .with_kernels(Some(true))
-            .with_fused_elementwise(Some(true))
+            .with_fused_elementwise(true)
             .with_skinny_gemm(true);
         let prompts = vec![
             vec![5u32, 17, 33, 2, 90, 61, 7, 44, 12, 3, 71],

@@ -750,7 +750,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
 
     fn rms_norm(x: Tensor<Self, 3>, weight: Tensor<Self, 1>, eps: f64) -> Result<Tensor<Self, 3>> {
         let [b, n, hidden] = x.dims();
-        check_rms_norm([b, n, hidden], weight.dims())?;
+        check_rms_norm([b, n, hidden], weight.dims(), eps)?;
         let rows = b * n;
         let x = x.reshape([rows, hidden]).into_primitive().tensor();
         let w = weight.into_primitive().tensor();
