@@ -397,8 +397,8 @@ pub struct Qwen2<B: Backend> {
     /// Whether attention runs through the fused [`KernelOps`] kernels (`None`: when the
     /// backend has them, [`KernelOps::FUSED`]).
     kernels: Option<bool>,
-    /// Whether RMSNorm, the SwiGLU product and RoPE run as the backend's fused kernels
-    /// ([`Qwen2::with_fused_elementwise`]; off by default).
+    /// Whether RMSNorm, the SwiGLU product, RoPE and the dequantization of packed weights run
+    /// as the backend's fused kernels ([`Qwen2::with_fused_elementwise`]; off by default).
     elementwise: bool,
     /// Whether linear layers of at most [`dustin_kernels::SKINNY_MAX_ROWS`] rows run through
     /// [`KernelOps::skinny_linear`] ([`Qwen2::with_skinny_gemm`]; off by default).
