@@ -671,14 +671,13 @@ fn run_on<B: KernelOps>(
             finish_run(args, &tok, &o.tokens, &o.finish)?;
             let gen: usize = o.tokens.iter().map(Vec::len).sum();
             eprintln!(
-                "prefill: {} tokens in {:.2} s ({:.1} tokens/s); decode: {} tokens in {:.2} s ({:.2} tokens/s); finish: {:?}",
+                "prefill: {} tokens in {:.2} s ({:.1} tokens/s); decode: {} tokens in {:.2} s ({:.2} tokens/s)",
                 o.prefill_tokens,
                 o.prefill_secs,
                 o.prefill_tokens as f64 / o.prefill_secs.max(1e-9),
                 gen,
                 o.decode_secs,
                 gen as f64 / o.decode_secs.max(1e-9),
-                o.finish
             );
         }
         Some(d) => {

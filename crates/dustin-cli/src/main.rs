@@ -30,7 +30,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// The main job: continue a shipped public-domain book excerpt (George Eliot) with SmolLM2-135M in five modes
+    /// The main job: continue a shipped public-domain book excerpt (Bret Harte) with SmolLM2-135M in five modes
     /// (autoregressive; speculative with dense, dustin, streaming and quest verification)
     /// and print one table (also written as JSON, Markdown and SVG).
     Demo(demo::DemoArgs),
