@@ -83,6 +83,11 @@ pub struct SubspecArgs {
     /// upload-check`, docs/perf.md).
     #[arg(long, value_delimiter = ',', default_value = "pinned")]
     pub upload: Vec<String>,
+    /// How RMSNorm, the SwiGLU product, RoPE and the substitutes' dequantization run in
+    /// target and draft (`bench-e2e --elementwise`): `plain` Burn ops (the default until the
+    /// fused kernels have run on the GPU) or `fused` kernels.
+    #[arg(long, value_enum, default_value_t = crate::bench_e2e::Elementwise::Plain)]
+    pub elementwise: crate::bench_e2e::Elementwise,
     /// Iterations run first and not timed.
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
@@ -108,6 +113,9 @@ pub struct Row {
     pub prefetch: bool,
     /// The `--upload` setting of the row (`pageable` or `pinned`).
     pub upload: String,
+    /// What ran for the element-wise ops (`--elementwise`; `plain` on the CPU, which has no
+    /// fused kernels).
+    pub elementwise: crate::bench_e2e::Elementwise,
     /// Whether the offloaded weights were in page-locked host memory: `--upload pinned` on a
     /// backend that has it (CUDA) with something offloaded; `false` on the CPU, which runs
     /// the `pinned` rows through pageable memory.
@@ -341,7 +349,13 @@ fn run_on<B: KernelOps>(
             let pinned_now = pinned && !plan.offloaded.is_empty() && target.offloaded_pinned();
             for p in &args.prefetch {
                 let prefetch = p == "on";
-                let target = Arc::new(target.clone().with_prefetch(prefetch));
+                let fused = args.elementwise == crate::bench_e2e::Elementwise::Fused;
+                let target = Arc::new(
+                    target
+                        .clone()
+                        .with_prefetch(prefetch)
+                        .with_fused_elementwise(fused),
+                );
                 let tau = if spec { args.accept } else { 1.0 };
                 let cfg = SpecConfig {
                     gamma: if spec { args.gamma } else { 1 },
@@ -355,7 +369,12 @@ fn run_on<B: KernelOps>(
                         autoregressive(&mut v, &prompts, &cfg, None, &mut |_, _| {})?
                     }
                     Some(d) => {
-                        let d = Arc::new((**d).clone().with_prefetch(prefetch));
+                        let d = Arc::new(
+                            (**d)
+                                .clone()
+                                .with_prefetch(prefetch)
+                                .with_fused_elementwise(fused),
+                        );
                         let drafter = ModelDrafter::new(d, None, extra);
                         let verifier = ModelVerifier::new(target.clone(), DenseHook, extra, vocab);
                         let (drafter, verifier) = if args.kv == "target" {
@@ -384,6 +403,11 @@ fn run_on<B: KernelOps>(
                     kv: args.kv.clone(),
                     prefetch,
                     upload: if pinned { "pinned" } else { "pageable" }.into(),
+                    elementwise: if B::FUSED && fused {
+                        crate::bench_e2e::Elementwise::Fused
+                    } else {
+                        crate::bench_e2e::Elementwise::Plain
+                    },
                     pinned: pinned_now,
                     pinned_fallbacks: dustin_qwen::offload::pinned_fallbacks(),
                     gpu_memory: args.gpu_memory,
@@ -526,6 +550,8 @@ mod tests {
             "target",
             "--upload",
             "pinned,pageable",
+            "--elementwise",
+            "fused",
         ]);
         a.target = cfg;
         a.gpu_memory = 2_200_000;
@@ -551,6 +577,8 @@ mod tests {
             // say so, and nothing was refused
             assert_eq!(r["pinned"].as_bool(), Some(false), "{r}");
             assert_eq!(r["pinned_fallbacks"].as_u64(), Some(0), "{r}");
+            // nor fused kernels: the rows say the plain ops ran
+            assert_eq!(r["elementwise"].as_str(), Some("plain"), "{r}");
             let off = r["offloaded"].as_u64().unwrap();
             assert!(off > 0 && off + r["resident"].as_u64().unwrap() == 6, "{r}");
             assert_eq!(
