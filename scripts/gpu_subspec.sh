@@ -8,7 +8,8 @@
 # mem.jsonl). Env: OUT (results folder), TAU (mean acceptance length of the subspec rows,
 # default 3.14: SmolLM2-135M's substitute draft at 4 bits, gamma 4; 3.47 with KV=target),
 # KV (`own` or `target`: the draft on the target's KV cache), LIMIT (seconds per process),
-# UPLOAD (host memory of the offloaded weights, `--upload`; default pageable,pinned at 7B) and
+# UPLOAD (host memory of the offloaded weights, `--upload`; default pinned at 7B: pageable
+# copies run at 0.4 GB/s, minutes per row, docs/perf.md) and
 # UPLOAD32 (default pinned at 32B, where a pageable forward pass takes 35-50 s). First,
 # `dustin upload-check` checks the page-locked copy bit for bit and times both copy paths
 # (upload.txt, upload.jsonl); when it fails the pinned rows are skipped. ELEMENTWISE (`plain`,
@@ -31,7 +32,7 @@ one() {
 }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/machine.txt"
-UP7=${UPLOAD:-pageable,pinned}
+UP7=${UPLOAD:-pinned}
 UP32=${UPLOAD32:-pinned}
 if ! timeout 120 "$D/dustin" upload-check --device cuda --json "$OUT/upload.jsonl" 2>&1 | tee "$OUT/upload.txt"; then
     echo "page-locked upload check failed: pageable rows only" | tee -a "$OUT/upload.txt"
