@@ -569,19 +569,21 @@ fn measure<B: KernelOps>(
     } else {
         (target, draft)
     };
-    let (target, draft) = match args.skinny_gemm {
-        OnOff::Off => (target, draft),
-        OnOff::On => (
-            Arc::new((*target).clone().with_skinny_gemm(true)),
-            Arc::new((*draft).clone().with_skinny_gemm(true)),
-        ),
-    };
-    let (target, draft) = match args.elementwise {
-        Elementwise::Plain => (target, draft),
-        Elementwise::Fused => (
-            Arc::new((*target).clone().with_fused_elementwise(true)),
-            Arc::new((*draft).clone().with_fused_elementwise(true)),
-        ),
+    let (fused, skinny) = (
+        args.elementwise == Elementwise::Fused,
+        args.skinny_gemm == OnOff::On,
+    );
+    let (target, draft) = if fused || skinny {
+        let with = |m: &Qwen2<B>| {
+            Arc::new(
+                m.clone()
+                    .with_fused_elementwise(fused)
+                    .with_skinny_gemm(skinny),
+            )
+        };
+        (with(&target), with(&draft))
+    } else {
+        (target, draft)
     };
     let world = target.tp().map_or(1, |(_, w)| w) as f64;
     let vocab = tcfg.vocab_size.min(dcfg.vocab_size);

@@ -1049,13 +1049,9 @@ impl<B: Backend> Qwen2<B> {
 }
 
 impl<B: KernelOps> Qwen2<B> {
-    fn fused_elementwise(&self) -> bool {
-        self.elementwise
-    }
-
     /// `norm` applied to `x` `[batch, n, hidden]`, by the fused kernel when chosen.
     fn norm_forward(&self, norm: &RmsNorm<B>, x: Tensor<B, 3>) -> Result<Tensor<B, 3>> {
-        if self.fused_elementwise() {
+        if self.elementwise {
             if let Some(t) = fallback(B::rms_norm(x.clone(), norm.weight.clone(), norm.eps))? {
                 return Ok(t);
             }
@@ -1068,10 +1064,10 @@ impl<B: KernelOps> Qwen2<B> {
     /// With [`Qwen2::with_skinny_gemm`], `x` of at most [`dustin_kernels::SKINNY_MAX_ROWS`]
     /// rows goes through [`KernelOps::skinny_linear`].
     fn linear(&self, lin: &Linear<B>, x: Tensor<B, 3>) -> Result<Tensor<B, 3>> {
-        let mut dense = None;
-        if let (Weight::Packed(p), true) = (&lin.weight, self.fused_elementwise()) {
-            dense = fallback(p.dequantize_fused())?;
-        }
+        let dense = match &lin.weight {
+            Weight::Packed(p) if self.elementwise => fallback(p.dequantize_fused())?,
+            _ => None,
+        };
         let [b, n, d] = x.dims();
         if self.skinny_gemm && b * n <= dustin_kernels::SKINNY_MAX_ROWS {
             let w = dense.unwrap_or_else(|| lin.weight.to_dense(&x.device()));
@@ -1087,7 +1083,7 @@ impl<B: KernelOps> Qwen2<B> {
 
     /// `x` `[batch, heads, n, head_dim]` rotated by `rope`, by the fused kernel when chosen.
     fn rope_forward(&self, rope: &RopeAt<B>, x: Tensor<B, 4>) -> Result<Tensor<B, 4>> {
-        if self.fused_elementwise() {
+        if self.elementwise {
             if let Some(t) = fallback(B::rope(x.clone(), rope.cos.clone(), rope.sin.clone()))? {
                 return Ok(t);
             }
@@ -1288,7 +1284,7 @@ impl<B: KernelOps> Qwen2<B> {
                 self.linear(&layer.gate, h.clone())?,
                 self.linear(&layer.up, h)?,
             );
-            let act = if self.fused_elementwise() {
+            let act = if self.elementwise {
                 fallback(B::silu_mul(gate.clone(), up.clone()))?
             } else {
                 None

@@ -754,25 +754,23 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         let rows = b * n;
         let x = x.reshape([rows, hidden]).into_primitive().tensor();
         let w = weight.into_primitive().tensor();
-        if rows == 0 || hidden == 0 {
-            let out = empty(&x, vec![b, n, hidden], x.dtype);
-            return Ok(Tensor::from_primitive(TensorPrimitive::Float(out)));
-        }
         let fd = x.dtype;
         let out = empty(&x, vec![b, n, hidden], fd);
-        let client = x.client.clone();
-        kernels::rms_norm_kernel::launch::<CudaRuntime>(
-            &client,
-            CubeCount::Static(rows as u32, 1, 1),
-            CubeDim::new_1d(kernels::ELEM_THREADS as u32),
-            x.into_tensor_arg(),
-            w.into_tensor_arg(),
-            out.clone().into_tensor_arg(),
-            eps as f32,
-            1.0 / hidden as f32,
-            hidden,
-            fd.into(),
-        );
+        if rows > 0 && hidden > 0 {
+            let client = x.client.clone();
+            kernels::rms_norm_kernel::launch::<CudaRuntime>(
+                &client,
+                CubeCount::Static(rows as u32, 1, 1),
+                CubeDim::new_1d(kernels::ELEM_THREADS as u32),
+                x.into_tensor_arg(),
+                w.into_tensor_arg(),
+                out.clone().into_tensor_arg(),
+                eps as f32,
+                1.0 / hidden as f32,
+                hidden,
+                fd.into(),
+            );
+        }
         Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
     }
 
