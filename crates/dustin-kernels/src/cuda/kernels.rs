@@ -885,7 +885,8 @@ pub fn fill_kernel<F: Float>(
 pub const ELEM_THREADS: usize = 256;
 
 /// RMSNorm, one block per row of `x` `[rows, hidden]` (any strides): the sum of squares in
-/// f32 (a tree over [`ELEM_THREADS`] partial sums in shared memory), then
+/// f32 (each warp's partial sums added across its lanes, then the 8 warp sums in shared
+/// memory), then
 /// `out = dtype(x * inv) * weight` in the dtype (HF `Qwen2RMSNorm`'s order).
 #[cube(launch)]
 pub fn rms_norm_kernel<F: Float>(
@@ -899,7 +900,7 @@ pub fn rms_norm_kernel<F: Float>(
 ) {
     let row = CUBE_POS_X as usize;
     let tid = UNIT_POS as usize;
-    let mut part = SharedMemory::<f32>::new(ELEM_THREADS);
+    let mut part = SharedMemory::<f32>::new(ELEM_THREADS / 32);
     let base = row * x.stride(0);
     let mut s = 0.0f32;
     let mut c = tid;
@@ -908,17 +909,17 @@ pub fn rms_norm_kernel<F: Float>(
         s += v * v;
         c += ELEM_THREADS;
     }
-    part[tid] = s;
-    sync_cube();
-    let mut half = ELEM_THREADS / 2;
-    while half > 0 {
-        if tid < half {
-            part[tid] = part[tid] + part[tid + half];
-        }
-        sync_cube();
-        half /= 2;
+    // one sum per warp (plane of 32 lanes), then every thread adds the 8 warp sums
+    let ws = plane_sum(s);
+    if tid % 32 == 0 {
+        part[tid / 32] = ws;
     }
-    let inv = 1.0f32 / (part[0] * inv_hidden + eps).sqrt();
+    sync_cube();
+    let mut total = 0.0f32;
+    for w in 0..ELEM_THREADS / 32 {
+        total += part[w];
+    }
+    let inv = 1.0f32 / (total * inv_hidden + eps).sqrt();
     let mut c = tid;
     while c < hidden {
         let v = f32::cast_from(x[base + c * x.stride(1)]);

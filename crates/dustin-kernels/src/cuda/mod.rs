@@ -16,7 +16,7 @@ mod kernels;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn_cubecl::{
-    kernel::into_contiguous, ops::numeric::empty_device_dtype, tensor::CubeTensor, BoolElement,
+    kernel::into_contiguous, ops::numeric::{empty_device_contiguous_dtype, empty_device_dtype}, tensor::CubeTensor, BoolElement,
     CubeBackend, FloatElement, IntElement,
 };
 use burn_tensor::{backend::Backend, DType, Int, Shape, Tensor, TensorData, TensorPrimitive};
@@ -111,8 +111,15 @@ fn elementwise_count(total: usize) -> Result<CubeCount> {
     ))
 }
 
+/// An output tensor on `t`'s device, contiguous (row-major, no padding) and poisoned.
+///
+/// Contiguous on purpose: cubecl-cuda 0.10's default allocation is pitched (each row padded to
+/// a multiple of up to 256 bytes, `PitchedMemoryLayoutPolicy`), and the element-wise kernels
+/// write `out[i]` at the flat index. A pitched output passed them when a row filled whole
+/// 256-byte lines and was wrong otherwise (kernel-check on the H200, 2026-11-30: the
+/// dequantization of 37, 70, 300 and 33 columns).
 fn empty(t: &Ct, shape: Vec<usize>, dtype: DType) -> Ct {
-    let out = empty_device_dtype(
+    let out = empty_device_contiguous_dtype(
         t.client.clone(),
         t.device.clone(),
         Shape::from(shape),
