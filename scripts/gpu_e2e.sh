@@ -13,8 +13,8 @@
 # Env: OUT (results folder), TAU (mean acceptance length of every speculative mode, default
 # 1.36: dense and dustin on SmolLM2 at 4096 tokens, docs/fidelity.md), LIMIT (seconds per
 # group), PROFILE (non-empty: `--profile`, the phase times of every mode, slower runs),
-# ELEMENTWISE (`plain`, the default, or `fused`: `--elementwise`), SKINNY (`off`, the default,
-# or `on`: `--skinny-gemm`). Each
+# ELEMENTWISE (`fused`, the default, or `plain`: `--elementwise`), SKINNY (`on`, the default,
+# or `off`: `--skinny-gemm`). Each
 # group is one process; nvidia-smi samples its memory every 100 ms (peak in
 # mem.jsonl).
 set -u
@@ -31,7 +31,7 @@ group() {
     shift
     mem_watch "$name"
     timeout "${LIMIT:-240}" "$D/dustin" bench-e2e --device cuda --json "$OUT/e2e.jsonl" \
-        --accept "default=$TAU" --draft "$DRAFT" --warmup 2 --iters 6 ${PROFILE:+--profile} --elementwise "${ELEMENTWISE:-plain}" --skinny-gemm "${SKINNY:-off}" "$@" 2>&1 | tee "$OUT/$name.txt"
+        --accept "default=$TAU" --draft "$DRAFT" --warmup 2 --iters 6 ${PROFILE:+--profile} --elementwise "${ELEMENTWISE:-fused}" --skinny-gemm "${SKINNY:-on}" "$@" 2>&1 | tee "$OUT/$name.txt"
     echo "{\"group\":\"$name\",\"peak_mib\":$(mem_peak_max "$name")}" | tee -a "$OUT/mem.jsonl"
 }
 

@@ -101,16 +101,15 @@ pub struct E2eArgs {
     #[arg(long)]
     pub profile: bool,
     /// How RMSNorm, the SwiGLU product and RoPE run in target and draft: `fused` (one kernel
-    /// each where the backend has them, `Qwen2::with_fused_elementwise`) or `plain` (Burn
-    /// ops: 7, 10 and 7 kernels on CUDA; the default until the kernels have run on the GPU).
-    /// The same values up to rounding; the rows say which ran (`plain` on the CPU, which has
-    /// no fused kernels).
-    #[arg(long, value_enum, default_value_t = Elementwise::Plain)]
+    /// each where the backend has them, `Qwen2::with_fused_elementwise`; the default) or
+    /// `plain` (Burn ops: 7, 10 and 7 kernels on CUDA). The same values up to rounding; the
+    /// rows say which ran (`plain` on the CPU, which has no fused kernels).
+    #[arg(long, value_enum, default_value_t = Elementwise::Fused)]
     pub elementwise: Elementwise,
     /// Linear layers of decoding and verification (at most 16 rows) through our split-K
-    /// skinny GEMM kernel (`on`, `Qwen2::with_skinny_gemm`) or Burn's matmul (`off`, the
-    /// default until measured; rows on the CPU, which has no such kernel, say `off`).
-    #[arg(long, value_enum, default_value_t = OnOff::Off)]
+    /// skinny GEMM kernel (`on`, the default, `Qwen2::with_skinny_gemm`) or Burn's matmul
+    /// (`off`; rows on the CPU, which has no such kernel, say `off`).
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub skinny_gemm: OnOff,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]

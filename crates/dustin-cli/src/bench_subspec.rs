@@ -84,10 +84,14 @@ pub struct SubspecArgs {
     #[arg(long, value_delimiter = ',', default_value = "pinned")]
     pub upload: Vec<String>,
     /// How RMSNorm, the SwiGLU product, RoPE and the substitutes' dequantization run in
-    /// target and draft (`bench-e2e --elementwise`): `plain` Burn ops (the default until the
-    /// fused kernels have run on the GPU) or `fused` kernels.
-    #[arg(long, value_enum, default_value_t = crate::bench_e2e::Elementwise::Plain)]
+    /// target and draft (`bench-e2e --elementwise`): `fused` kernels (the default) or
+    /// `plain` Burn ops.
+    #[arg(long, value_enum, default_value_t = crate::bench_e2e::Elementwise::Fused)]
     pub elementwise: crate::bench_e2e::Elementwise,
+    /// Linear layers of at most 16 rows in target and draft through the skinny GEMM kernel
+    /// (`on`, the default) or Burn's matmul (`off`), as `bench-e2e --skinny-gemm`.
+    #[arg(long, value_enum, default_value_t = crate::bench_e2e::OnOff::On)]
+    pub skinny_gemm: crate::bench_e2e::OnOff,
     /// Iterations run first and not timed.
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
@@ -116,6 +120,9 @@ pub struct Row {
     /// What ran for the element-wise ops (`--elementwise`; `plain` on the CPU, which has no
     /// fused kernels).
     pub elementwise: crate::bench_e2e::Elementwise,
+    /// Whether the skinny GEMM kernel ran (`--skinny-gemm`; `off` on the CPU, which has no
+    /// such kernel).
+    pub skinny_gemm: crate::bench_e2e::OnOff,
     /// Whether the offloaded weights were in page-locked host memory: `--upload pinned` on a
     /// backend that has it (CUDA) with something offloaded; `false` on the CPU, which runs
     /// the `pinned` rows through pageable memory.
@@ -350,11 +357,13 @@ fn run_on<B: KernelOps>(
             for p in &args.prefetch {
                 let prefetch = p == "on";
                 let fused = args.elementwise == crate::bench_e2e::Elementwise::Fused;
+                let skinny = args.skinny_gemm == crate::bench_e2e::OnOff::On;
                 let target = Arc::new(
                     target
                         .clone()
                         .with_prefetch(prefetch)
-                        .with_fused_elementwise(fused),
+                        .with_fused_elementwise(fused)
+                        .with_skinny_gemm(skinny),
                 );
                 let tau = if spec { args.accept } else { 1.0 };
                 let cfg = SpecConfig {
@@ -373,7 +382,8 @@ fn run_on<B: KernelOps>(
                             (**d)
                                 .clone()
                                 .with_prefetch(prefetch)
-                                .with_fused_elementwise(fused),
+                                .with_fused_elementwise(fused)
+                                .with_skinny_gemm(skinny),
                         );
                         let drafter = ModelDrafter::new(d, None, extra);
                         let verifier = ModelVerifier::new(target.clone(), DenseHook, extra, vocab);
@@ -407,6 +417,11 @@ fn run_on<B: KernelOps>(
                         crate::bench_e2e::Elementwise::Fused
                     } else {
                         crate::bench_e2e::Elementwise::Plain
+                    },
+                    skinny_gemm: if B::FUSED && skinny {
+                        crate::bench_e2e::OnOff::On
+                    } else {
+                        crate::bench_e2e::OnOff::Off
                     },
                     pinned: pinned_now,
                     pinned_fallbacks: dustin_qwen::offload::pinned_fallbacks(),
@@ -552,6 +567,8 @@ mod tests {
             "pinned,pageable",
             "--elementwise",
             "fused",
+            "--skinny-gemm",
+            "on",
         ]);
         a.target = cfg;
         a.gpu_memory = 2_200_000;
@@ -579,6 +596,7 @@ mod tests {
             assert_eq!(r["pinned_fallbacks"].as_u64(), Some(0), "{r}");
             // nor fused kernels: the rows say the plain ops ran
             assert_eq!(r["elementwise"].as_str(), Some("plain"), "{r}");
+            assert_eq!(r["skinny_gemm"].as_str(), Some("off"), "{r}");
             let off = r["offloaded"].as_u64().unwrap();
             assert!(off > 0 && off + r["resident"].as_u64().unwrap() == 6, "{r}");
             assert_eq!(

@@ -5,7 +5,10 @@
 //! (`dustin_kernels::check::check_elementwise`), on fresh random inputs with odd sizes and a
 //! strided RoPE input. On CUDA the outputs are poisoned with NaN first, so an element a kernel
 //! leaves unwritten fails. Bound (normwise relative error): 1e-2 for bf16 on CUDA, 1e-5 for
-//! f32 on the CPU. Exit status 1 on any failure.
+//! f32 on the CPU. Then the whole model (`dustin_qwen::check::check_model`): a 2-layer random
+//! Qwen2 at Qwen2.5-0.5B's layer shapes, its logits through the kernels against the model's own
+//! Burn ops, prefill, decode and verify ([`MODEL_BOUND_BF16`] on CUDA, 1e-4 on the CPU). Exit
+//! status 1 on any failure.
 
 use clap::Args;
 
@@ -20,20 +23,42 @@ pub struct KernelCheckArgs {
     pub device: DeviceKind,
 }
 
+/// Bound of the whole-model rows in bf16: two layers and the LM head, each op rounded to bf16
+/// in a different order on the two paths (each op alone is held to 1e-2).
+pub const MODEL_BOUND_BF16: f64 = 3e-2;
+
+/// The whole-model rows; a model error becomes a failed row carrying the error.
+fn model_rows<B: dustin_kernels::KernelOps>(
+    dev: &B::Device,
+    bound: f64,
+) -> Vec<dustin_kernels::check::CheckRow> {
+    dustin_qwen::check::check_model::<B>(dev, bound).unwrap_or_else(|e| {
+        vec![dustin_kernels::check::CheckRow {
+            case: "2-layer random Qwen2".into(),
+            op: "model",
+            err: f64::INFINITY,
+            bound,
+            error: Some(e.to_string()),
+        }]
+    })
+}
+
 /// Runs the checks and prints one line per (case, op).
 ///
 /// # Errors
 /// [`CliError::Usage`] naming how many results failed; a CPU-only build asked for `cuda`.
 pub fn run(a: KernelCheckArgs) -> Result<(), CliError> {
-    let bound = match a.device {
-        DeviceKind::Cpu => 1e-5,
-        DeviceKind::Cuda => 1e-2,
+    let (bound, model_bound) = match a.device {
+        DeviceKind::Cpu => (1e-5, 1e-4),
+        DeviceKind::Cuda => (1e-2, MODEL_BOUND_BF16),
     };
     #[cfg(feature = "cuda")]
     dustin_kernels::cuda::set_poison_outputs(a.device == DeviceKind::Cuda);
-    let rows = crate::with_backend!(a.device, |B, dev| Ok::<_, CliError>(
-        dustin_kernels::check::check_elementwise::<B>(&dev, bound)
-    ))?;
+    let rows = crate::with_backend!(a.device, |B, dev| {
+        let mut rows = dustin_kernels::check::check_elementwise::<B>(&dev, bound);
+        rows.extend(model_rows::<B>(&dev, model_bound));
+        Ok::<_, CliError>(rows)
+    })?;
     #[cfg(feature = "cuda")]
     dustin_kernels::cuda::set_poison_outputs(false);
     for r in &rows {

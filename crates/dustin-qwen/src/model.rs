@@ -398,11 +398,13 @@ pub struct Qwen2<B: Backend> {
     /// backend has them, [`KernelOps::FUSED`]).
     kernels: Option<bool>,
     /// Whether RMSNorm, the SwiGLU product, RoPE and the dequantization of packed weights run
-    /// as the backend's fused kernels ([`Qwen2::with_fused_elementwise`]; off by default).
-    elementwise: bool,
+    /// as the backend's fused kernels ([`Qwen2::with_fused_elementwise`]; by default exactly
+    /// when the backend has fused kernels, [`KernelOps::FUSED`]: `None`).
+    elementwise: Option<bool>,
     /// Whether linear layers of at most [`dustin_kernels::SKINNY_MAX_ROWS`] rows run through
-    /// [`KernelOps::skinny_linear`] ([`Qwen2::with_skinny_gemm`]; off by default).
-    skinny_gemm: bool,
+    /// [`KernelOps::skinny_linear`] ([`Qwen2::with_skinny_gemm`]; by default exactly when the
+    /// backend has fused kernels: `None`).
+    skinny_gemm: Option<bool>,
     /// Whether the next offloaded layer is staged by a helper thread while the current layer
     /// computes ([`Qwen2::with_prefetch`]).
     prefetch: bool,
@@ -635,8 +637,8 @@ impl<B: Backend> Qwen2<B> {
             rope: Rope::new(c.rope_theta, hd, max_positions, device),
             device: device.clone(),
             kernels: None,
-            elementwise: false,
-            skinny_gemm: false,
+            elementwise: None,
+            skinny_gemm: None,
             prefetch: true,
             tp: None,
             profile: None,
@@ -758,8 +760,8 @@ impl<B: Backend> Qwen2<B> {
             rope: Rope::new(c.rope_theta, hd, max_positions, device),
             device: device.clone(),
             kernels: None,
-            elementwise: false,
-            skinny_gemm: false,
+            elementwise: None,
+            skinny_gemm: None,
             prefetch: true,
             tp,
             profile: None,
@@ -778,20 +780,24 @@ impl<B: Backend> Qwen2<B> {
     /// Chooses how RMSNorm, the MLP's SwiGLU product, RoPE and the dequantization of packed
     /// substitute weights run: `true` through [`KernelOps::rms_norm`],
     /// [`KernelOps::silu_mul`], [`KernelOps::rope`] and [`KernelOps::dequantize_packed`] (one
-    /// kernel each on CUDA, where the plain ops launch 7, 10, 7 and about 8), `false` (the
-    /// default) the model's own Burn ops. Off by default until `dustin kernel-check --device
-    /// cuda` has passed on the GPU (docs/perf.md). On the CPU both are the same ops.
+    /// kernel each on CUDA, where the plain ops launch 7, 10, 7 and about 8), `false` the
+    /// model's own Burn ops. The default is `true` exactly when the backend has fused kernels
+    /// ([`KernelOps::FUSED`]: CUDA), where `dustin kernel-check --device cuda` holds them to
+    /// float64 references and they made 7B decoding at 32k 1.1-1.9x faster (docs/perf.md,
+    /// 2026-11-30). On the CPU both are the same ops.
     pub fn with_fused_elementwise(mut self, on: bool) -> Self {
-        self.elementwise = on;
+        self.elementwise = Some(on);
         self
     }
 
     /// Runs linear layers of at most [`dustin_kernels::SKINNY_MAX_ROWS`] rows (decoding and
     /// verification: batch x new tokens) through [`KernelOps::skinny_linear`] (`true`) or
-    /// Burn's matmul (`false`, the default until the kernel has been measured on the GPU;
-    /// `bench-e2e --skinny-gemm on` compares). The same products up to f32 summation order.
+    /// Burn's matmul (`false`). The default is `true` exactly when the backend has fused
+    /// kernels (CUDA: 7B decoding at batch 1 went from 25.4 to 74.8 tokens/s, the 0.5B draft
+    /// got 3-5% slower, docs/perf.md 2026-11-30; `bench-e2e --skinny-gemm on|off` compares).
+    /// The same products up to f32 summation order.
     pub fn with_skinny_gemm(mut self, on: bool) -> Self {
-        self.skinny_gemm = on;
+        self.skinny_gemm = Some(on);
         self
     }
 
@@ -1051,7 +1057,7 @@ impl<B: Backend> Qwen2<B> {
 impl<B: KernelOps> Qwen2<B> {
     /// `norm` applied to `x` `[batch, n, hidden]`, by the fused kernel when chosen.
     fn norm_forward(&self, norm: &RmsNorm<B>, x: Tensor<B, 3>) -> Result<Tensor<B, 3>> {
-        if self.elementwise {
+        if self.elementwise.unwrap_or(B::FUSED) {
             if let Some(t) = fallback(B::rms_norm(x.clone(), norm.weight.clone(), norm.eps))? {
                 return Ok(t);
             }
@@ -1065,11 +1071,13 @@ impl<B: KernelOps> Qwen2<B> {
     /// rows goes through [`KernelOps::skinny_linear`].
     fn linear(&self, lin: &Linear<B>, x: Tensor<B, 3>) -> Result<Tensor<B, 3>> {
         let dense = match &lin.weight {
-            Weight::Packed(p) if self.elementwise => fallback(p.dequantize_fused())?,
+            Weight::Packed(p) if self.elementwise.unwrap_or(B::FUSED) => {
+                fallback(p.dequantize_fused())?
+            }
             _ => None,
         };
         let [b, n, d] = x.dims();
-        if self.skinny_gemm && b * n <= dustin_kernels::SKINNY_MAX_ROWS {
+        if self.skinny_gemm.unwrap_or(B::FUSED) && b * n <= dustin_kernels::SKINNY_MAX_ROWS {
             let w = dense.unwrap_or_else(|| lin.weight.to_dense(&x.device()));
             let out = w.dims()[1];
             let y = B::skinny_linear(x.reshape([b * n, d]), w, lin.bias.clone())?;
@@ -1083,7 +1091,7 @@ impl<B: KernelOps> Qwen2<B> {
 
     /// `x` `[batch, heads, n, head_dim]` rotated by `rope`, by the fused kernel when chosen.
     fn rope_forward(&self, rope: &RopeAt<B>, x: Tensor<B, 4>) -> Result<Tensor<B, 4>> {
-        if self.elementwise {
+        if self.elementwise.unwrap_or(B::FUSED) {
             if let Some(t) = fallback(B::rope(x.clone(), rope.cos.clone(), rope.sin.clone()))? {
                 return Ok(t);
             }
@@ -1284,7 +1292,7 @@ impl<B: KernelOps> Qwen2<B> {
                 self.linear(&layer.gate, h.clone())?,
                 self.linear(&layer.up, h)?,
             );
-            let act = if self.elementwise {
+            let act = if self.elementwise.unwrap_or(B::FUSED) {
                 fallback(B::silu_mul(gate.clone(), up.clone()))?
             } else {
                 None

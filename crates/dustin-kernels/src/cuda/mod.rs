@@ -16,8 +16,10 @@ mod kernels;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn_cubecl::{
-    kernel::into_contiguous, ops::numeric::{empty_device_contiguous_dtype, empty_device_dtype}, tensor::CubeTensor, BoolElement,
-    CubeBackend, FloatElement, IntElement,
+    kernel::into_contiguous,
+    ops::numeric::{empty_device_contiguous_dtype, empty_device_dtype},
+    tensor::CubeTensor,
+    BoolElement, CubeBackend, FloatElement, IntElement,
 };
 use burn_tensor::{backend::Backend, DType, Int, Shape, Tensor, TensorData, TensorPrimitive};
 use cubecl::cuda::CudaRuntime;
