@@ -8,6 +8,8 @@
 #   bash .device/gpu_e2e.sh grid  # 7B at 32k, 72B, 7B at 8k and 16k (no check, no peers)
 #   bash .device/gpu_e2e.sh hf    # the HF transformers peers only
 #   bash .device/gpu_e2e.sh final # 32k: 7B B 1/8/16, 72B B 8/16, HF peers at 32k B 1/8
+#   bash .device/gpu_e2e.sh trace # cubecl's autotune log of `dustin` at B 1 and 8, then a
+#                                 # per-kernel trace at B 1 (7B, 32k)
 #   bash .device/gpu_e2e.sh elementwise # `dustin kernel-check --device cuda`, then 7B at 32k,
 #                                 # B 1/8: plain ops, fused element-wise, fused + skinny GEMM
 # Env: OUT (results folder), TAU (mean acceptance length of every speculative mode, default
@@ -67,6 +69,22 @@ elementwise)
             --modes "${MODES:-ar,dense,dustin}"
     done
     ;;
+trace)
+    # why `dustin`'s selection costs 246 ms an iteration at B=1 and 78 at B=8 (7B, 32k,
+    # docs/perf.md): cubecl's autotune log per batch (keys that change as the context grows
+    # would mean re-tuning inside the timed iterations), then a per-kernel trace at B=1
+    # (cubecl's profiler, every kernel timed on its own). cubecl reads ./cubecl.toml at start.
+    for b in 1 8; do
+        printf '[autotune.logger]\nlevel = "full"\nfile = "%s"\n' "$OUT/autotune_b$b.log" > cubecl.toml
+        LIMIT=150 group "trace_autotune_b$b" --target "$C/Qwen2.5-7B-Instruct.config.json" \
+            --ctx 32768 --batch "$b" --modes dustin
+        echo "B=$b: $(grep -c . "$OUT/autotune_b$b.log" 2>/dev/null || echo 0) autotune log lines"
+    done
+    printf '[profiling.logger]\nlevel = "basic"\nfile = "%s"\n' "$OUT/profile_b1.log" > cubecl.toml
+    LIMIT=200 group trace_profile_b1 --target "$C/Qwen2.5-7B-Instruct.config.json" \
+        --ctx 32768 --batch 1 --modes dustin
+    rm -f cubecl.toml
+    ;;
 hf)
     PYTHONUNBUFFERED=1 timeout "${HF_LIMIT:-540}" python3 "$D/hf_e2e_bench.py" "$C" 2>&1 | tee "$OUT/hf.jsonl"
     ;;
@@ -82,7 +100,7 @@ hf)
     PYTHONUNBUFFERED=1 timeout "${HF_LIMIT:-300}" python3 "$D/hf_e2e_bench.py" "$C" 2>&1 | tee "$OUT/hf.jsonl"
     ;;
 *)
-    echo "usage: gpu_e2e.sh 7b|72b|grid|hf|final|elementwise" >&2
+    echo "usage: gpu_e2e.sh 7b|72b|grid|hf|final|elementwise|trace" >&2
     exit 2
     ;;
 esac
