@@ -911,7 +911,8 @@ pub fn rms_norm_kernel<F: Float>(
     }
     // one sum per warp (plane of 32 lanes), then every thread adds the 8 warp sums
     let ws = plane_sum(s);
-    if tid % 32 == 0 {
+    let lane = tid % 32;
+    if lane == 0 {
         part[tid / 32] = ws;
     }
     sync_cube();
