@@ -572,18 +572,16 @@ fn measure<B: KernelOps>(
         args.elementwise == Elementwise::Fused,
         args.skinny_gemm == OnOff::On,
     );
-    let (target, draft) = if fused || skinny {
-        let with = |m: &Qwen2<B>| {
-            Arc::new(
-                m.clone()
-                    .with_fused_elementwise(fused)
-                    .with_skinny_gemm(skinny),
-            )
-        };
-        (with(&target), with(&draft))
-    } else {
-        (target, draft)
+    // always set: the models' own default is on where the backend has fused kernels, so
+    // `plain` / `off` must be asked for explicitly
+    let with = |m: &Qwen2<B>| {
+        Arc::new(
+            m.clone()
+                .with_fused_elementwise(fused)
+                .with_skinny_gemm(skinny),
+        )
     };
+    let (target, draft) = (with(&target), with(&draft));
     let world = target.tp().map_or(1, |(_, w)| w) as f64;
     let vocab = tcfg.vocab_size.min(dcfg.vocab_size);
     // per rank: 1/world of the target's layers and KV (the replicated LM head is counted

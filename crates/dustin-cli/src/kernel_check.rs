@@ -68,7 +68,8 @@ pub fn run(a: KernelCheckArgs) -> Result<(), CliError> {
     println!("kernel-check: {} results, {failed} failures", rows.len());
     if failed > 0 {
         return Err(CliError::Usage(format!(
-            "kernel-check failed: {failed} of {} results over the bound {bound:.0e}",
+            "kernel-check failed: {failed} of {} results over their bound ({bound:.0e} per \
+             kernel, {model_bound:.0e} for the model rows)",
             rows.len()
         )));
     }

@@ -52,9 +52,10 @@ enum Command {
     /// Host-to-device copies of weight matrices: Burn's pageable path against page-locked
     /// memory (bit-for-bit check and GB/s; CUDA; issue 10).
     UploadCheck(upload_check::UploadCheckArgs),
-    /// The element-wise kernels (RMSNorm, SwiGLU product, RoPE, packed dequantization)
-    /// against float64 references
-    /// on random inputs (`--device cuda`: the fused CUDA kernels, outputs poisoned first).
+    /// The per-layer kernels (RMSNorm, SwiGLU product, RoPE, packed dequantization, skinny
+    /// GEMM) against float64 references on random inputs, then a 2-layer random model's
+    /// logits through the kernels against the model's own Burn ops (`--device cuda`: the
+    /// fused CUDA kernels, outputs poisoned first).
     KernelCheck(kernel_check::KernelCheckArgs),
     /// Evaluations per selector and budget against dense verification: `eval fidelity`,
     /// `eval pg19` (perplexity) and `eval longbench` (LongBench scores).

@@ -37,7 +37,7 @@ impl std::fmt::Display for CheckRow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{:<30} {:<10} max rel err {:>10.3e}  bound {:.0e}  {}{}",
+            "{:<36} {:<10} max rel err {:>10.3e}  bound {:.0e}  {}{}",
             self.case,
             self.op,
             self.err,

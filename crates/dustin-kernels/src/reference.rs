@@ -416,10 +416,14 @@ pub fn random_words(len: usize, seed: u64) -> Vec<i32> {
     (0..len).map(|_| rng.random::<u32>() as i32).collect()
 }
 
-/// Normwise relative error `max |out - ref| / max |ref|`; infinite if any output is not
-/// finite or the lengths differ.
+/// Normwise relative error `max |out - ref| / max |ref|`; infinite if any output or
+/// reference value is not finite (a NaN must never pass: `f64::max` would skip it) or the
+/// lengths differ. Two empty slices give 0: callers that expect values check the length.
 pub fn rel_err(out: &[f32], reference: &[f64]) -> f64 {
-    if out.len() != reference.len() || out.iter().any(|x| !x.is_finite()) {
+    if out.len() != reference.len()
+        || out.iter().any(|x| !x.is_finite())
+        || reference.iter().any(|x| !x.is_finite())
+    {
         return f64::INFINITY;
     }
     let den = reference
@@ -475,4 +479,21 @@ pub fn random_selection(
         }
     }
     (idx, counts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rel_err;
+
+    /// Hand-worked values: `max |out - ref| = 0.5`, `max |ref| = 4`, so 0.125; a NaN or an
+    /// infinity on either side and a length mismatch never pass.
+    #[test]
+    fn rel_err_values_and_non_finite_inputs() {
+        assert_eq!(rel_err(&[1.0, -3.5, 2.0], &[1.0, -4.0, 2.0]), 0.125);
+        assert_eq!(rel_err(&[1.0, 1000.0], &[1.0, f64::NAN]), f64::INFINITY);
+        assert_eq!(rel_err(&[1.0, 2.0], &[f64::NAN, f64::NAN]), f64::INFINITY);
+        assert_eq!(rel_err(&[1.0, f32::NAN], &[1.0, 2.0]), f64::INFINITY);
+        assert_eq!(rel_err(&[1.0], &[f64::NEG_INFINITY]), f64::INFINITY);
+        assert_eq!(rel_err(&[1.0, 2.0], &[1.0]), f64::INFINITY);
+    }
 }

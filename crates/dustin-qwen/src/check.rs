@@ -5,8 +5,9 @@
 //! `tests/hf_parity.rs` holds to HF transformers on the CPU).
 //!
 //! `dustin_kernels::check` holds each kernel to a float64 loop; this one checks that the model
-//! wires them right (strided projections, ragged batches, the KV cache, the decode and verify
-//! row counts that take the skinny GEMM). `dustin kernel-check` runs both.
+//! wires them right: strided projections into RoPE, the KV cache, a ragged batch, and the
+//! decode and verify row counts that take the fused attention and the skinny GEMM.
+//! `dustin kernel-check` runs both.
 
 use burn_tensor::Tensor;
 use dustin_core::{DenseHook, Phase};
@@ -14,7 +15,7 @@ use dustin_kernels::check::CheckRow;
 use dustin_kernels::KernelOps;
 
 use crate::generate::prefill;
-use crate::{ForwardOpts, LogitsMode, Qwen2, QwenConfig, Result};
+use crate::{ForwardOpts, LogitsMode, Qwen2, QwenConfig, QwenError, Result};
 
 /// The checked model: Qwen2.5-0.5B-Instruct's layer shapes (hidden 896, 14 query and 2 KV
 /// heads of 64, MLP 4864, q/k/v bias, `../shared/data/qwen2.5/Qwen2.5-0.5B-Instruct.config.json`)
@@ -26,14 +27,17 @@ pub const CHECK_CONFIG: &str = r#"{
   "tie_word_embeddings": true, "hidden_act": "silu"
 }"#;
 
-/// Two ragged prompts (37 and 20 tokens), then one decode step (2 rows through each linear
-/// layer) and one 5-token verification pass (10 rows): logits of the kernel path against the
-/// model path, normwise relative error ([`dustin_kernels::reference::rel_err`]) against `bound`.
-/// Three rows: the prefill's last-token logits `[2, vocab]`, the decode step's `[2, 1,
-/// vocab]`, the verification's `[2, 5, vocab]`.
+/// Two prompts (37 and 20 tokens, each prefilled on its own: more than 16 rows, so the fused
+/// element-wise ops but not the fused attention or the skinny GEMM), then one decode step of
+/// the ragged batch (2 rows through each linear layer) and one 5-token verification pass (10
+/// rows): logits of the kernel path against the model path, normwise relative error
+/// ([`dustin_kernels::reference::rel_err`], infinite for a non-finite value on either side)
+/// against `bound`. Three rows: the prefill's last-token logits `[2, vocab]`, the decode
+/// step's `[2, 1, vocab]`, the verification's `[2, 5, vocab]`; a row whose logits do not have
+/// that length on either side fails with the lengths as its error.
 ///
 /// # Errors
-/// A model error of either path (building the model, the forward passes).
+/// A model error of either path (building the model, the forward passes, reading logits back).
 pub fn check_model<B: KernelOps>(device: &B::Device, bound: f64) -> Result<Vec<CheckRow>> {
     let cfg = QwenConfig::from_json(CHECK_CONFIG, "dustin_qwen::check::CHECK_CONFIG")?;
     let base = Qwen2::<B>::random(&cfg, 128, device)?;
@@ -46,24 +50,46 @@ pub fn check_model<B: KernelOps>(device: &B::Device, bound: f64) -> Result<Vec<C
         .with_kernels(Some(true))
         .with_fused_elementwise(true)
         .with_skinny_gemm(true);
-    let reference = run(&model_path)?;
-    let got = run(&kernel_path)?;
+    compare(&model_path, &kernel_path, bound)
+}
+
+/// The rows of [`check_model`] for `got` against `reference`.
+fn compare<B: KernelOps>(
+    reference: &Qwen2<B>,
+    got: &Qwen2<B>,
+    bound: f64,
+) -> Result<Vec<CheckRow>> {
+    let vocab = reference.config.vocab_size;
+    let want = run(reference)?;
+    let got = run(got)?;
     let cases = [
-        "prefill 37 + 20 tokens, last logits",
-        "decode B=2 x 1 token",
-        "verify B=2 x 5 tokens",
+        ("prefill 37 + 20 tokens, last logits", 2 * vocab),
+        ("decode B=2 x 1 token", 2 * vocab),
+        ("verify B=2 x 5 tokens", 10 * vocab),
     ];
     Ok(cases
         .iter()
-        .zip(reference.iter().zip(&got))
-        .map(|(case, (r, g))| {
+        .zip(want.iter().zip(&got))
+        .map(|(&(case, len), (r, g))| {
             let r64: Vec<f64> = r.iter().map(|&x| f64::from(x)).collect();
+            let (err, error) = if r.len() != len || g.len() != len {
+                (
+                    f64::INFINITY,
+                    Some(format!(
+                        "logits of {} (model path) and {} (kernel path) values, expected {len}",
+                        r.len(),
+                        g.len()
+                    )),
+                )
+            } else {
+                (dustin_kernels::reference::rel_err(g, &r64), None)
+            };
             CheckRow {
-                case: (*case).to_string(),
+                case: case.to_string(),
                 op: "model",
-                err: dustin_kernels::reference::rel_err(g, &r64),
+                err,
                 bound,
-                error: None,
+                error,
             }
         })
         .collect())
@@ -90,21 +116,25 @@ fn run<B: KernelOps>(m: &Qwen2<B>) -> Result<[Vec<f32>; 3]> {
                 layers: None,
             },
         )?;
-        Ok(host(out.logits))
+        let logits = out.logits.ok_or_else(|| {
+            QwenError::Core(dustin_core::CoreError::invalid(
+                "logits",
+                "the logits of every position (LogitsMode::All)",
+                "none",
+            ))
+        })?;
+        host(logits)
     };
     let decode = step(&mut cache, &[vec![7], vec![4001]])?;
     let verify = step(&mut cache, &[vec![1, 2, 3, 4, 5], vec![90, 91, 92, 93, 94]])?;
-    Ok([host(Some(last)), decode, verify])
+    Ok([host(last)?, decode, verify])
 }
 
-fn host<B: KernelOps, const D: usize>(t: Option<Tensor<B, D>>) -> Vec<f32> {
-    t.map(|t| {
-        t.into_data()
-            .convert::<f32>()
-            .to_vec::<f32>()
-            .unwrap_or_default()
-    })
-    .unwrap_or_default()
+fn host<B: KernelOps, const D: usize>(t: Tensor<B, D>) -> Result<Vec<f32>> {
+    t.into_data()
+        .convert::<f32>()
+        .to_vec::<f32>()
+        .map_err(|e| QwenError::Core(dustin_core::CoreError::Other(Box::new(e))))
 }
 
 #[cfg(test)]
@@ -126,19 +156,28 @@ mod tests {
         }
     }
 
-    /// The check can fail: a model whose kernel path differs (another random model, so other
-    /// weights) is far over the bound.
+    /// The check can fail: the same comparison with another random model standing in for
+    /// the kernel path (other weights) is far over the bound on every row.
     #[test]
-    fn different_logits_fail_the_bound() {
+    fn a_different_model_fails_every_row() {
         use burn_tensor::backend::Backend;
         let cfg = QwenConfig::from_json(CHECK_CONFIG, "test").unwrap();
         Flex::seed(&FlexDevice, 1);
         let a = Qwen2::<Flex>::random(&cfg, 128, &FlexDevice).unwrap();
         Flex::seed(&FlexDevice, 2);
         let b = Qwen2::<Flex>::random(&cfg, 128, &FlexDevice).unwrap();
-        let (ra, rb) = (run(&a).unwrap(), run(&b).unwrap());
-        let r64: Vec<f64> = ra[1].iter().map(|&x| f64::from(x)).collect();
-        let err = dustin_kernels::reference::rel_err(&rb[1], &r64);
-        assert!(err > 1e-2, "two random models gave close logits: {err}");
+        let rows = compare(&a, &b, 1e-2).unwrap();
+        assert_eq!(rows.len(), 3);
+        for r in &rows {
+            println!("{r}");
+            assert!(
+                !r.ok() && r.err > 0.1,
+                "two random models gave close logits: {r}"
+            );
+        }
+        // and the same model against itself passes exactly
+        for r in compare(&a, &a, 1e-6).unwrap() {
+            assert_eq!(r.err, 0.0, "{r}");
+        }
     }
 }

@@ -172,6 +172,28 @@ pub struct Dustin<B: Backend> {
     hist: Vec<Option<Tensor<B, 3>>>,
     pending: Vec<Option<Tensor<B, 4>>>,
     lookahead: Option<Tensor<B, 2>>,
+    /// What [`Dustin::mix`] computes alike for every layer of one verification; dropped with
+    /// the lookahead.
+    shared: Option<MixShared<B>>,
+    /// Per layer, the two `[1, kv_heads, 1, 1]` weights of [`Dustin::fused_contribution`]
+    /// (fixed once the layer's heads are).
+    head_weights: Vec<Option<(Tensor<B, 4>, Tensor<B, 4>)>>,
+    /// The fold weights `[1, 1, n, 1]` of [`ImportanceEstimator::score`] for the last `n`.
+    fold: Option<(usize, Tensor<B, 4>)>,
+}
+
+/// The layer-independent inputs of [`Dustin::mix`] for one verification: the free-range mask
+/// `[batch, 1, c]` and the lookahead normalised on it `[batch, 1, c]` (`None` without a
+/// lookahead), built for these context lengths, `c` and keep rule. Every layer of a
+/// verification asks for the same ones, so they are built once per verification, not once
+/// per layer (two small uploads and about ten element-wise launches per layer).
+#[derive(Debug, Clone)]
+struct MixShared<B: Backend> {
+    ctx_lens: Vec<usize>,
+    c: usize,
+    keep: KeepRule,
+    mask: Tensor<B, 3>,
+    la_n: Option<Tensor<B, 3>>,
 }
 
 fn host_f32<B: Backend, const D: usize>(t: Tensor<B, D>) -> Result<Vec<f32>> {
@@ -199,6 +221,9 @@ impl<B: Backend> Dustin<B> {
             hist: Vec::new(),
             pending: Vec::new(),
             lookahead: None,
+            shared: None,
+            head_weights: Vec::new(),
+            fold: None,
         })
     }
 
@@ -242,6 +267,9 @@ impl<B: Backend> Dustin<B> {
             self.heads.resize(layer + 1, None);
             self.hist.resize(layer + 1, None);
             self.pending.resize(layer + 1, None);
+        }
+        if self.head_weights.len() <= layer {
+            self.head_weights.resize(layer + 1, None);
         }
     }
 
@@ -414,7 +442,7 @@ impl<B: KernelOps> Dustin<B> {
     /// mean of all chosen heads, as in the plain path. `None` where the kernel does not take
     /// the input.
     fn fused_contribution(
-        &self,
+        &mut self,
         ctx: &ScoreCtx<'_, B>,
         heads: &[usize],
     ) -> Result<Option<Tensor<B, 4>>> {
@@ -429,27 +457,42 @@ impl<B: KernelOps> Dustin<B> {
                 Err(e) => return Err(kernel_error(e)),
             };
         let l = rows.dims()[3];
-        let e = heads.len() as f32;
-        let mut own = vec![0usize; kvh];
-        for &h in heads {
-            own[h / g] += 1;
-        }
-        // elementwise, not a mixing matmul: Burn's matmul autotune key holds the shapes'
-        // power-of-two alignment, so a matmul over the growing context would be re-tuned at
-        // almost every verification on CUDA (seen: 200 ms per layer)
-        let own_w: Vec<f32> = own
-            .iter()
-            .map(|&c| if c > 0 { 1.0 / c as f32 } else { 0.0 })
-            .collect();
-        let all_w: Vec<f32> = own
-            .iter()
-            .map(|&c| if c > 0 { 0.0 } else { 1.0 / e })
-            .collect();
+        let layer = a.layer;
+        self.grow(layer);
         let device = rows.device();
-        let own_w = Tensor::<B, 4>::from_data(TensorData::new(own_w, [1, kvh, 1, 1]), &device)
-            .expand([b, kvh, n, l]);
-        let all_w = Tensor::<B, 4>::from_data(TensorData::new(all_w, [1, kvh, 1, 1]), &device)
-            .expand([b, kvh, n, l]);
+        let cached = self.head_weights[layer]
+            .as_ref()
+            .filter(|(w, _)| w.dims()[1] == kvh && w.device() == device)
+            .cloned();
+        let (own_w, all_w) = match cached {
+            Some(w) => w,
+            None => {
+                let e = heads.len() as f32;
+                let mut own = vec![0usize; kvh];
+                for &h in heads {
+                    own[h / g] += 1;
+                }
+                // elementwise, not a mixing matmul: Burn's matmul autotune key holds the
+                // shapes' power-of-two alignment, so a matmul over the growing context would be
+                // re-tuned at almost every verification on CUDA (seen: 200 ms per layer)
+                let own_w: Vec<f32> = own
+                    .iter()
+                    .map(|&c| if c > 0 { 1.0 / c as f32 } else { 0.0 })
+                    .collect();
+                let all_w: Vec<f32> = own
+                    .iter()
+                    .map(|&c| if c > 0 { 0.0 } else { 1.0 / e })
+                    .collect();
+                let w = (
+                    Tensor::<B, 4>::from_data(TensorData::new(own_w, [1, kvh, 1, 1]), &device),
+                    Tensor::<B, 4>::from_data(TensorData::new(all_w, [1, kvh, 1, 1]), &device),
+                );
+                self.head_weights[layer] = Some(w.clone());
+                w
+            }
+        };
+        let own_w = own_w.expand([b, kvh, n, l]);
+        let all_w = all_w.expand([b, kvh, n, l]);
         let total = rows.clone().sum_dim(1).expand([b, kvh, n, l]);
         Ok(Some(rows * own_w + total * all_w))
     }
@@ -458,21 +501,47 @@ impl<B: KernelOps> Dustin<B> {
 impl<B: Backend> Dustin<B> {
     /// `alpha * lookahead + (1 - alpha) * history`, each normalised over the free range of
     /// the first `c` positions; `history` is `[batch, kv_heads, >= c]`.
-    fn mix(&self, ctx: &ScoreCtx<'_, B>, history: Tensor<B, 3>, c: usize) -> Result<Scores<B>> {
+    fn mix(&mut self, ctx: &ScoreCtx<'_, B>, history: Tensor<B, 3>, c: usize) -> Result<Scores<B>> {
         let a = ctx.attn;
         let [b, kvh, _] = history.dims();
-        let device = history.device();
-        let mask = free_mask::<B>(a.ctx_lens, c, keep_rule(ctx), &device);
-        let hist_n = normalise_on(history.narrow(2, 0, c), &mask);
-        if self.alpha == 0.0 {
-            return Ok(Scores::Tokens(hist_n));
-        }
-        let la = lookahead_for(self.lookahead.as_ref(), b, c)?.reshape([b, 1, c]);
-        let la_n = normalise_on(la, &mask).expand([b, kvh, c]);
-        let alpha = self.alpha as f32;
-        Ok(Scores::Tokens(
-            la_n.mul_scalar(alpha) + hist_n.mul_scalar(1.0 - alpha),
-        ))
+        let keep = keep_rule(ctx);
+        let shared = match self.shared.take() {
+            Some(s)
+                if s.c == c
+                    && s.keep == keep
+                    && s.ctx_lens == a.ctx_lens
+                    && s.mask.device() == history.device() =>
+            {
+                s
+            }
+            _ => {
+                let device = history.device();
+                let mask = free_mask::<B>(a.ctx_lens, c, keep, &device);
+                let la_n = if self.alpha == 0.0 {
+                    None
+                } else {
+                    let la = lookahead_for(self.lookahead.as_ref(), b, c)?.reshape([b, 1, c]);
+                    Some(normalise_on(la, &mask))
+                };
+                MixShared {
+                    ctx_lens: a.ctx_lens.to_vec(),
+                    c,
+                    keep,
+                    mask,
+                    la_n,
+                }
+            }
+        };
+        let hist_n = normalise_on(history.narrow(2, 0, c), &shared.mask);
+        let scores = match &shared.la_n {
+            None => hist_n,
+            Some(la_n) => {
+                let alpha = self.alpha as f32;
+                la_n.clone().expand([b, kvh, c]).mul_scalar(alpha) + hist_n.mul_scalar(1.0 - alpha)
+            }
+        };
+        self.shared = Some(shared);
+        Ok(Scores::Tokens(scores))
     }
 }
 
@@ -520,6 +589,9 @@ impl<B: KernelOps> ImportanceEstimator<B> for Dustin<B> {
         self.hist = vec![None; num_layers];
         self.pending = vec![None; num_layers];
         self.lookahead = None;
+        self.shared = None;
+        self.head_weights = vec![None; num_layers];
+        self.fold = None;
     }
 
     fn observe_prefill(&mut self, ctx: &LayerAttnCtx<'_, B>) -> Result<()> {
@@ -552,6 +624,7 @@ impl<B: KernelOps> ImportanceEstimator<B> for Dustin<B> {
 
     fn observe_lookahead(&mut self, lookahead: &Tensor<B, 2>) {
         self.lookahead = Some(lookahead.clone());
+        self.shared = None;
     }
 
     fn wants_lookahead(&self) -> bool {
@@ -565,10 +638,14 @@ impl<B: KernelOps> ImportanceEstimator<B> for Dustin<B> {
         let [b, kvh, n, l] = contrib.dims();
         let device = contrib.device();
         let hist = self.history_at(a.layer, b, kvh, l, &device)?;
-        let wts = Tensor::<B, 4>::from_data(
-            TensorData::new(self.fold_weights(n - 1, n), [1, 1, n, 1]),
-            &device,
-        );
+        let wts = match self.fold.take() {
+            Some((m, w)) if m == n && w.device() == device => w,
+            _ => Tensor::<B, 4>::from_data(
+                TensorData::new(self.fold_weights(n - 1, n), [1, 1, n, 1]),
+                &device,
+            ),
+        };
+        self.fold = Some((n, wts.clone()));
         let provisional = hist.mul_scalar(self.cfg.beta.powi(n as i32) as f32)
             + (contrib * wts).sum_dim(2).reshape([b, kvh, l]);
         self.mix(ctx, provisional, c)
@@ -599,6 +676,7 @@ impl<B: KernelOps> ImportanceEstimator<B> for Dustin<B> {
 
     fn commit(&mut self, accepted: &[usize]) -> Result<()> {
         self.lookahead = None;
+        self.shared = None;
         // check every pending layer before changing any
         for p in self.pending.iter().flatten() {
             let [b, _, n, _] = p.dims();
@@ -644,6 +722,7 @@ impl<B: KernelOps> ImportanceEstimator<B> for Dustin<B> {
         self.seeds.retain(keep);
         self.pending.iter_mut().for_each(|p| *p = None);
         self.lookahead = None;
+        self.shared = None;
         for h in self.hist.iter_mut() {
             if let Some(t) = h.take() {
                 let idx: Vec<i64> = keep.iter().map(|&k| k as i64).collect();
@@ -734,5 +813,80 @@ mod tests {
             let s: f32 = row.iter().sum();
             assert!((s - 1.0).abs() < 1e-5, "row sum {s}");
         }
+    }
+
+    /// What the estimator builds once and reuses (the mask and normalised lookahead shared by
+    /// the layers of a verification, the per-layer head weights, the fold weights) gives the
+    /// scores an estimator with those caches emptied before every call gives: two layers, two
+    /// verifications with a new lookahead and longer contexts in between, a third with a new
+    /// lookahead at the same lengths, a ragged batch.
+    #[test]
+    fn reused_inputs_give_the_scores_of_fresh_ones() {
+        let (b, kvh, g, n, d) = (2usize, 2usize, 2usize, 3usize, 8usize);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        let mut rand =
+            |len: usize| -> Vec<f32> { (0..len).map(|_| rng.random_range(-1.5f32..1.5)).collect() };
+        let cfg = DustinConfig {
+            heads: Some(vec![0, 3]),
+            heads_per_layer: 2,
+            ..DustinConfig::default()
+        };
+        let mut est = Dustin::<Flex>::with_config(cfg).unwrap();
+        est.reset(b, 2);
+        let mut compared = 0;
+        for (it, ctx_lens) in [[20usize, 14], [23, 16], [23, 16]].iter().enumerate() {
+            let l = ctx_lens[0] + n;
+            let la = Tensor::<Flex, 2>::from_data(
+                TensorData::new(rand(b * l).iter().map(|x| x.abs()).collect(), [b, l]),
+                &FlexDevice,
+            );
+            est.observe_lookahead(&la);
+            for layer in 0..2 {
+                let q = Tensor::<Flex, 4>::from_data(
+                    TensorData::new(rand(b * kvh * g * n * d), [b, kvh * g, n, d]),
+                    &FlexDevice,
+                );
+                let k = Tensor::<Flex, 4>::from_data(
+                    TensorData::new(rand(b * kvh * l * d), [b, kvh, l, d]),
+                    &FlexDevice,
+                );
+                let attn = LayerAttnCtx {
+                    layer,
+                    phase: Phase::Decode,
+                    q: &q,
+                    k: &k,
+                    ctx_lens,
+                    n_new: n,
+                    scale: 0.35,
+                };
+                let ctx = ScoreCtx {
+                    attn: &attn,
+                    budget: 10,
+                    n_sink: 1,
+                    window: 2,
+                    iteration: it,
+                };
+                let mut fresh = est.clone();
+                fresh.shared = None;
+                fresh.fold = None;
+                fresh.head_weights = vec![None; 2];
+                let tokens = |s: Scores<Flex>| -> Vec<f32> {
+                    match s {
+                        Scores::Tokens(t) => t.into_data().to_vec().unwrap(),
+                        Scores::Dense => panic!("dustin scored dense"),
+                    }
+                };
+                let want = tokens(fresh.score(&ctx).unwrap());
+                let got = tokens(est.score(&ctx).unwrap());
+                assert_eq!(got, want, "iteration {it}, layer {layer}");
+                assert!(got.iter().any(|&x| x > 0.0), "scores all zero");
+                if it > 0 || layer > 0 {
+                    // a cache was there to be reused (or rebuilt on a new lookahead)
+                    compared += 1;
+                }
+            }
+            est.commit(&[1, 2]).unwrap();
+        }
+        assert_eq!(compared, 5);
     }
 }
