@@ -193,8 +193,10 @@ fn validate(a: &E2eArgs) -> Result<(), CliError> {
     for m in &a.modes {
         accept_of(a, m)?;
     }
-    // the budget is checked before any weights are built or any row measured
-    if a.modes.iter().any(|m| m != "ar" && m != "dense") {
+    // the budget is checked before any weights are built or any row measured (also for
+    // `dense`: its policy is a selector built with the same config, and failed after the
+    // `ar` rows had run)
+    if a.modes.iter().any(|m| m != "ar") {
         dustin_select::SelectConfig::with_budget(a.budget)
             .validate()
             .map_err(|e| CliError::Usage(format!("--budget {}: {e}", a.budget)))?;

@@ -109,6 +109,8 @@ fn bad_schedule_and_modes_are_named() {
             vec!["--budget", "10", "--modes", "ar,streaming"],
             "--budget 10",
         ),
+        // dense too, before the `ar` rows run
+        (vec!["--budget", "16", "--modes", "ar,dense"], "--budget 16"),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_dustin"))
             .args(["bench-e2e", "--target", &f, "--draft", &f])
