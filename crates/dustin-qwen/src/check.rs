@@ -144,7 +144,7 @@ mod tests {
 
     /// On the CPU the kernel path is `dustin_kernels::plain`, the same Burn ops in the same
     /// order (bit-identical today, as in `tests/sparse_attention.rs`), so this run checks that
-    /// both paths take these shapes (ragged prefill, decode, verify) end to end. The check
+    /// both paths take these shapes (two prompts, ragged decode and verify) end to end. The check
     /// that can catch a kernel is the CUDA run, `dustin kernel-check --device cuda`.
     #[test]
     fn kernel_path_matches_the_model_path_on_the_cpu() {
