@@ -11,12 +11,13 @@
 #   bash .device/gpu_e2e.sh trace # cubecl's autotune log of `dustin` at B 1 and 8, then a
 #                                 # per-kernel trace at B 1 (7B, 32k)
 #   bash .device/gpu_e2e.sh elementwise # `dustin kernel-check --device cuda`, then 7B at 32k,
-#                                 # B 1/8: plain ops, fused element-wise, fused + skinny GEMM
+#                                 # B 1/8 per CONFIGS (default: skinny GEMM without and with
+#                                 # the grouped q/k/v and gate/up GEMMs)
 # Env: OUT (results folder), TAU (mean acceptance length of every speculative mode, default
 # 1.36: dense and dustin on SmolLM2 at 4096 tokens, docs/fidelity.md), LIMIT (seconds per
 # group), PROFILE (non-empty: `--profile`, the phase times of every mode, slower runs),
 # ELEMENTWISE (`fused`, the default, or `plain`: `--elementwise`), SKINNY (`on`, the default,
-# or `off`: `--skinny-gemm`). Each
+# or `off`: `--skinny-gemm`), GROUPED (`off`, the default, or `on`: `--grouped-gemm`). Each
 # group is one process; nvidia-smi samples its memory every 100 ms (peak in
 # mem.jsonl).
 set -u
@@ -33,7 +34,7 @@ group() {
     shift
     mem_watch "$name"
     timeout "${LIMIT:-240}" "$D/dustin" bench-e2e --device cuda --json "$OUT/e2e.jsonl" \
-        --accept "default=$TAU" --draft "$DRAFT" --warmup 2 --iters 6 ${PROFILE:+--profile} --elementwise "${ELEMENTWISE:-fused}" --skinny-gemm "${SKINNY:-on}" "$@" 2>&1 | tee "$OUT/$name.txt"
+        --accept "default=$TAU" --draft "$DRAFT" --warmup 2 --iters 6 ${PROFILE:+--profile} --elementwise "${ELEMENTWISE:-fused}" --skinny-gemm "${SKINNY:-on}" --grouped-gemm "${GROUPED:-off}" "$@" 2>&1 | tee "$OUT/$name.txt"
     echo "{\"group\":\"$name\",\"peak_mib\":$(mem_peak_max "$name")}" | tee -a "$OUT/mem.jsonl"
 }
 
@@ -63,8 +64,11 @@ elementwise)
         echo "kernel-check failed: no timing" >&2
         exit 1
     fi
-    for cfg in plain:off fused:off fused:on; do
-        ELEMENTWISE=${cfg%:*} SKINNY=${cfg#*:} group "7b_32768_${cfg/:/_skinny_}" \
+    # CONFIGS: elementwise:skinny:grouped triples (default: the grouped GEMMs against the
+    # per-projection skinny GEMM; session 20 measured plain:off:off fused:off:off fused:on:off)
+    for cfg in ${CONFIGS:-fused:on:off fused:on:on}; do
+        IFS=: read -r ew sk gr <<<"$cfg"
+        ELEMENTWISE=$ew SKINNY=$sk GROUPED=$gr group "7b_32768_${ew}_skinny_${sk}_grouped_${gr}" \
             --target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 32768 --batch 1,8 \
             --modes "${MODES:-ar,dense,dustin}"
     done

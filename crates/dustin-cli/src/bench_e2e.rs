@@ -111,6 +111,12 @@ pub struct E2eArgs {
     /// (`off`; rows on the CPU, which has no such kernel, say `off`).
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub skinny_gemm: OnOff,
+    /// With the skinny GEMM: q/k/v as one grouped GEMM and gate/up/SiLU as another
+    /// (`Qwen2::with_grouped_gemm`; `on`) or one skinny GEMM per projection (`off`, the
+    /// default until `dustin kernel-check --device cuda` has run them; rows on the CPU say
+    /// `off`).
+    #[arg(long, value_enum, default_value_t = OnOff::Off)]
+    pub grouped_gemm: OnOff,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
@@ -362,6 +368,8 @@ pub struct Row {
     pub elementwise: Elementwise,
     /// `--skinny-gemm`.
     pub skinny_gemm: OnOff,
+    /// `--grouped-gemm` (with the skinny GEMM only).
+    pub grouped_gemm: OnOff,
 }
 
 /// Means over the timed iterations of a run (after `warmup`, at most `iters`).
@@ -570,9 +578,10 @@ fn measure<B: KernelOps>(
     } else {
         (target, draft)
     };
-    let (fused, skinny) = (
+    let (fused, skinny, grouped) = (
         args.elementwise == Elementwise::Fused,
         args.skinny_gemm == OnOff::On,
+        args.grouped_gemm == OnOff::On,
     );
     // always set: the models' own default is on where the backend has fused kernels, so
     // `plain` / `off` must be asked for explicitly
@@ -580,7 +589,8 @@ fn measure<B: KernelOps>(
         Arc::new(
             m.clone()
                 .with_fused_elementwise(fused)
-                .with_skinny_gemm(skinny),
+                .with_skinny_gemm(skinny)
+                .with_grouped_gemm(grouped),
         )
     };
     let (target, draft) = (with(&target), with(&draft));
@@ -722,6 +732,11 @@ fn measure<B: KernelOps>(
                     },
                     skinny_gemm: if B::FUSED {
                         args.skinny_gemm
+                    } else {
+                        OnOff::Off
+                    },
+                    grouped_gemm: if B::FUSED && skinny {
+                        args.grouped_gemm
                     } else {
                         OnOff::Off
                     },

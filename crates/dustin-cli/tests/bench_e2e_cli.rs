@@ -59,9 +59,17 @@ fn every_mode_runs_under_the_schedule() {
             "40",
             "--budget",
             "90",
+            "--grouped-gemm",
+            "on",
         ],
     );
     let modes: Vec<&str> = rows.iter().map(|r| r["mode"].as_str().unwrap()).collect();
+    for r in &rows {
+        // the CPU has none of the CUDA kernels: the rows say the plain ops ran
+        assert_eq!(r["elementwise"].as_str(), Some("plain"), "{r}");
+        assert_eq!(r["skinny_gemm"].as_str(), Some("off"), "{r}");
+        assert_eq!(r["grouped_gemm"].as_str(), Some("off"), "{r}");
+    }
     assert_eq!(
         modes,
         ["ar", "dense", "dustin", "streaming", "quest", "snapkv"]

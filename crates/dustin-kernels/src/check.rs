@@ -1,5 +1,7 @@
 //! Checks of the element-wise ops ([`KernelOps::rms_norm`], [`KernelOps::silu_mul`],
-//! [`KernelOps::rope`], [`KernelOps::dequantize_packed`], [`KernelOps::skinny_linear`]) against the float64 references of [`crate::reference`], on fresh
+//! [`KernelOps::rope`], [`KernelOps::dequantize_packed`]) and the skinny GEMMs
+//! ([`KernelOps::skinny_linear`], [`KernelOps::skinny_linear3`], [`KernelOps::skinny_swiglu`])
+//! against the float64 references of [`crate::reference`], on fresh
 //! random inputs rounded to bf16 (so a bf16 device copy holds them exactly), odd sizes, and a
 //! strided RoPE input (the model's `[batch, n, heads, d]` projection viewed as `[batch,
 //! heads, n, d]`). Generic over the backend: the CPU tests run it on the plain path, `dustin
@@ -234,6 +236,74 @@ pub fn check_elementwise<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<Ch
             ),
             "skinny",
             B::skinny_linear(xt, wt, bt),
+            &want,
+            bound,
+        ));
+    }
+    // Three weights of one x (q, k, v of a decode / verify step): 0.5B's q/k/v with bias at
+    // 1 and 10 rows; odd widths where one weight falls back (n not a multiple of 4), no bias
+    let three: [(usize, usize, [usize; 3], bool); 3] = [
+        (1, 896, [896, 128, 128], true),
+        (10, 1000, [512, 64, 260], true),
+        (3, 77, [64, 302, 128], false),
+    ];
+    for (i, &(m, k, ns, with_bias)) in three.iter().enumerate() {
+        let seed = 7500 + 10 * i as u64;
+        let x = reference::random_bf16(m * k, 2.0, seed);
+        let xt = Tensor::<B, 2>::from_data(up(x.clone(), vec![m, k]), device);
+        let mut want = Vec::new();
+        let ws: [crate::LinearParts<B>; 3] = std::array::from_fn(|j| {
+            let n = ns[j];
+            let w = reference::random_bf16(k * n, 0.05, seed + 1 + 2 * j as u64);
+            let b = reference::random_bf16(n, 1.0, seed + 2 + 2 * j as u64);
+            want.push(reference::linear(
+                &x,
+                &w,
+                with_bias.then_some(&b[..]),
+                m,
+                k,
+                n,
+            ));
+            (
+                Tensor::<B, 2>::from_data(up(w, vec![k, n]), device),
+                with_bias.then(|| Tensor::<B, 1>::from_data(up(b, vec![n]), device)),
+            )
+        });
+        let case = format!(
+            "[{m}, {k}] x {ns:?}{}",
+            if with_bias { " + bias" } else { "" }
+        );
+        match B::skinny_linear3(xt, ws) {
+            Ok(outs) => {
+                for (j, (o, w)) in outs.into_iter().zip(&want).enumerate() {
+                    rows_out.push(row(format!("{case} #{j}"), "skinny3", Ok(o), w, bound));
+                }
+            }
+            Err(e) => rows_out.push(row::<B, 2>(case, "skinny3", Err(e), &want[0], bound)),
+        }
+    }
+    // SwiGLU of a decode / verify step: 0.5B's MLP at 1 and 16 rows, an odd width (falls back)
+    let swiglu: [(usize, usize, usize); 3] = [(1, 896, 4864), (16, 1000, 512), (5, 64, 302)];
+    for (i, &(m, k, n)) in swiglu.iter().enumerate() {
+        let seed = 7600 + 10 * i as u64;
+        let x = reference::random_bf16(m * k, 2.0, seed);
+        let g = reference::random_bf16(k * n, 0.05, seed + 1);
+        let u = reference::random_bf16(k * n, 0.05, seed + 2);
+        let gate = reference::linear(&x, &g, None, m, k, n);
+        let upv = reference::linear(&x, &u, None, m, k, n);
+        let want: Vec<f64> = gate
+            .iter()
+            .zip(&upv)
+            .map(|(&a, &b)| a / (1.0 + (-a).exp()) * b)
+            .collect();
+        rows_out.push(row(
+            format!("[{m}, {k}] x 2 x [{k}, {n}]"),
+            "swiglu",
+            B::skinny_swiglu(
+                Tensor::<B, 2>::from_data(up(x, vec![m, k]), device),
+                Tensor::<B, 2>::from_data(up(g, vec![k, n]), device),
+                Tensor::<B, 2>::from_data(up(u, vec![k, n]), device),
+            ),
             &want,
             bound,
         ));

@@ -304,6 +304,41 @@ pub trait KernelOps: Backend {
         plain::skinny_linear(x, w, bias)
     }
 
+    /// Three [`KernelOps::skinny_linear`] products of one `x` `[m, k]` (the q, k and v
+    /// projections of a decode or verify step): `x . w_i + b_i` `[m, n_i]` for the three
+    /// `(w_i [k, n_i], b_i [n_i])` of `ws`. On CUDA one GEMM launch per weight writes into one
+    /// partial-sum buffer and one launch sums, adds the biases and rounds all three (4
+    /// launches where three `skinny_linear` calls take 6); the same values as three
+    /// `skinny_linear` calls. The default is [`skinny_linear3_each`].
+    ///
+    /// # Errors
+    /// As [`KernelOps::skinny_linear`], naming the weight or bias that does not fit `x`.
+    fn skinny_linear3(
+        x: Tensor<Self, 2>,
+        ws: [LinearParts<Self>; 3],
+    ) -> Result<[Tensor<Self, 2>; 3]> {
+        skinny_linear3_each(x, ws)
+    }
+
+    /// The first half of a SwiGLU MLP (HF `Qwen2MLP`: `act_fn(gate_proj(x)) * up_proj(x)`, no
+    /// bias) for a decode or verify step: `silu(x . w_gate) * (x . w_up)` `[m, inter]` from
+    /// `x` `[m, k]` and `w_gate`, `w_up` `[k, inter]`, rounded as [`KernelOps::skinny_linear`]
+    /// then [`KernelOps::silu_mul`] round (each product once to the dtype, silu in f32 rounded
+    /// once, the product in the dtype). On CUDA two GEMM launches and one launch for the sum
+    /// and the activation (3 where the separate calls take 5). The default is
+    /// [`skinny_swiglu_each`].
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] naming `w_gate` or `w_up` when they do not fit `x` or each
+    /// other.
+    fn skinny_swiglu(
+        x: Tensor<Self, 2>,
+        w_gate: Tensor<Self, 2>,
+        w_up: Tensor<Self, 2>,
+    ) -> Result<Tensor<Self, 2>> {
+        skinny_swiglu_each(x, w_gate, w_up)
+    }
+
     /// What the device allocator of the calling thread's stream holds, bytes: `(in use,
     /// reserved)`; `None` where the backend does not say (the CPU backend). Reserved includes
     /// freed blocks the pool keeps for reuse: it is what `nvidia-smi` sees of this stream.
@@ -560,6 +595,61 @@ pub fn check_packed(
 /// Most rows of `x` [`KernelOps::skinny_linear`]'s CUDA kernel takes (batch x (gamma + 1)
 /// at batch 3 and gamma 4 is 15); more rows go to Burn's matmul.
 pub const SKINNY_MAX_ROWS: usize = 16;
+
+/// One linear layer's weight `[k, n]` (the `[in, out]` layout) and optional bias `[n]`, as
+/// [`KernelOps::skinny_linear3`] takes them.
+pub type LinearParts<B> = (Tensor<B, 2>, Option<Tensor<B, 1>>);
+
+/// [`KernelOps::skinny_linear3`] as three [`KernelOps::skinny_linear`] calls (the default,
+/// and the CUDA path's fallback for shapes its kernels do not take).
+///
+/// # Errors
+/// As [`KernelOps::skinny_linear`].
+pub fn skinny_linear3_each<B: KernelOps>(
+    x: Tensor<B, 2>,
+    ws: [LinearParts<B>; 3],
+) -> Result<[Tensor<B, 2>; 3]> {
+    let [(w0, b0), (w1, b1), (w2, b2)] = ws;
+    Ok([
+        B::skinny_linear(x.clone(), w0, b0)?,
+        B::skinny_linear(x.clone(), w1, b1)?,
+        B::skinny_linear(x, w2, b2)?,
+    ])
+}
+
+/// [`KernelOps::skinny_swiglu`] as two [`KernelOps::skinny_linear`] calls and
+/// [`KernelOps::silu_mul`] (the default, and the CUDA path's fallback).
+///
+/// # Errors
+/// As [`check_swiglu`], then [`KernelOps::skinny_linear`]'s.
+pub fn skinny_swiglu_each<B: KernelOps>(
+    x: Tensor<B, 2>,
+    w_gate: Tensor<B, 2>,
+    w_up: Tensor<B, 2>,
+) -> Result<Tensor<B, 2>> {
+    check_swiglu(x.dims(), w_gate.dims(), w_up.dims())?;
+    let m = x.dims()[0];
+    let n = w_gate.dims()[1];
+    let g = B::skinny_linear(x.clone(), w_gate, None)?;
+    let u = B::skinny_linear(x, w_up, None)?;
+    Ok(B::silu_mul(g.reshape([1, m, n]), u.reshape([1, m, n]))?.reshape([m, n]))
+}
+
+/// Checks `w_gate` and `w_up` `[k, inter]` against `x` `[m, k]` and each other
+/// ([`KernelOps::skinny_swiglu`]).
+///
+/// # Errors
+/// [`KernelError::Shape`] naming `w_gate` or `w_up`.
+pub fn check_swiglu(x: [usize; 2], w_gate: [usize; 2], w_up: [usize; 2]) -> Result<()> {
+    if w_gate[0] != x[1] {
+        return Err(KernelError::Shape {
+            name: "w_gate",
+            expected: vec![x[1], w_gate[1]],
+            found: w_gate.to_vec(),
+        });
+    }
+    check_same("w_up", w_gate, w_up)
+}
 
 /// Checks `w` `[k, n]` and `bias` `[n]` against `x` `[m, k]` ([`KernelOps::skinny_linear`]).
 ///

@@ -318,12 +318,16 @@ fn bad_input_is_an_error_not_a_panic() {
 }
 
 /// RMSNorm, the SwiGLU product, RoPE (strided input, ragged large positions) and packed
-/// dequantization (4 and 3 bits, a short last group) and the skinny GEMM (1 to 17 rows, with
-/// and without bias) of the plain path against float64 loops; f32, so within 1e-5.
+/// dequantization (4 and 3 bits, a short last group), the skinny GEMM (1 to 17 rows, with
+/// and without bias) and its grouped forms (three weights of one `x`: 9 rows; SwiGLU: 3) of
+/// the plain path against float64 loops; f32, so within 1e-5.
 #[test]
 fn elementwise_ops_match_float64() {
     let rows = dustin_kernels::check::check_elementwise::<Flex>(&dev(), 1e-5);
-    assert_eq!(rows.len(), 20, "{rows:?}");
+    assert_eq!(rows.len(), 32, "{rows:?}");
+    for op in ["skinny3", "swiglu"] {
+        assert!(rows.iter().any(|r| r.op == op), "no {op} rows");
+    }
     for r in &rows {
         eprintln!("{r}");
         assert!(r.ok(), "{r}");

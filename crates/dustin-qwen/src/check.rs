@@ -1,6 +1,6 @@
 //! A whole-model check of the backend's kernels: the logits of a small random Qwen2 computed
-//! through [`KernelOps`] (fused attention, RMSNorm, SwiGLU, RoPE and the skinny GEMM on
-//! CUDA; `dustin_kernels::plain` on the CPU) against the model's own Burn ops
+//! through [`KernelOps`] (fused attention, RMSNorm, SwiGLU, RoPE, the skinny GEMM and its
+//! grouped q/k/v and gate/up forms on CUDA; `dustin_kernels::plain` on the CPU) against the model's own Burn ops
 //! ([`Qwen2::with_kernels`]`(Some(false))`, fused element-wise ops and skinny GEMM off: the path
 //! `tests/hf_parity.rs` holds to HF transformers on the CPU).
 //!
@@ -49,7 +49,8 @@ pub fn check_model<B: KernelOps>(device: &B::Device, bound: f64) -> Result<Vec<C
     let kernel_path = base
         .with_kernels(Some(true))
         .with_fused_elementwise(true)
-        .with_skinny_gemm(true);
+        .with_skinny_gemm(true)
+        .with_grouped_gemm(true);
     compare(&model_path, &kernel_path, bound)
 }
 

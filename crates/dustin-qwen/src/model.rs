@@ -405,6 +405,11 @@ pub struct Qwen2<B: Backend> {
     /// [`KernelOps::skinny_linear`] ([`Qwen2::with_skinny_gemm`]; by default exactly when the
     /// backend has fused kernels: `None`).
     skinny_gemm: Option<bool>,
+    /// Whether the q/k/v projections and the MLP's gate/up/SiLU of at most
+    /// [`dustin_kernels::SKINNY_MAX_ROWS`] rows run as one grouped skinny GEMM each
+    /// ([`KernelOps::skinny_linear3`], [`KernelOps::skinny_swiglu`];
+    /// [`Qwen2::with_grouped_gemm`]; off by default: `None`).
+    grouped_gemm: Option<bool>,
     /// Whether the next offloaded layer is staged by a helper thread while the current layer
     /// computes ([`Qwen2::with_prefetch`]).
     prefetch: bool,
@@ -639,6 +644,7 @@ impl<B: Backend> Qwen2<B> {
             kernels: None,
             elementwise: None,
             skinny_gemm: None,
+            grouped_gemm: None,
             prefetch: true,
             tp: None,
             profile: None,
@@ -762,6 +768,7 @@ impl<B: Backend> Qwen2<B> {
             kernels: None,
             elementwise: None,
             skinny_gemm: None,
+            grouped_gemm: None,
             prefetch: true,
             tp,
             profile: None,
@@ -798,6 +805,17 @@ impl<B: Backend> Qwen2<B> {
     /// The same products up to f32 summation order.
     pub fn with_skinny_gemm(mut self, on: bool) -> Self {
         self.skinny_gemm = Some(on);
+        self
+    }
+
+    /// With the skinny GEMM on ([`Qwen2::with_skinny_gemm`]), runs a layer's q, k and v
+    /// projections as one [`KernelOps::skinny_linear3`] and its gate and up projections with
+    /// the SiLU product as one [`KernelOps::skinny_swiglu`] (`true`): on CUDA 4 launches
+    /// instead of 6 and 3 instead of 5 per layer and step. `false` (the default until
+    /// `dustin kernel-check --device cuda` has run these kernels) keeps one
+    /// [`KernelOps::skinny_linear`] per projection. The same values either way.
+    pub fn with_grouped_gemm(mut self, on: bool) -> Self {
+        self.grouped_gemm = Some(on);
         self
     }
 
@@ -1025,6 +1043,7 @@ impl<B: Backend> Qwen2<B> {
             kernels: self.kernels,
             elementwise: self.elementwise,
             skinny_gemm: self.skinny_gemm,
+            grouped_gemm: self.grouped_gemm,
             prefetch: self.prefetch,
             tp: Some(rank),
             profile: self.profile,
@@ -1063,6 +1082,26 @@ impl<B: KernelOps> Qwen2<B> {
             }
         }
         Ok(norm.forward(x))
+    }
+
+    /// `lin`'s weight `[in, out]` dense on `device`: a packed (substitute) weight dequantized
+    /// by the fused kernel when chosen, else [`Weight::to_dense`].
+    fn dense_weight(&self, lin: &Linear<B>, device: &B::Device) -> Result<Tensor<B, 2>> {
+        if let Weight::Packed(p) = &lin.weight {
+            if self.elementwise.unwrap_or(B::FUSED) {
+                if let Some(w) = fallback(p.dequantize_fused())? {
+                    return Ok(w);
+                }
+            }
+        }
+        Ok(lin.weight.to_dense(device))
+    }
+
+    /// Whether `rows` rows go through the grouped skinny GEMMs ([`Qwen2::with_grouped_gemm`]).
+    fn grouped(&self, rows: usize) -> bool {
+        self.grouped_gemm.unwrap_or(false)
+            && self.skinny_gemm.unwrap_or(B::FUSED)
+            && rows <= dustin_kernels::SKINNY_MAX_ROWS
     }
 
     /// `lin` applied to `x` `[batch, n, in]`; a packed (substitute) weight is dequantized by
@@ -1288,6 +1327,17 @@ impl<B: KernelOps> Qwen2<B> {
             self.norm_forward(&layer.post_norm, x.clone())
         })?;
         let m = timer.time("mlp", || -> Result<Tensor<B, 3>> {
+            let [b, n, d] = h.dims();
+            if self.grouped(b * n) && layer.gate.bias.is_none() && layer.up.bias.is_none() {
+                let dev = h.device();
+                let (wg, wu) = (
+                    self.dense_weight(&layer.gate, &dev)?,
+                    self.dense_weight(&layer.up, &dev)?,
+                );
+                let inter = wg.dims()[1];
+                let act = B::skinny_swiglu(h.reshape([b * n, d]), wg, wu)?.reshape([b, n, inter]);
+                return self.linear(&layer.down, act);
+            }
             let (gate, up) = (
                 self.linear(&layer.gate, h.clone())?,
                 self.linear(&layer.up, h)?,
@@ -1335,6 +1385,22 @@ impl<B: KernelOps> Qwen2<B> {
         let g = nh / kvh;
         let batch = ctx_lens.len();
         let (q, k, v) = timer.time("qkv", || -> Result<_> {
+            if self.grouped(batch * n) {
+                let dev = h.device();
+                let d = h.dims()[2];
+                let part = |lin: &Linear<B>| -> Result<dustin_kernels::LinearParts<B>> {
+                    Ok((self.dense_weight(lin, &dev)?, lin.bias.clone()))
+                };
+                let [q, k, v] = B::skinny_linear3(
+                    h.reshape([batch * n, d]),
+                    [part(&layer.q)?, part(&layer.k)?, part(&layer.v)?],
+                )?;
+                return Ok((
+                    q.reshape([batch, n, nh, hd]).swap_dims(1, 2),
+                    k.reshape([batch, n, kvh, hd]).swap_dims(1, 2),
+                    v.reshape([batch, n, kvh, hd]).swap_dims(1, 2),
+                ));
+            }
             let q = self
                 .linear(&layer.q, h.clone())?
                 .reshape([batch, n, nh, hd])

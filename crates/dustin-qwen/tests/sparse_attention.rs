@@ -172,7 +172,8 @@ fn kernel_attention_path_equals_the_model_path() {
         let kern = model(name)
             .with_kernels(Some(true))
             .with_fused_elementwise(true)
-            .with_skinny_gemm(true);
+            .with_skinny_gemm(true)
+            .with_grouped_gemm(true);
         let prompts = vec![
             vec![5u32, 17, 33, 2, 90, 61, 7, 44, 12, 3, 71],
             vec![9, 1, 64, 30, 22],

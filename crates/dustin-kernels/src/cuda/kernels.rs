@@ -1030,7 +1030,9 @@ pub const SKINNY_CHUNK: usize = 512;
 /// `(tile, split)` takes columns `tile * 128 ..` and rows `split * rows_per_split ..` of `w`;
 /// its 8 warps take every eighth row of that range, lane `l` four consecutive columns, all
 /// `mt` rows of `x` (staged in shared memory as f32) at once, f32 accumulators; the warps'
-/// sums meet in shared memory and go to `part [splits, mt, n]` (f32).
+/// sums meet in shared memory and go to `part [splits, mt, ldp]` (f32) at columns `col_off ..
+/// col_off + n` (several weights of one `x` share a buffer: [`skinny_reduce3_kernel`],
+/// [`skinny_reduce_swiglu_kernel`]; one weight: `ldp = n`, `col_off = 0`).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub fn skinny_gemm_kernel<F: Float>(
@@ -1040,6 +1042,8 @@ pub fn skinny_gemm_kernel<F: Float>(
     k: u32,
     n: u32,
     rows_per_split: u32,
+    ldp: u32,
+    col_off: u32,
     #[comptime] mt: usize,
     #[define(F)] _dtype: StorageType,
 ) {
@@ -1099,7 +1103,7 @@ pub fn skinny_gemm_kernel<F: Float>(
                 for wi in 0..8usize {
                     s += red[wi * SKINNY_TILE + tid];
                 }
-                part[(split * mt + m) * n as usize + col] = s;
+                part[(split * mt + m) * ldp as usize + col_off as usize + col] = s;
             }
         }
         sync_cube();
@@ -1129,5 +1133,94 @@ pub fn skinny_reduce_kernel<F: Float>(
             s += f32::cast_from(bias[i % n as usize]);
         }
         out[i] = F::cast_from(s);
+    }
+}
+
+/// The sums of three skinny GEMMs sharing `part [splits, m, ldp]` (columns `0 .. n0`, `n0 ..
+/// n0 + n1`, `n0 + n1 .. ldp`), each plus its bias and rounded once into `out0 [m, n0]`,
+/// `out1 [m, n1]`, `out2 [m, ldp - n0 - n1]` (contiguous), one thread per element of `[m,
+/// ldp]`; as [`skinny_reduce_kernel`] per weight.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub fn skinny_reduce3_kernel<F: Float>(
+    part: &Tensor<f32>,
+    b0: &Tensor<F>,
+    b1: &Tensor<F>,
+    b2: &Tensor<F>,
+    out0: &mut Tensor<F>,
+    out1: &mut Tensor<F>,
+    out2: &mut Tensor<F>,
+    total: u32,
+    ldp: u32,
+    n0: u32,
+    n1: u32,
+    splits: u32,
+    #[comptime] bias0: bool,
+    #[comptime] bias1: bool,
+    #[comptime] bias2: bool,
+    #[define(F)] _dtype: StorageType,
+) {
+    let i = ABSOLUTE_POS as usize;
+    if i < total as usize {
+        let mut s = 0.0f32;
+        for sp in 0..splits as usize {
+            s += part[sp * total as usize + i];
+        }
+        let r = i / ldp as usize;
+        let c = i % ldp as usize;
+        let e0 = n0 as usize;
+        let e1 = (n0 + n1) as usize;
+        if c < e0 {
+            if bias0 {
+                s += f32::cast_from(b0[c]);
+            }
+            out0[r * e0 + c] = F::cast_from(s);
+        } else if c < e1 {
+            let cc = c - e0;
+            if bias1 {
+                s += f32::cast_from(b1[cc]);
+            }
+            out1[r * n1 as usize + cc] = F::cast_from(s);
+        } else {
+            let cc = c - e1;
+            let n2 = ldp as usize - e1;
+            if bias2 {
+                s += f32::cast_from(b2[cc]);
+            }
+            out2[r * n2 + cc] = F::cast_from(s);
+        }
+    }
+}
+
+/// SwiGLU from two skinny GEMMs sharing `part [splits, m, 2 inter]` (gate at columns `0 ..
+/// inter`, up at `inter .. 2 inter`): `out[r, c] = dtype(silu(gate)) * up` `[m, inter]`
+/// (contiguous), with `gate` and `up` each summed in f32 and rounded once to the dtype first,
+/// silu in f32 (as [`skinny_reduce_kernel`] then [`silu_mul_kernel`]); one thread per output.
+#[cube(launch)]
+pub fn skinny_reduce_swiglu_kernel<F: Float>(
+    part: &Tensor<f32>,
+    out: &mut Tensor<F>,
+    total: u32,
+    inter: u32,
+    splits: u32,
+    #[define(F)] _dtype: StorageType,
+) {
+    let i = ABSOLUTE_POS as usize;
+    if i < total as usize {
+        let w = inter as usize;
+        let r = i / w;
+        let c = i % w;
+        let rows = total as usize / w;
+        let mut sg = 0.0f32;
+        let mut su = 0.0f32;
+        for sp in 0..splits as usize {
+            let base = (sp * rows + r) * 2 * w;
+            sg += part[base + c];
+            su += part[base + w + c];
+        }
+        let g = f32::cast_from(F::cast_from(sg));
+        let up = F::cast_from(su);
+        let act = F::cast_from(g / (1.0f32 + (-g).exp()));
+        out[i] = act * up;
     }
 }

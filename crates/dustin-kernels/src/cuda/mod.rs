@@ -113,6 +113,66 @@ fn elementwise_count(total: usize) -> Result<CubeCount> {
     ))
 }
 
+/// Whether the skinny GEMM kernel takes `x [m, k] . w`: `1 <= m <=` [`crate::SKINNY_MAX_ROWS`],
+/// `k > 0`, and `w` `[k, n]` row-major and contiguous with `n > 0` a multiple of 4 (a thread
+/// reads four consecutive columns).
+fn skinny_takes(m: usize, k: usize, w: &Ct) -> bool {
+    let n = w.meta.shape()[1];
+    (1..=crate::SKINNY_MAX_ROWS).contains(&m)
+        && k > 0
+        && n > 0
+        && n.is_multiple_of(4)
+        && w.meta.strides().to_vec() == [n, 1]
+}
+
+/// Rows of `w` per split and the number of splits for skinny GEMMs of inner size `k` over
+/// weights of `ns` columns sharing one partial-sum buffer: about 4 blocks per SM of the H200
+/// (132 SMs) over all their 128-column tiles; each split stages at most
+/// [`kernels::SKINNY_CHUNK`] rows of `x`, a multiple of the 8 warps.
+fn skinny_plan(k: usize, ns: &[usize]) -> (usize, usize) {
+    let tiles: usize = ns.iter().map(|n| n.div_ceil(kernels::SKINNY_TILE)).sum();
+    let want = (4 * 132usize)
+        .div_ceil(tiles.max(1))
+        .clamp(1, k.div_ceil(8));
+    let rows = k
+        .div_ceil(want)
+        .next_multiple_of(8)
+        .min(kernels::SKINNY_CHUNK);
+    (rows, k.div_ceil(rows))
+}
+
+/// Launches the skinny GEMM of `x [m, k]` and `w [k, n]` into columns `col_off .. col_off +
+/// n` of `part [splits, m, ldp]`.
+#[allow(clippy::too_many_arguments)]
+fn skinny_gemm_into(
+    xp: &Ct,
+    w: Ct,
+    part: &Ct,
+    k: usize,
+    n: usize,
+    ldp: usize,
+    col_off: usize,
+    rows: usize,
+    splits: usize,
+) {
+    let m = xp.meta.shape()[0];
+    kernels::skinny_gemm_kernel::launch::<CudaRuntime>(
+        &xp.client,
+        CubeCount::Static(n.div_ceil(kernels::SKINNY_TILE) as u32, splits as u32, 1),
+        CubeDim::new_1d(256),
+        xp.clone().into_tensor_arg(),
+        w.into_tensor_arg(),
+        part.clone().into_tensor_arg(),
+        k as u32,
+        n as u32,
+        rows as u32,
+        ldp as u32,
+        col_off as u32,
+        m,
+        xp.dtype.into(),
+    );
+}
+
 /// An output tensor on `t`'s device, contiguous (row-major, no padding) and poisoned.
 ///
 /// Contiguous on purpose: cubecl-cuda 0.10's default allocation is pitched (each row padded to
@@ -889,38 +949,17 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         let ([m, k], [_, n]) = (x.dims(), w.dims());
         check_skinny([m, k], w.dims(), bias.as_ref().map(|b| b.dims()))?;
         let wp = w.into_primitive().tensor();
-        let row_major = wp.meta.strides().to_vec() == [n, 1];
-        if m == 0 || m > crate::SKINNY_MAX_ROWS || k == 0 || n == 0 || n % 4 != 0 || !row_major {
+        if !skinny_takes(m, k, &wp) {
             let w = Tensor::from_primitive(TensorPrimitive::Float(wp));
             return crate::plain::skinny_linear(x, w, bias);
         }
         let xp = x.into_primitive().tensor();
         let fd = xp.dtype;
-        // about 4 blocks per SM of the H200 (132 SMs); each split stages at most
-        // SKINNY_CHUNK rows of x, a multiple of the 8 warps
-        let tiles = n.div_ceil(kernels::SKINNY_TILE);
-        let want = (4 * 132usize).div_ceil(tiles).clamp(1, k.div_ceil(8));
-        let rows = k
-            .div_ceil(want)
-            .next_multiple_of(8)
-            .min(kernels::SKINNY_CHUNK);
-        let splits = k.div_ceil(rows);
+        let (rows, splits) = skinny_plan(k, &[n]);
         let part = empty(&xp, vec![splits, m, n], DType::F32);
         let out = empty(&xp, vec![m, n], fd);
         let client = xp.client.clone();
-        kernels::skinny_gemm_kernel::launch::<CudaRuntime>(
-            &client,
-            CubeCount::Static(tiles as u32, splits as u32, 1),
-            CubeDim::new_1d(256),
-            xp.clone().into_tensor_arg(),
-            wp.into_tensor_arg(),
-            part.clone().into_tensor_arg(),
-            k as u32,
-            n as u32,
-            rows as u32,
-            m,
-            fd.into(),
-        );
+        skinny_gemm_into(&xp, wp, &part, k, n, n, 0, rows, splits);
         let has_bias = bias.is_some();
         // without a bias the kernel reads none; x stands in for the binding
         let b = match bias {
@@ -938,6 +977,124 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
             n as u32,
             splits as u32,
             has_bias,
+            fd.into(),
+        );
+        Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
+    }
+
+    fn skinny_linear3(
+        x: Tensor<Self, 2>,
+        ws: [crate::LinearParts<Self>; 3],
+    ) -> Result<[Tensor<Self, 2>; 3]> {
+        let [m, k] = x.dims();
+        for (i, (w, b)) in ws.iter().enumerate() {
+            check_skinny([m, k], w.dims(), b.as_ref().map(|b| b.dims())).map_err(|e| match e {
+                KernelError::Shape {
+                    name,
+                    expected,
+                    found,
+                } => KernelError::Shape {
+                    name: if name == "w" {
+                        ["w_0", "w_1", "w_2"][i]
+                    } else {
+                        ["bias_0", "bias_1", "bias_2"][i]
+                    },
+                    expected,
+                    found,
+                },
+                e => e,
+            })?;
+        }
+        let [(w0, b0), (w1, b1), (w2, b2)] = ws;
+        let wps = [
+            w0.into_primitive().tensor(),
+            w1.into_primitive().tensor(),
+            w2.into_primitive().tensor(),
+        ];
+        if !wps.iter().all(|w| skinny_takes(m, k, w)) {
+            let [w0, w1, w2] = wps.map(|w| Tensor::from_primitive(TensorPrimitive::Float(w)));
+            return crate::skinny_linear3_each(x, [(w0, b0), (w1, b1), (w2, b2)]);
+        }
+        let ns = wps.clone().map(|w| w.meta.shape()[1]);
+        let ldp: usize = ns.iter().sum();
+        let xp = x.into_primitive().tensor();
+        let fd = xp.dtype;
+        let (rows, splits) = skinny_plan(k, &ns);
+        let part = empty(&xp, vec![splits, m, ldp], DType::F32);
+        let outs = ns.map(|n| empty(&xp, vec![m, n], fd));
+        let client = xp.client.clone();
+        let mut off = 0;
+        for (w, &n) in wps.into_iter().zip(&ns) {
+            skinny_gemm_into(&xp, w, &part, k, n, ldp, off, rows, splits);
+            off += n;
+        }
+        let has = [b0.is_some(), b1.is_some(), b2.is_some()];
+        // a missing bias is not read; x stands in for its binding
+        let bias = |b: Option<Tensor<Self, 1>>| match b {
+            Some(b) => b.into_primitive().tensor(),
+            None => xp.clone(),
+        };
+        let (b0, b1, b2) = (bias(b0), bias(b1), bias(b2));
+        kernels::skinny_reduce3_kernel::launch::<CudaRuntime>(
+            &client,
+            elementwise_count(m * ldp)?,
+            CubeDim::new_1d(kernels::ELEM_THREADS as u32),
+            part.into_tensor_arg(),
+            b0.into_tensor_arg(),
+            b1.into_tensor_arg(),
+            b2.into_tensor_arg(),
+            outs[0].clone().into_tensor_arg(),
+            outs[1].clone().into_tensor_arg(),
+            outs[2].clone().into_tensor_arg(),
+            (m * ldp) as u32,
+            ldp as u32,
+            ns[0] as u32,
+            ns[1] as u32,
+            splits as u32,
+            has[0],
+            has[1],
+            has[2],
+            fd.into(),
+        );
+        Ok(outs.map(|o| Tensor::from_primitive(TensorPrimitive::Float(o))))
+    }
+
+    fn skinny_swiglu(
+        x: Tensor<Self, 2>,
+        w_gate: Tensor<Self, 2>,
+        w_up: Tensor<Self, 2>,
+    ) -> Result<Tensor<Self, 2>> {
+        let [m, k] = x.dims();
+        crate::check_swiglu([m, k], w_gate.dims(), w_up.dims())?;
+        let n = w_gate.dims()[1];
+        let (g, u) = (
+            w_gate.into_primitive().tensor(),
+            w_up.into_primitive().tensor(),
+        );
+        if !(skinny_takes(m, k, &g) && skinny_takes(m, k, &u)) {
+            let (g, u) = (
+                Tensor::from_primitive(TensorPrimitive::Float(g)),
+                Tensor::from_primitive(TensorPrimitive::Float(u)),
+            );
+            return crate::skinny_swiglu_each(x, g, u);
+        }
+        let xp = x.into_primitive().tensor();
+        let fd = xp.dtype;
+        let (rows, splits) = skinny_plan(k, &[n, n]);
+        let part = empty(&xp, vec![splits, m, 2 * n], DType::F32);
+        let out = empty(&xp, vec![m, n], fd);
+        let client = xp.client.clone();
+        skinny_gemm_into(&xp, g, &part, k, n, 2 * n, 0, rows, splits);
+        skinny_gemm_into(&xp, u, &part, k, n, 2 * n, n, rows, splits);
+        kernels::skinny_reduce_swiglu_kernel::launch::<CudaRuntime>(
+            &client,
+            elementwise_count(m * n)?,
+            CubeDim::new_1d(kernels::ELEM_THREADS as u32),
+            part.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            (m * n) as u32,
+            n as u32,
+            splits as u32,
             fd.into(),
         );
         Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
