@@ -32,9 +32,11 @@ pub const CHECK_CONFIG: &str = r#"{
 /// the ragged batch (2 rows through each linear layer) and one 5-token verification pass (10
 /// rows): logits of the kernel path against the model path, normwise relative error
 /// ([`dustin_kernels::reference::rel_err`], infinite for a non-finite value on either side)
-/// against `bound`. Three rows: the prefill's last-token logits `[2, vocab]`, the decode
-/// step's `[2, 1, vocab]`, the verification's `[2, 5, vocab]`; a row whose logits do not have
-/// that length on either side fails with the lengths as its error.
+/// against `bound`. Three rows (op `model`): the prefill's last-token logits `[2, vocab]`, the
+/// decode step's `[2, 1, vocab]`, the verification's `[2, 5, vocab]`; a row whose logits do not
+/// have that length on either side fails with the lengths as its error. Three more (op
+/// `model+grp`) with the grouped q/k/v and gate/up GEMMs on ([`Qwen2::with_grouped_gemm`]),
+/// so a failure says which path it is in.
 ///
 /// # Errors
 /// A model error of either path (building the model, the forward passes, reading logits back).
@@ -50,8 +52,11 @@ pub fn check_model<B: KernelOps>(device: &B::Device, bound: f64) -> Result<Vec<C
         .with_kernels(Some(true))
         .with_fused_elementwise(true)
         .with_skinny_gemm(true)
-        .with_grouped_gemm(true);
-    compare(&model_path, &kernel_path, bound)
+        .with_grouped_gemm(false);
+    let grouped_path = kernel_path.clone().with_grouped_gemm(true);
+    let mut rows = compare(&model_path, &kernel_path, bound, "model")?;
+    rows.extend(compare(&model_path, &grouped_path, bound, "model+grp")?);
+    Ok(rows)
 }
 
 /// The rows of [`check_model`] for `got` against `reference`.
@@ -59,6 +64,7 @@ fn compare<B: KernelOps>(
     reference: &Qwen2<B>,
     got: &Qwen2<B>,
     bound: f64,
+    op: &'static str,
 ) -> Result<Vec<CheckRow>> {
     let vocab = reference.config.vocab_size;
     let want = run(reference)?;
@@ -87,7 +93,7 @@ fn compare<B: KernelOps>(
             };
             CheckRow {
                 case: case.to_string(),
-                op: "model",
+                op,
                 err,
                 bound,
                 error,
@@ -150,7 +156,7 @@ mod tests {
     #[test]
     fn kernel_path_matches_the_model_path_on_the_cpu() {
         let rows = check_model::<Flex>(&FlexDevice, 1e-4).unwrap();
-        assert_eq!(rows.len(), 3);
+        assert_eq!(rows.len(), 6);
         for r in &rows {
             println!("{r}");
             assert!(r.ok(), "{r}");
@@ -167,7 +173,7 @@ mod tests {
         let a = Qwen2::<Flex>::random(&cfg, 128, &FlexDevice).unwrap();
         Flex::seed(&FlexDevice, 2);
         let b = Qwen2::<Flex>::random(&cfg, 128, &FlexDevice).unwrap();
-        let rows = compare(&a, &b, 1e-2).unwrap();
+        let rows = compare(&a, &b, 1e-2, "model").unwrap();
         assert_eq!(rows.len(), 3);
         for r in &rows {
             println!("{r}");
@@ -177,7 +183,7 @@ mod tests {
             );
         }
         // and the same model against itself passes exactly
-        for r in compare(&a, &a, 1e-6).unwrap() {
+        for r in compare(&a, &a, 1e-6, "model").unwrap() {
             assert_eq!(r.err, 0.0, "{r}");
         }
     }
