@@ -1109,23 +1109,14 @@ impl<B: KernelOps> Qwen2<B> {
     /// With [`Qwen2::with_skinny_gemm`], `x` of at most [`dustin_kernels::SKINNY_MAX_ROWS`]
     /// rows goes through [`KernelOps::skinny_linear`].
     fn linear(&self, lin: &Linear<B>, x: Tensor<B, 3>) -> Result<Tensor<B, 3>> {
-        let dense = match &lin.weight {
-            Weight::Packed(p) if self.elementwise.unwrap_or(B::FUSED) => {
-                fallback(p.dequantize_fused())?
-            }
-            _ => None,
-        };
         let [b, n, d] = x.dims();
+        let w = self.dense_weight(lin, &x.device())?;
         if self.skinny_gemm.unwrap_or(B::FUSED) && b * n <= dustin_kernels::SKINNY_MAX_ROWS {
-            let w = dense.unwrap_or_else(|| lin.weight.to_dense(&x.device()));
             let out = w.dims()[1];
             let y = B::skinny_linear(x.reshape([b * n, d]), w, lin.bias.clone())?;
             return Ok(y.reshape([b, n, out]));
         }
-        Ok(match dense {
-            Some(w) => lin.forward_dense(x, w),
-            None => lin.forward(x),
-        })
+        Ok(lin.forward_dense(x, w))
     }
 
     /// `x` `[batch, heads, n, head_dim]` rotated by `rope`, by the fused kernel when chosen.
