@@ -8,6 +8,7 @@
 #   bash .device/gpu_e2e.sh grid  # 7B at 32k, 72B, 7B at 8k and 16k (no check, no peers)
 #   bash .device/gpu_e2e.sh hf    # the HF transformers peers only
 #   bash .device/gpu_e2e.sh final # 32k: 7B B 1/8/16, 72B B 8/16, HF peers at 32k B 1/8
+#   bash .device/gpu_e2e.sh next  # elementwise, then trace, in one call
 #   bash .device/gpu_e2e.sh trace # cubecl's autotune log of `dustin` at B 1 and 8, then a
 #                                 # per-kernel trace at B 1 (7B, 32k)
 #   bash .device/gpu_e2e.sh elementwise # `dustin kernel-check --device cuda`, then 7B at 32k,
@@ -73,6 +74,11 @@ elementwise)
             --modes "${MODES:-ar,dense,dustin}"
     done
     ;;
+next)
+    # one call of about 9 minutes: `elementwise` (kernel-check first; stops here when it
+    # fails), then `trace`
+    LIMIT=${LIMIT:-120} bash "$0" elementwise && bash "$0" trace
+    ;;
 trace)
     # why `dustin`'s selection costs 246 ms an iteration at B=1 and 78 at B=8 (7B, 32k,
     # docs/perf.md): cubecl's autotune log per batch (keys that change as the context grows
@@ -104,7 +110,7 @@ hf)
     PYTHONUNBUFFERED=1 timeout "${HF_LIMIT:-300}" python3 "$D/hf_e2e_bench.py" "$C" 2>&1 | tee "$OUT/hf.jsonl"
     ;;
 *)
-    echo "usage: gpu_e2e.sh 7b|72b|grid|hf|final|elementwise|trace" >&2
+    echo "usage: gpu_e2e.sh 7b|72b|grid|hf|final|elementwise|trace|next" >&2
     exit 2
     ;;
 esac
