@@ -267,8 +267,6 @@ impl<B: Backend> Dustin<B> {
             self.heads.resize(layer + 1, None);
             self.hist.resize(layer + 1, None);
             self.pending.resize(layer + 1, None);
-        }
-        if self.head_weights.len() <= layer {
             self.head_weights.resize(layer + 1, None);
         }
     }
