@@ -18,7 +18,7 @@
 # 1.36: dense and dustin on SmolLM2 at 4096 tokens, docs/fidelity.md), LIMIT (seconds per
 # group), PROFILE (non-empty: `--profile`, the phase times of every mode, slower runs),
 # ELEMENTWISE (`fused`, the default, or `plain`: `--elementwise`), SKINNY (`on`, the default,
-# or `off`: `--skinny-gemm`), GROUPED (`off`, the default, or `on`: `--grouped-gemm`). Each
+# or `off`: `--skinny-gemm`), GROUPED (`on`, the default, or `off`: `--grouped-gemm`). Each
 # group is one process; nvidia-smi samples its memory every 100 ms (peak in
 # mem.jsonl).
 set -u
@@ -35,7 +35,7 @@ group() {
     shift
     mem_watch "$name"
     timeout "${LIMIT:-240}" "$D/dustin" bench-e2e --device cuda --json "$OUT/e2e.jsonl" \
-        --accept "default=$TAU" --draft "$DRAFT" --warmup 2 --iters 6 ${PROFILE:+--profile} --elementwise "${ELEMENTWISE:-fused}" --skinny-gemm "${SKINNY:-on}" --grouped-gemm "${GROUPED:-off}" "$@" 2>&1 | tee "$OUT/$name.txt"
+        --accept "default=$TAU" --draft "$DRAFT" --warmup 2 --iters 6 ${PROFILE:+--profile} --elementwise "${ELEMENTWISE:-fused}" --skinny-gemm "${SKINNY:-on}" --grouped-gemm "${GROUPED:-on}" "$@" 2>&1 | tee "$OUT/$name.txt"
     echo "{\"group\":\"$name\",\"peak_mib\":$(mem_peak_max "$name")}" | tee -a "$OUT/mem.jsonl"
 }
 
@@ -61,7 +61,7 @@ elementwise)
     # the fused RMSNorm / SwiGLU / RoPE / dequantization kernels and the skinny GEMM:
     # checked first, then side by side with the plain Burn ops (7B at 32k, B 1 and 8):
     # plain ops, fused element-wise ops, fused element-wise ops + skinny GEMM
-    if ! (set -o pipefail; timeout 120 "$D/dustin" kernel-check --device cuda 2>&1 | tee "$OUT/kernel-check.txt"); then
+    if ! (set -o pipefail; timeout 330 "$D/dustin" kernel-check --device cuda 2>&1 | tee "$OUT/kernel-check.txt"); then
         echo "kernel-check failed: no timing" >&2
         exit 1
     fi
@@ -75,8 +75,9 @@ elementwise)
     done
     ;;
 next)
-    # one call of about 9 minutes: `elementwise` (kernel-check first; stops here when it
-    # fails), then `trace`
+    # `elementwise` (kernel-check first; stops here when it fails), then `trace`: about 13
+    # minutes since kernel-check takes 4 (H200, 2026-11-30), so more than one device call
+    # allows; run the two as separate calls there
     LIMIT=${LIMIT:-120} bash "$0" elementwise && bash "$0" trace
     ;;
 trace)

@@ -112,10 +112,9 @@ pub struct E2eArgs {
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub skinny_gemm: OnOff,
     /// With the skinny GEMM: q/k/v as one grouped GEMM and gate/up/SiLU as another
-    /// (`Qwen2::with_grouped_gemm`; `on`) or one skinny GEMM per projection (`off`, the
-    /// default until `dustin kernel-check --device cuda` has run them; rows on the CPU say
-    /// `off`).
-    #[arg(long, value_enum, default_value_t = OnOff::Off)]
+    /// (`Qwen2::with_grouped_gemm`; `on`, the default) or one skinny GEMM per projection
+    /// (`off`; rows on the CPU say `off`).
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub grouped_gemm: OnOff,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]

@@ -1,6 +1,7 @@
 //! Checks of the element-wise ops ([`KernelOps::rms_norm`], [`KernelOps::silu_mul`],
 //! [`KernelOps::rope`], [`KernelOps::dequantize_packed`]) and the skinny GEMMs
 //! ([`KernelOps::skinny_linear`], [`KernelOps::skinny_linear3`], [`KernelOps::skinny_swiglu`])
+//! and the KV-cache view [`KernelOps::kv_prefix`]
 //! against the float64 references of [`crate::reference`], on fresh
 //! random inputs rounded to bf16 (so a bf16 device copy holds them exactly), odd sizes, and a
 //! strided RoPE input (the model's `[batch, n, heads, d]` projection viewed as `[batch,
@@ -212,9 +213,11 @@ pub fn check_elementwise<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<Ch
     }
     // Skinny GEMM (decode and verify rows): one row, a verify batch of 15 rows with bias, 16
     // rows (the most the kernel takes), 17 rows and n = 302 (Burn's matmul), k not a multiple
-    // of the split
-    let skinny: [(usize, usize, usize, bool); 5] = [
+    // of the split; 0.5B's o_proj, whose 1792-byte rows cubecl-cuda pads to 2048 (the kernel
+    // reads `w` through its row stride), as it does 1028 columns
+    let skinny: [(usize, usize, usize, bool); 6] = [
         (1, 896, 4864, true),
+        (4, 896, 896, false),
         (15, 1000, 512, true),
         (16, 3584, 1028, false),
         (17, 200, 64, true),
@@ -304,6 +307,26 @@ pub fn check_elementwise<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<Ch
                 Tensor::<B, 2>::from_data(up(g, vec![k, n]), device),
                 Tensor::<B, 2>::from_data(up(u, vec![k, n]), device),
             ),
+            &want,
+            bound,
+        ));
+    }
+    // The first 37 of 40 cached positions as a view (KernelOps::kv_prefix), through a Burn op
+    // that reads it by its strides: [2, 3, 40, 64] keys, 384 bytes cut from each head's end
+    // (not a multiple of the CUDA allocator's alignment: Burn's own slice would copy)
+    {
+        let (b, h, cap, len, d) = (2, 3, 40, 37, 64);
+        let x = reference::random_bf16(b * h * cap * d, 2.0, 7700);
+        let mut want = Vec::with_capacity(b * h * len * d);
+        for bh in 0..b * h {
+            let head = &x[bh * cap * d..][..len * d];
+            want.extend(head.iter().map(|&v| f64::from(v) * 1.1));
+        }
+        let xt = Tensor::<B, 4>::from_data(up(x, vec![b, h, cap, d]), device);
+        rows_out.push(row(
+            format!("[{b}, {h}, {cap}, {d}] -> {len} positions, x 1.1"),
+            "kv_prefix",
+            Ok(B::kv_prefix(xt, len).mul_scalar(1.1)),
             &want,
             bound,
         ));

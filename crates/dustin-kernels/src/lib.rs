@@ -137,9 +137,14 @@ pub trait KernelOps: Backend {
     /// of each KV head and over the `n_new` query rows.
     ///
     /// `q` `[batch, q_heads, n_new, head_dim]`, `k` `[batch, kv_heads, capacity, head_dim]`.
-    /// Returns f32 `[batch, kv_heads, max_b(ctx_lens[b]) + n_new]`: entry `(b, h, j)` is
+    /// Returns f32 `[batch, kv_heads, capacity]`: entry `(b, h, j)` is
     /// `sum_{q in heads, q / group = h} sum_i p_{q,i}(j)`; 0 for KV heads without a chosen
     /// head and for `j >= ctx_lens[b] + n_new`.
+    ///
+    /// The width is `k`'s, not `max(ctx) + n_new`: the model passes a view whose length
+    /// changes once every `KV_VIEW_MULTIPLE` (64, `dustin_qwen`) tokens, so the estimator's
+    /// tensors keep their shape from step to step (a new shape can mean a new kernel to
+    /// compile on CUDA; docs/decisions.md).
     ///
     /// # Errors
     /// As [`KernelOps::verify_attention`]; [`KernelError::InvalidInput`] for an empty,
@@ -155,7 +160,7 @@ pub trait KernelOps: Backend {
     }
 
     /// [`KernelOps::head_subset_scores`] before the sum over the query rows: f32
-    /// `[batch, kv_heads, n_new, max_b(ctx_lens[b]) + n_new]`, entry `(b, h, i, j)` =
+    /// `[batch, kv_heads, n_new, capacity]` (`k`'s length), entry `(b, h, i, j)` =
     /// `sum_{q in heads, q / group = h} p_{q,i}(j)` (0 for KV heads without a chosen head and
     /// for `j > ctx_lens[b] + i`). The `dustin` estimator weighs the rows by acceptance.
     ///
@@ -337,6 +342,22 @@ pub trait KernelOps: Backend {
         w_up: Tensor<Self, 2>,
     ) -> Result<Tensor<Self, 2>> {
         skinny_swiglu_each(x, w_gate, w_up)
+    }
+
+    /// The first `len` positions of a KV-cache tensor `k` `[batch, kv_heads, capacity,
+    /// head_dim]`: `[batch, kv_heads, len, head_dim]` (`len` clamped to `capacity`), a view
+    /// where the backend can make one. Burn's `narrow` by default.
+    ///
+    /// Why the CUDA backend overrides it: burn-cubecl 0.21's `slice` is a view only when the
+    /// bytes it drops from the end of the buffer are a multiple of the allocator's alignment;
+    /// for a cache cut at `len` that is `head_dim * 2 * (capacity - len)` bytes, so about
+    /// half of all lengths (head_dim 128) or three quarters (64) copied the whole layer's
+    /// cache, K and V, at every layer of every step (seen in the H200 trace of 2026-11-30:
+    /// two 85 us slice kernels per layer at batch 1, 32k). The override keeps the buffer and
+    /// the strides and shortens the shape.
+    fn kv_prefix(k: Tensor<Self, 4>, len: usize) -> Tensor<Self, 4> {
+        let cap = k.dims()[2];
+        k.narrow(2, 0, len.min(cap))
     }
 
     /// What the device allocator of the calling thread's stream holds, bytes: `(in use,

@@ -213,11 +213,12 @@ pub fn head_subset_row_scores<B: Backend>(
 ) -> Result<Tensor<B, 4>> {
     let dims = check_attn(q.dims(), k.dims(), ctx_lens)?;
     check_heads(heads, dims.q_heads)?;
+    // every position of `k` (see the trait method): those past ctx + n are masked
     let (b, kvh, n, l, g) = (
         dims.batch,
         dims.kv_heads,
         dims.n_new,
-        dims.keys,
+        dims.capacity,
         dims.group(),
     );
     let e = heads.len();

@@ -139,7 +139,7 @@ pub fn head_scores(
 ) -> Vec<f64> {
     let n = dims.n_new;
     let rows = head_row_scores(q, k, dims, ctx_lens, heads, scale);
-    let l = ctx_lens.iter().copied().max().unwrap_or(0) + n;
+    let l = dims.capacity;
     let mut out = vec![0.0f64; dims.batch * dims.kv_heads * l];
     for (r, row) in rows.chunks(l).enumerate() {
         let bh = r / n;
@@ -150,9 +150,9 @@ pub fn head_scores(
     out
 }
 
-/// Per-row head-subset scores `[batch, kv_heads, n_new, max ctx + n_new]`: per KV head and
-/// query row `i` the sum over the chosen heads of that KV head of the dense softmax
-/// probabilities of row `i`.
+/// Per-row head-subset scores `[batch, kv_heads, n_new, capacity]`: per KV head and query
+/// row `i` the sum over the chosen heads of that KV head of the dense softmax probabilities
+/// of row `i` (0 past each sequence's `ctx + i`).
 pub fn head_row_scores(
     q: &[f32],
     k: &[f32],
@@ -162,7 +162,7 @@ pub fn head_row_scores(
     scale: f64,
 ) -> Vec<f64> {
     let (d, n, g) = (dims.head_dim, dims.n_new, dims.group());
-    let l = ctx_lens.iter().copied().max().unwrap_or(0) + n;
+    let l = dims.capacity;
     let mut out = vec![0.0f64; dims.batch * dims.kv_heads * n * l];
     for b in 0..dims.batch {
         let c = ctx_lens[b];

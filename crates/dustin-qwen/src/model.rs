@@ -15,7 +15,7 @@
 //! k/v `[batch, kv_heads, seq, head_dim]`.
 
 use burn_tensor::{activation, backend::Backend, Int, Tensor, TensorData};
-use dustin_core::{AttentionHook, KvStore, LayerAttnCtx, LayerSelection, Phase};
+use dustin_core::{AttentionHook, KvStore, KvView, LayerAttnCtx, LayerSelection, Phase};
 use dustin_kernels::{KernelError, KernelOps, MAX_NEW};
 use dustin_kv::{DenseKvCache, KvShape};
 
@@ -408,7 +408,7 @@ pub struct Qwen2<B: Backend> {
     /// Whether the q/k/v projections and the MLP's gate/up/SiLU of at most
     /// [`dustin_kernels::SKINNY_MAX_ROWS`] rows run as one grouped skinny GEMM each
     /// ([`KernelOps::skinny_linear3`], [`KernelOps::skinny_swiglu`];
-    /// [`Qwen2::with_grouped_gemm`]; off by default: `None`).
+    /// [`Qwen2::with_grouped_gemm`]; by default exactly when the skinny GEMM is on: `None`).
     grouped_gemm: Option<bool>,
     /// Whether the next offloaded layer is staged by a helper thread while the current layer
     /// computes ([`Qwen2::with_prefetch`]).
@@ -811,9 +811,10 @@ impl<B: Backend> Qwen2<B> {
     /// With the skinny GEMM on ([`Qwen2::with_skinny_gemm`]), runs a layer's q, k and v
     /// projections as one [`KernelOps::skinny_linear3`] and its gate and up projections with
     /// the SiLU product as one [`KernelOps::skinny_swiglu`] (`true`): on CUDA 4 launches
-    /// instead of 6 and 3 instead of 5 per layer and step. `false` (the default until
-    /// `dustin kernel-check --device cuda` has run these kernels) keeps one
-    /// [`KernelOps::skinny_linear`] per projection. The same values either way.
+    /// instead of 6 and 3 instead of 5 per layer and step (the default wherever the skinny
+    /// GEMM is on: checked on the H200 and faster in every row of docs/perf.md, 2026-11-30).
+    /// `false` keeps one [`KernelOps::skinny_linear`] per projection. The same values either
+    /// way.
     pub fn with_grouped_gemm(mut self, on: bool) -> Self {
         self.grouped_gemm = Some(on);
         self
@@ -1099,7 +1100,7 @@ impl<B: KernelOps> Qwen2<B> {
 
     /// Whether `rows` rows go through the grouped skinny GEMMs ([`Qwen2::with_grouped_gemm`]).
     fn grouped(&self, rows: usize) -> bool {
-        self.grouped_gemm.unwrap_or(false)
+        self.grouped_gemm.unwrap_or(true)
             && self.skinny_gemm.unwrap_or(B::FUSED)
             && rows <= dustin_kernels::SKINNY_MAX_ROWS
     }
@@ -1410,8 +1411,21 @@ impl<B: KernelOps> Qwen2<B> {
             Ok((self.rope_forward(rope, q)?, self.rope_forward(rope, k)?))
         })?;
         timer.time("kv_append", || cache.append(li, k.clone(), v.clone()))?;
-        let keys_len = ctx_lens.iter().max().copied().unwrap_or(0) + n;
-        let view = cache.view(li, keys_len);
+        // keys every sequence needs, padded to KV_VIEW_MULTIPLE positions (the padding is
+        // past every sequence's own length, where readers mask, as for the shorter sequences
+        // of a ragged batch)
+        let keys_len = (ctx_lens.iter().max().copied().unwrap_or(0) + n)
+            .next_multiple_of(KV_VIEW_MULTIPLE)
+            .min(cache.capacity());
+        // the whole capacity is a view on every backend; `kv_prefix` cuts it without the copy
+        // Burn's slice makes for most lengths on CUDA (KernelOps::kv_prefix)
+        let view = {
+            let full = cache.view(li, cache.capacity());
+            KvView {
+                k: B::kv_prefix(full.k, keys_len),
+                v: B::kv_prefix(full.v, keys_len),
+            }
+        };
         let scale = 1.0 / (hd as f32).sqrt();
         let ctx = LayerAttnCtx {
             layer: li,
@@ -1570,6 +1584,16 @@ struct Pass<'a, B: Backend, H: ?Sized> {
     reads: Vec<u64>,
     dense: Vec<u64>,
 }
+
+/// The per-layer KV view (and with it every hook's keys and scores) spans a multiple of this
+/// many positions: `max(ctx) + n` rounded up, at most the cache's capacity. The view's
+/// length then changes once every 64 decoded tokens, not at every step. Each new length gave
+/// the element-wise and reduction ops of the selection path (tensors `[batch, kv_heads,
+/// len]`) new shapes, and so new vectorizations to compile and new keys to tune on CUDA in
+/// the middle of decoding (H200, 2026-11-30: `dustin`'s verification at batch 1 took 144 to
+/// 498 ms in four runs of one binary, 233 kernel compilations in a run of 8 iterations). Our
+/// choice: 64, the widest vector (8) times 8.
+pub const KV_VIEW_MULTIPLE: usize = 64;
 
 /// A kernel's result, `None` where the backend's kernels do not take the input (dtype, head
 /// width): the caller then runs its plain path.

@@ -511,6 +511,7 @@ pub fn score_reduce_kernel<I: Int>(
     rpad: u32,
     slots: u32,
     lmax: u32,
+    width: u32,
     #[comptime] rmax: usize,
     #[comptime] per_row: bool,
     #[define(I)] _dtype: StorageType,
@@ -551,7 +552,9 @@ pub fn score_reduce_kernel<I: Int>(
     }
     sync_cube();
     let lmax = lmax as usize;
-    if pos < lmax {
+    // positions lmax .. width (the output is as wide as the keys tensor) are past every
+    // sequence's keys (keys <= lmax), so they get 0 and no logit is read there
+    if pos < width as usize {
         let keys = u32::cast_from(ctx[b]) as usize + n;
         let lbase = (b * slots as usize + slot) * rpad * lmax + pos;
         if per_row {
@@ -1026,7 +1029,8 @@ pub const SKINNY_COLS: usize = 4;
 /// Most rows of `w` (and columns of `x`) one block of the skinny GEMM stages.
 pub const SKINNY_CHUNK: usize = 512;
 
-/// Skinny GEMM `x [mt, k] . w [k, n]` (w row-major, contiguous), split over `k`: block
+/// Skinny GEMM `x [mt, k] . w [k, n]` (w row-major, rows `w.stride(0) >= n` apart: a
+/// pitched allocation pads them), split over `k`: block
 /// `(tile, split)` takes columns `tile * 128 ..` and rows `split * rows_per_split ..` of `w`;
 /// its 8 warps take every eighth row of that range, lane `l` four consecutive columns, all
 /// `mt` rows of `x` (staged in shared memory as f32) at once, f32 accumulators; the warps'
@@ -1075,7 +1079,7 @@ pub fn skinny_gemm_kernel<F: Float>(
     if c < n as usize {
         let mut r = k0 + warp;
         while r < k1 {
-            let base = r * n as usize + c;
+            let base = r * w.stride(0) + c;
             let w0 = f32::cast_from(w[base]);
             let w1 = f32::cast_from(w[base + 1]);
             let w2 = f32::cast_from(w[base + 2]);

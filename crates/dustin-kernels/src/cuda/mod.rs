@@ -114,15 +114,22 @@ fn elementwise_count(total: usize) -> Result<CubeCount> {
 }
 
 /// Whether the skinny GEMM kernel takes `x [m, k] . w`: `1 <= m <=` [`crate::SKINNY_MAX_ROWS`],
-/// `k > 0`, and `w` `[k, n]` row-major and contiguous with `n > 0` a multiple of 4 (a thread
-/// reads four consecutive columns).
+/// `k > 0`, and `w` `[k, n]` row-major (unit column stride, rows at least `n` apart) with
+/// `n > 0` a multiple of 4 (a thread reads four consecutive columns).
+///
+/// Rows further apart than `n` are what cubecl-cuda's pitched allocation makes of a weight
+/// whose row is not a multiple of 512 bytes (Qwen2.5-0.5B's `[896, 896]` and `[4864, 896]`:
+/// 1792-byte rows padded to 2048). Asking for `[n, 1]` strides sent exactly those weights to
+/// Burn's matmul (the H200 trace of 2026-11-30).
 fn skinny_takes(m: usize, k: usize, w: &Ct) -> bool {
     let n = w.meta.shape()[1];
+    let st = w.meta.strides();
     (1..=crate::SKINNY_MAX_ROWS).contains(&m)
         && k > 0
         && n > 0
         && n.is_multiple_of(4)
-        && w.meta.strides().to_vec() == [n, 1]
+        && st[1] == 1
+        && (k == 1 || st[0] >= n)
 }
 
 /// Rows of `w` per split and the number of splits for skinny GEMMs of inner size `k` over
@@ -525,10 +532,11 @@ fn subset_scores<F: FloatElement, I: IntElement, BT: BoolElement>(
     let kv2slot = int_tensor::<F, I, BT, 1>(kv2slot, [dims.kv_heads], &device);
     let ctx = ctx_tensor::<F, I, BT>(ctx_lens, &device);
     let b = dims.batch;
+    // as wide as `k` (the trait's contract): positions `keys ..` are written 0
     let shape = if per_row {
-        vec![b, dims.kv_heads, dims.n_new, dims.keys]
+        vec![b, dims.kv_heads, dims.n_new, dims.capacity]
     } else {
-        vec![b, dims.kv_heads, dims.keys]
+        vec![b, dims.kv_heads, dims.capacity]
     };
     let out = empty(&q, shape, DType::F32);
     let nslots = slots.len();
@@ -557,7 +565,7 @@ fn subset_scores<F: FloatElement, I: IntElement, BT: BoolElement>(
     kernels::score_reduce_kernel::launch::<CudaRuntime>(
         &client,
         CubeCount::Static(
-            dims.keys.div_ceil(256) as u32,
+            dims.capacity.div_ceil(256) as u32,
             dims.kv_heads as u32,
             b as u32,
         ),
@@ -574,6 +582,7 @@ fn subset_scores<F: FloatElement, I: IntElement, BT: BoolElement>(
         parts.rpad as u32,
         nslots as u32,
         dims.keys as u32,
+        dims.capacity as u32,
         parts.rpad,
         per_row,
         id.into(),
@@ -1197,6 +1206,21 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         Ok(Tensor::from_primitive(TensorPrimitive::Float(
             out.resolve(),
         )))
+    }
+
+    fn kv_prefix(k: Tensor<Self, 4>, len: usize) -> Tensor<Self, 4> {
+        let [b, h, cap, d] = k.dims();
+        let len = len.min(cap);
+        if len == cap {
+            return k;
+        }
+        let mut view: Ct = k.into_primitive().tensor();
+        // the same buffer, not shortened (that is what needs the alignment), the same
+        // strides: positions `len ..` stay in the buffer and out of the shape; with
+        // `len < cap` the strides are not contiguous ones, so Burn copies before any op that
+        // needs contiguous memory
+        view.meta.shape = Shape::from(vec![b, h, len, d]);
+        Tensor::from_primitive(TensorPrimitive::Float(view))
     }
 
     fn memory_usage(device: &Self::Device) -> Option<(u64, u64)> {
