@@ -106,11 +106,19 @@ pub fn select_top_k<B: KernelOps>(
     Ok(LayerSelection { indices, counts })
 }
 
+/// Slots of an extended selection ([`extend_selection`]) come in multiples of this many: the
+/// index tensor's width then changes once every 64 new positions, not at every step. Each new
+/// width gave the extension's gather and mask and the sparse attention's index reads new
+/// shapes, which on CUDA can mean new kernels to compile while decoding (the same cause as
+/// `dustin_qwen::KV_VIEW_MULTIPLE`, docs/decisions.md). Our choice: 64, as there.
+pub const SELECTION_MULTIPLE: usize = 64;
+
 /// A cached selection made when the contexts were `old_lens`, extended for contexts now of
 /// `new_lens`: each row keeps its `counts[b]` entries and appends `old_lens[b] .. new_lens[b]`
 /// (so nothing that entered the context since is lost); counts grow by those.
 ///
-/// Padding slots of the result hold position 0.
+/// The result has `max_b counts[b]` slots rounded up to [`SELECTION_MULTIPLE`]; padding slots
+/// hold position 0 (readers take `counts[b]` slots).
 ///
 /// # Errors
 /// [`CoreError::InvalidInput`] naming `ctx_lens` when the batch sizes differ or a context
@@ -144,7 +152,12 @@ pub fn extend_selection<B: Backend>(
     let counts: Vec<usize> = (0..b)
         .map(|i| sel.counts[i] + new_lens[i] - old_lens[i])
         .collect();
-    let k = counts.iter().copied().max().unwrap_or(0);
+    let k = counts
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .next_multiple_of(SELECTION_MULTIPLE);
     let mut src = Vec::with_capacity(b * k);
     let mut val = Vec::with_capacity(b * k);
     let mut fresh = Vec::with_capacity(b * k);

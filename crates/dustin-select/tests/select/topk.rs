@@ -155,6 +155,8 @@ fn extension_appends_new_positions() {
     let new_lens = [23, 9];
     let ext = extend_selection(&sel, &old_lens, &new_lens).unwrap();
     assert_eq!(ext.counts, vec![5 + 3, 4 + 5]);
+    // slots in multiples of SELECTION_MULTIPLE, the padding at position 0
+    assert_eq!(ext.indices.dims()[2], dustin_select::SELECTION_MULTIPLE);
     let after = rows(&ext);
     for i in 0..2 {
         let mut want = before[i][0].clone();
