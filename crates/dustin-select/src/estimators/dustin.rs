@@ -497,8 +497,9 @@ impl<B: KernelOps> Dustin<B> {
 }
 
 impl<B: Backend> Dustin<B> {
-    /// `alpha * lookahead + (1 - alpha) * history`, each normalised over the free range of
-    /// the first `c` positions; `history` is `[batch, kv_heads, >= c]`.
+    /// `alpha * lookahead + (1 - alpha) * history`, each normalised over the free range
+    /// (which lies below every context), over the first `c` positions; `history` is `[batch,
+    /// kv_heads, >= c]`. `c` may exceed the longest context: those columns score 0.
     fn mix(&mut self, ctx: &ScoreCtx<'_, B>, history: Tensor<B, 3>, c: usize) -> Result<Scores<B>> {
         let a = ctx.attn;
         let [b, kvh, _] = history.dims();
@@ -646,7 +647,10 @@ impl<B: KernelOps> ImportanceEstimator<B> for Dustin<B> {
         self.fold = Some((n, wts.clone()));
         let provisional = hist.mul_scalar(self.cfg.beta.powi(n as i32) as f32)
             + (contrib * wts).sum_dim(2).reshape([b, kvh, l]);
-        self.mix(ctx, provisional, c)
+        // scores as wide as the keys (l >= c; the columns past each context are masked and
+        // the top-k step ignores them): the width then changes only with the model's padded
+        // KV view, not at every step (docs/decisions.md)
+        self.mix(ctx, provisional, l.max(c))
     }
 
     fn rescore_on_reuse(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<Option<Scores<B>>> {
@@ -661,7 +665,8 @@ impl<B: KernelOps> ImportanceEstimator<B> for Dustin<B> {
         let c = max_ctx(a)?;
         let [b, kvh, l, _] = a.k.dims();
         let hist = self.history_at(a.layer, b, kvh, l, &a.k.device())?;
-        self.mix(ctx, hist, c).map(Some)
+        // as wide as the keys, as in `score`
+        self.mix(ctx, hist, l.max(c)).map(Some)
     }
 
     fn observe_verify(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<()> {

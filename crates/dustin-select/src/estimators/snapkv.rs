@@ -117,12 +117,14 @@ impl<B: Backend> ImportanceEstimator<B> for SnapKv<B> {
     fn score(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<Scores<B>> {
         let a = ctx.attn;
         let c = max_ctx(a)?;
-        let [b, kvh, _, _] = a.k.dims();
+        let [b, kvh, l, _] = a.k.dims();
+        // as wide as the keys (the model's padded view; columns past each context are ignored
+        // by the top-k step), so the width does not change at every step
         Ok(Scores::Tokens(self.votes.batched(
             a.layer,
             b,
             kvh,
-            c,
+            l.max(c),
             &a.k.device(),
         )))
     }
