@@ -7,7 +7,7 @@
 #                                 # 32k, batch 8, 16; HF transformers peers at 7B
 #   bash .device/gpu_e2e.sh grid  # 7B at 32k, 72B, 7B at 8k and 16k (no check, no peers)
 #   bash .device/gpu_e2e.sh hf    # the HF transformers peers only
-#   bash .device/gpu_e2e.sh final # 32k: 7B B 1/8/16, 72B B 8/16, HF peers at 32k B 1/8
+#   bash .device/gpu_e2e.sh final # 32k: 7B B 1/8/16, 72B B 8 (HF=1: HF peers at 32k B 1/8)
 #   bash .device/gpu_e2e.sh next  # elementwise, then trace, in one call
 #   bash .device/gpu_e2e.sh trace # cubecl's autotune log of `dustin` at B 1 and 8, then a
 #                                 # per-kernel trace at B 1 (7B, 32k)
@@ -50,12 +50,18 @@ grid)
     group 7b_16384 --target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 16384 --batch 1,8,16
     ;;
 final)
-    # 32k only: 7B at batch 1, 8, 16 and 72B (20 layers) at 8, 16, then the HF peers at 32k
-    LIMIT=${LIMIT_7B:-210} group 7b_32768 --target "$C/Qwen2.5-7B-Instruct.config.json" \
-        --ctx 32768 --batch 1,8,16
-    LIMIT=${LIMIT_72B:-150} group 72b_32768 --target "$C/Qwen2.5-72B-Instruct.config.json" \
-        --target-layers 20 --ctx 32768 --batch 8,16
-    PYTHONUNBUFFERED=1 timeout "${HF_LIMIT:-140}" python3 "$D/hf_e2e_bench.py" "$C" --quick 2>&1 | tee "$OUT/hf.jsonl"
+    # 32k: 7B at batch 1 and 8 (every mode), 7B at 16 (ar, dense, dustin), 72B (20 layers) at
+    # 8 (ar, dense, dustin, streaming): about 5 minutes (H200, 2026-11-30); HF=1 adds the HF
+    # transformers peers at 32k
+    LIMIT=${LIMIT_7B:-200} group 7b_32768 --target "$C/Qwen2.5-7B-Instruct.config.json" \
+        --ctx 32768 --batch 1,8
+    LIMIT=${LIMIT_7B16:-100} group 7b_32768_b16 --target "$C/Qwen2.5-7B-Instruct.config.json" \
+        --ctx 32768 --batch 16 --modes ar,dense,dustin
+    LIMIT=${LIMIT_72B:-140} group 72b_32768 --target "$C/Qwen2.5-72B-Instruct.config.json" \
+        --target-layers 20 --ctx 32768 --batch 8 --modes ar,dense,dustin,streaming
+    if [ -n "${HF:-}" ]; then
+        PYTHONUNBUFFERED=1 timeout "${HF_LIMIT:-140}" python3 "$D/hf_e2e_bench.py" "$C" --quick 2>&1 | tee "$OUT/hf.jsonl"
+    fi
     ;;
 elementwise)
     # the fused RMSNorm / SwiGLU / RoPE / dequantization kernels and the skinny GEMM:
