@@ -51,7 +51,8 @@ impl<B: Backend> LayerAttnCtx<'_, B> {
 
 /// The positions one layer attends to in sparse verification, per sequence and KV head.
 ///
-/// `indices` is `[batch, kv_heads, k]` (`k` = the largest kept count in the batch): context
+/// `indices` is `[batch, kv_heads, k]` (`k` >= the largest kept count in the batch; an
+/// extended selection rounds it up, `dustin_select::SELECTION_MULTIPLE`): context
 /// positions `< ctx_lens[b]`, ascending; slots at or past `counts[b]` are padding and must be
 /// ignored by the reader. All query heads of a GQA group use their KV head's row. The new
 /// tokens of the pass are always attended (causally) in addition to these.

@@ -127,8 +127,9 @@ pub fn attention(
     out
 }
 
-/// Head-subset scores `[batch, kv_heads, max ctx + n_new]`: per KV head the sum over the
-/// chosen heads of that KV head and the query rows of the dense softmax probabilities.
+/// Head-subset scores `[batch, kv_heads, capacity]`: per KV head the sum over the chosen
+/// heads of that KV head and the query rows of the dense softmax probabilities (0 past each
+/// sequence's `ctx + n_new`).
 pub fn head_scores(
     q: &[f32],
     k: &[f32],

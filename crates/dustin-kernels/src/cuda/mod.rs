@@ -495,8 +495,8 @@ fn attention<F: FloatElement, I: IntElement, BT: BoolElement>(
 }
 
 /// Head-subset probabilities of [`KernelOps::head_subset_scores`] (`per_row` false:
-/// `[b, kv_heads, keys]`) or [`KernelOps::head_subset_row_scores`] (`per_row`:
-/// `[b, kv_heads, n_new, keys]`), f32.
+/// `[b, kv_heads, capacity]`) or [`KernelOps::head_subset_row_scores`] (`per_row`:
+/// `[b, kv_heads, n_new, capacity]`), f32, 0 past each sequence's `ctx + n_new`.
 fn subset_scores<F: FloatElement, I: IntElement, BT: BoolElement>(
     q: Tensor<Cube<F, I, BT>, 4>,
     k: Tensor<Cube<F, I, BT>, 4>,

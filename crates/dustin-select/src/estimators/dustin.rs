@@ -41,7 +41,7 @@ use dustin_core::{CoreError, ImportanceEstimator, LayerAttnCtx, Result, ScoreCtx
 use serde::{Deserialize, Serialize};
 
 use super::draft_only::lookahead_for;
-use super::prompt::{max_ctx, prefill_seq, PromptRows};
+use super::prompt::{max_ctx, prefill_keys, prefill_seq, PromptRows};
 use crate::attn::{fit_last, free_mask, grouped_probs, head_probs, normalise_on};
 use crate::topk::kernel_error;
 use crate::{EstimationCost, KeepRule, SelectConfig};
@@ -599,12 +599,14 @@ impl<B: KernelOps> ImportanceEstimator<B> for Dustin<B> {
         };
         self.grow(ctx.layer);
         let [_, nh, n, d] = ctx.q.dims();
-        let [_, kvh, l, _] = ctx.k.dims();
+        // the prompt's keys, not the padded view's
+        let keys = prefill_keys(ctx);
+        let [_, kvh, l, _] = keys.dims();
         let g = nh / kvh.max(1);
         let w = self.cfg.obs_window.min(n);
         let device = ctx.k.device();
         let q = ctx.q.clone().slice([0..1, 0..nh, n - w..n, 0..d]);
-        let probs = grouped_probs(q, ctx.k.clone(), &[ctx.ctx_lens[0] + n - w], ctx.scale); // [1, kvh, g, w, l]
+        let probs = grouped_probs(q, keys.clone(), &[ctx.ctx_lens[0] + n - w], ctx.scale); // [1, kvh, g, w, l]
         let wts = Tensor::<B, 5>::from_data(
             TensorData::new(self.fold_weights(w - 1, w), [1, 1, 1, w, 1]),
             &device,

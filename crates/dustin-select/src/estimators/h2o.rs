@@ -15,7 +15,7 @@
 use burn_tensor::backend::Backend;
 use dustin_core::{ImportanceEstimator, LayerAttnCtx, Result, ScoreCtx, Scores};
 
-use super::prompt::{max_ctx, prefill_seq, PromptRows};
+use super::prompt::{max_ctx, prefill_keys, prefill_seq, PromptRows};
 use crate::attn::grouped_probs;
 
 /// H2O's accumulated attention mass, static after prefill.
@@ -50,8 +50,10 @@ impl<B: Backend> ImportanceEstimator<B> for H2o<B> {
         let Some((seq, _)) = prefill_seq(ctx)? else {
             return Ok(());
         };
-        let [_, kvh, l, _] = ctx.k.dims();
-        let probs = grouped_probs(ctx.q.clone(), ctx.k.clone(), ctx.ctx_lens, ctx.scale);
+        // the prompt's keys, not the padded view's
+        let keys = prefill_keys(ctx);
+        let [_, kvh, l, _] = keys.dims();
+        let probs = grouped_probs(ctx.q.clone(), keys.clone(), ctx.ctx_lens, ctx.scale);
         let mass = probs.sum_dims(&[2, 3]).reshape([kvh, l]);
         self.mass.add(seq, ctx.layer, mass);
         Ok(())

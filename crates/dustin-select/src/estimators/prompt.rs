@@ -129,6 +129,16 @@ pub(crate) fn prefill_seq<B: Backend>(ctx: &LayerAttnCtx<'_, B>) -> Result<Optio
     }
 }
 
+/// The keys of the one sequence of a prefill call, `[1, kv_heads, ctx + n, head_dim]`: the
+/// model's view is padded past them (`dustin_qwen::KV_VIEW_MULTIPLE`), and a prompt
+/// observation that read the view's width would take padding positions for prompt ones
+/// (SnapKV's window at the wrong end, calibration over the wrong free range).
+pub(crate) fn prefill_keys<B: Backend>(ctx: &LayerAttnCtx<'_, B>) -> Tensor<B, 4> {
+    let keys = ctx.ctx_lens[0] + ctx.q.dims()[2];
+    let l = ctx.k.dims()[2];
+    ctx.k.clone().narrow(2, 0, keys.min(l))
+}
+
 /// Checks that `lens` matches the batch of the layer.
 pub(crate) fn max_ctx<B: Backend>(ctx: &LayerAttnCtx<'_, B>) -> Result<usize> {
     let b = ctx.q.dims()[0];

@@ -16,7 +16,7 @@ use burn_tensor::{backend::Backend, module::max_pool1d, Tensor};
 use dustin_core::{CoreError, ImportanceEstimator, LayerAttnCtx, Result, ScoreCtx, Scores};
 use serde::{Deserialize, Serialize};
 
-use super::prompt::{max_ctx, prefill_seq, PromptRows};
+use super::prompt::{max_ctx, prefill_keys, prefill_seq, PromptRows};
 use crate::attn::grouped_probs;
 
 /// Knobs of [`SnapKv`].
@@ -93,11 +93,13 @@ impl<B: Backend> ImportanceEstimator<B> for SnapKv<B> {
             return Ok(());
         };
         let [_, nh, n, d] = ctx.q.dims();
-        let [_, kvh, l, _] = ctx.k.dims();
+        // the prompt's keys, not the padded view's
+        let keys = prefill_keys(ctx);
+        let [_, kvh, l, _] = keys.dims();
         let w = self.cfg.obs_window.min(n);
         let q = ctx.q.clone().slice([0..1, 0..nh, n - w..n, 0..d]);
         let first = [ctx.ctx_lens[0] + n - w];
-        let votes = grouped_probs(q, ctx.k.clone(), &first, ctx.scale)
+        let votes = grouped_probs(q, keys.clone(), &first, ctx.scale)
             .sum_dims(&[2, 3])
             .reshape([1, kvh, l]);
         let prefix = l - w;

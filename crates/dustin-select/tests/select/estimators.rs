@@ -483,6 +483,73 @@ fn keeps_planted_heavy_hitter(spec: &str) {
     );
 }
 
+/// The model pads its KV view past the prompt (`dustin_qwen::KV_VIEW_MULTIPLE`): SnapKV's
+/// observation window must still be the prompt's last positions, not the view's. A 40-token
+/// prompt in a 64-position view, heavy keys at 3..12 that outvote everything else, window 8:
+/// the kept window is 32..40; read from the view's end it would be 56..64, past the context,
+/// and the heavy keys would take its place (the defect found in review, session 21).
+#[test]
+fn snapkv_window_is_the_prompt_end_under_a_padded_view() {
+    let cfg = SelectConfig {
+        budget: 11,
+        n_sink: 1,
+        window: 2,
+        ..SelectConfig::default()
+    };
+    let mut p =
+        dustin_select::build_with::<B>("snapkv", &cfg, Some(serde_json::json!({"obs_window": 8})))
+            .unwrap();
+    let (kvh, g, d, len, view) = (1usize, 2usize, 4usize, 40usize, 64usize);
+    let mut keys = vec![0.01f32; kvh * view * d];
+    for pos in 3..12 {
+        keys[pos * d] = 8.0;
+    }
+    // the padding holds other data (stale slots): large keys there too
+    for pos in len..view {
+        keys[pos * d] = 50.0;
+    }
+    let kk = Tensor::<B, 4>::from_data(TensorData::new(keys, [1, kvh, view, d]), &dev());
+    let q = |n: usize| {
+        let mut v = vec![0.0f32; kvh * g * n * d];
+        v.iter_mut().step_by(d).for_each(|x| *x = 1.0);
+        Tensor::<B, 4>::from_data(TensorData::new(v, [1, kvh * g, n, d]), &dev())
+    };
+    p.reset(1, 1);
+    let qq = q(len);
+    let pre = LayerAttnCtx {
+        layer: 0,
+        phase: Phase::Prefill {
+            seq: 0,
+            last_chunk: true,
+        },
+        q: &qq,
+        k: &kk,
+        ctx_lens: &[0],
+        n_new: len,
+        scale: 0.5,
+    };
+    assert!(p.on_layer(&pre).unwrap().is_none());
+    p.begin_verify(0);
+    let qq = q(1);
+    let dec = LayerAttnCtx {
+        layer: 0,
+        phase: Phase::Decode,
+        q: &qq,
+        k: &kk,
+        ctx_lens: &[len],
+        n_new: 1,
+        scale: 0.5,
+    };
+    let sel = p.on_layer(&dec).unwrap().unwrap();
+    let got = &rows(&sel)[0][0];
+    for pos in len - 8..len {
+        assert!(
+            got.contains(&pos),
+            "window position {pos} not kept: {got:?}"
+        );
+    }
+}
+
 #[test]
 fn static_and_dynamic_estimators_keep_a_heavy_hitter() {
     for spec in ["h2o", "snapkv", "oracle", "quest", "history-only"] {
