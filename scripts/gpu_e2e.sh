@@ -97,16 +97,26 @@ trace)
             --ctx 32768 --batch "$b" --modes dustin
         echo "B=$b: $(grep -c . "$OUT/autotune_b$b.log" 2>/dev/null || echo 0) autotune log lines"
     done
-    printf '[profiling.logger]\nlevel = "basic"\nfile = "%s"\n' "$OUT/profile_b1.log" > cubecl.toml
+    # the raw profile stays on the machine (a device call brings back few files): its
+    # summary and a compressed copy come back
+    printf '[profiling.logger]\nlevel = "basic"\nfile = "%s"\n' /tmp/profile_b1.log > cubecl.toml
     LIMIT=200 group trace_profile_b1 --target "$C/Qwen2.5-7B-Instruct.config.json" \
         --ctx 32768 --batch 1 --modes dustin
     rm -f cubecl.toml
+    python3 "$D/profile_summary.py" /tmp/profile_b1.log > "$OUT/profile_b1_summary.txt"
+    gzip -c /tmp/profile_b1.log > "$OUT/profile_b1.log.gz"
+    head -40 "$OUT/profile_b1_summary.txt"
     ;;
 hf)
     PYTHONUNBUFFERED=1 timeout "${HF_LIMIT:-540}" python3 "$D/hf_e2e_bench.py" "$C" 2>&1 | tee "$OUT/hf.jsonl"
     ;;
 7b)
-    timeout 120 "$D/dustin-kernels-gpu" check 2>&1 | tee "$OUT/check.txt" | grep -E "row scores|FAIL|fail|pass|ok" | tail -30
+    # dustin-kernels-gpu is staged by `xtask gpu-kernels`, not `gpu-e2e` (carry limit)
+    if [ -x "$D/dustin-kernels-gpu" ]; then
+        timeout 120 "$D/dustin-kernels-gpu" check 2>&1 | tee "$OUT/check.txt" | grep -E "row scores|FAIL|fail|pass|ok" | tail -30
+    else
+        timeout 330 "$D/dustin" kernel-check --device cuda 2>&1 | tee "$OUT/check.txt" | tail -5
+    fi
     for ctx in 32768 8192 16384; do
         group "7b_$ctx" --target "$C/Qwen2.5-7B-Instruct.config.json" --ctx "$ctx" --batch 1,8,16
     done

@@ -240,8 +240,11 @@ fn gpu_kernels(quick: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// Builds the CUDA binaries and stages them, the Qwen2.5 configs and `scripts/` into the
-/// device folder (`DUSTIN_DEVICE_DIR`, else `.device`).
+/// Builds the CUDA `dustin` binary and stages it, the Qwen2.5 configs and `scripts/` into
+/// the device folder (`DUSTIN_DEVICE_DIR`, else `.device`).
+///
+/// Only `dustin`: with `dustin-kernels-gpu` beside it the folder passed the device tool's
+/// 64 MiB carry limit (42 + 30 MB, 2026-11-30). `gpu-kernels` stages that one.
 fn gpu_e2e() -> Result<(), String> {
     let root = root();
     run(Command::new("cargo").current_dir(&root).args([
@@ -251,13 +254,11 @@ fn gpu_e2e() -> Result<(), String> {
         "cuda",
         "-p",
         "dustin-cli",
-        "-p",
-        "dustin-kernels",
     ]))?;
     let dev = device_dir(&root)?;
-    for bin in ["dustin", "dustin-kernels-gpu"] {
-        stage_bin(&root, &dev, bin)?;
-    }
+    stage_bin(&root, &dev, "dustin")?;
+    // a kernel binary left from an earlier `gpu-kernels` would push the folder over the limit
+    let _ = std::fs::remove_file(dev.join("dustin-kernels-gpu"));
     let cfgs = root.join("../shared/data/qwen2.5");
     for e in std::fs::read_dir(&cfgs)
         .map_err(|e| format!("{}: {e}", cfgs.display()))?
@@ -276,6 +277,7 @@ fn gpu_e2e() -> Result<(), String> {
     }
     println!("staged {}", dev.display());
     println!("run on the GPU machine (carry [\".device\"]), one call each, under 10 minutes:");
+    println!("  bash .device/gpu_e2e.sh final   # 32k: 7B B 1/8/16, 72B shapes (20 layers) B 8");
     println!(
         "  bash .device/gpu_e2e.sh 7b      # kernels check + Qwen2.5-7B / 0.5B, 8k-32k, B 1/8/16"
     );
