@@ -72,10 +72,13 @@ impl<B: Backend> ImportanceEstimator<B> for DraftOnly<B> {
 
     fn score(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<Scores<B>> {
         let a = ctx.attn;
+        // as wide as the keys (the model's padded view), not max(ctx): the width then does
+        // not change at every step; the top-k step ignores the columns past each context
         let c = max_ctx(a)?;
-        let [b, kvh, _, _] = a.k.dims();
-        let la = lookahead_for(self.lookahead.as_ref(), b, c)?;
-        Ok(Scores::Tokens(la.reshape([b, 1, c]).expand([b, kvh, c])))
+        let [b, kvh, l, _] = a.k.dims();
+        let w = l.max(c);
+        let la = lookahead_for(self.lookahead.as_ref(), b, w)?;
+        Ok(Scores::Tokens(la.reshape([b, 1, w]).expand([b, kvh, w])))
     }
 
     fn commit(&mut self, _accepted: &[usize]) -> Result<()> {

@@ -61,13 +61,14 @@ impl<B: Backend> ImportanceEstimator<B> for H2o<B> {
 
     fn score(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<Scores<B>> {
         let a = ctx.attn;
+        // as wide as the keys (see `SnapKv::score`)
         let c = max_ctx(a)?;
-        let [b, kvh, _, _] = a.k.dims();
+        let [b, kvh, l, _] = a.k.dims();
         Ok(Scores::Tokens(self.mass.batched(
             a.layer,
             b,
             kvh,
-            c,
+            l.max(c),
             &a.k.device(),
         )))
     }
