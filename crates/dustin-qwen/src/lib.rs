@@ -37,7 +37,7 @@ pub mod weights;
 pub use config::{Family, QwenConfig};
 pub use error::{QwenError, Result};
 pub use load::ModelFiles;
-pub use model::{ForwardOpts, ForwardOut, LogitsMode, Qwen2, Weight};
+pub use model::{ForwardOpts, ForwardOut, LogitsMode, Qwen2, Weight, KV_VIEW_MULTIPLE};
 pub use offload::{plan_offload, OffloadPlan};
 pub use safetensors_loader::SafetensorsDir;
 pub use substitute::{substitute_model, SubstituteConfig};
