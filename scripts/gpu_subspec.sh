@@ -14,7 +14,8 @@
 # `dustin upload-check` checks the page-locked copy bit for bit and times both copy paths
 # (upload.txt, upload.jsonl); when it fails the pinned rows are skipped. ELEMENTWISE (`fused`,
 # the default, or `plain`: `--elementwise`, which includes the substitutes' dequantization),
-# SKINNY (`on`, the default, or `off`: `--skinny-gemm`).
+# SKINNY (`on`, the default, or `off`: `--skinny-gemm`), GROUPED (`on`, the default, or
+# `off`: `--grouped-gemm`).
 set -u -o pipefail
 D=.device
 C=$D/configs
@@ -28,7 +29,7 @@ one() {
     shift
     mem_watch "$name"
     timeout "${LIMIT:-240}" "$D/dustin" bench-subspec --device cuda --json "$OUT/subspec.jsonl" \
-        --accept "$TAU" --kv "${KV:-own}" --elementwise "${ELEMENTWISE:-fused}" --skinny-gemm "${SKINNY:-on}" "$@" 2>&1 | tee "$OUT/$name.txt"
+        --accept "$TAU" --kv "${KV:-own}" --elementwise "${ELEMENTWISE:-fused}" --skinny-gemm "${SKINNY:-on}" --grouped-gemm "${GROUPED:-on}" "$@" 2>&1 | tee "$OUT/$name.txt"
     echo "{\"run\":\"$name\",\"peak_mib\":$(mem_peak_max "$name")}" | tee -a "$OUT/mem.jsonl"
 }
 

@@ -92,6 +92,10 @@ pub struct SubspecArgs {
     /// (`on`, the default) or Burn's matmul (`off`), as `bench-e2e --skinny-gemm`.
     #[arg(long, value_enum, default_value_t = crate::bench_e2e::OnOff::On)]
     pub skinny_gemm: crate::bench_e2e::OnOff,
+    /// With the skinny GEMM: q/k/v and gate/up/SiLU as grouped GEMMs (`on`, the default) or
+    /// one skinny GEMM per projection (`off`), as `bench-e2e --grouped-gemm`.
+    #[arg(long, value_enum, default_value_t = crate::bench_e2e::OnOff::On)]
+    pub grouped_gemm: crate::bench_e2e::OnOff,
     /// Iterations run first and not timed.
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
@@ -123,6 +127,9 @@ pub struct Row {
     /// Whether the skinny GEMM kernel ran (`--skinny-gemm`; `off` on the CPU, which has no
     /// such kernel).
     pub skinny_gemm: crate::bench_e2e::OnOff,
+    /// Whether the grouped GEMMs ran (`--grouped-gemm`, with the skinny GEMM; `off` on the
+    /// CPU).
+    pub grouped_gemm: crate::bench_e2e::OnOff,
     /// Whether the offloaded weights were in page-locked host memory: `--upload pinned` on a
     /// backend that has it (CUDA) with something offloaded; `false` on the CPU, which runs
     /// the `pinned` rows through pageable memory.
@@ -358,12 +365,14 @@ fn run_on<B: KernelOps>(
                 let prefetch = p == "on";
                 let fused = args.elementwise == crate::bench_e2e::Elementwise::Fused;
                 let skinny = args.skinny_gemm == crate::bench_e2e::OnOff::On;
+                let grouped = args.grouped_gemm == crate::bench_e2e::OnOff::On;
                 let target = Arc::new(
                     target
                         .clone()
                         .with_prefetch(prefetch)
                         .with_fused_elementwise(fused)
-                        .with_skinny_gemm(skinny),
+                        .with_skinny_gemm(skinny)
+                        .with_grouped_gemm(grouped),
                 );
                 let tau = if spec { args.accept } else { 1.0 };
                 let cfg = SpecConfig {
@@ -383,7 +392,8 @@ fn run_on<B: KernelOps>(
                                 .clone()
                                 .with_prefetch(prefetch)
                                 .with_fused_elementwise(fused)
-                                .with_skinny_gemm(skinny),
+                                .with_skinny_gemm(skinny)
+                                .with_grouped_gemm(grouped),
                         );
                         let drafter = ModelDrafter::new(d, None, extra);
                         let verifier = ModelVerifier::new(target.clone(), DenseHook, extra, vocab);
@@ -419,6 +429,11 @@ fn run_on<B: KernelOps>(
                         crate::bench_e2e::Elementwise::Plain
                     },
                     skinny_gemm: if B::FUSED && skinny {
+                        crate::bench_e2e::OnOff::On
+                    } else {
+                        crate::bench_e2e::OnOff::Off
+                    },
+                    grouped_gemm: if B::FUSED && skinny && grouped {
                         crate::bench_e2e::OnOff::On
                     } else {
                         crate::bench_e2e::OnOff::Off
@@ -569,6 +584,8 @@ mod tests {
             "fused",
             "--skinny-gemm",
             "on",
+            "--grouped-gemm",
+            "on",
         ]);
         a.target = cfg;
         a.gpu_memory = 2_200_000;
@@ -597,6 +614,7 @@ mod tests {
             // nor fused kernels: the rows say the plain ops ran
             assert_eq!(r["elementwise"].as_str(), Some("plain"), "{r}");
             assert_eq!(r["skinny_gemm"].as_str(), Some("off"), "{r}");
+            assert_eq!(r["grouped_gemm"].as_str(), Some("off"), "{r}");
             let off = r["offloaded"].as_u64().unwrap();
             assert!(off > 0 && off + r["resident"].as_u64().unwrap() == 6, "{r}");
             assert_eq!(
