@@ -13,7 +13,7 @@
 use burn_tensor::{backend::Backend, Tensor};
 use dustin_core::{CoreError, ImportanceEstimator, Result, ScoreCtx, Scores};
 
-use super::prompt::max_ctx;
+use super::prompt::score_width;
 use crate::attn::fit_last;
 
 /// The draft lookahead as scores, for every layer.
@@ -72,11 +72,8 @@ impl<B: Backend> ImportanceEstimator<B> for DraftOnly<B> {
 
     fn score(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<Scores<B>> {
         let a = ctx.attn;
-        // as wide as the keys (the model's padded view), not max(ctx): the width then does
-        // not change at every step; the top-k step ignores the columns past each context
-        let c = max_ctx(a)?;
-        let [b, kvh, l, _] = a.k.dims();
-        let w = l.max(c);
+        let w = score_width(a)?;
+        let [b, kvh, _, _] = a.k.dims();
         let la = lookahead_for(self.lookahead.as_ref(), b, w)?;
         Ok(Scores::Tokens(la.reshape([b, 1, w]).expand([b, kvh, w])))
     }

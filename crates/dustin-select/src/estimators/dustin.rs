@@ -41,7 +41,7 @@ use dustin_core::{CoreError, ImportanceEstimator, LayerAttnCtx, Result, ScoreCtx
 use serde::{Deserialize, Serialize};
 
 use super::draft_only::lookahead_for;
-use super::prompt::{max_ctx, prefill_keys, prefill_seq, PromptRows};
+use super::prompt::{max_ctx, prefill_keys, prefill_seq, score_width, PromptRows};
 use crate::attn::{fit_last, free_mask, grouped_probs, head_probs, normalise_on};
 use crate::topk::kernel_error;
 use crate::{EstimationCost, KeepRule, SelectConfig};
@@ -634,7 +634,7 @@ impl<B: KernelOps> ImportanceEstimator<B> for Dustin<B> {
 
     fn score(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<Scores<B>> {
         let a = ctx.attn;
-        let c = max_ctx(a)?;
+        let width = score_width(a)?;
         let contrib = self.contribution(ctx)?;
         let [b, kvh, n, l] = contrib.dims();
         let device = contrib.device();
@@ -649,10 +649,7 @@ impl<B: KernelOps> ImportanceEstimator<B> for Dustin<B> {
         self.fold = Some((n, wts.clone()));
         let provisional = hist.mul_scalar(self.cfg.beta.powi(n as i32) as f32)
             + (contrib * wts).sum_dim(2).reshape([b, kvh, l]);
-        // scores as wide as the keys (l >= c; the columns past each context are masked and
-        // the top-k step ignores them): the width then changes only with the model's padded
-        // KV view, not at every step (docs/decisions.md)
-        self.mix(ctx, provisional, l.max(c))
+        self.mix(ctx, provisional, width)
     }
 
     fn rescore_on_reuse(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<Option<Scores<B>>> {
@@ -664,11 +661,10 @@ impl<B: KernelOps> ImportanceEstimator<B> for Dustin<B> {
             return Ok(None);
         }
         let a = ctx.attn;
-        let c = max_ctx(a)?;
+        let width = score_width(a)?;
         let [b, kvh, l, _] = a.k.dims();
         let hist = self.history_at(a.layer, b, kvh, l, &a.k.device())?;
-        // as wide as the keys, as in `score`
-        self.mix(ctx, hist, l.max(c)).map(Some)
+        self.mix(ctx, hist, width).map(Some)
     }
 
     fn observe_verify(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<()> {

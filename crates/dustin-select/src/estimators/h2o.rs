@@ -15,7 +15,7 @@
 use burn_tensor::backend::Backend;
 use dustin_core::{ImportanceEstimator, LayerAttnCtx, Result, ScoreCtx, Scores};
 
-use super::prompt::{max_ctx, prefill_keys, prefill_seq, PromptRows};
+use super::prompt::{prefill_keys, prefill_seq, score_width, PromptRows};
 use crate::attn::grouped_probs;
 
 /// H2O's accumulated attention mass, static after prefill.
@@ -61,14 +61,13 @@ impl<B: Backend> ImportanceEstimator<B> for H2o<B> {
 
     fn score(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<Scores<B>> {
         let a = ctx.attn;
-        // as wide as the keys (see `SnapKv::score`)
-        let c = max_ctx(a)?;
-        let [b, kvh, l, _] = a.k.dims();
+        let w = score_width(a)?;
+        let [b, kvh, _, _] = a.k.dims();
         Ok(Scores::Tokens(self.mass.batched(
             a.layer,
             b,
             kvh,
-            l.max(c),
+            w,
             &a.k.device(),
         )))
     }

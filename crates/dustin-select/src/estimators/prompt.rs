@@ -139,6 +139,17 @@ pub(crate) fn prefill_keys<B: Backend>(ctx: &LayerAttnCtx<'_, B>) -> Tensor<B, 4
     ctx.k.clone().narrow(2, 0, keys.min(l))
 }
 
+/// The width scores are built at: the keys' (the model's view, padded past the contexts by
+/// `dustin_qwen::KV_VIEW_MULTIPLE`), at least `max(ctx)`. Not `max(ctx)` itself: that changes
+/// at every step, and each new shape can mean new kernels to compile on CUDA
+/// (docs/decisions.md); the top-k step ignores the columns past each context.
+///
+/// # Errors
+/// As [`max_ctx`].
+pub(crate) fn score_width<B: Backend>(ctx: &LayerAttnCtx<'_, B>) -> Result<usize> {
+    Ok(max_ctx(ctx)?.max(ctx.k.dims()[2]))
+}
+
 /// Checks that `lens` matches the batch of the layer.
 pub(crate) fn max_ctx<B: Backend>(ctx: &LayerAttnCtx<'_, B>) -> Result<usize> {
     let b = ctx.q.dims()[0];

@@ -16,7 +16,7 @@ use burn_tensor::{backend::Backend, module::max_pool1d, Tensor};
 use dustin_core::{CoreError, ImportanceEstimator, LayerAttnCtx, Result, ScoreCtx, Scores};
 use serde::{Deserialize, Serialize};
 
-use super::prompt::{max_ctx, prefill_keys, prefill_seq, PromptRows};
+use super::prompt::{prefill_keys, prefill_seq, score_width, PromptRows};
 use crate::attn::grouped_probs;
 
 /// Knobs of [`SnapKv`].
@@ -118,15 +118,13 @@ impl<B: Backend> ImportanceEstimator<B> for SnapKv<B> {
 
     fn score(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<Scores<B>> {
         let a = ctx.attn;
-        let c = max_ctx(a)?;
-        let [b, kvh, l, _] = a.k.dims();
-        // as wide as the keys (the model's padded view; columns past each context are ignored
-        // by the top-k step), so the width does not change at every step
+        let w = score_width(a)?;
+        let [b, kvh, _, _] = a.k.dims();
         Ok(Scores::Tokens(self.votes.batched(
             a.layer,
             b,
             kvh,
-            l.max(c),
+            w,
             &a.k.device(),
         )))
     }
