@@ -9,6 +9,8 @@
 #   bash .device/gpu_e2e.sh hf    # the HF transformers peers only
 #   bash .device/gpu_e2e.sh final # 32k: 7B B 1/8/16, 72B B 8 (HF=1: HF peers at 32k B 1/8)
 #   bash .device/gpu_e2e.sh next  # elementwise, then trace, in one call
+#   bash .device/gpu_e2e.sh where # GPU utilization while decoding, and every kernel's GPU time
+#                                 # (ncu) in a small run
 #   bash .device/gpu_e2e.sh trace # cubecl's autotune log of `dustin` at B 1 and 8, then a
 #                                 # per-kernel trace at B 1 (7B, 32k)
 #   bash .device/gpu_e2e.sh elementwise # `dustin kernel-check --device cuda`, then 7B at 32k,
@@ -107,6 +109,29 @@ trace)
     gzip -c /tmp/profile_b1.log > "$OUT/profile_b1.log.gz"
     head -40 "$OUT/profile_b1_summary.txt"
     ;;
+where)
+    # is a decoding step bound by the GPU's kernels or by waiting? (H200, 2026-11-30: the host
+    # threads were busy 20% of a step). 1) nvidia-smi's utilization.gpu (share of time some
+    # kernel runs) every 50 ms while `dense` decodes at B=1, 7B, 32k; 2) every kernel's own GPU
+    # time (ncu, one pass of gpu__time_duration) in a small run (7B shapes with 2 layers,
+    # 0.5B draft, 4k context, B=1, dense, 3 iterations), timed first without ncu
+    nvidia-smi --query-gpu=timestamp,utilization.gpu --format=csv,noheader,nounits -lms 50 > "$OUT/util.txt" 2>/dev/null &
+    W=$!
+    echo "start $(date +%T.%N)" > "$OUT/util_marks.txt"
+    timeout 200 "$D/dustin" bench-e2e --device cuda --accept "default=$TAU" --draft "$DRAFT" \
+        --target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 32768 --batch 1 --modes "${MODES:-dense}" \
+        --warmup 2 --iters "${ITERS:-80}" 2>&1 | grep "^|" | tee "$OUT/util_run.txt"
+    echo "end $(date +%T.%N)" >> "$OUT/util_marks.txt"
+    kill $W
+    SMALL=(bench-e2e --device cuda --accept "default=$TAU" --draft "$DRAFT" --target
+        "$C/Qwen2.5-7B-Instruct.config.json" --target-layers 2 --ctx 4096 --batch 1 --modes dense
+        --warmup 1 --iters 3)
+    timeout 100 "$D/dustin" "${SMALL[@]}" 2>&1 | grep "^|" | tee "$OUT/small_run.txt"
+    timeout 300 ncu --metrics gpu__time_duration.sum --csv --print-units base "$D/dustin" \
+        "${SMALL[@]}" > /tmp/ncu.csv 2> "$OUT/ncu_err.txt"
+    echo "ncu rc=$? lines $(wc -l < /tmp/ncu.csv)"
+    gzip -c /tmp/ncu.csv > "$OUT/ncu.csv.gz"
+    ;;
 hf)
     PYTHONUNBUFFERED=1 timeout "${HF_LIMIT:-540}" python3 "$D/hf_e2e_bench.py" "$C" 2>&1 | tee "$OUT/hf.jsonl"
     ;;
@@ -127,7 +152,7 @@ hf)
     PYTHONUNBUFFERED=1 timeout "${HF_LIMIT:-300}" python3 "$D/hf_e2e_bench.py" "$C" 2>&1 | tee "$OUT/hf.jsonl"
     ;;
 *)
-    echo "usage: gpu_e2e.sh 7b|72b|grid|hf|final|elementwise|trace|next" >&2
+    echo "usage: gpu_e2e.sh 7b|72b|grid|hf|final|elementwise|trace|next|where" >&2
     exit 2
     ;;
 esac

@@ -5,6 +5,8 @@
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
+D=.device
+. "$D/gpu_mem.sh"   # unpacks the staged binaries
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
 for m in 0.5B 7B; do
   ./.device/dustin bench --device cuda --config ".device/configs/Qwen2.5-$m-Instruct.config.json" \

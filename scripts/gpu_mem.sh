@@ -1,4 +1,5 @@
 # GPU memory sampling shared by the gpu_*.sh scripts (sourced, not run). Needs OUT.
+#   unpack DIR       gunzip the binaries xtask staged as DIR/*.gz (run on sourcing with DIR=$D)
 #   mem_watch NAME   start sampling every GPU's used memory every 100 ms into $OUT/mem_NAME.txt
 #   mem_peak NAME    stop sampling; print the peak MiB per GPU as "gpu:MiB gpu:MiB"
 mem_watch() {
@@ -16,3 +17,13 @@ mem_peak_max() {
     wait "$MEM_WATCH" 2>/dev/null
     awk -F', ' '{ if ($2 > m) m = $2 } END { printf "%d", m }' "$OUT/mem_$1.txt"
 }
+unpack() {
+    local z
+    for z in "$1"/*.gz; do
+        [ -e "$z" ] || continue
+        gunzip -f "$z" && chmod +x "${z%.gz}"
+    done
+}
+if [ -n "${D:-}" ]; then
+    unpack "$D"
+fi

@@ -170,13 +170,21 @@ fn device_dir(root: &Path) -> Result<PathBuf, String> {
     Ok(dev)
 }
 
-/// Copies the release binary `name` into `dev` and strips it.
+/// Stages the release binary `name` as `dev/name.gz`: debug info stripped, function names
+/// kept (`bench-e2e --host-profile` resolves its samples with them), gzip-compressed. The
+/// device tool carries at most 64 MiB: `dustin` (54 MB unstripped, 42 MB stripped) and
+/// `dustin-kernels-gpu` (37 MB) did not fit side by side; compressed they take 12 + 7 MB
+/// (2026-11-30). The device scripts unpack them (`scripts/gpu_mem.sh`, `unpack`).
 fn stage_bin(root: &Path, dev: &Path, name: &str) -> Result<(), String> {
     let src = target_dir(root).join("release").join(name);
-    let dst = dev.join(name);
-    std::fs::copy(&src, &dst).map_err(|e| format!("{}: {e}", src.display()))?;
-    let _ = Command::new("strip").arg(&dst).status();
-    Ok(())
+    let tmp = dev.join(name);
+    std::fs::copy(&src, &tmp).map_err(|e| format!("{}: {e}", src.display()))?;
+    let _ = Command::new("strip")
+        .arg("--strip-debug")
+        .arg(&tmp)
+        .status();
+    // gzip -f replaces `tmp` with `tmp.gz`
+    run(Command::new("gzip").arg("-6").arg("-f").arg(&tmp))
 }
 
 fn stage_gpu() -> Result<(), String> {
@@ -185,7 +193,7 @@ fn stage_gpu() -> Result<(), String> {
         "build",
         "--release",
         "--features",
-        "cuda",
+        "cuda,host-profile",
         "-p",
         "dustin-cli",
     ]))?;
@@ -211,6 +219,7 @@ fn gpu_kernels_command(quick: bool) -> String {
     let q = if quick { " --quick" } else { "" };
     format!(
         "set -o pipefail; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/machine.txt; \
+. .device/gpu_mem.sh; unpack .device; \
 ./.device/dustin-kernels-gpu check 2>&1 | tee $OUT/check.txt; \
 ./.device/dustin-kernels-gpu bench{q} --json $OUT/bench.jsonl 2>&1 | tee $OUT/bench.txt; \
 PYTHONUNBUFFERED=1 python3 .device/sdpa_verify_bench.py{q} 2>&1 | tee $OUT/sdpa.jsonl"
@@ -231,36 +240,32 @@ fn gpu_kernels(quick: bool) -> Result<(), String> {
     ]))?;
     let dev = device_dir(&root)?;
     stage_bin(&root, &dev, "dustin-kernels-gpu")?;
-    // `dustin` beside it would pass the device tool's 64 MiB carry limit (see `gpu_e2e`)
-    let _ = std::fs::remove_file(dev.join("dustin"));
-    let script = root.join("scripts/sdpa_verify_bench.py");
-    std::fs::copy(&script, dev.join("sdpa_verify_bench.py"))
-        .map_err(|e| format!("{}: {e}", script.display()))?;
+    for script in ["sdpa_verify_bench.py", "gpu_mem.sh"] {
+        let src = root.join("scripts").join(script);
+        std::fs::copy(&src, dev.join(script)).map_err(|e| format!("{}: {e}", src.display()))?;
+    }
     println!("staged {}", dev.display());
     println!("run on the GPU machine (carry [\".device\"], about 3 minutes):");
     println!("{}", gpu_kernels_command(quick));
     Ok(())
 }
 
-/// Builds the CUDA `dustin` binary and stages it, the Qwen2.5 configs and `scripts/` into
-/// the device folder (`DUSTIN_DEVICE_DIR`, else `.device`).
-///
-/// Only `dustin`: with `dustin-kernels-gpu` beside it the folder passed the device tool's
-/// 64 MiB carry limit (42 + 30 MB, 2026-11-30). `gpu-kernels` stages that one.
+/// Builds the CUDA `dustin` binary (feature `host-profile` too, for `bench-e2e
+/// --host-profile`) and stages it, the Qwen2.5 configs and `scripts/` into the device folder
+/// (`DUSTIN_DEVICE_DIR`, else `.device`).
+/// A `dustin-kernels-gpu` staged by `gpu-kernels` stays beside it (see [`stage_bin`]).
 fn gpu_e2e() -> Result<(), String> {
     let root = root();
     run(Command::new("cargo").current_dir(&root).args([
         "build",
         "--release",
         "--features",
-        "cuda",
+        "cuda,host-profile",
         "-p",
         "dustin-cli",
     ]))?;
     let dev = device_dir(&root)?;
     stage_bin(&root, &dev, "dustin")?;
-    // a kernel binary left from an earlier `gpu-kernels` would push the folder over the limit
-    let _ = std::fs::remove_file(dev.join("dustin-kernels-gpu"));
     let cfgs = root.join("../shared/data/qwen2.5");
     for e in std::fs::read_dir(&cfgs)
         .map_err(|e| format!("{}: {e}", cfgs.display()))?

@@ -100,6 +100,13 @@ pub struct E2eArgs {
     /// without it). Printed per mode, and one JSON line per mode (`"profile"`) with `--json`.
     #[arg(long)]
     pub profile: bool,
+    /// Profile the host over each row's timed iterations: one report per row in this folder
+    /// (`host-{mode}-{ctx}-b{batch}.txt`): each thread's CPU time next to the wall time and,
+    /// in a binary built with the `host-profile` feature (xtask's GPU staging is), functions
+    /// by sampled CPU time (`crate::host_profile`). Sampling costs some host time, so take
+    /// speeds from a run without it.
+    #[arg(long)]
+    pub host_profile: Option<PathBuf>,
     /// How RMSNorm, the SwiGLU product and RoPE run in target and draft: `fused` (one kernel
     /// each where the backend has them, `Qwen2::with_fused_elementwise`; the default) or
     /// `plain` (Burn ops: 7, 10 and 7 kernels on CUDA). The same values up to rounding; the
@@ -640,9 +647,30 @@ fn measure<B: KernelOps>(
                 // the profile starts over once the warm-up iterations are done
                 // and is read when the timed iterations are done
                 let mut seen = 0usize;
+                let mut seen_host = 0usize;
                 let mut window: Option<Vec<dustin_qwen::profile::PhaseTime>> = None;
                 let (warmup, iters) = (args.warmup, args.iters);
+                let mut host: Option<crate::host_profile::HostProfile> = None;
+                let mut host_err: Option<CliError> = None;
+                let host_name = format!("host-{mode}-{ctx}-b{batch}");
                 let mut on_tokens = |seq: usize, _: &[TokenId]| {
+                    if let (0, true, Some(dir)) = (seq, report, &args.host_profile) {
+                        seen_host += 1;
+                        let r = if seen_host == warmup + 1 {
+                            crate::host_profile::HostProfile::start(dir, &host_name)
+                                .map(|p| host = Some(p))
+                        } else if seen_host == warmup + iters + 1 {
+                            host.take().map_or(Ok(()), |p| {
+                                p.finish(&format!("{host_name}, {iters} iterations"))
+                                    .map(|path| eprintln!("host profile: {}", path.display()))
+                            })
+                        } else {
+                            Ok(())
+                        };
+                        if let Err(e) = r {
+                            host_err.get_or_insert(e);
+                        }
+                    }
                     if seq == 0 && report && args.profile {
                         seen += 1;
                         if seen == warmup + 1 {
@@ -671,6 +699,9 @@ fn measure<B: KernelOps>(
                     dec.set_forced_acceptance(Some(tau - 1.0))?;
                     dec.generate(&prompts, &cfg, None, &mut on_tokens)?
                 };
+                if let Some(e) = host_err {
+                    return Err(e);
+                }
                 // the generation stops within a few iterations of the timed window's end, so
                 // the window is complete; otherwise the profile covers what ran after warm-up
                 let profiled = window.take().map_or_else(

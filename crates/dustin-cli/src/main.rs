@@ -15,6 +15,7 @@ mod demo;
 mod eval;
 mod fetch;
 mod generate;
+mod host_profile;
 mod kernel_check;
 mod ppl;
 mod tp_check;

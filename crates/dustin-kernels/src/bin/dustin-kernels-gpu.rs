@@ -190,7 +190,8 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
                     n_sink: 4,
                     window: 16,
                 };
-                let l = cmax + c.n;
+                // the scores span the keys' whole width (capacity), not cmax + n
+                let l = cap;
                 topk_check(
                     c.name,
                     "top-k (f32 scores)",
