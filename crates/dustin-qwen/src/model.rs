@@ -1314,7 +1314,12 @@ impl<B: KernelOps> Qwen2<B> {
             self.norm_forward(&layer.input_norm, x.clone())
         })?;
         let a = self.attention(li, layer, h, pass)?;
-        let x = x + self.all_reduce(a, timer)?;
+        // the layer's output on the left: Burn's add writes in place into its left operand
+        // when it can, and the projection's output is contiguous, where the residual stream
+        // `x` (Burn's own allocations) has rows pitched to 512 bytes on CUDA (a 896-wide bf16
+        // row of the 0.5B takes 2048 bytes); a pitched `x` made the next reshape copy it
+        // (three copy kernels per 0.5B layer, H200 trace of 2026-11-30). Same sum either way.
+        let x = self.all_reduce(a, timer)? + x;
         let h = timer.time("post_norm", || {
             self.norm_forward(&layer.post_norm, x.clone())
         })?;
@@ -1342,7 +1347,8 @@ impl<B: KernelOps> Qwen2<B> {
             let act = act.unwrap_or_else(|| activation::silu(gate) * up);
             self.linear(&layer.down, act)
         })?;
-        Ok(x + self.all_reduce(m, timer)?)
+        // left operand: see the attention residual above
+        Ok(self.all_reduce(m, timer)? + x)
     }
 
     /// Under tensor parallelism, the sum of a row-parallel layer's partial outputs over the
@@ -1492,7 +1498,14 @@ impl<B: KernelOps> Qwen2<B> {
                 _ => None,
             };
             if let Some(out) = kernel_out {
-                return Ok(out.swap_dims(1, 2).reshape([batch, n, nh * hd]));
+                // [batch, q_heads, n, head_dim] -> [batch, n, q_heads * head_dim]: with one new
+                // token the memory order is already right, and the reshape is a view (the
+                // swap first made Burn copy it)
+                return Ok(if n == 1 {
+                    out.reshape([batch, 1, nh * hd])
+                } else {
+                    out.swap_dims(1, 2).reshape([batch, n, nh * hd])
+                });
             }
             let qg = q.reshape([batch, kvh, g * n, hd]);
             let out = match selection {

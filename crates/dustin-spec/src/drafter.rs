@@ -7,11 +7,50 @@ use dustin_core::{
 };
 use dustin_kernels::KernelOps;
 use dustin_kv::DenseKvCache;
-use dustin_qwen::generate::{
-    pick_tokens, prefill_from, rows_to_host, seq_rng, DEFAULT_PREFILL_CHUNK,
-};
+use dustin_qwen::generate::{prefill_from, rows_to_host, seq_rng, DEFAULT_PREFILL_CHUNK};
 use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2};
 use rand::Rng;
+
+/// The greedy token of each row of `logits` (`[batch, vocab_padded]`, logits of the first
+/// `vocab` ids considered), picked on the device: the draft loop then reads back `batch` ids
+/// instead of `batch x vocab` floats at every step (151,936 floats per sequence for Qwen2.5).
+/// Ties go to the lowest id where the backend's argmax does so, as on the host
+/// ([`dustin_core::argmax`]).
+///
+/// # Errors
+/// [`dustin_core::CoreError::NonFinite`] when a row holds NaN or +inf (an argmax would pick
+/// an arbitrary token from them; the host path refuses them too), naming the sequence.
+fn greedy_on_device<B: Backend>(
+    logits: Tensor<B, 2>,
+    vocab: usize,
+) -> dustin_core::Result<Vec<TokenId>> {
+    let [b, v] = logits.dims();
+    let logits = logits.slice([0..b, 0..vocab.min(v)]);
+    let bad = logits
+        .clone()
+        .is_nan()
+        .bool_or(logits.clone().equal_elem(f32::INFINITY))
+        .any_dim(1)
+        .reshape([b])
+        .into_data()
+        .convert::<bool>()
+        .into_vec::<bool>()
+        .map_err(|e| dustin_core::CoreError::Model(format!("{e:?}")))?;
+    if let Some(seq) = bad.iter().position(|&x| x) {
+        return Err(dustin_core::CoreError::NonFinite {
+            what: "draft logits".into(),
+            seq,
+        });
+    }
+    let ids = logits
+        .argmax(1)
+        .reshape([b])
+        .into_data()
+        .convert::<i64>()
+        .into_vec::<i64>()
+        .map_err(|e| dustin_core::CoreError::Model(format!("{e:?}")))?;
+    Ok(ids.into_iter().map(|i| i as TokenId).collect())
+}
 
 /// Which draft layers feed the lookahead signal (DESIGN.md step 1: "configured draft
 /// layers/heads").
@@ -233,7 +272,6 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
             top_k: ctx.top_k,
         };
         let mut rngs: Vec<_> = (0..batch).map(|s| seq_rng(ctx.seed, s)).collect();
-        let ids: Vec<usize> = (0..batch).collect();
         let mut hook = LookaheadHook::<B> {
             on: ctx.want_lookahead,
             layers: self.lookahead.layers.clone(),
@@ -290,15 +328,17 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
                         .reshape([1, v])
                 })
                 .collect();
-            let rows = rows_to_host(Tensor::cat(rows, 0), ctx.vocab)?;
+            let rows = Tensor::cat(rows, 0);
             if step == 0 && n0 > 1 {
                 for (s, p) in pending.iter().enumerate() {
                     cache.truncate(s, base[s] + p.len())?;
                 }
             }
             let next = if sampling.is_greedy() {
-                pick_tokens(&rows, &sampling, &mut rngs, &ids)?
+                // picked on the device: one id per sequence comes back, not `vocab` floats
+                greedy_on_device(rows, ctx.vocab)?
             } else {
+                let rows = rows_to_host(rows, ctx.vocab)?;
                 let mut out = Vec::with_capacity(b);
                 for (s, row) in rows.iter().enumerate() {
                     let q = sampling.probs(row, s)?;
@@ -394,5 +434,65 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
         self.base = pick(&self.base);
         self.fed = pick(&self.fed);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn_flex::Flex;
+    use burn_tensor::TensorData;
+
+    fn logits(rows: &[Vec<f32>]) -> Tensor<Flex, 2> {
+        let v = rows[0].len();
+        let flat: Vec<f32> = rows.iter().flatten().copied().collect();
+        Tensor::from_data(TensorData::new(flat, [rows.len(), v]), &Default::default())
+    }
+
+    /// The first index of the largest value, by a plain loop over the row.
+    fn first_max(row: &[f32]) -> u32 {
+        let mut best = 0;
+        for (i, &x) in row.iter().enumerate() {
+            if x > row[best] {
+                best = i;
+            }
+        }
+        best as u32
+    }
+
+    #[test]
+    fn greedy_on_device_takes_the_first_max_within_the_vocabulary() {
+        // a tie at the maximum (ids 1 and 3), a maximum past the vocabulary (id 4), -inf
+        let rows = vec![
+            vec![0.5, 3.0, -1.0, 3.0, 9.0],
+            vec![f32::NEG_INFINITY, -2.0, -2.5, -7.0, 1.0],
+        ];
+        let ids = greedy_on_device(logits(&rows), 4).unwrap();
+        assert_eq!(ids, vec![1, 1]);
+    }
+
+    #[test]
+    fn greedy_on_device_matches_a_host_argmax_on_random_rows() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let rows: Vec<Vec<f32>> = (0..6)
+            .map(|_| (0..997).map(|_| rng.random_range(-8.0f32..8.0)).collect())
+            .collect();
+        let want: Vec<u32> = rows.iter().map(|r| first_max(&r[..900])).collect();
+        assert_eq!(greedy_on_device(logits(&rows), 900).unwrap(), want);
+    }
+
+    #[test]
+    fn greedy_on_device_refuses_nan_and_inf_naming_the_sequence() {
+        for bad in [f32::NAN, f32::INFINITY] {
+            let rows = vec![vec![0.0, 1.0, 2.0], vec![0.0, bad, 2.0]];
+            match greedy_on_device(logits(&rows), 3) {
+                Err(dustin_core::CoreError::NonFinite { seq, .. }) => assert_eq!(seq, 1),
+                other => panic!("{bad}: expected NonFinite for sequence 1, got {other:?}"),
+            }
+        }
+        // a NaN past the vocabulary is not read
+        let rows = vec![vec![0.0, 1.0, f32::NAN]];
+        assert_eq!(greedy_on_device(logits(&rows), 2).unwrap(), vec![1]);
     }
 }
