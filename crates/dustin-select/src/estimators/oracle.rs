@@ -13,8 +13,8 @@
 use dustin_core::{ImportanceEstimator, Result, ScoreCtx, Scores};
 use dustin_kernels::{KernelError, KernelOps};
 
-use super::prompt::max_ctx;
-use crate::attn::grouped_probs;
+use super::prompt::score_width;
+use crate::attn::{fit_last, grouped_probs};
 use crate::topk::kernel_error;
 
 /// The oracle: exact attention mass of the verification queries.
@@ -30,21 +30,21 @@ impl<B: KernelOps> ImportanceEstimator<B> for Oracle {
 
     fn score(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<Scores<B>> {
         let a = ctx.attn;
-        let c = max_ctx(a)?;
+        // over the keys' (padded) width, not max(ctx): see `score_width`
+        let w = score_width(a)?;
         let [b, kvh, l, _] = a.k.dims();
         if B::FUSED {
             let all: Vec<usize> = (0..a.q.dims()[1]).collect();
             match B::head_subset_scores(a.q.clone(), a.k.clone(), a.ctx_lens, &all, a.scale) {
-                Ok(m) => return Ok(Scores::Tokens(m.narrow(2, 0, c))),
+                Ok(m) => return Ok(Scores::Tokens(fit_last(m, w))),
                 Err(KernelError::Unsupported(_)) => {}
                 Err(e) => return Err(kernel_error(e)),
             }
         }
         let mass = grouped_probs(a.q.clone(), a.k.clone(), a.ctx_lens, a.scale)
             .sum_dims(&[2, 3])
-            .reshape([b, kvh, l])
-            .narrow(2, 0, c);
-        Ok(Scores::Tokens(mass))
+            .reshape([b, kvh, l]);
+        Ok(Scores::Tokens(fit_last(mass, w)))
     }
 }
 

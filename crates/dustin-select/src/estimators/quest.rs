@@ -21,7 +21,7 @@ use burn_tensor::{backend::Backend, Int, Tensor};
 use dustin_core::{CoreError, ImportanceEstimator, Result, ScoreCtx, Scores};
 use serde::{Deserialize, Serialize};
 
-use super::prompt::max_ctx;
+use super::prompt::{max_ctx, score_width};
 use crate::{attn::fit_last, topk::lens_tensor};
 
 /// Knobs of [`Quest`].
@@ -239,12 +239,14 @@ impl<B: dustin_kernels::KernelOps> ImportanceEstimator<B> for Quest<B> {
             page_scores(a.q, a.k, a.ctx_lens, p)
         };
         let [b, kvh, np] = pages.dims();
+        // every token its page's score, over the keys' (padded) width rather than max(ctx),
+        // which changes at every step (`score_width`); the top-k ignores columns past each
+        // context
         let tokens = pages
             .reshape([b, kvh, np, 1])
             .expand([b, kvh, np, p])
-            .reshape([b, kvh, np * p])
-            .narrow(2, 0, c);
-        Ok(Scores::Tokens(tokens))
+            .reshape([b, kvh, np * p]);
+        Ok(Scores::Tokens(fit_last(tokens, score_width(a)?)))
     }
 }
 

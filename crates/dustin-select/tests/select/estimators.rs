@@ -550,6 +550,55 @@ fn snapkv_window_is_the_prompt_end_under_a_padded_view() {
     }
 }
 
+/// Quest and the oracle score over the model's padded view (`score_width`), not `max(ctx)`:
+/// the columns past the context must never be selected, whatever the stale slots there hold.
+/// A 40-token context in a 64-position view, heavy keys at 3..10 (inside Quest's first page,
+/// whose free slots 1..10 the budget covers), huge keys in the padding.
+#[test]
+fn quest_and_oracle_never_select_the_padding_of_the_view() {
+    let cfg = SelectConfig {
+        budget: 12,
+        n_sink: 1,
+        window: 2,
+        ..SelectConfig::default()
+    };
+    let (kvh, g, d, len, view) = (1usize, 2usize, 4usize, 40usize, 64usize);
+    let mut keys = vec![0.01f32; kvh * view * d];
+    for pos in 3..10 {
+        keys[pos * d] = 8.0;
+    }
+    for pos in len..view {
+        keys[pos * d] = 50.0;
+    }
+    let kk = Tensor::<B, 4>::from_data(TensorData::new(keys, [1, kvh, view, d]), &dev());
+    let mut qv = vec![0.0f32; kvh * g * d];
+    qv.iter_mut().step_by(d).for_each(|x| *x = 1.0);
+    let qq = Tensor::<B, 4>::from_data(TensorData::new(qv, [1, kvh * g, 1, d]), &dev());
+    for spec in ["quest", "oracle"] {
+        let mut p = dustin_select::build_with::<B>(spec, &cfg, None).unwrap();
+        p.reset(1, 1);
+        p.begin_verify(0);
+        let dec = LayerAttnCtx {
+            layer: 0,
+            phase: Phase::Decode,
+            q: &qq,
+            k: &kk,
+            ctx_lens: &[len],
+            n_new: 1,
+            scale: 0.5,
+        };
+        let sel = p.on_layer(&dec).unwrap().unwrap();
+        let got = &rows(&sel)[0][0];
+        assert!(
+            got.iter().all(|&x| x < len),
+            "{spec} selected past the context of {len}: {got:?}"
+        );
+        for pos in 3..10 {
+            assert!(got.contains(&pos), "{spec} lost heavy key {pos}: {got:?}");
+        }
+    }
+}
+
 #[test]
 fn static_and_dynamic_estimators_keep_a_heavy_hitter() {
     for spec in ["h2o", "snapkv", "oracle", "quest", "history-only"] {
