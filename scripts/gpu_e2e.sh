@@ -110,8 +110,8 @@ trace)
     head -40 "$OUT/profile_b1_summary.txt"
     ;;
 where)
-    # is a decoding step bound by the GPU's kernels or by waiting? (H200, 2026-11-30: the host
-    # threads were busy 20% of a step). 1) nvidia-smi's utilization.gpu (share of time some
+    # is a decoding step bound by the GPU's kernels or by the host? (H200, 2026-11-30: the GPU
+    # was busy 36-52%, the host threads 65-97%; docs/perf.md). 1) nvidia-smi's utilization.gpu (share of time some
     # kernel runs) every 50 ms while `dense` decodes at B=1, 7B, 32k; 2) every kernel's own GPU
     # time (ncu, one pass of gpu__time_duration) in a small run (7B shapes with 2 layers,
     # 0.5B draft, 4k context, B=1, dense, 3 iterations), timed first without ncu
@@ -136,7 +136,7 @@ hf)
     PYTHONUNBUFFERED=1 timeout "${HF_LIMIT:-540}" python3 "$D/hf_e2e_bench.py" "$C" 2>&1 | tee "$OUT/hf.jsonl"
     ;;
 7b)
-    # dustin-kernels-gpu is staged by `xtask gpu-kernels`, not `gpu-e2e` (carry limit)
+    # dustin-kernels-gpu is staged by `xtask gpu-kernels`, not `gpu-e2e`
     if [ -x "$D/dustin-kernels-gpu" ]; then
         timeout 120 "$D/dustin-kernels-gpu" check 2>&1 | tee "$OUT/check.txt" | grep -E "row scores|FAIL|fail|pass|ok" | tail -30
     else

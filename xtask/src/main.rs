@@ -1,10 +1,12 @@
 //! Project tasks: `cargo run -p xtask -- <task>`.
 //!
-//! - `stage-gpu`: builds the CUDA binary (release, `--features cuda`) and copies it with the
-//!   configs a GPU run needs into `.device/` (git-ignored), for the device machine.
+//! - `stage-gpu`: builds the CUDA binary (release, `--features cuda,host-profile`) and
+//!   stages it gzipped (`stage_bin`) with the configs a GPU run needs into `.device/`
+//!   (git-ignored), for the device machine; `scripts/gpu_mem.sh` unpacks it there.
 //! - `fetch-model`: fetches the default model into the cache (same as `dustin fetch-model`).
-//! - `gpu-kernels`: builds `dustin-kernels-gpu` (release, `--features cuda`), stages it with
-//!   `scripts/sdpa_verify_bench.py` into `.device/`, and prints the one `run` command that
+//! - `gpu-kernels`: builds `dustin-kernels-gpu` (release, `--features cuda`), stages it
+//!   gzipped with `scripts/sdpa_verify_bench.py` and `scripts/gpu_mem.sh` into `.device/`,
+//!   and prints the one `run` command (which unpacks it first) that
 //!   checks every kernel against the float64 references and runs the benchmark (ours and
 //!   PyTorch SDPA) on the GPU machine.
 //! - `fuzz-smoke`: runs each `cargo fuzz` target of `fuzz/` briefly (30 s each by default),
@@ -35,9 +37,9 @@ enum Task {
         #[arg(long)]
         quick: bool,
     },
-    /// Build and stage the CUDA `dustin` and `dustin-kernels-gpu` binaries, the Qwen2.5
-    /// configs and the device scripts for the end-to-end benchmark (issue 7); print the device
-    /// commands (`scripts/gpu_e2e.sh`).
+    /// Build and stage the CUDA `dustin` binary (gzipped; a `dustin-kernels-gpu` staged by
+    /// `gpu-kernels` stays beside it), the Qwen2.5 configs and the device scripts for the
+    /// end-to-end benchmark (issue 7); print the device commands (`scripts/gpu_e2e.sh`).
     GpuE2e,
     /// Run each fuzz target of fuzz/ for a short time (needs nightly and cargo-fuzz).
     FuzzSmoke {

@@ -101,7 +101,8 @@ pub struct E2eArgs {
     #[arg(long)]
     pub profile: bool,
     /// Profile the host over each row's timed iterations: one report per row in this folder
-    /// (`host-{mode}-{ctx}-b{batch}.txt`): each thread's CPU time next to the wall time and,
+    /// (`host-{mode}-{ctx}-b{batch}-l{target layers}[-tp{n}].txt`): each thread's CPU time
+    /// next to the wall time and,
     /// in a binary built with the `host-profile` feature (xtask's GPU staging is), functions
     /// by sampled CPU time (`crate::host_profile`). Sampling costs some host time, so take
     /// speeds from a run without it.
@@ -652,7 +653,15 @@ fn measure<B: KernelOps>(
                 let (warmup, iters) = (args.warmup, args.iters);
                 let mut host: Option<crate::host_profile::HostProfile> = None;
                 let mut host_err: Option<CliError> = None;
-                let host_name = format!("host-{mode}-{ctx}-b{batch}");
+                let host_name = format!(
+                    "host-{mode}-{ctx}-b{batch}-l{}{}",
+                    tcfg.num_hidden_layers,
+                    if world > 1.0 {
+                        format!("-tp{world}")
+                    } else {
+                        String::new()
+                    }
+                );
                 let mut on_tokens = |seq: usize, _: &[TokenId]| {
                     if let (0, true, Some(dir)) = (seq, report, &args.host_profile) {
                         seen_host += 1;
@@ -701,6 +710,14 @@ fn measure<B: KernelOps>(
                 };
                 if let Some(e) = host_err {
                     return Err(e);
+                }
+                // the generation ended before the timed window did: report what was sampled
+                if let Some(p) = host.take() {
+                    let path = p.finish(&format!(
+                        "{host_name}, {} iterations (the run ended before the window's {iters})",
+                        seen_host.saturating_sub(warmup + 1)
+                    ))?;
+                    eprintln!("host profile (partial window): {}", path.display());
                 }
                 // the generation stops within a few iterations of the timed window's end, so
                 // the window is complete; otherwise the profile covers what ran after warm-up

@@ -4,8 +4,10 @@
 //! kernels take (docs/perf.md), so the host's own work (op dispatch, allocation, launches)
 //! may set the speed. Two parts:
 //! - every thread's CPU time over the window, exact, from Linux's
-//!   `/proc/self/task/*/schedstat` (nanoseconds on a CPU), next to the window's wall time:
-//!   a thread near 100% is the bottleneck;
+//!   `/proc/self/task/*/schedstat` (nanoseconds on a CPU), next to the window's wall time.
+//!   A thread near 100% never sleeps, but it may be spinning: CUDA's default
+//!   synchronisation and cubecl's task queue both spin-wait, so read it with the stacks and
+//!   with the GPU's own utilization;
 //! - with the cargo feature `host-profile`, sampled stacks (pprof-rs, `SIGPROF` at
 //!   [`FREQUENCY_HZ`] of CPU time; the kernel's timer tick can deliver fewer, so read the
 //!   samples as shares and take CPU time from the first part). The report lists functions

@@ -127,8 +127,9 @@ impl<B: Backend> AttentionHook<B> for DenseHook {
 pub enum Scores<B: Backend> {
     /// Attend to the whole context (no selection) at this layer.
     Dense,
-    /// Scores `[batch, kv_heads, ctx]` over context positions `0 .. ctx` (`ctx` = the largest
-    /// context length of the batch); higher means keep. Positions past a sequence's own
+    /// Scores `[batch, kv_heads, width]` over context positions `0 .. width`, `width` at least
+    /// the largest context length of the batch (the built-in estimators use the keys' padded
+    /// width, which changes less often); higher means keep. Positions past a sequence's own
     /// context length are ignored by the top-k step.
     Tokens(Tensor<B, 3>),
 }
