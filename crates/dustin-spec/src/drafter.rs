@@ -11,6 +11,33 @@ use dustin_qwen::generate::{prefill_from, rows_to_host, seq_rng, DEFAULT_PREFILL
 use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2};
 use rand::Rng;
 
+/// Row `last[s]` of each sequence `s` of `logits` `[batch, n, vocab]`, as `[batch, vocab]`:
+/// one slice when every sequence takes the same row (every draft step after the first, and
+/// the first when the pending lengths agree), else one gather. A slice and a reshape per
+/// sequence plus a `cat` cost `2 * batch + 1` kernel launches, and on CUDA a launch costs
+/// more host time than this work (docs/perf.md, 2026-11-30).
+fn last_rows<B: Backend>(logits: Tensor<B, 3>, last: &[usize]) -> Tensor<B, 2> {
+    let [b, n, v] = logits.dims();
+    match last.first() {
+        Some(&r) if last.iter().all(|&x| x == r) => {
+            logits.slice([0..b, r..r + 1, 0..v]).reshape([b, v])
+        }
+        _ => {
+            let idx: Vec<i64> = last
+                .iter()
+                .enumerate()
+                .map(|(s, &r)| (s * n + r) as i64)
+                .collect();
+            let dev = logits.device();
+            let idx = Tensor::<B, 1, burn_tensor::Int>::from_data(
+                burn_tensor::TensorData::new(idx, [b]),
+                &dev,
+            );
+            logits.reshape([b * n, v]).select(0, idx)
+        }
+    }
+}
+
 /// The greedy token of each row of `logits` (`[batch, vocab_padded]`, logits of the first
 /// `vocab` ids considered), picked on the device: the draft loop then reads back `batch` ids
 /// instead of `batch x vocab` floats at every step (151,936 floats per sequence for Qwen2.5).
@@ -330,21 +357,18 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
             let logits = out.logits.ok_or_else(|| {
                 dustin_core::CoreError::Model("draft forward returned no logits".into())
             })?;
-            let [b, n, v] = logits.dims();
-            let rows: Vec<Tensor<B, 2>> = (0..b)
+            let [b, n, _] = logits.dims();
+            // each sequence's row: its last pending token at step 0, the one new token after
+            let last: Vec<usize> = (0..b)
                 .map(|s| {
-                    let r = if step == 0 {
+                    if step == 0 {
                         pending[s].len() - 1
                     } else {
                         n - 1
-                    };
-                    logits
-                        .clone()
-                        .slice([s..s + 1, r..r + 1, 0..v])
-                        .reshape([1, v])
+                    }
                 })
                 .collect();
-            let rows = Tensor::cat(rows, 0);
+            let rows = last_rows(logits, &last);
             if step == 0 && n0 > 1 {
                 for (s, p) in pending.iter().enumerate() {
                     cache.truncate(s, base[s] + p.len())?;
@@ -474,6 +498,26 @@ mod tests {
             }
         }
         best as u32
+    }
+
+    #[test]
+    fn last_rows_takes_each_sequences_row_by_slice_or_gather() {
+        // logits[s][i][j] = 100 s + 10 i + j
+        let (b, n, v) = (3usize, 2usize, 4usize);
+        let flat: Vec<f32> = (0..b * n * v)
+            .map(|x| (100 * (x / (n * v)) + 10 * ((x / v) % n) + x % v) as f32)
+            .collect();
+        let t = Tensor::<Flex, 3>::from_data(TensorData::new(flat, [b, n, v]), &Default::default());
+        let host = |x: Tensor<Flex, 2>| x.into_data().to_vec::<f32>().unwrap();
+        let want = |rows: &[usize]| -> Vec<f32> {
+            rows.iter()
+                .enumerate()
+                .flat_map(|(s, &r)| (0..v).map(move |j| (100 * s + 10 * r + j) as f32))
+                .collect()
+        };
+        for rows in [[1usize, 1, 1], [0, 0, 0], [0, 1, 0], [1, 0, 1]] {
+            assert_eq!(host(last_rows(t.clone(), &rows)), want(&rows), "{rows:?}");
+        }
     }
 
     #[test]
