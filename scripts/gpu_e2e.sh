@@ -53,8 +53,8 @@ grid)
     ;;
 final)
     # 32k: 7B at batch 1 and 8 (every mode), 7B at 16 (ar, dense, dustin), 72B (20 layers) at
-    # 8 (ar, dense, dustin, streaming): about 6 minutes (H200, 2026-11-30; B=16 `dustin` needs more than 100 s); HF=1 adds the HF
-    # transformers peers at 32k
+    # 8 (ar, dense, dustin, streaming): about 6 minutes (H200, 2026-11-30; `dustin` at B=16
+    # needs more than 100 s); HF=1 adds the HF transformers peers at 32k
     LIMIT=${LIMIT_7B:-200} group 7b_32768 --target "$C/Qwen2.5-7B-Instruct.config.json" \
         --ctx 32768 --batch 1,8
     LIMIT=${LIMIT_7B16:-150} group 7b_32768_b16 --target "$C/Qwen2.5-7B-Instruct.config.json" \
