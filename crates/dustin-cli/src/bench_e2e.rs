@@ -102,10 +102,9 @@ pub struct E2eArgs {
     pub profile: bool,
     /// Profile the host over each row's timed iterations: one report per row in this folder
     /// (`host-{mode}-{ctx}-b{batch}-l{target layers}[-tp{n}].txt`): each thread's CPU time
-    /// next to the wall time and,
-    /// in a binary built with the `host-profile` feature (xtask's GPU staging is), functions
-    /// by sampled CPU time (`crate::host_profile`). Sampling costs some host time, so take
-    /// speeds from a run without it.
+    /// next to the wall time and, in a binary built with the `host-profile` feature (xtask's
+    /// GPU staging is), functions by sampled CPU time (`crate::host_profile`). Sampling costs
+    /// some host time, so take speeds from a run without it.
     #[arg(long)]
     pub host_profile: Option<PathBuf>,
     /// How RMSNorm, the SwiGLU product and RoPE run in target and draft: `fused` (one kernel
@@ -645,10 +644,9 @@ fn measure<B: KernelOps>(
                     ..SpecConfig::default()
                 };
                 // the first call for sequence 0 follows the prefill, then one per iteration:
-                // the profile starts over once the warm-up iterations are done
-                // and is read when the timed iterations are done
+                // the profiles (phase and host) start once the warm-up iterations are done
+                // and are read when the timed iterations are done
                 let mut seen = 0usize;
-                let mut seen_host = 0usize;
                 let mut window: Option<Vec<dustin_qwen::profile::PhaseTime>> = None;
                 let (warmup, iters) = (args.warmup, args.iters);
                 let mut host: Option<crate::host_profile::HostProfile> = None;
@@ -663,12 +661,15 @@ fn measure<B: KernelOps>(
                     }
                 );
                 let mut on_tokens = |seq: usize, _: &[TokenId]| {
-                    if let (0, true, Some(dir)) = (seq, report, &args.host_profile) {
-                        seen_host += 1;
-                        let r = if seen_host == warmup + 1 {
+                    if seq != 0 || !report {
+                        return;
+                    }
+                    seen += 1;
+                    if let Some(dir) = &args.host_profile {
+                        let r = if seen == warmup + 1 {
                             crate::host_profile::HostProfile::start(dir, &host_name)
                                 .map(|p| host = Some(p))
-                        } else if seen_host == warmup + iters + 1 {
+                        } else if seen == warmup + iters + 1 {
                             host.take().map_or(Ok(()), |p| {
                                 p.finish(&format!("{host_name}, {iters} iterations"))
                                     .map(|path| eprintln!("host profile: {}", path.display()))
@@ -680,8 +681,7 @@ fn measure<B: KernelOps>(
                             host_err.get_or_insert(e);
                         }
                     }
-                    if seq == 0 && report && args.profile {
-                        seen += 1;
+                    if args.profile {
                         if seen == warmup + 1 {
                             dustin_qwen::profile::reset();
                         } else if seen == warmup + iters + 1 {
@@ -715,7 +715,7 @@ fn measure<B: KernelOps>(
                 if let Some(p) = host.take() {
                     let path = p.finish(&format!(
                         "{host_name}, {} iterations (the run ended before the window's {iters})",
-                        seen_host.saturating_sub(warmup + 1)
+                        seen.saturating_sub(warmup + 1)
                     ))?;
                     eprintln!("host profile (partial window): {}", path.display());
                 }

@@ -344,11 +344,7 @@ fn run<B: Backend, D: Drafter<B>, V: Verifier<B>>(
         if cfg.sampling.is_greedy() {
             // the device argmax would pick an arbitrary token from NaN / +inf logits: refuse
             // them, as the host sampling path does
-            let bad = ver
-                .logits
-                .clone()
-                .is_nan()
-                .bool_or(ver.logits.clone().equal_elem(f32::INFINITY))
+            let bad = crate::refused_logits(ver.logits.clone())
                 .any_dim(2)
                 .any_dim(1)
                 .reshape([b])

@@ -66,11 +66,7 @@ fn greedy_on_device<B: Backend>(
         ));
     }
     let logits = logits.slice([0..b, 0..vocab.min(v)]);
-    let bad = logits
-        .clone()
-        .is_nan()
-        .bool_or(logits.clone().equal_elem(f32::INFINITY))
-        .any_dim(1);
+    let bad = crate::refused_logits(logits.clone()).any_dim(1);
     // one read back per step: the ids, with the refused rows marked
     let ids = logits
         .argmax(1)

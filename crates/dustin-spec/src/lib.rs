@@ -24,3 +24,15 @@ pub use drafter::{LookaheadConfig, ModelDrafter};
 pub use dustin_core::{Drafter, SelectionPolicy, Verifier};
 pub use error::{Result, SpecError};
 pub use verifier::{ModelVerifier, TargetKv};
+
+/// Where `logits` hold NaN or +inf, which greedy decoding refuses: a device argmax would pick
+/// an arbitrary token from them (the host sampling path refuses them too). Same shape as
+/// `logits`; the draft and the verifier reduce it over their vocabulary axis.
+pub(crate) fn refused_logits<B: burn_tensor::backend::Backend, const D: usize>(
+    logits: burn_tensor::Tensor<B, D>,
+) -> burn_tensor::Tensor<B, D, burn_tensor::Bool> {
+    logits
+        .clone()
+        .is_nan()
+        .bool_or(logits.equal_elem(f32::INFINITY))
+}

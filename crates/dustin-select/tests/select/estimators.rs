@@ -483,6 +483,50 @@ fn keeps_planted_heavy_hitter(spec: &str) {
     );
 }
 
+/// Keys of one sequence with one KV head (head_dim 4) in the model's padded view of 64
+/// positions: small keys, heavy ones (8.0) at `heavy`, and the padding past the `len`-token
+/// context filled with huge keys (50.0: stale slots, never to be read).
+fn padded_view_keys(heavy: std::ops::Range<usize>, len: usize) -> Tensor<B, 4> {
+    let (d, view) = (4usize, 64usize);
+    let mut keys = vec![0.01f32; view * d];
+    for pos in heavy {
+        keys[pos * d] = 8.0;
+    }
+    for pos in len..view {
+        keys[pos * d] = 50.0;
+    }
+    Tensor::<B, 4>::from_data(TensorData::new(keys, [1, 1, view, d]), &dev())
+}
+
+/// `n` queries of `heads` heads (one KV head, head_dim 4), each the unit vector e_0.
+fn unit_queries(heads: usize, n: usize) -> Tensor<B, 4> {
+    let d = 4usize;
+    let mut v = vec![0.0f32; heads * n * d];
+    v.iter_mut().step_by(d).for_each(|x| *x = 1.0);
+    Tensor::<B, 4>::from_data(TensorData::new(v, [1, heads, n, d]), &dev())
+}
+
+/// The positions a policy selects for one new token at context `len` (layer 0, sequence 0,
+/// KV head 0).
+fn decode_selection(
+    p: &mut dyn dustin_core::SelectionPolicy<B>,
+    q: &Tensor<B, 4>,
+    k: &Tensor<B, 4>,
+    len: usize,
+) -> Vec<usize> {
+    let dec = LayerAttnCtx {
+        layer: 0,
+        phase: Phase::Decode,
+        q,
+        k,
+        ctx_lens: &[len],
+        n_new: 1,
+        scale: 0.5,
+    };
+    let sel = p.on_layer(&dec).unwrap().unwrap();
+    rows(&sel)[0][0].clone()
+}
+
 /// The model pads its KV view past the prompt (`dustin_qwen::KV_VIEW_MULTIPLE`): SnapKV's
 /// observation window must still be the prompt's last positions, not the view's. A 40-token
 /// prompt in a 64-position view, heavy keys at 3..12 that outvote everything else, window 8:
@@ -499,23 +543,10 @@ fn snapkv_window_is_the_prompt_end_under_a_padded_view() {
     let mut p =
         dustin_select::build_with::<B>("snapkv", &cfg, Some(serde_json::json!({"obs_window": 8})))
             .unwrap();
-    let (kvh, g, d, len, view) = (1usize, 2usize, 4usize, 40usize, 64usize);
-    let mut keys = vec![0.01f32; kvh * view * d];
-    for pos in 3..12 {
-        keys[pos * d] = 8.0;
-    }
-    // the padding holds other data (stale slots): large keys there too
-    for pos in len..view {
-        keys[pos * d] = 50.0;
-    }
-    let kk = Tensor::<B, 4>::from_data(TensorData::new(keys, [1, kvh, view, d]), &dev());
-    let q = |n: usize| {
-        let mut v = vec![0.0f32; kvh * g * n * d];
-        v.iter_mut().step_by(d).for_each(|x| *x = 1.0);
-        Tensor::<B, 4>::from_data(TensorData::new(v, [1, kvh * g, n, d]), &dev())
-    };
+    let (g, len) = (2usize, 40usize);
+    let kk = padded_view_keys(3..12, len);
     p.reset(1, 1);
-    let qq = q(len);
+    let qq = unit_queries(g, len);
     let pre = LayerAttnCtx {
         layer: 0,
         phase: Phase::Prefill {
@@ -530,18 +561,7 @@ fn snapkv_window_is_the_prompt_end_under_a_padded_view() {
     };
     assert!(p.on_layer(&pre).unwrap().is_none());
     p.begin_verify(0);
-    let qq = q(1);
-    let dec = LayerAttnCtx {
-        layer: 0,
-        phase: Phase::Decode,
-        q: &qq,
-        k: &kk,
-        ctx_lens: &[len],
-        n_new: 1,
-        scale: 0.5,
-    };
-    let sel = p.on_layer(&dec).unwrap().unwrap();
-    let got = &rows(&sel)[0][0];
+    let got = &decode_selection(p.as_mut(), &unit_queries(g, 1), &kk, len);
     for pos in len - 8..len {
         assert!(
             got.contains(&pos),
@@ -564,33 +584,14 @@ fn quest_and_oracle_never_select_the_padding_of_the_view() {
         window: 2,
         ..SelectConfig::default()
     };
-    let (kvh, g, d, len, view) = (1usize, 2usize, 4usize, 40usize, 64usize);
-    let mut keys = vec![0.01f32; kvh * view * d];
-    for pos in 16..32 {
-        keys[pos * d] = 8.0;
-    }
-    for pos in len..view {
-        keys[pos * d] = 50.0;
-    }
-    let kk = Tensor::<B, 4>::from_data(TensorData::new(keys, [1, kvh, view, d]), &dev());
-    let mut qv = vec![0.0f32; kvh * g * d];
-    qv.iter_mut().step_by(d).for_each(|x| *x = 1.0);
-    let qq = Tensor::<B, 4>::from_data(TensorData::new(qv, [1, kvh * g, 1, d]), &dev());
+    let len = 40usize;
+    let kk = padded_view_keys(16..32, len);
+    let qq = unit_queries(2, 1);
     for spec in ["quest", "oracle"] {
         let mut p = dustin_select::build_with::<B>(spec, &cfg, None).unwrap();
         p.reset(1, 1);
         p.begin_verify(0);
-        let dec = LayerAttnCtx {
-            layer: 0,
-            phase: Phase::Decode,
-            q: &qq,
-            k: &kk,
-            ctx_lens: &[len],
-            n_new: 1,
-            scale: 0.5,
-        };
-        let sel = p.on_layer(&dec).unwrap().unwrap();
-        let got = &rows(&sel)[0][0];
+        let got = &decode_selection(p.as_mut(), &qq, &kk, len);
         assert!(
             got.iter().all(|&x| x < len),
             "{spec} selected past the context of {len}: {got:?}"
