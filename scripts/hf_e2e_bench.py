@@ -6,7 +6,9 @@ config.json files, bf16, SDPA attention. Greedy `generate` of 33 new tokens afte
 generation (batch 1 only: HF does not batch it) with 4 assistant tokens: random weights make
 its acceptance whatever they make it (about 0); its ms per generated token is reported as
 measured. Peak memory: torch.cuda.max_memory_allocated per shape.
-Usage: python3 hf_e2e_bench.py CONFIG_DIR [--quick] [--batches=1,8] [--assist]
+With --ttft, only the time to first token (`generate` of one new token: the prefill of the
+whole prompt at once) per shape, no decoding and no assisted generation.
+Usage: python3 hf_e2e_bench.py CONFIG_DIR [--quick] [--batches=1,8] [--assist] [--ttft]
 (one JSON line a shape; --assist runs assisted generation at batch 1 whatever the batches)
 """
 import json
@@ -60,6 +62,15 @@ with torch.inference_mode():
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
             ids = torch.randint(0, vocab, (b, ctx), device=dev)
+            if "--ttft" in sys.argv:
+                try:
+                    t1, _ = timed(lambda: target.generate(ids, max_new_tokens=1, min_new_tokens=1, **gen))
+                    row = {"peer": "hf-generate", "model": "7B", "ctx": ctx, "batch": b,
+                           "prefill_s": t1, "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
+                except torch.OutOfMemoryError:
+                    row = {"peer": "hf-generate", "model": "7B", "ctx": ctx, "batch": b, "error": "OOM"}
+                print(json.dumps(row), flush=True)
+                continue
             try:
                 t1, _ = timed(lambda: target.generate(ids, max_new_tokens=1, min_new_tokens=1, **gen))
                 t33, _ = timed(lambda: target.generate(ids, max_new_tokens=33, min_new_tokens=33, **gen))

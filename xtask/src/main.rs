@@ -288,6 +288,10 @@ fn gpu_e2e() -> Result<(), String> {
     println!("run on the GPU machine (carry [\".device\"]), one call each, under 10 minutes:");
     println!("  bash .device/gpu_e2e.sh final   # 32k: 7B B 1/8/16, 72B shapes (20 layers) B 8");
     println!(
+        "  bash .device/gpu_prefill.sh ttft  # time to first token, 7B, 32k, B 1/8, ours and HF"
+    );
+    println!("  bash .device/gpu_prefill.sh kernels  # (with gpu-kernels staged) check, bench, gemm, PyTorch");
+    println!(
         "  bash .device/gpu_e2e.sh 7b      # kernels check + Qwen2.5-7B / 0.5B, 8k-32k, B 1/8/16"
     );
     println!("  bash .device/gpu_e2e.sh 72b     # Qwen2.5-72B shapes (20 layers), 32k, B 8/16 + HF peers");

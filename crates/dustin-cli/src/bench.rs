@@ -35,9 +35,24 @@ pub struct BenchArgs {
     /// Prefill chunk, tokens.
     #[arg(long, default_value_t = DEFAULT_PREFILL_CHUNK)]
     pub chunk: usize,
+    /// Attention of the prefill chunks (comma-separated; each timed in turn on the same
+    /// model, one JSON line each): `kernel` (`KernelOps::prefill_attention`, the default; on
+    /// CUDA the flash-decoding kernel) or `plain` (the model's Burn ops: the masked score
+    /// matrix of each chunk). On the CPU both are Burn ops.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "kernel")]
+    pub prefill_attention: Vec<PrefillPath>,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
+}
+
+/// `--prefill-attention`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PrefillPath {
+    /// `KernelOps::prefill_attention` (`Qwen2::with_prefill_attention(true)`).
+    Kernel,
+    /// The model's own Burn ops (`Qwen2::with_prefill_attention(false)`).
+    Plain,
 }
 
 /// `dustin bench`.
@@ -65,22 +80,28 @@ fn run_on<B: KernelOps>(args: &BenchArgs, dev: &B::Device) -> Result<(), CliErro
                 .collect()
         })
         .collect();
-    // warm-up prefill of a short prompt (kernel compilation)
+    // a short prompt run untimed before each path's prefill (kernel compilation)
     let warm: Vec<Vec<u32>> = vec![prompts[0][..args.chunk.min(args.prompt_len)].to_vec()];
-    let (_, l, _) = prefill(&model, &warm, cap, None, &mut DenseHook, args.chunk, false)?;
-    let _ = l.into_data();
-    let t = Instant::now();
-    let (mut cache, last, _) = prefill(
-        &model,
-        &prompts,
-        cap,
-        None,
-        &mut DenseHook,
-        args.chunk,
-        false,
-    )?;
-    let _ = last.into_data();
-    let prefill_secs = t.elapsed().as_secs_f64();
+    // time to first token per path: the whole batch's prefill and its last logits read back
+    let mut prefills = Vec::with_capacity(args.prefill_attention.len());
+    let mut cache = None;
+    for &path in &args.prefill_attention {
+        let m = model
+            .clone()
+            .with_prefill_attention(path == PrefillPath::Kernel);
+        // one chunk first with this path (its kernels' compilation is not timed)
+        let (_, l, _) = prefill(&m, &warm, cap, None, &mut DenseHook, args.chunk, false)?;
+        let _ = l.into_data();
+        drop(cache.take());
+        let t = Instant::now();
+        let (c, last, _) = prefill(&m, &prompts, cap, None, &mut DenseHook, args.chunk, false)?;
+        let _ = last.into_data();
+        prefills.push((path, t.elapsed().as_secs_f64()));
+        cache = Some(c);
+    }
+    let mut cache = cache.ok_or_else(|| {
+        CliError::Usage("--prefill-attention: expected at least one of kernel, plain".into())
+    })?;
     let step = |cache: &mut dustin_kv::DenseKvCache<B>| -> Result<(), CliError> {
         let toks: Vec<Vec<u32>> = (0..args.batch)
             .map(|b| vec![(b as u32 * 31 + 7) % vocab])
@@ -108,19 +129,22 @@ fn run_on<B: KernelOps>(args: &BenchArgs, dev: &B::Device) -> Result<(), CliErro
         step(&mut cache)?;
     }
     let decode_secs = t.elapsed().as_secs_f64();
-    let report = serde_json::json!({
-        "config": args.config.display().to_string(),
-        "device": format!("{:?}", args.device),
-        "batch": args.batch,
-        "prompt_len": args.prompt_len,
-        "chunk": args.chunk,
-        "init_secs": init_secs,
-        "prefill_secs": prefill_secs,
-        "prefill_tokens_per_sec": (args.batch * args.prompt_len) as f64 / prefill_secs,
-        "decode_steps": args.decode,
-        "decode_ms_per_step": 1e3 * decode_secs / args.decode as f64,
-        "decode_tokens_per_sec": (args.batch * args.decode) as f64 / decode_secs,
-    });
-    println!("{report}");
+    for (path, prefill_secs) in prefills {
+        let report = serde_json::json!({
+            "config": args.config.display().to_string(),
+            "device": format!("{:?}", args.device),
+            "batch": args.batch,
+            "prompt_len": args.prompt_len,
+            "chunk": args.chunk,
+            "prefill_attention": format!("{path:?}").to_lowercase(),
+            "init_secs": init_secs,
+            "prefill_secs": prefill_secs,
+            "prefill_tokens_per_sec": (args.batch * args.prompt_len) as f64 / prefill_secs,
+            "decode_steps": args.decode,
+            "decode_ms_per_step": 1e3 * decode_secs / args.decode as f64,
+            "decode_tokens_per_sec": (args.batch * args.decode) as f64 / decode_secs,
+        });
+        println!("{report}");
+    }
     Ok(())
 }

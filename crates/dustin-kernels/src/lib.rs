@@ -54,6 +54,12 @@ pub use pinned::PinnedHost;
 /// Most new tokens per sequence the verify kernels take (`gamma + 1 <= 16`).
 pub const MAX_NEW: usize = 16;
 
+/// Most new tokens per sequence of one [`KernelOps::prefill_attention`] call (a prefill
+/// chunk; the model prefills in chunks of 512, the last one up to 768). The bound keeps the
+/// CUDA kernel's partial results (`f32 [batch, kv_heads, splits, group * n_new, head_dim]`)
+/// under about 60 MB at Qwen2.5-7B/72B shapes.
+pub const MAX_PREFILL_NEW: usize = 4096;
+
 /// Which positions the top-k step always keeps and how many it keeps in all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Keep {
@@ -106,6 +112,24 @@ pub trait KernelOps: Backend {
         scale: f32,
     ) -> Result<Tensor<Self, 4>> {
         plain::verify_attention(q, k, v, ctx_lens, scale)
+    }
+
+    /// Dense GQA attention of a prefill chunk: [`KernelOps::verify_attention`] for up to
+    /// [`MAX_PREFILL_NEW`] new tokens per sequence, with the same shapes, causal rule and
+    /// result. On CUDA it is the same flash-decoding kernel (no score matrix in memory; a
+    /// block stops at the last key its queries can see); the plain path builds the masked
+    /// score matrix `[batch, kv_heads, group * n_new, ctx + n_new]`.
+    ///
+    /// # Errors
+    /// As [`KernelOps::verify_attention`], with `n_new` up to [`MAX_PREFILL_NEW`].
+    fn prefill_attention(
+        q: Tensor<Self, 4>,
+        k: Tensor<Self, 4>,
+        v: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        scale: f32,
+    ) -> Result<Tensor<Self, 4>> {
+        plain::prefill_attention(q, k, v, ctx_lens, scale)
     }
 
     /// Sparse GQA attention: each query head of KV head `h` of sequence `b` attends to the
@@ -486,6 +510,20 @@ impl AttnDims {
 /// # Errors
 /// [`KernelError::Shape`] / [`KernelError::InvalidInput`] naming the first problem.
 pub fn check_attn(q: [usize; 4], k: [usize; 4], ctx_lens: &[usize]) -> Result<AttnDims> {
+    check_attn_upto(q, k, ctx_lens, MAX_NEW)
+}
+
+/// [`check_attn`] with `n_new` allowed up to `max_new` ([`MAX_PREFILL_NEW`] for
+/// [`KernelOps::prefill_attention`]).
+///
+/// # Errors
+/// As [`check_attn`].
+pub fn check_attn_upto(
+    q: [usize; 4],
+    k: [usize; 4],
+    ctx_lens: &[usize],
+    max_new: usize,
+) -> Result<AttnDims> {
     let [b, hq, n, d] = q;
     let [kb, kvh, cap, kd] = k;
     if kb != b || kd != d || kvh == 0 {
@@ -502,8 +540,8 @@ pub fn check_attn(q: [usize; 4], k: [usize; 4], ctx_lens: &[usize]) -> Result<At
             hq,
         ));
     }
-    if n == 0 || n > MAX_NEW {
-        return Err(KernelError::invalid("n_new", format!("1 ..= {MAX_NEW}"), n));
+    if n == 0 || n > max_new {
+        return Err(KernelError::invalid("n_new", format!("1 ..= {max_new}"), n));
     }
     if d == 0 {
         return Err(KernelError::invalid("head_dim", "at least 1", d));

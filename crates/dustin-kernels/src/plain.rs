@@ -5,8 +5,8 @@
 use burn_tensor::{activation, backend::Backend, Int, Tensor, TensorData};
 
 use crate::{
-    check_attn, check_heads, check_pages, check_selection, check_top_k, Keep, KernelError,
-    Positions, Result,
+    check_attn, check_attn_upto, check_heads, check_pages, check_selection, check_top_k, Keep,
+    KernelError, Positions, Result, MAX_NEW, MAX_PREFILL_NEW,
 };
 
 /// Additive causal mask `[batch, 1, 1, n, l]`: key `j` visible to query `i` of `b` iff
@@ -67,7 +67,34 @@ pub fn verify_attention<B: Backend>(
     ctx_lens: &[usize],
     scale: f32,
 ) -> Result<Tensor<B, 4>> {
-    let dims = check_attn(q.dims(), k.dims(), ctx_lens)?;
+    dense_attention(q, k, v, ctx_lens, scale, MAX_NEW)
+}
+
+/// Dense prefill attention
+/// ([`KernelOps::prefill_attention`](crate::KernelOps::prefill_attention)): the verify
+/// attention's masked score matrix for up to [`MAX_PREFILL_NEW`] new tokens.
+///
+/// # Errors
+/// As the trait method.
+pub fn prefill_attention<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    ctx_lens: &[usize],
+    scale: f32,
+) -> Result<Tensor<B, 4>> {
+    dense_attention(q, k, v, ctx_lens, scale, MAX_PREFILL_NEW)
+}
+
+fn dense_attention<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    ctx_lens: &[usize],
+    scale: f32,
+    max_new: usize,
+) -> Result<Tensor<B, 4>> {
+    let dims = check_attn_upto(q.dims(), k.dims(), ctx_lens, max_new)?;
     check_v(k.dims(), v.dims())?;
     let (b, kvh, n, d, l, g) = (
         dims.batch,

@@ -270,6 +270,30 @@ fn top_k_pads_short_rows_with_zero() {
 }
 
 #[test]
+fn prefill_attention_matches_f64_reference_past_the_verify_limit() {
+    // prefill chunks longer than MAX_NEW: the first chunk of a prompt (ctx 0) next to a
+    // later one, and a chunk that is its sequence's whole prompt
+    for c in [
+        Inputs::new(2, 14, 2, 40, 16, &[0, 23], 11),
+        Inputs::new(1, 6, 3, 70, 8, &[130], 12),
+    ] {
+        let (q, k, v) = c.tensors();
+        let out = Flex::prefill_attention(q, k, v, &c.ctx, c.scale() as f32).expect("prefill");
+        let r = reference::attention(&c.q, &c.k, &c.v, &c.dims, &c.ctx, c.scale(), None);
+        let e = reference::rel_err(&host(out), &r);
+        assert!(e < BOUND, "prefill {:?}: rel err {e}", c.dims);
+    }
+    // more new tokens than a prefill call takes
+    let n = dustin_kernels::MAX_PREFILL_NEW + 1;
+    let q = Tensor::<Flex, 4>::zeros([1, 2, n, 8], &dev());
+    let k = Tensor::<Flex, 4>::zeros([1, 1, n, 8], &dev());
+    assert!(matches!(
+        Flex::prefill_attention(q, k.clone(), k, &[0], 1.0),
+        Err(KernelError::InvalidInput { name: "n_new", .. })
+    ));
+}
+
+#[test]
 fn bad_input_is_an_error_not_a_panic() {
     let c = Inputs::new(1, 4, 2, 2, 8, &[5], 9);
     let (q, k, v) = c.tensors();

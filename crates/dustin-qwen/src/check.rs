@@ -28,7 +28,7 @@ pub const CHECK_CONFIG: &str = r#"{
 }"#;
 
 /// Two prompts (37 and 20 tokens, each prefilled on its own: more than 16 rows, so the fused
-/// element-wise ops but not the fused attention or the skinny GEMM), then one decode step of
+/// element-wise ops and [`KernelOps::prefill_attention`] but not the skinny GEMM), then one decode step of
 /// the ragged batch (2 rows through each linear layer) and one 5-token verification pass (10
 /// rows): logits of the kernel path against the model path, normwise relative error
 /// ([`dustin_kernels::reference::rel_err`], infinite for a non-finite value on either side)

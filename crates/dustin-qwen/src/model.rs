@@ -16,7 +16,7 @@
 
 use burn_tensor::{activation, backend::Backend, Int, Tensor, TensorData};
 use dustin_core::{AttentionHook, KvStore, KvView, LayerAttnCtx, LayerSelection, Phase};
-use dustin_kernels::{KernelError, KernelOps, MAX_NEW};
+use dustin_kernels::{KernelError, KernelOps, MAX_NEW, MAX_PREFILL_NEW};
 use dustin_kv::{DenseKvCache, KvShape};
 
 use crate::config::QwenConfig;
@@ -410,6 +410,10 @@ pub struct Qwen2<B: Backend> {
     /// ([`KernelOps::skinny_linear3`], [`KernelOps::skinny_swiglu`];
     /// [`Qwen2::with_grouped_gemm`]; by default exactly when the skinny GEMM is on: `None`).
     grouped_gemm: Option<bool>,
+    /// Whether dense attention of more than [`MAX_NEW`] new tokens (prefill chunks) runs
+    /// through [`KernelOps::prefill_attention`] ([`Qwen2::with_prefill_attention`]; by
+    /// default exactly when the attention runs through the kernels: `None`).
+    prefill_kernel: Option<bool>,
     /// Whether the next offloaded layer is staged by a helper thread while the current layer
     /// computes ([`Qwen2::with_prefetch`]).
     prefetch: bool,
@@ -645,6 +649,7 @@ impl<B: Backend> Qwen2<B> {
             elementwise: None,
             skinny_gemm: None,
             grouped_gemm: None,
+            prefill_kernel: None,
             prefetch: true,
             tp: None,
             profile: None,
@@ -769,6 +774,7 @@ impl<B: Backend> Qwen2<B> {
             elementwise: None,
             skinny_gemm: None,
             grouped_gemm: None,
+            prefill_kernel: None,
             prefetch: true,
             tp,
             profile: None,
@@ -817,6 +823,20 @@ impl<B: Backend> Qwen2<B> {
     /// way.
     pub fn with_grouped_gemm(mut self, on: bool) -> Self {
         self.grouped_gemm = Some(on);
+        self
+    }
+
+    /// Runs the dense attention of prefill chunks (more than [`MAX_NEW`] and at most
+    /// [`dustin_kernels::MAX_PREFILL_NEW`] new tokens) through
+    /// [`KernelOps::prefill_attention`] (`true`: on CUDA the flash-decoding kernel, with no
+    /// score matrix in memory) or the model's own plain ops (`false`: the masked score matrix
+    /// of the chunk against its context, Burn's matmul and softmax). The default is `true`
+    /// wherever the attention runs through the kernels ([`Qwen2::with_kernels`]). Chunks
+    /// whose attention probabilities a hook asks for (H2O, SnapKV observing the prompt) take
+    /// the plain path either way. The same attention up to rounding; `dustin bench-prefill
+    /// --prefill-attention kernel,plain` compares their speed.
+    pub fn with_prefill_attention(mut self, on: bool) -> Self {
+        self.prefill_kernel = Some(on);
         self
     }
 
@@ -1045,6 +1065,7 @@ impl<B: Backend> Qwen2<B> {
             elementwise: self.elementwise,
             skinny_gemm: self.skinny_gemm,
             grouped_gemm: self.grouped_gemm,
+            prefill_kernel: self.prefill_kernel,
             prefetch: self.prefetch,
             tp: Some(rank),
             profile: self.profile,
@@ -1486,6 +1507,20 @@ impl<B: KernelOps> Qwen2<B> {
                 None if fused && n <= MAX_NEW && (mass_done || !wants_probs) => fallback(
                     B::verify_attention(q.clone(), view.k.clone(), view.v.clone(), ctx_lens, scale),
                 )?,
+                None if fused
+                    && self.prefill_kernel.unwrap_or(true)
+                    && n > MAX_NEW
+                    && n <= MAX_PREFILL_NEW
+                    && !wants_probs =>
+                {
+                    fallback(B::prefill_attention(
+                        q.clone(),
+                        view.k.clone(),
+                        view.v.clone(),
+                        ctx_lens,
+                        scale,
+                    ))?
+                }
                 Some(sel) if fused && n <= MAX_NEW => fallback(B::sparse_verify_attention(
                     q.clone(),
                     view.k.clone(),

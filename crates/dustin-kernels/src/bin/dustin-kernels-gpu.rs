@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use burn_tensor::{backend::Backend, Distribution, Int, Tensor, TensorData};
 use dustin_kernels::reference::{self, Dims, Sel};
-use dustin_kernels::{Keep, KernelOps};
+use dustin_kernels::{Keep, KernelOps, MAX_NEW};
 
 type B = burn_cuda::Cuda<half::bf16, i32>;
 
@@ -103,6 +103,18 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
     let qt = upload(q.clone(), [c.batch, c.q_heads, c.n, c.d]);
     let kt = upload(k.clone(), [c.batch, c.kv_heads, cap, c.d]);
     let vt = upload(v.clone(), [c.batch, c.kv_heads, cap, c.d]);
+
+    // prefill chunks: only the prefill op takes more than MAX_NEW new tokens
+    if c.n > MAX_NEW {
+        if want("prefill") {
+            let r = reference::attention(&q, &k, &v, &dims, &c.ctx, scale, None);
+            match B::prefill_attention(qt, kt, vt, &c.ctx, scale as f32) {
+                Ok(o) => rep.add(c.name, "prefill", reference::rel_err(&to_f32(o), &r), BOUND),
+                Err(e) => rep.add(c.name, &format!("prefill error {e}"), f64::INFINITY, BOUND),
+            }
+        }
+        return;
+    }
 
     // dense
     if want("dense") {
@@ -379,6 +391,36 @@ fn check(op: &str) -> usize {
             ramp: false,
         },
         Case {
+            name: "g7 n100 d128 prefill ragged",
+            batch: 2,
+            q_heads: 14,
+            kv_heads: 2,
+            n: 100,
+            d: 128,
+            ctx: vec![0, 333],
+            ramp: false,
+        },
+        Case {
+            name: "g7 n512 d128 prefill",
+            batch: 1,
+            q_heads: 14,
+            kv_heads: 2,
+            n: 512,
+            d: 128,
+            ctx: vec![1000],
+            ramp: false,
+        },
+        Case {
+            name: "g5 n37 d64 prefill ramp",
+            batch: 2,
+            q_heads: 10,
+            kv_heads: 2,
+            n: 37,
+            d: 64,
+            ctx: vec![700, 5],
+            ramp: true,
+        },
+        Case {
             name: "g3 n5 d64",
             batch: 2,
             q_heads: 9,
@@ -640,6 +682,15 @@ fn gemm(json: Option<&str>, quick: bool) {
             }
         }
     }
+    prefill_attention(&mut emit, quick);
+}
+
+/// Causal prefill attention at 4k, 16k, 32k tokens (28 heads, d 128: Qwen2.5-7B): Burn's
+/// attention op (K/V expanded to 28 heads: the op wants equal head counts), then ours in
+/// chunks of [`PREFILL_CHUNK`] as the model runs it (4 KV heads), through the kernel and
+/// through the plain path. One JSON line a shape to `emit`.
+fn prefill_attention(emit: &mut dyn FnMut(String), quick: bool) {
+    let dev = dev();
     let (heads, d) = (28usize, 128usize);
     for &n in if quick {
         &[16384usize][..]
@@ -672,7 +723,75 @@ fn gemm(json: Option<&str>, quick: bool) {
             "{{\"op\":\"attention-causal-prefill\",\"heads\":{heads},\"d\":{d},\"n\":{n},\"us\":{us:.1},\"tflops\":{:.2}}}",
             flops / us / 1e6
         ));
+        // ours: the same causal prefill as the model runs it, chunks of PREFILL_CHUNK queries
+        // against the cache so far, GQA (7B: 4 KV heads, nothing expanded), through
+        // `prefill_attention` (the kernel) and through the plain path (Burn ops)
+        for (path, plain) in [("kernel", false), ("plain", true)] {
+            match prefill_chunks(n, heads, 4, d, plain) {
+                Ok(us) => emit(format!(
+                    "{{\"op\":\"prefill-attention-chunked\",\"path\":\"{path}\",\"heads\":{heads},\"kv_heads\":4,\"d\":{d},\"n\":{n},\"chunk\":{PREFILL_CHUNK},\"us\":{us:.1},\"tflops\":{:.2}}}",
+                    flops / us / 1e6
+                )),
+                Err(e) => emit(format!(
+                    "{{\"op\":\"prefill-attention-chunked\",\"path\":\"{path}\",\"n\":{n},\"error\":\"{e}\"}}"
+                )),
+            }
+        }
     }
+}
+
+/// Query tokens per prefill chunk, as the model prefills (`ModelVerifier`'s chunks).
+const PREFILL_CHUNK: usize = 512;
+
+/// Microseconds of one causal prefill of `n` tokens, attention only, one layer: chunks of
+/// [`PREFILL_CHUNK`] queries each attending to the cache before it and causally to itself,
+/// the cache `[1, kv_heads, n, d]` filled beforehand (random). One warm-up pass, then the
+/// mean of two, the device waited for at the end of each.
+fn prefill_chunks(
+    n: usize,
+    heads: usize,
+    kvh: usize,
+    d: usize,
+    plain: bool,
+) -> Result<f64, dustin_kernels::KernelError> {
+    let dev = dev();
+    let k = Tensor::<B, 4>::random([1, kvh, n, d], Distribution::Normal(0.0, 1.0), &dev);
+    let v = Tensor::<B, 4>::random([1, kvh, n, d], Distribution::Normal(0.0, 1.0), &dev);
+    let q = Tensor::<B, 4>::random(
+        [1, heads, PREFILL_CHUNK, d],
+        Distribution::Normal(0.0, 1.0),
+        &dev,
+    );
+    let scale = 1.0 / (d as f32).sqrt();
+    let pass = || -> Result<Tensor<B, 4>, dustin_kernels::KernelError> {
+        let mut last = None;
+        let mut start = 0;
+        while start < n {
+            let m = PREFILL_CHUNK.min(n - start);
+            let qc = q.clone().slice([0..1, 0..heads, 0..m, 0..d]);
+            // the keys up to the chunk's end, padded to 64 like the model's KV view
+            let keys = (start + m).next_multiple_of(64).min(n);
+            let (kc, vc) = (B::kv_prefix(k.clone(), keys), B::kv_prefix(v.clone(), keys));
+            let o = if plain {
+                dustin_kernels::plain::prefill_attention(qc, kc, vc, &[start], scale)?
+            } else {
+                B::prefill_attention(qc, kc, vc, &[start], scale)?
+            };
+            last = Some(o);
+            start += m;
+        }
+        Ok(last.expect("n > 0"))
+    };
+    let wait = |o: Tensor<B, 4>| {
+        let _ = o.slice([0..1, 0..1, 0..1, 0..1]).into_data();
+    };
+    wait(pass()?);
+    let reps = 2;
+    let t = Instant::now();
+    for _ in 0..reps {
+        wait(pass()?);
+    }
+    Ok(t.elapsed().as_secs_f64() * 1e6 / reps as f64)
 }
 
 fn main() -> std::process::ExitCode {
@@ -693,12 +812,22 @@ fn main() -> std::process::ExitCode {
         Some("check") => failures = check(op),
         Some("bench") => bench(json, quick),
         Some("gemm") => gemm(json, quick),
+        Some("prefill") => {
+            let mut out = json.and_then(|p| std::fs::File::create(p).ok());
+            let mut emit = |v: String| {
+                println!("{v}");
+                if let Some(f) = out.as_mut() {
+                    let _ = writeln!(f, "{v}");
+                }
+            };
+            prefill_attention(&mut emit, quick);
+        }
         Some("all") => {
             failures = check(op);
             bench(json, quick);
         }
         _ => {
-            eprintln!("usage: dustin-kernels-gpu check [--op dense|sparse|scores|quest|topk|elementwise] | bench [--quick] [--json PATH] | gemm [--quick] [--json PATH] | all");
+            eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise] | bench [--quick] [--json PATH] | gemm [--quick] [--json PATH] | prefill [--quick] [--json PATH] | all");
             return std::process::ExitCode::from(2);
         }
     }

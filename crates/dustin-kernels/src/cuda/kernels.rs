@@ -4,8 +4,11 @@
 //! Block layout of the split kernel (flash-decoding, one block per (split, row block, slot,
 //! sequence), 128 threads = 4 warps): a tile of 64 keys (and values) is staged in shared
 //! memory; warp `w` computes the scores of keys `16w .. 16w + 16` for all the block's rows on
-//! tensor cores; each warp then runs the online softmax of every fourth row (lane = key);
-//! `P V` accumulates in WMMA fragments, warp `w` owning output columns `d/4 * w ..`.
+//! tensor cores; then four threads per row run its online softmax over the tile (16 keys
+//! each, two quad shuffles per reduction, 32 rows per pass); `P V` accumulates in WMMA
+//! fragments, warp `w` owning output columns `d/4 * w ..`. A block stops at the last key
+//! any of its rows can see (causal among the new tokens), which is what makes the kernel
+//! serve prefill chunks too.
 //! The running maximum of a row is only moved when a tile's maximum exceeds it by more than
 //! [`RESCALE_SLACK`] (so the accumulators are rescaled rarely; `exp(s - m)` stays below
 //! `e^8` and the final normalisation is exact). Masked logits and empty maxima are `f32::MIN`
@@ -87,6 +90,28 @@ pub fn split_kernel<F: Float, I: Int, N: Size>(
     let mut end = start + chunk as usize;
     if end > total {
         end = total;
+    }
+    // causal early stop: key `base + j` (a new token) is visible from query `i` only for
+    // `j <= i`, so the keys past `base + imax` are masked for every row of this block (the
+    // block's rows are one head's consecutive queries, or they span a head boundary and
+    // imax is n - 1). Score mode writes a logit for every key and keeps the whole range.
+    if comptime![!score] {
+        let r0 = rb * rows;
+        let mut imax = n - 1;
+        if r0 < rtot {
+            let mut rl = r0 + rows;
+            if rl > rtot {
+                rl = rtot;
+            }
+            rl -= 1;
+            if r0 / n == rl / n {
+                imax = rl % n;
+            }
+        }
+        let lim = total - n + imax + 1;
+        if end > lim {
+            end = lim;
+        }
     }
 
     let mut qs = SharedMemory::<F>::new_aligned(rows * sq, 32usize);
@@ -278,58 +303,72 @@ pub fn split_kernel<F: Float, I: Int, N: Size>(
         }
         sync_cube();
 
-        // online softmax, one warp per row, lane = key (and key + 32)
-        let mut rr = warp;
-        while rr < rows {
+        // online softmax, four threads per row (quad member `quad` takes keys quad, quad + 4,
+        // ..., quad + 60: the shared-memory reads of a warp hit 32 distinct banks), 32 rows
+        // per pass; every thread runs every pass, so the quad shuffles stay converged
+        let quad = tid % 4;
+        #[unroll]
+        for pass in 0..comptime![rows.div_ceil(32)] {
+            let rr = pass * 32 + tid / 4;
+            let active = rr < rows;
             let rg = rb * rows + rr;
             let i = (rg % n) as u32;
-            let rvalid = rg < rtot;
-            let vis0 = rvalid && kneed[lane] <= i;
-            let vis1 = rvalid && kneed[lane + 32] <= i;
-            let mut s0 = lowest;
-            let mut s1 = lowest;
-            if vis0 {
-                s0 = ss[rr * sst + lane] * scale;
-            }
-            if vis1 {
-                s1 = ss[rr * sst + lane + 32] * scale;
-            }
-            if score {
+            let rvalid = active && rg < rtot;
+            let lrow = ((b * slots as usize + slot) * rowblocks * rows + rg) * lmax as usize;
+            let mut sv = Array::<f32>::new(16usize);
+            let mut tm = lowest;
+            #[unroll]
+            for jj in 0..16usize {
+                let key = jj * 4 + quad;
+                let mut s = lowest;
                 if rvalid {
-                    let lrow =
-                        ((b * slots as usize + slot) * rowblocks * rows + rg) * lmax as usize;
-                    if kneed[lane] < 1073741824u32 {
-                        logits[lrow + kpos[lane] as usize] = s0;
+                    if kneed[key] <= i {
+                        s = ss[rr * sst + key] * scale;
                     }
-                    if kneed[lane + 32] < 1073741824u32 {
-                        logits[lrow + kpos[lane + 32] as usize] = s1;
+                    if score {
+                        if kneed[key] < 1073741824u32 {
+                            logits[lrow + kpos[key] as usize] = s;
+                        }
+                    }
+                }
+                sv[jj] = s;
+                if s > tm {
+                    tm = s;
+                }
+            }
+            let t1 = plane_shuffle_xor(tm, 1u32);
+            if t1 > tm {
+                tm = t1;
+            }
+            let t2 = plane_shuffle_xor(tm, 2u32);
+            if t2 > tm {
+                tm = t2;
+            }
+            let mut mold = lowest;
+            if active {
+                mold = mref[rr];
+            }
+            let mut mnew = mold;
+            if tm > mold + RESCALE_SLACK {
+                mnew = tm;
+            }
+            let mut psum = 0.0f32;
+            #[unroll]
+            for jj in 0..16usize {
+                let mut p = 0.0f32;
+                if sv[jj] > lowest {
+                    p = (sv[jj] - mnew).exp();
+                }
+                psum += p;
+                if comptime![!score] {
+                    if active {
+                        ps[rr * pst + jj * 4 + quad] = F::cast_from(p);
                     }
                 }
             }
-            let mut tm = s0;
-            if s1 > tm {
-                tm = s1;
-            }
-            let tmax = plane_max(tm);
-            let mold = mref[rr];
-            let mut mnew = mold;
-            if tmax > mold + RESCALE_SLACK {
-                mnew = tmax;
-            }
-            let mut p0 = 0.0f32;
-            let mut p1 = 0.0f32;
-            if s0 > lowest {
-                p0 = (s0 - mnew).exp();
-            }
-            if s1 > lowest {
-                p1 = (s1 - mnew).exp();
-            }
-            if comptime![!score] {
-                ps[rr * pst + lane] = F::cast_from(p0);
-                ps[rr * pst + lane + 32] = F::cast_from(p1);
-            }
-            let tsum = plane_sum(p0 + p1);
-            if lane == 0 {
+            psum += plane_shuffle_xor(psum, 1u32);
+            psum += plane_shuffle_xor(psum, 2u32);
+            if active && quad == 0 {
                 let mut a = 1.0f32;
                 if mnew > mold {
                     a = (mold - mnew).exp();
@@ -338,10 +377,9 @@ pub fn split_kernel<F: Float, I: Int, N: Size>(
                     }
                 }
                 alpha[rr] = a;
-                lsum[rr] = lsum[rr] * a + tsum;
+                lsum[rr] = lsum[rr] * a + psum;
                 mref[rr] = mnew;
             }
-            rr += 4usize;
         }
         sync_cube();
 

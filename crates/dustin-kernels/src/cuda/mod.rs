@@ -26,9 +26,9 @@ use cubecl::cuda::CudaRuntime;
 use cubecl::prelude::*;
 
 use crate::{
-    check_attn, check_heads, check_packed, check_pages, check_rms_norm, check_rope, check_same,
-    check_selection, check_skinny, check_top_k, AttnDims, Keep, KernelError, KernelOps, Positions,
-    Result,
+    check_attn, check_attn_upto, check_heads, check_packed, check_pages, check_rms_norm,
+    check_rope, check_same, check_selection, check_skinny, check_top_k, AttnDims, Keep,
+    KernelError, KernelOps, Positions, Result, MAX_NEW, MAX_PREFILL_NEW,
 };
 
 pub use kernels::{RESCALE_SLACK, THREADS, TILE};
@@ -405,8 +405,9 @@ fn attention<F: FloatElement, I: IntElement, BT: BoolElement>(
     ctx_lens: &[usize],
     sel: Option<Selection<'_, F, I, BT>>,
     scale: f32,
+    max_new: usize,
 ) -> Result<Tensor<Cube<F, I, BT>, 4>> {
-    let dims = check_attn(q.dims(), k.dims(), ctx_lens)?;
+    let dims = check_attn_upto(q.dims(), k.dims(), ctx_lens, max_new)?;
     if v.dims() != k.dims() {
         return Err(KernelError::Shape {
             name: "v",
@@ -642,7 +643,17 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         ctx_lens: &[usize],
         scale: f32,
     ) -> Result<Tensor<Self, 4>> {
-        attention(q, k, v, ctx_lens, None, scale)
+        attention(q, k, v, ctx_lens, None, scale, MAX_NEW)
+    }
+
+    fn prefill_attention(
+        q: Tensor<Self, 4>,
+        k: Tensor<Self, 4>,
+        v: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        scale: f32,
+    ) -> Result<Tensor<Self, 4>> {
+        attention(q, k, v, ctx_lens, None, scale, MAX_PREFILL_NEW)
     }
 
     fn sparse_verify_attention(
@@ -654,7 +665,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         counts: &[usize],
         scale: f32,
     ) -> Result<Tensor<Self, 4>> {
-        attention(q, k, v, ctx_lens, Some((indices, counts)), scale)
+        attention(q, k, v, ctx_lens, Some((indices, counts)), scale, MAX_NEW)
     }
 
     fn head_subset_scores(

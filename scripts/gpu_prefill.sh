@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Prefill and verify-attention measurements of issues 6 and 12, run on the GPU machine from the
+# repository root with `.device` carried (`cargo run --release -p xtask -- gpu-e2e`, then
+# `-- gpu-kernels`: both binaries fit one carry).
+#   bash .device/gpu_prefill.sh kernels  # dustin-kernels-gpu check (prefill rows included);
+#                                        # bench --quick of a baseline binary and this one,
+#                                        # interleaved (BASE, default .device/dustin-kernels-gpu-base,
+#                                        # skipped when absent); gemm (Burn's matmul at prefill and
+#                                        # decode shapes, then the prefill attention as in `ttft`);
+#                                        # PyTorch on the same shapes
+#   bash .device/gpu_prefill.sh ttft     # causal prefill attention alone (dustin-kernels-gpu
+#                                        # prefill: Burn's op, our kernel, the plain path; 4k-32k);
+#                                        # time to first token at Qwen2.5-7B shapes, 32k prompt:
+#                                        # `dustin bench` B=1 (kernel and plain prefill attention),
+#                                        # B=8 (kernel); HF transformers `generate` prefill, B=1 and 8
+# Env: OUT (results folder).
+set -u
+D=.device
+C=$D/configs
+OUT=${OUT:-/tmp/dustin-prefill}
+mkdir -p "$OUT"
+. "$D/gpu_mem.sh"
+BASE=${BASE:-$D/dustin-kernels-gpu-base}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/machine.txt"
+case "${1:-kernels}" in
+kernels)
+    timeout 200 "$D/dustin-kernels-gpu" check 2>&1 | tee "$OUT/check.txt" | grep -E "prefill|FAIL|error|check:" | tail -20
+    for round in 1 2; do
+        if [ -x "$BASE" ]; then
+            timeout 90 "$BASE" bench --quick 2>&1 | sed "s/^/base$round /" | tee -a "$OUT/bench.txt" | grep '^base. | '
+        fi
+        timeout 90 "$D/dustin-kernels-gpu" bench --quick 2>&1 | sed "s/^/new$round /" | tee -a "$OUT/bench.txt" | grep '^new. | '
+    done
+    # about 5 minutes: 30 warm-up calls per shape, up to 22 ms each at 32k rows
+    timeout 400 "$D/dustin-kernels-gpu" gemm --json "$OUT/gemm.jsonl" > "$OUT/gemm.txt" 2>&1
+    echo "gemm rc=$?"
+    grep -E 'attention|"m":(4096|32768),' "$OUT/gemm.jsonl" | grep -v skinny
+    PYTHONUNBUFFERED=1 timeout 120 python3 "$D/gemm_prefill_bench.py" > "$OUT/torch.jsonl" 2>&1
+    echo "torch rc=$?"
+    grep -E 'sdpa|"m": (4096|32768),' "$OUT/torch.jsonl"
+    ;;
+ttft)
+    T=$C/Qwen2.5-7B-Instruct.config.json
+    if [ -x "$D/dustin-kernels-gpu" ]; then
+        timeout 120 "$D/dustin-kernels-gpu" prefill --json "$OUT/prefill.jsonl" > "$OUT/prefill.txt" 2>&1
+        echo "prefill rc=$?"
+        cat "$OUT/prefill.jsonl"
+    fi
+    mem_watch b1
+    timeout 200 "$D/dustin" bench --device cuda --config "$T" --prompt-len 32768 --batch 1 \
+        --decode 8 --warmup 2 --prefill-attention kernel,plain 2>&1 | tee "$OUT/ttft_b1.txt"
+    echo "{\"group\":\"b1\",\"peak_mib\":$(mem_peak_max b1)}" | tee -a "$OUT/mem.jsonl"
+    mem_watch b8
+    timeout 150 "$D/dustin" bench --device cuda --config "$T" --prompt-len 32768 --batch 8 \
+        --decode 8 --warmup 2 --prefill-attention kernel 2>&1 | tee "$OUT/ttft_b8.txt"
+    echo "{\"group\":\"b8\",\"peak_mib\":$(mem_peak_max b8)}" | tee -a "$OUT/mem.jsonl"
+    PYTHONUNBUFFERED=1 timeout 150 python3 "$D/hf_e2e_bench.py" "$C" --quick --ttft 2>&1 | tee "$OUT/hf_ttft.jsonl"
+    ;;
+*)
+    echo "usage: gpu_prefill.sh kernels|ttft" >&2
+    exit 2
+    ;;
+esac
