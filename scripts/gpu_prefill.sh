@@ -50,6 +50,9 @@ ttft)
     timeout 200 "$D/dustin" bench --device cuda --config "$T" --prompt-len 32768 --batch 1 \
         --decode 8 --warmup 2 --prefill-attention kernel,plain 2>&1 | tee "$OUT/ttft_b1.txt"
     echo "{\"group\":\"b1\",\"peak_mib\":$(mem_peak_max b1)}" | tee -a "$OUT/mem.jsonl"
+    # larger chunks: fewer launches and taller GEMMs
+    timeout 100 "$D/dustin" bench --device cuda --config "$T" --prompt-len 32768 --batch 1 \
+        --decode 8 --warmup 2 --chunk 2048 --prefill-attention kernel 2>&1 | tee "$OUT/ttft_b1_c2048.txt"
     mem_watch b8
     timeout 150 "$D/dustin" bench --device cuda --config "$T" --prompt-len 32768 --batch 8 \
         --decode 8 --warmup 2 --prefill-attention kernel 2>&1 | tee "$OUT/ttft_b8.txt"

@@ -67,8 +67,11 @@ fn sync<B: KernelOps>(t: burn_tensor::Tensor<B, 3>) {
 }
 
 fn run_on<B: KernelOps>(args: &BenchArgs, dev: &B::Device) -> Result<(), CliError> {
-    let cfg = QwenConfig::from_file(&args.config)?;
+    let mut cfg = QwenConfig::from_file(&args.config)?;
     let cap = args.prompt_len + args.warmup + args.decode + 1;
+    // a 32k prompt plus the decode steps passes Qwen2.5's 32768 positions; with random
+    // weights the RoPE table is simply extended (as in bench-e2e)
+    cfg.max_position_embeddings = cfg.max_position_embeddings.max(cap);
     let t = Instant::now();
     let model = Qwen2::<B>::random(&cfg, cap, dev)?;
     let init_secs = t.elapsed().as_secs_f64();
