@@ -56,8 +56,9 @@ pub const MAX_NEW: usize = 16;
 
 /// Most new tokens per sequence of one [`KernelOps::prefill_attention`] call (a prefill
 /// chunk; the model prefills in chunks of 512, the last one up to 768). The bound keeps the
-/// CUDA kernel's partial results (`f32 [batch, kv_heads, splits, group * n_new, head_dim]`)
-/// under about 60 MB at Qwen2.5-7B/72B shapes.
+/// CUDA kernel's partial results (`f32 [batch, kv_heads, splits, group * n_new, head_dim]`;
+/// one split once the row blocks fill the GPU) at 4096 new tokens to about 59 MB per sequence
+/// at Qwen2.5-7B shapes (4 KV heads, group 7) and 134 MB at 72B (8 KV heads, group 8).
 pub const MAX_PREFILL_NEW: usize = 4096;
 
 /// Which positions the top-k step always keeps and how many it keeps in all.

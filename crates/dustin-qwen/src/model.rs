@@ -833,7 +833,7 @@ impl<B: Backend> Qwen2<B> {
     /// of the chunk against its context, Burn's matmul and softmax). The default is `true`
     /// wherever the attention runs through the kernels ([`Qwen2::with_kernels`]). Chunks
     /// whose attention probabilities a hook asks for (H2O, SnapKV observing the prompt) take
-    /// the plain path either way. The same attention up to rounding; `dustin bench-prefill
+    /// the plain path either way. The same attention up to rounding; `dustin bench
     /// --prefill-attention kernel,plain` compares their speed.
     pub fn with_prefill_attention(mut self, on: bool) -> Self {
         self.prefill_kernel = Some(on);

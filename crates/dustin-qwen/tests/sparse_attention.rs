@@ -174,10 +174,12 @@ fn kernel_attention_path_equals_the_model_path() {
             .with_fused_elementwise(true)
             .with_skinny_gemm(true)
             .with_grouped_gemm(true);
-        let prompts = vec![
-            vec![5u32, 17, 33, 2, 90, 61, 7, 44, 12, 3, 71],
-            vec![9, 1, 64, 30, 22],
-        ];
+        // a 30-token prompt: prefilled through `KernelOps::prefill_attention` on the kernel
+        // side (more than MAX_NEW new tokens), the verify kernels' path for the 5-token one
+        let long: Vec<u32> = (0..30)
+            .map(|i| [5u32, 17, 33, 2, 90, 61, 7, 44, 12, 3, 71][(i * 7) % 11])
+            .collect();
+        let prompts = vec![long, vec![9, 1, 64, 30, 22]];
         let new = vec![vec![3u32, 4, 5, 8], vec![6, 7, 8, 1]];
         let pick =
             |b: usize, l: usize| -> Vec<usize> { (0..l).filter(|p| (p + b) % 3 != 1).collect() };
