@@ -9,7 +9,8 @@
 #                                        # decode shapes, then the prefill attention as in `ttft`);
 #                                        # PyTorch on the same shapes
 #   bash .device/gpu_prefill.sh ttft     # causal prefill attention alone (dustin-kernels-gpu
-#                                        # prefill: Burn's op, our kernel, the plain path; 4k-32k);
+#                                        # prefill: our kernel at 4k-32k, the plain path up to
+#                                        # 16k, Burn's op at 4k);
 #                                        # time to first token at Qwen2.5-7B shapes, 32k prompt:
 #                                        # `dustin bench` B=1 (kernel and plain prefill attention),
 #                                        # B=8 (kernel); HF transformers `generate` prefill, B=1 and 8

@@ -44,8 +44,13 @@ def timed(fn):
 
 
 target = build("Qwen2.5-7B-Instruct")
-draft = build("Qwen2.5-0.5B-Instruct", vocab=target.config.vocab_size)
-vocab = min(target.config.vocab_size, draft.config.vocab_size)
+if "--ttft" in sys.argv:
+    # no assisted generation: the draft is not needed
+    draft = None
+    vocab = target.config.vocab_size
+else:
+    draft = build("Qwen2.5-0.5B-Instruct", vocab=target.config.vocab_size)
+    vocab = min(target.config.vocab_size, draft.config.vocab_size)
 print(json.dumps({"torch": torch.__version__, "gpu": torch.cuda.get_device_name()}), flush=True)
 ctxs = [32768] if quick else [8192, 16384, 32768]
 batches = [1, 8] if quick else [1, 8, 16]

@@ -2,8 +2,8 @@
 //! model shapes (random weights), every mode under the same acceptance schedule (issue 7).
 //!
 //! For each context length and batch size, each mode starts from a KV cache whose first
-//! `ctx - tail` positions hold random keys and values (a real prefill of 32k tokens would
-//! take minutes on Burn's attention op and measures nothing this benchmark is about); the last
+//! `ctx - tail` positions hold random keys and values (a real prefill of 32k tokens takes
+//! seconds per sequence, `dustin bench`, and measures nothing this benchmark is about); the last
 //! `tail` prompt tokens are prefilled for real through the mode's selection policy, so the
 //! estimators see the prompt end as they would. Then the real engine runs
 //! ([`SpeculativeDecoder`] with [`SpeculativeDecoder::set_forced_acceptance`], or
@@ -83,7 +83,8 @@ pub struct E2eArgs {
     #[arg(long, default_value_t = 8)]
     pub iters: usize,
     /// Prompt tokens prefilled for real (the rest of the context is random KV). At most 16
-    /// keeps the prefill on the fused kernels (more runs Burn's plain attention).
+    /// runs the prefill through the verify kernels; more runs `KernelOps::prefill_attention`
+    /// (or Burn's plain attention where a selector asks for the prompt's probabilities).
     #[arg(long, default_value_t = 16)]
     pub tail: usize,
     /// Tensor-parallel ranks: the target split over this many devices (CUDA devices

@@ -27,10 +27,11 @@ pub const CHECK_CONFIG: &str = r#"{
   "tie_word_embeddings": true, "hidden_act": "silu"
 }"#;
 
-/// Two prompts (37 and 20 tokens, each prefilled on its own: more than 16 rows, so the fused
-/// element-wise ops and [`KernelOps::prefill_attention`] but not the skinny GEMM), then one decode step of
-/// the ragged batch (2 rows through each linear layer) and one 5-token verification pass (10
-/// rows): logits of the kernel path against the model path, normwise relative error
+/// Two prompts (37 and 20 tokens, each prefilled on its own: more than 16 rows, so the
+/// fused element-wise ops and [`KernelOps::prefill_attention`] but not the skinny GEMM), then
+/// one decode step of the ragged batch (2 rows through each linear layer) and one 5-token
+/// verification pass (10 rows): logits of the kernel path against the model path, normwise
+/// relative error
 /// ([`dustin_kernels::reference::rel_err`], infinite for a non-finite value on either side)
 /// against `bound`. Three rows (op `model`): the prefill's last-token logits `[2, vocab]`, the
 /// decode step's `[2, 1, vocab]`, the verification's `[2, 5, vocab]`; a row whose logits do not

@@ -601,9 +601,8 @@ fn sync2(t: &Tensor<B, 2>) {
 /// fusion) at the projection shapes of Qwen2.5-7B and 72B, prefill rows (4k..32k tokens) and
 /// decode / verify rows (1, 8, 16, 40, 128; up to 16 also our skinny GEMM,
 /// `KernelOps::skinny_linear`), 30 untimed calls first (autotuning), then the mean of
-/// 10; and Burn's attention op for a causal prefill (28 heads, d 128, K/V expanded: the op
-/// wants equal head counts) at 4k, 16k, 32k. One JSON line a shape; TFLOP/s count `2 m k n`
-/// (attention: `2 * 2 * heads * d * n^2 / 2`, the causal half), TB/s the weight read.
+/// 10; then the causal prefill attention of [`prefill_attention`]. One JSON line a shape;
+/// TFLOP/s count `2 m k n`, TB/s the weight read.
 fn gemm(json: Option<&str>, quick: bool) {
     let dev = Default::default();
     let mut out = json.and_then(|p| std::fs::File::create(p).ok());
@@ -674,9 +673,10 @@ fn gemm(json: Option<&str>, quick: bool) {
                                 (2 * k * n) as f64 / us / 1e6
                             ));
                         }
-                        Err(e) => {
-                            emit(format!("{{\"op\":\"skinny\",\"m\":{m},\"error\":\"{e}\"}}"))
-                        }
+                        Err(e) => emit(
+                            serde_json::json!({"op": "skinny", "m": m, "error": e.to_string()})
+                                .to_string(),
+                        ),
                     }
                 }
             }
@@ -713,9 +713,15 @@ fn prefill_attention(emit: &mut dyn FnMut(String), quick: bool) {
                     "{{\"op\":\"prefill-attention-chunked\",\"path\":\"{path}\",\"heads\":{heads},\"kv_heads\":4,\"d\":{d},\"n\":{n},\"chunk\":{PREFILL_CHUNK},\"us\":{us:.1},\"tflops\":{:.2}}}",
                     flops / us / 1e6
                 )),
-                Err(e) => emit(format!(
-                    "{{\"op\":\"prefill-attention-chunked\",\"path\":\"{path}\",\"n\":{n},\"error\":\"{e}\"}}"
-                )),
+                Err(e) => emit(
+                    serde_json::json!({
+                        "op": "prefill-attention-chunked",
+                        "path": path,
+                        "n": n,
+                        "error": e.to_string(),
+                    })
+                    .to_string(),
+                ),
             }
         }
     }
