@@ -124,6 +124,12 @@ pub struct E2eArgs {
     /// (`off`; rows on the CPU say `off`).
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub grouped_gemm: OnOff,
+    /// Each residual add fused with the RMSNorm after it (`on`, `Qwen2::with_fused_residual`:
+    /// one `KernelOps::add_rms_norm` launch where the add and the norm take two) or not
+    /// (`off`, the default until the kernel has run its GPU check). Needs `--elementwise
+    /// fused`; the same values either way.
+    #[arg(long, value_enum, default_value_t = OnOff::Off)]
+    pub fused_residual: OnOff,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
@@ -377,6 +383,8 @@ pub struct Row {
     pub skinny_gemm: OnOff,
     /// `--grouped-gemm` (with the skinny GEMM only).
     pub grouped_gemm: OnOff,
+    /// `--fused-residual` (with the fused element-wise ops only).
+    pub fused_residual: OnOff,
 }
 
 /// Means over the timed iterations of a run (after `warmup`, at most `iters`).
@@ -585,10 +593,11 @@ fn measure<B: KernelOps>(
     } else {
         (target, draft)
     };
-    let (fused, skinny, grouped) = (
+    let (fused, skinny, grouped, residual) = (
         args.elementwise == Elementwise::Fused,
         args.skinny_gemm == OnOff::On,
         args.grouped_gemm == OnOff::On,
+        args.fused_residual == OnOff::On,
     );
     // always set: the models' own default is on where the backend has fused kernels, so
     // `plain` / `off` must be asked for explicitly
@@ -597,7 +606,8 @@ fn measure<B: KernelOps>(
             m.clone()
                 .with_fused_elementwise(fused)
                 .with_skinny_gemm(skinny)
-                .with_grouped_gemm(grouped),
+                .with_grouped_gemm(grouped)
+                .with_fused_residual(residual),
         )
     };
     let (target, draft) = (with(&target), with(&draft));
@@ -785,6 +795,11 @@ fn measure<B: KernelOps>(
                     },
                     grouped_gemm: if B::FUSED && skinny {
                         args.grouped_gemm
+                    } else {
+                        OnOff::Off
+                    },
+                    fused_residual: if B::FUSED && fused {
+                        args.fused_residual
                     } else {
                         OnOff::Off
                     },

@@ -1,5 +1,6 @@
-//! Checks of the element-wise ops ([`KernelOps::rms_norm`], [`KernelOps::silu_mul`],
-//! [`KernelOps::rope`], [`KernelOps::dequantize_packed`]) and the skinny GEMMs
+//! Checks of the element-wise ops ([`KernelOps::rms_norm`], [`KernelOps::add_rms_norm`],
+//! [`KernelOps::silu_mul`], [`KernelOps::rope`], [`KernelOps::dequantize_packed`]) and the
+//! skinny GEMMs
 //! ([`KernelOps::skinny_linear`], [`KernelOps::skinny_linear3`], [`KernelOps::skinny_swiglu`])
 //! and the KV-cache view [`KernelOps::kv_prefix`]
 //! against the float64 references of [`crate::reference`], on fresh
@@ -86,7 +87,8 @@ fn row<B: KernelOps, const D: usize>(
     }
 }
 
-/// Runs every case of the five ops on `device` and returns one row each; `bound` is the
+/// Runs every case of these ops on `device` and returns one row each (two for
+/// `add_rms_norm`: the sum and the normalised value); `bound` is the
 /// normwise relative error allowed (1e-2 for bf16, as the attention checks; about 1e-5 for
 /// f32).
 pub fn check_elementwise<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<CheckRow> {
@@ -107,6 +109,32 @@ pub fn check_elementwise<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<Ch
             &want,
             bound,
         ));
+    }
+    // residual add + RMSNorm: both outputs, the sum rounded to the dtype first (the
+    // reference adds in f64, so the bound covers the one rounding of the sum)
+    for (i, &(b, n, hidden)) in [(1, 1, 896), (3, 5, 1000), (2, 7, 3584)].iter().enumerate() {
+        let seed = 7050 + i as u64;
+        let a = reference::random_bf16(b * n * hidden, 4.0, seed);
+        let x = reference::random_bf16(b * n * hidden, 4.0, seed + 1);
+        let w = reference::random_bf16(hidden, 2.0, seed + 2);
+        let s64: Vec<f64> = a
+            .iter()
+            .zip(&x)
+            .map(|(&p, &q)| p as f64 + q as f64)
+            .collect();
+        let s32: Vec<f32> = s64.iter().map(|&v| v as f32).collect();
+        let want = reference::rms_norm(&s32, &w, 1e-6, b * n, hidden);
+        let at = Tensor::<B, 3>::from_data(up(a, vec![b, n, hidden]), device);
+        let xt = Tensor::<B, 3>::from_data(up(x, vec![b, n, hidden]), device);
+        let wt = Tensor::<B, 1>::from_data(up(w, vec![hidden]), device);
+        let case = format!("[{b}, {n}, {hidden}]");
+        match B::add_rms_norm(at, xt, wt, 1e-6) {
+            Ok((sum, normed)) => {
+                rows_out.push(row(case.clone(), "add_rms_norm sum", Ok(sum), &s64, bound));
+                rows_out.push(row(case, "add_rms_norm", Ok(normed), &want, bound));
+            }
+            Err(e) => rows_out.push(row::<B, 3>(case, "add_rms_norm", Err(e), &want, bound)),
+        }
     }
     // SwiGLU product: odd sizes; gate values up to 8 in size (exp's range both ways)
     for (i, &(b, n, cols)) in [(1, 1, 37), (3, 5, 4864), (2, 3, 18944)].iter().enumerate() {

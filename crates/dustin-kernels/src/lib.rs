@@ -257,6 +257,29 @@ pub trait KernelOps: Backend {
         plain::top_k_positions(scores, ctx_lens, keep)
     }
 
+    /// The residual add and the RMSNorm after it in one op: returns `(s, rms_norm(s))` with
+    /// `s = a + x` (`a`, `x` `[batch, n, hidden]`, `s` in their dtype, rounded once as Burn's
+    /// add rounds it) and the RMSNorm of [`KernelOps::rms_norm`] over `s`. A decoder layer
+    /// runs this pair twice (after attention and after the MLP, the second time with the next
+    /// layer's input norm); on CUDA it is one kernel where the separate ops take two
+    /// launches.
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] when `x` is not `a`'s shape or `weight` is not `[hidden]`;
+    /// [`KernelError::InvalidInput`] for a negative or non-finite `eps`.
+    fn add_rms_norm(
+        a: Tensor<Self, 3>,
+        x: Tensor<Self, 3>,
+        weight: Tensor<Self, 1>,
+        eps: f64,
+    ) -> Result<(Tensor<Self, 3>, Tensor<Self, 3>)> {
+        check_same("x", a.dims(), x.dims())?;
+        check_rms_norm(a.dims(), weight.dims(), eps)?;
+        let s = a + x;
+        let normed = Self::rms_norm(s.clone(), weight, eps)?;
+        Ok((s, normed))
+    }
+
     /// RMSNorm (Zhang & Sennrich 2019) over the last dimension of `x` `[batch, n, hidden]`,
     /// `weight` `[hidden]`: `x / sqrt(mean(x^2) + eps) * weight`, in `x`'s dtype. Fused
     /// kernels follow HF `Qwen2RMSNorm`: the mean and the scaling in f32, the normalised value

@@ -973,6 +973,57 @@ pub fn rms_norm_kernel<F: Float>(
 
 /// `out = dtype(silu(gate)) * up` element-wise over `[rows, cols]` (any strides; `out`
 /// contiguous), `silu` in f32.
+/// Residual add and RMSNorm of one row (one block per row): `s = a + x` rounded to `F` and
+/// written to `sum`, then `out = F(s * inv) * w` with `inv` from the mean of the rounded
+/// `s^2` in f32 (as [`rms_norm_kernel`] over the stored sum). Each thread reads back only the
+/// sums it wrote itself.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub fn add_rms_norm_kernel<F: Float>(
+    a: &Tensor<F>,
+    x: &Tensor<F>,
+    w: &Tensor<F>,
+    sum: &mut Tensor<F>,
+    out: &mut Tensor<F>,
+    eps: f32,
+    inv_hidden: f32,
+    #[comptime] hidden: usize,
+    #[define(F)] _dtype: StorageType,
+) {
+    let row = CUBE_POS_X as usize;
+    let tid = UNIT_POS as usize;
+    let mut part = SharedMemory::<f32>::new(ELEM_THREADS / 32);
+    let abase = row * a.stride(0);
+    let xbase = row * x.stride(0);
+    let mut s = 0.0f32;
+    let mut c = tid;
+    while c < hidden {
+        let t = a[abase + c * a.stride(1)] + x[xbase + c * x.stride(1)];
+        sum[row * hidden + c] = t;
+        let v = f32::cast_from(t);
+        s += v * v;
+        c += ELEM_THREADS;
+    }
+    let ws = plane_sum(s);
+    let lane = tid % 32;
+    if lane == 0 {
+        part[tid / 32] = ws;
+    }
+    sync_cube();
+    let mut total = 0.0f32;
+    for wi in 0..ELEM_THREADS / 32 {
+        total += part[wi];
+    }
+    let inv = 1.0f32 / (total * inv_hidden + eps).sqrt();
+    let mut c = tid;
+    while c < hidden {
+        let v = f32::cast_from(sum[row * hidden + c]);
+        let t = F::cast_from(v * inv);
+        out[row * hidden + c] = t * w[c * w.stride(0)];
+        c += ELEM_THREADS;
+    }
+}
+
 #[cube(launch)]
 pub fn silu_mul_kernel<F: Float>(
     gate: &Tensor<F>,

@@ -863,6 +863,50 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
     }
 
+    fn add_rms_norm(
+        a: Tensor<Self, 3>,
+        x: Tensor<Self, 3>,
+        weight: Tensor<Self, 1>,
+        eps: f64,
+    ) -> Result<(Tensor<Self, 3>, Tensor<Self, 3>)> {
+        let [b, n, hidden] = a.dims();
+        check_same("x", [b, n, hidden], x.dims())?;
+        check_rms_norm([b, n, hidden], weight.dims(), eps)?;
+        let rows = b * n;
+        let a = a.reshape([rows, hidden]).into_primitive().tensor();
+        let x = x.reshape([rows, hidden]).into_primitive().tensor();
+        if x.dtype != a.dtype {
+            return Err(KernelError::Unsupported(
+                "a and x of different dtypes".into(),
+            ));
+        }
+        let w = weight.into_primitive().tensor();
+        let fd = a.dtype;
+        let sum = empty(&a, vec![b, n, hidden], fd);
+        let out = empty(&a, vec![b, n, hidden], fd);
+        if rows > 0 && hidden > 0 {
+            let client = a.client.clone();
+            kernels::add_rms_norm_kernel::launch::<CudaRuntime>(
+                &client,
+                CubeCount::Static(rows as u32, 1, 1),
+                CubeDim::new_1d(kernels::ELEM_THREADS as u32),
+                a.into_tensor_arg(),
+                x.into_tensor_arg(),
+                w.into_tensor_arg(),
+                sum.clone().into_tensor_arg(),
+                out.clone().into_tensor_arg(),
+                eps as f32,
+                1.0 / hidden as f32,
+                hidden,
+                fd.into(),
+            );
+        }
+        Ok((
+            Tensor::from_primitive(TensorPrimitive::Float(sum)),
+            Tensor::from_primitive(TensorPrimitive::Float(out)),
+        ))
+    }
+
     fn silu_mul(gate: Tensor<Self, 3>, up: Tensor<Self, 3>) -> Result<Tensor<Self, 3>> {
         let [b, n, cols] = gate.dims();
         check_same("up", [b, n, cols], up.dims())?;
