@@ -2,7 +2,7 @@
 //! [`KernelOps::silu_mul`], [`KernelOps::rope`], [`KernelOps::dequantize_packed`]) and the
 //! skinny GEMMs
 //! ([`KernelOps::skinny_linear`], [`KernelOps::skinny_linear3`], [`KernelOps::skinny_swiglu`])
-//! and the KV-cache view [`KernelOps::kv_prefix`]
+//! and the KV-cache view [`KernelOps::kv_prefix`] and write [`KernelOps::kv_write`]
 //! against the float64 references of [`crate::reference`], on fresh
 //! random inputs rounded to bf16 (so a bf16 device copy holds them exactly), odd sizes, and a
 //! strided RoPE input (the model's `[batch, n, heads, d]` projection viewed as `[batch,
@@ -355,6 +355,39 @@ pub fn check_elementwise<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<Ch
             format!("[{b}, {h}, {cap}, {d}] -> {len} positions, x 1.1"),
             "kv_prefix",
             Ok(B::kv_prefix(xt, len).mul_scalar(1.1)),
+            &want,
+            bound,
+        ));
+    }
+    // Cache writes (KernelOps::kv_write): a ragged batch (the CUDA kernel) and equal starts
+    // (Burn's slice-assign); the whole cache is compared, so a write past its rows or into
+    // another sequence fails as well as a missing one
+    for (i, starts) in [vec![0usize, 17, 35], vec![9, 9, 9]]
+        .into_iter()
+        .enumerate()
+    {
+        let (b, h, cap, n, d) = (3, 2, 40, 5, 128);
+        let seed = 7800 + 10 * i as u64;
+        let cache = reference::random_bf16(b * h * cap * d, 2.0, seed);
+        let new = reference::random_bf16(b * h * n * d, 2.0, seed + 1);
+        let mut want: Vec<f64> = cache.iter().map(|&v| f64::from(v)).collect();
+        for (bb, &st) in starts.iter().enumerate() {
+            for hh in 0..h {
+                for r in 0..n {
+                    let to = ((bb * h + hh) * cap + st + r) * d;
+                    let from = ((bb * h + hh) * n + r) * d;
+                    for c in 0..d {
+                        want[to + c] = f64::from(new[from + c]);
+                    }
+                }
+            }
+        }
+        let ct = Tensor::<B, 4>::from_data(up(cache, vec![b, h, cap, d]), device);
+        let nt = Tensor::<B, 4>::from_data(up(new, vec![b, h, n, d]), device);
+        rows_out.push(row(
+            format!("[{b}, {h}, {cap}, {d}] + {n} at {starts:?}"),
+            "kv_write",
+            B::kv_write(ct, nt, &starts),
             &want,
             bound,
         ));

@@ -257,6 +257,26 @@ pub trait KernelOps: Backend {
         plain::top_k_positions(scores, ctx_lens, keep)
     }
 
+    /// Writes the new keys (or values) of every sequence into a layer's cache at that
+    /// sequence's own position: `dst[b, h, starts[b] + i, :] = src[b, h, i, :]` for
+    /// `i < n`. `dst` `[batch, kv_heads, capacity, head_dim]`, `src` `[batch, kv_heads, n,
+    /// head_dim]`, `starts` `[batch]` (the cached lengths). Returns the updated `dst` (in place
+    /// where the backend can). The plain path is one slice-assign for equal starts and one
+    /// slice and one slice-assign per sequence otherwise (a ragged batch after unequal
+    /// acceptance: `2 batch` launches per tensor and layer on CUDA, where the kernel takes one).
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] when `src` does not match `dst`'s batch, heads and width;
+    /// [`KernelError::InvalidInput`] for a wrong number of starts or `starts[b] + n` past the
+    /// capacity.
+    fn kv_write(
+        dst: Tensor<Self, 4>,
+        src: Tensor<Self, 4>,
+        starts: &[usize],
+    ) -> Result<Tensor<Self, 4>> {
+        plain::kv_write(dst, src, starts)
+    }
+
     /// The residual add and the RMSNorm after it in one op: returns `(s, rms_norm(s))` with
     /// `s = a + x` (`a`, `x` `[batch, n, hidden]`, `s` in their dtype, rounded once as Burn's
     /// add rounds it) and the RMSNorm of [`KernelOps::rms_norm`] over `s`. A decoder layer
@@ -594,6 +614,38 @@ pub fn check_attn_upto(
         capacity: cap,
         keys,
     })
+}
+
+/// Checks a [`KernelOps::kv_write`]: `src` `[batch, kv_heads, n, head_dim]` against `dst`
+/// `[batch, kv_heads, capacity, head_dim]` and one start per sequence with room for `n`.
+///
+/// # Errors
+/// [`KernelError::Shape`] / [`KernelError::InvalidInput`] naming the first problem.
+pub fn check_kv_write(dst: [usize; 4], src: [usize; 4], starts: &[usize]) -> Result<()> {
+    let [b, h, cap, d] = dst;
+    let [sb, sh, n, sd] = src;
+    if (sb, sh, sd) != (b, h, d) {
+        return Err(KernelError::Shape {
+            name: "src",
+            expected: vec![b, h, n, d],
+            found: src.to_vec(),
+        });
+    }
+    if starts.len() != b {
+        return Err(KernelError::invalid(
+            "starts",
+            format!("{b} starts (one per sequence)"),
+            starts.len(),
+        ));
+    }
+    if let Some((s, &st)) = starts.iter().enumerate().find(|(_, &st)| st + n > cap) {
+        return Err(KernelError::invalid(
+            "starts",
+            format!("start + {n} new <= capacity {cap} (sequence {s})"),
+            st,
+        ));
+    }
+    Ok(())
 }
 
 /// Checks a sparse selection `[batch, kv_heads, budget]` and its counts against `dims`.

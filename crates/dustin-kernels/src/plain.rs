@@ -70,6 +70,33 @@ pub fn verify_attention<B: Backend>(
     dense_attention(q, k, v, ctx_lens, scale, MAX_NEW)
 }
 
+/// Cache write ([`KernelOps::kv_write`](crate::KernelOps::kv_write)): one slice-assign for
+/// equal starts, one slice and slice-assign per sequence otherwise.
+///
+/// # Errors
+/// As the trait method.
+pub fn kv_write<B: Backend>(
+    dst: Tensor<B, 4>,
+    src: Tensor<B, 4>,
+    starts: &[usize],
+) -> Result<Tensor<B, 4>> {
+    crate::check_kv_write(dst.dims(), src.dims(), starts)?;
+    let [_, h, n, d] = src.dims();
+    if n == 0 {
+        return Ok(dst);
+    }
+    if starts.windows(2).all(|w| w[0] == w[1]) {
+        let start = starts.first().copied().unwrap_or(0);
+        return Ok(dst.slice_assign([0..starts.len(), 0..h, start..start + n, 0..d], src));
+    }
+    let mut dst = dst;
+    for (b, &start) in starts.iter().enumerate() {
+        let row = src.clone().slice([b..b + 1, 0..h, 0..n, 0..d]);
+        dst = dst.slice_assign([b..b + 1, 0..h, start..start + n, 0..d], row);
+    }
+    Ok(dst)
+}
+
 /// Dense prefill attention
 /// ([`KernelOps::prefill_attention`](crate::KernelOps::prefill_attention)): the verify
 /// attention's masked score matrix for up to [`MAX_PREFILL_NEW`] new tokens.

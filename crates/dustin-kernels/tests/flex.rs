@@ -337,6 +337,25 @@ fn bad_input_is_an_error_not_a_panic() {
         Flex::sparse_verify_attention(q.clone(), k.clone(), v, &[5], it, &[4], 1.0),
         Err(KernelError::InvalidInput { name: "counts", .. })
     ));
+    // cache writes: a start with no room for the new rows, a missing start, another width
+    let cache = Tensor::<Flex, 4>::zeros([2, 2, 10, 8], &dev());
+    let rows = Tensor::<Flex, 4>::zeros([2, 2, 3, 8], &dev());
+    assert!(matches!(
+        Flex::kv_write(cache.clone(), rows.clone(), &[0, 8]),
+        Err(KernelError::InvalidInput { name: "starts", .. })
+    ));
+    assert!(matches!(
+        Flex::kv_write(cache.clone(), rows, &[0]),
+        Err(KernelError::InvalidInput { name: "starts", .. })
+    ));
+    assert!(matches!(
+        Flex::kv_write(
+            cache,
+            Tensor::<Flex, 4>::zeros([2, 2, 3, 4], &dev()),
+            &[0, 1]
+        ),
+        Err(KernelError::Shape { name: "src", .. })
+    ));
     assert!(Flex::head_subset_scores(q, k.clone(), &[5], &[1, 1], 1.0).is_err());
     assert!(Flex::quest_page_bounds(k, &[5], 0).is_err());
 }
@@ -348,16 +367,22 @@ fn bad_input_is_an_error_not_a_panic() {
 #[test]
 fn elementwise_ops_match_float64() {
     let rows = dustin_kernels::check::check_elementwise::<Flex>(&dev(), 1e-5);
-    assert_eq!(rows.len(), 40, "{rows:?}");
-    for op in ["skinny3", "swiglu", "add_rms_norm", "add_rms_norm sum"] {
+    assert_eq!(rows.len(), 42, "{rows:?}");
+    for op in [
+        "skinny3",
+        "swiglu",
+        "add_rms_norm",
+        "add_rms_norm sum",
+        "kv_write",
+    ] {
         assert!(rows.iter().any(|r| r.op == op), "no {op} rows");
     }
     for r in &rows {
         eprintln!("{r}");
         assert!(r.ok(), "{r}");
-        // a bf16 scale times a code of at most 8 bits, plus a bf16 min, is exact in f32, and
-        // so is the sum of two bf16 values
-        if r.op != "dequant" && r.op != "add_rms_norm sum" {
+        // a bf16 scale times a code of at most 8 bits, plus a bf16 min, is exact in f32, so
+        // is the sum of two bf16 values, and a cache write is a copy
+        if !["dequant", "add_rms_norm sum", "kv_write"].contains(&r.op) {
             assert!(r.err > 0.0, "f32 rounding leaves some error: {r}");
         }
     }

@@ -304,6 +304,70 @@ impl<B: Backend> DenseKvCache<B> {
         Ok(())
     }
 
+    /// As [`KvStore::append`], writing the keys and then the values with `write(dst, src,
+    /// lens)` (`dst` the layer's whole cache `[batch, kv_heads, capacity, head_dim]`, `src`
+    /// `[batch, kv_heads, n, head_dim]`, `lens` each sequence's cached length, where its rows
+    /// go) instead of Burn's slice-assigns: for example a backend's one-launch cache write
+    /// for a ragged batch (`dustin_kernels::KernelOps::kv_write`).
+    ///
+    /// # Errors
+    /// As [`KvStore::append`] (checked before anything is written). An error of `write`
+    /// itself is returned as is, and that layer's cache is then lost (later reads of it fail
+    /// with [`CoreError::Model`]); `write` should only fail where `append`'s own checks would.
+    pub fn append_with(
+        &mut self,
+        layer: usize,
+        k: Tensor<B, 4>,
+        v: Tensor<B, 4>,
+        write: impl Fn(Tensor<B, 4>, Tensor<B, 4>, &[usize]) -> Result<Tensor<B, 4>>,
+    ) -> Result<()> {
+        self.check_append(layer, &k, &v)?;
+        let kd = self.k[layer]
+            .take()
+            .ok_or_else(|| CoreError::Model("KV cache layer poisoned".into()))?;
+        self.k[layer] = Some(write(kd, k, &self.lens)?);
+        let vd = self.v[layer]
+            .take()
+            .ok_or_else(|| CoreError::Model("KV cache layer poisoned".into()))?;
+        self.v[layer] = Some(write(vd, v, &self.lens)?);
+        Ok(())
+    }
+
+    /// The checks of [`KvStore::append`]: the layer, `k` and `v` `[batch, kv_heads, n,
+    /// head_dim]`, room for `n` more positions in every sequence.
+    fn check_append(&self, layer: usize, k: &Tensor<B, 4>, v: &Tensor<B, 4>) -> Result<()> {
+        self.check_layer(layer)?;
+        let [b, h, n, d] = k.dims();
+        let expected = [
+            self.shape.batch,
+            self.shape.kv_heads,
+            n,
+            self.shape.head_dim,
+        ];
+        for (name, dims) in [("k", [b, h, n, d]), ("v", v.dims())] {
+            if dims != expected {
+                return Err(CoreError::Shape {
+                    name: name.into(),
+                    expected: expected.to_vec(),
+                    found: dims.to_vec(),
+                });
+            }
+        }
+        if let Some((seq, &l)) = self
+            .lens
+            .iter()
+            .enumerate()
+            .find(|(_, &l)| l + n > self.shape.capacity)
+        {
+            return Err(CoreError::CacheFull {
+                seq,
+                needed: l + n,
+                capacity: self.shape.capacity,
+            });
+        }
+        Ok(())
+    }
+
     fn write(dst: Tensor<B, 4>, src: Tensor<B, 4>, lens: &[usize], n: usize) -> Tensor<B, 4> {
         let [_, h, _, d] = dst.dims();
         let uniform = lens.windows(2).all(|w| w[0] == w[1]);
@@ -338,35 +402,8 @@ impl<B: Backend> KvStore<B> for DenseKvCache<B> {
     }
 
     fn append(&mut self, layer: usize, k: Tensor<B, 4>, v: Tensor<B, 4>) -> Result<()> {
-        self.check_layer(layer)?;
-        let [b, h, n, d] = k.dims();
-        let expected = [
-            self.shape.batch,
-            self.shape.kv_heads,
-            n,
-            self.shape.head_dim,
-        ];
-        for (name, dims) in [("k", [b, h, n, d]), ("v", v.dims())] {
-            if dims != expected {
-                return Err(CoreError::Shape {
-                    name: name.into(),
-                    expected: expected.to_vec(),
-                    found: dims.to_vec(),
-                });
-            }
-        }
-        if let Some((seq, &l)) = self
-            .lens
-            .iter()
-            .enumerate()
-            .find(|(_, &l)| l + n > self.shape.capacity)
-        {
-            return Err(CoreError::CacheFull {
-                seq,
-                needed: l + n,
-                capacity: self.shape.capacity,
-            });
-        }
+        self.check_append(layer, &k, &v)?;
+        let n = k.dims()[2];
         let kd = self.k[layer]
             .take()
             .ok_or_else(|| CoreError::Model("KV cache layer poisoned".into()))?;

@@ -54,7 +54,8 @@ pub fn check_model<B: KernelOps>(device: &B::Device, bound: f64) -> Result<Vec<C
         .with_fused_elementwise(true)
         .with_skinny_gemm(true)
         .with_grouped_gemm(false)
-        .with_fused_residual(true);
+        .with_fused_residual(true)
+        .with_kv_write_kernel(true);
     let grouped_path = kernel_path.clone().with_grouped_gemm(true);
     let mut rows = compare(&model_path, &kernel_path, bound, "model")?;
     rows.extend(compare(&model_path, &grouped_path, bound, "model+grp")?);

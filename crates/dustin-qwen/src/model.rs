@@ -418,6 +418,9 @@ pub struct Qwen2<B: Backend> {
     /// [`KernelOps::add_rms_norm`] ([`Qwen2::with_fused_residual`]; off unless asked for:
     /// `None`).
     fused_residual: Option<bool>,
+    /// Whether new keys and values go into the cache through [`KernelOps::kv_write`]
+    /// ([`Qwen2::with_kv_write_kernel`]; off unless asked for: `None`).
+    kv_write_kernel: Option<bool>,
     /// Whether the next offloaded layer is staged by a helper thread while the current layer
     /// computes ([`Qwen2::with_prefetch`]).
     prefetch: bool,
@@ -655,6 +658,7 @@ impl<B: Backend> Qwen2<B> {
             grouped_gemm: None,
             prefill_kernel: None,
             fused_residual: None,
+            kv_write_kernel: None,
             prefetch: true,
             tp: None,
             profile: None,
@@ -781,6 +785,7 @@ impl<B: Backend> Qwen2<B> {
             grouped_gemm: None,
             prefill_kernel: None,
             fused_residual: None,
+            kv_write_kernel: None,
             prefetch: true,
             tp,
             profile: None,
@@ -857,6 +862,19 @@ impl<B: Backend> Qwen2<B> {
     /// same values either way (the sum is rounded to the dtype once, as Burn's add rounds it).
     pub fn with_fused_residual(mut self, on: bool) -> Self {
         self.fused_residual = Some(on);
+        self
+    }
+
+    /// Writes each layer's new keys and values into the cache through
+    /// [`KernelOps::kv_write`] (`true`) instead of Burn's slice-assigns. They differ for a
+    /// ragged batch (sequences that accepted different numbers of drafts): the slice-assigns
+    /// take two launches per sequence, tensor and layer (64 per layer at batch 16), the CUDA
+    /// kernel one per tensor. Equal lengths take one slice-assign either way, so `bench-e2e`'s
+    /// forced acceptance (the same for every sequence) does not see it. Off by default until
+    /// `dustin kernel-check --device cuda` has run its `kv_write` rows (and the model rows,
+    /// whose decode step is ragged) on the GPU. The same cache either way (a copy).
+    pub fn with_kv_write_kernel(mut self, on: bool) -> Self {
+        self.kv_write_kernel = Some(on);
         self
     }
 
@@ -1087,6 +1105,7 @@ impl<B: Backend> Qwen2<B> {
             grouped_gemm: self.grouped_gemm,
             prefill_kernel: self.prefill_kernel,
             fused_residual: self.fused_residual,
+            kv_write_kernel: self.kv_write_kernel,
             prefetch: self.prefetch,
             tp: Some(rank),
             profile: self.profile,
@@ -1507,7 +1526,16 @@ impl<B: KernelOps> Qwen2<B> {
         let (q, k) = timer.time("rope", || -> Result<_> {
             Ok((self.rope_forward(rope, q)?, self.rope_forward(rope, k)?))
         })?;
-        timer.time("kv_append", || cache.append(li, k.clone(), v.clone()))?;
+        timer.time("kv_append", || {
+            if self.kv_write_kernel.unwrap_or(false) {
+                cache.append_with(li, k.clone(), v.clone(), |dst, src, lens| {
+                    B::kv_write(dst, src, lens)
+                        .map_err(|e| dustin_core::CoreError::Model(format!("kv_write: {e}")))
+                })
+            } else {
+                cache.append(li, k.clone(), v.clone())
+            }
+        })?;
         // keys every sequence needs, padded to KV_VIEW_MULTIPLE positions (the padding is
         // past every sequence's own length, where readers mask, as for the shorter sequences
         // of a ragged batch)

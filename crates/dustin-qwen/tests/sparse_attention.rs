@@ -173,6 +173,7 @@ fn kernel_attention_path_equals_the_model_path() {
             .with_kernels(Some(true))
             .with_fused_elementwise(true)
             .with_fused_residual(true)
+            .with_kv_write_kernel(true)
             .with_skinny_gemm(true)
             .with_grouped_gemm(true);
         // a 30-token prompt: prefilled through `KernelOps::prefill_attention` on the kernel

@@ -973,6 +973,28 @@ pub fn rms_norm_kernel<F: Float>(
 
 /// `out = dtype(silu(gate)) * up` element-wise over `[rows, cols]` (any strides; `out`
 /// contiguous), `silu` in f32.
+/// Cache write of a ragged batch: one block per (new row `i`, KV head `h`, sequence `b`), one
+/// thread per column: `dst[b, h, starts[b] + i, c] = src[b, h, i, c]`, both through their
+/// strides (the cache is written in place).
+#[cube(launch)]
+pub fn kv_write_kernel<F: Float, I: Int>(
+    src: &Tensor<F>,
+    starts: &Tensor<I>,
+    dst: &mut Tensor<F>,
+    #[comptime] d: usize,
+    #[define(F, I)] _dtypes: [StorageType; 2],
+) {
+    let i = CUBE_POS_X as usize;
+    let h = CUBE_POS_Y as usize;
+    let b = CUBE_POS_Z as usize;
+    let c = UNIT_POS as usize;
+    if c < d {
+        let p = u32::cast_from(starts[b]) as usize + i;
+        dst[b * dst.stride(0) + h * dst.stride(1) + p * dst.stride(2) + c * dst.stride(3)] =
+            src[b * src.stride(0) + h * src.stride(1) + i * src.stride(2) + c * src.stride(3)];
+    }
+}
+
 /// Residual add and RMSNorm of one row (one block per row): `s = a + x` rounded to `F` and
 /// written to `sum`, then `out = F(s * inv) * w` with `inv` from the mean of the rounded
 /// `s^2` in f32 (as [`rms_norm_kernel`] over the stored sum). Each thread reads back only the

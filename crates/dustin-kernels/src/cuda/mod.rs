@@ -26,9 +26,9 @@ use cubecl::cuda::CudaRuntime;
 use cubecl::prelude::*;
 
 use crate::{
-    check_attn, check_attn_upto, check_heads, check_packed, check_pages, check_rms_norm,
-    check_rope, check_same, check_selection, check_skinny, check_top_k, AttnDims, Keep,
-    KernelError, KernelOps, Positions, Result, MAX_NEW, MAX_PREFILL_NEW,
+    check_attn, check_attn_upto, check_heads, check_kv_write, check_packed, check_pages,
+    check_rms_norm, check_rope, check_same, check_selection, check_skinny, check_top_k, AttnDims,
+    Keep, KernelError, KernelOps, Positions, Result, MAX_NEW, MAX_PREFILL_NEW,
 };
 
 pub use kernels::{RESCALE_SLACK, THREADS, TILE};
@@ -861,6 +861,47 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
             );
         }
         Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
+    }
+
+    fn kv_write(
+        dst: Tensor<Self, 4>,
+        src: Tensor<Self, 4>,
+        starts: &[usize],
+    ) -> Result<Tensor<Self, 4>> {
+        check_kv_write(dst.dims(), src.dims(), starts)?;
+        let [b, h, n, d] = src.dims();
+        // equal starts: Burn's one slice-assign launch already
+        if n == 0 || d > 1024 || starts.windows(2).all(|w| w[0] == w[1]) {
+            return crate::plain::kv_write(dst, src, starts);
+        }
+        let device = dst.device();
+        let dst = float_prim(dst).tensor();
+        let src = float_prim(src).tensor();
+        if dst.dtype != src.dtype {
+            return Err(KernelError::Unsupported(
+                "dst and src of different dtypes".into(),
+            ));
+        }
+        // in place, as Burn's slice-assign: a shared or overlapping cache is copied first
+        let dst = if dst.can_mut() && dst.is_nonoverlapping() {
+            dst
+        } else {
+            dst.copy()
+        };
+        let st = ctx_tensor::<F, I, BT>(starts, &device);
+        let (fd, id) = (dst.dtype, st.dtype);
+        let client = dst.client.clone();
+        kernels::kv_write_kernel::launch::<CudaRuntime>(
+            &client,
+            CubeCount::Static(n as u32, h as u32, b as u32),
+            CubeDim::new_1d(d as u32),
+            src.into_tensor_arg(),
+            st.into_tensor_arg(),
+            dst.clone().into_tensor_arg(),
+            d,
+            [fd.into(), id.into()],
+        );
+        Ok(Tensor::from_primitive(TensorPrimitive::Float(dst)))
     }
 
     fn add_rms_norm(

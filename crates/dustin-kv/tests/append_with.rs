@@ -1,0 +1,93 @@
+//! `DenseKvCache::append_with`: the writer sees each layer's whole cache, the new rows and
+//! the cached lengths; its result is what the cache holds; bad input is refused before the
+//! writer runs.
+
+use std::cell::Cell;
+
+use burn_flex::{Flex, FlexDevice};
+use burn_tensor::{Tensor, TensorData};
+use dustin_core::{CoreError, KvStore};
+use dustin_kv::{DenseKvCache, KvShape};
+
+fn shape() -> KvShape {
+    KvShape {
+        batch: 2,
+        layers: 2,
+        kv_heads: 1,
+        capacity: 6,
+        head_dim: 2,
+    }
+}
+
+fn rows(base: f32, n: usize) -> Tensor<Flex, 4> {
+    let v: Vec<f32> = (0..2 * n * 2).map(|i| base + i as f32).collect();
+    Tensor::from_data(TensorData::new(v, [2, 1, n, 2]), &FlexDevice)
+}
+
+#[test]
+fn append_with_hands_the_writer_the_lengths_and_keeps_its_result() {
+    let mut a = DenseKvCache::<Flex>::try_new(shape(), &FlexDevice).unwrap();
+    let mut b = DenseKvCache::<Flex>::try_new(shape(), &FlexDevice).unwrap();
+    // a ragged batch: sequence 0 holds 1 position, sequence 1 holds 3
+    for c in [&mut a, &mut b] {
+        for l in 0..2 {
+            c.append(l, rows(100.0, 3), rows(200.0, 3)).unwrap();
+        }
+        c.set_lens(&[1, 3]).unwrap();
+    }
+    for l in 0..2 {
+        a.append(l, rows(1.0, 2), rows(50.0, 2)).unwrap();
+    }
+    let calls = Cell::new(0);
+    for l in 0..2 {
+        b.append_with(l, rows(1.0, 2), rows(50.0, 2), |dst, src, lens| {
+            assert_eq!(lens, &[1, 3]);
+            assert_eq!(dst.dims(), [2, 1, 6, 2]);
+            assert_eq!(src.dims(), [2, 1, 2, 2]);
+            calls.set(calls.get() + 1);
+            // the same rows written the plain way, one sequence at a time
+            let mut dst = dst;
+            for (s, &st) in lens.iter().enumerate() {
+                let row = src.clone().slice([s..s + 1, 0..1, 0..2, 0..2]);
+                dst = dst.slice_assign([s..s + 1, 0..1, st..st + 2, 0..2], row);
+            }
+            Ok(dst)
+        })
+        .unwrap();
+    }
+    assert_eq!(calls.get(), 4, "keys and values of two layers");
+    for l in 0..2 {
+        let (va, vb) = (a.view(l, 6), b.view(l, 6));
+        for (x, y) in [(va.k, vb.k), (va.v, vb.v)] {
+            let (x, y) = (
+                x.into_data().to_vec::<f32>().unwrap(),
+                y.into_data().to_vec::<f32>().unwrap(),
+            );
+            assert_eq!(x, y, "layer {l}");
+        }
+    }
+    // sequence 1's new keys went to positions 3 and 4 of layer 0
+    let k = b.view(0, 6).k.into_data().to_vec::<f32>().unwrap();
+    assert_eq!(&k[12 + 6..12 + 10], &[5.0, 6.0, 7.0, 8.0]);
+}
+
+#[test]
+fn append_with_refuses_bad_input_before_writing() {
+    let mut c = DenseKvCache::<Flex>::try_new(shape(), &FlexDevice).unwrap();
+    let never = |_: Tensor<Flex, 4>,
+                 _: Tensor<Flex, 4>,
+                 _: &[usize]|
+     -> dustin_core::Result<Tensor<Flex, 4>> { panic!("the writer must not run") };
+    // 7 new positions in a cache of 6
+    assert!(matches!(
+        c.append_with(0, rows(0.0, 7), rows(0.0, 7), never),
+        Err(CoreError::CacheFull { .. })
+    ));
+    // layer out of range
+    assert!(c.append_with(5, rows(0.0, 1), rows(0.0, 1), never).is_err());
+    // a writer's error comes back as is
+    let r = c.append_with(0, rows(0.0, 1), rows(0.0, 1), |_, _, _| {
+        Err(CoreError::Model("writer failed".into()))
+    });
+    assert!(matches!(r, Err(CoreError::Model(m)) if m == "writer failed"));
+}
