@@ -263,7 +263,8 @@ pub trait KernelOps: Backend {
     /// head_dim]`, `starts` `[batch]` (the cached lengths). Returns the updated `dst` (in place
     /// where the backend can). The plain path is one slice-assign for equal starts and one
     /// slice and one slice-assign per sequence otherwise (a ragged batch after unequal
-    /// acceptance: `2 batch` launches per tensor and layer on CUDA, where the kernel takes one).
+    /// acceptance: `batch` to `2 batch` launches per tensor and layer on CUDA, where the kernel
+    /// takes one).
     ///
     /// # Errors
     /// [`KernelError::Shape`] when `src` does not match `dst`'s batch, heads and width;

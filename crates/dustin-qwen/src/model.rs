@@ -868,7 +868,8 @@ impl<B: Backend> Qwen2<B> {
     /// Writes each layer's new keys and values into the cache through
     /// [`KernelOps::kv_write`] (`true`) instead of Burn's slice-assigns. They differ for a
     /// ragged batch (sequences that accepted different numbers of drafts): the slice-assigns
-    /// take two launches per sequence, tensor and layer (64 per layer at batch 16), the CUDA
+    /// take one or two launches per sequence, tensor and layer (32-64 per layer at batch 16:
+    /// a slice-assign, and the slice of the sequence's rows where Burn copies it), the CUDA
     /// kernel one per tensor. Equal lengths take one slice-assign either way, so `bench-e2e`'s
     /// forced acceptance (the same for every sequence) does not see it. Off by default until
     /// `dustin kernel-check --device cuda` has run its `kv_write` rows (and the model rows,
