@@ -14,6 +14,10 @@
 #                                        # time to first token at Qwen2.5-7B shapes, 32k prompt:
 #                                        # `dustin bench` B=1 (kernel and plain prefill attention),
 #                                        # B=8 (kernel); HF transformers `generate` prefill, B=1 and 8
+#   bash .device/gpu_prefill.sh check    # `dustin kernel-check --device cuda` alone (about 4-8
+#                                        # minutes on a fresh machine, rows printed per group):
+#                                        # add_rms_norm and kv_write rows, then the 2-layer model
+#                                        # through every kernel (prefill attention included)
 # Env: OUT (results folder).
 set -u
 D=.device
@@ -60,8 +64,11 @@ ttft)
     echo "{\"group\":\"b8\",\"peak_mib\":$(mem_peak_max b8)}" | tee -a "$OUT/mem.jsonl"
     PYTHONUNBUFFERED=1 timeout 150 python3 "$D/hf_e2e_bench.py" "$C" --quick --ttft 2>&1 | tee "$OUT/hf_ttft.jsonl"
     ;;
+check)
+    timeout 540 "$D/dustin" kernel-check --device cuda 2>&1 | tee "$OUT/kernel-check.txt" | tail -25
+    ;;
 *)
-    echo "usage: gpu_prefill.sh kernels|ttft" >&2
+    echo "usage: gpu_prefill.sh kernels|ttft|check" >&2
     exit 2
     ;;
 esac
