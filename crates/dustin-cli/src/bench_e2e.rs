@@ -130,6 +130,13 @@ pub struct E2eArgs {
     /// fused`; the same values either way.
     #[arg(long, value_enum, default_value_t = OnOff::Off)]
     pub fused_residual: OnOff,
+    /// Shift the acceptance schedule per sequence (`on`,
+    /// `SpeculativeDecoder::set_forced_ragged`): the same mean tau for every sequence, but
+    /// they accept at different iterations, so their cached lengths differ as in real batched
+    /// decoding and the ragged cache writes are paid. `off` (the default): every sequence
+    /// accepts the same count at every iteration.
+    #[arg(long, value_enum, default_value_t = OnOff::Off)]
+    pub ragged_accept: OnOff,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
@@ -385,6 +392,8 @@ pub struct Row {
     pub grouped_gemm: OnOff,
     /// `--fused-residual` (with the fused element-wise ops only).
     pub fused_residual: OnOff,
+    /// `--ragged-accept` (speculative modes).
+    pub ragged_accept: OnOff,
 }
 
 /// Means over the timed iterations of a run (after `warmup`, at most `iters`).
@@ -717,6 +726,7 @@ fn measure<B: KernelOps>(
                         .with_prefix(tprefix);
                     let mut dec = SpeculativeDecoder::new(drafter, verifier);
                     dec.set_forced_acceptance(Some(tau - 1.0))?;
+                    dec.set_forced_ragged(args.ragged_accept == OnOff::On);
                     dec.generate(&prompts, &cfg, None, &mut on_tokens)?
                 };
                 if let Some(e) = host_err {
@@ -802,6 +812,11 @@ fn measure<B: KernelOps>(
                         args.fused_residual
                     } else {
                         OnOff::Off
+                    },
+                    ragged_accept: if mode == "ar" {
+                        OnOff::Off
+                    } else {
+                        args.ragged_accept
                     },
                 };
                 if !report {

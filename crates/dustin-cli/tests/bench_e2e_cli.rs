@@ -106,6 +106,46 @@ fn every_mode_runs_under_the_schedule() {
     }
 }
 
+/// `--ragged-accept on`: sequence 1 of 2 runs the schedule half a period later (0.5
+/// accepted: sequence 0 accepts 0, 1, 0, 1, sequence 1 accepts 1, 0, 1, 0), so the two
+/// sequences' lengths differ at every other step, through the dense and the sparse
+/// verification. Each still averages 0.5 over the four timed iterations: tau 1.5.
+#[test]
+fn ragged_schedule_keeps_the_mean_and_runs_every_selector() {
+    let rows = bench_rows(
+        "ragged",
+        &[
+            "--ctx",
+            "150",
+            "--batch",
+            "2",
+            "--modes",
+            "ar,dense,dustin,snapkv",
+            "--accept",
+            "default=1.5",
+            "--warmup",
+            "1",
+            "--iters",
+            "4",
+            "--tail",
+            "30",
+            "--budget",
+            "70",
+            "--ragged-accept",
+            "on",
+        ],
+    );
+    let modes: Vec<&str> = rows.iter().map(|r| r["mode"].as_str().unwrap()).collect();
+    assert_eq!(modes, ["ar", "dense", "dustin", "snapkv"]);
+    for r in &rows {
+        let mode = r["mode"].as_str().unwrap();
+        let want = if mode == "ar" { "off" } else { "on" };
+        assert_eq!(r["ragged_accept"].as_str(), Some(want), "{r}");
+        let tau = r["tau_measured"].as_f64().unwrap();
+        assert_eq!(tau, if mode == "ar" { 1.0 } else { 1.5 }, "{mode}");
+    }
+}
+
 #[test]
 fn bad_schedule_and_modes_are_named() {
     let f = fixture();

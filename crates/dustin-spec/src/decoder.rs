@@ -119,6 +119,8 @@ pub struct SpeculativeDecoder<B: Backend, D: Drafter<B>, V: Verifier<B>> {
     pub verifier: V,
     cancel: Option<dustin_core::CancelToken>,
     forced_acceptance: Option<f64>,
+    /// Whether the forced schedule is shifted per sequence ([`Self::set_forced_ragged`]).
+    forced_ragged: bool,
     _b: PhantomData<B>,
 }
 
@@ -130,6 +132,7 @@ impl<B: Backend, D: Drafter<B>, V: Verifier<B>> SpeculativeDecoder<B, D, V> {
             verifier,
             cancel: None,
             forced_acceptance: None,
+            forced_ragged: false,
             _b: PhantomData,
         }
     }
@@ -166,6 +169,17 @@ impl<B: Backend, D: Drafter<B>, V: Verifier<B>> SpeculativeDecoder<B, D, V> {
         Ok(())
     }
 
+    /// **Benchmarks only.** With a forced schedule ([`Self::set_forced_acceptance`]), shifts
+    /// it per sequence (`true`): sequence `s` of `n` accepts `floor((i + 1) a + s / n) -
+    /// floor(i a + s / n)` drafts at iteration `i`, so every sequence keeps the mean `a` but
+    /// they accept at different iterations and their cached lengths differ, as in real
+    /// batched decoding (where the same schedule for every sequence keeps them equal and
+    /// hides the cost of ragged cache writes). `false` (the default) is the unshifted
+    /// schedule.
+    pub fn set_forced_ragged(&mut self, ragged: bool) {
+        self.forced_ragged = ragged;
+    }
+
     /// Speculative generation for a batch of prompts of any lengths.
     ///
     /// `on_tokens(seq, tokens)` is called with each sequence's newly emitted tokens.
@@ -194,7 +208,7 @@ impl<B: Backend, D: Drafter<B>, V: Verifier<B>> SpeculativeDecoder<B, D, V> {
             tokenizer,
             on_tokens,
             self.cancel.as_ref(),
-            self.forced_acceptance,
+            self.forced_acceptance.map(|a| (a, self.forced_ragged)),
         )
     }
 }
@@ -255,7 +269,7 @@ fn run<B: Backend, D: Drafter<B>, V: Verifier<B>>(
     tokenizer: Option<&Tokenizer>,
     on_tokens: &mut dyn FnMut(usize, &[TokenId]),
     cancel: Option<&dustin_core::CancelToken>,
-    forced: Option<f64>,
+    forced: Option<(f64, bool)>,
 ) -> Result<SpecOutput> {
     cfg.sampling.validate()?;
     let n = prompts.len();
@@ -371,9 +385,15 @@ fn run<B: Backend, D: Drafter<B>, V: Verifier<B>>(
                     .collect();
                 let acc = accept::greedy(&proposal.tokens[slot], &row);
                 match forced {
-                    Some(a) => {
-                        let k =
-                            ((iteration + 1) as f64 * a).floor() - (iteration as f64 * a).floor();
+                    Some((a, ragged)) => {
+                        // the sequence's phase in the schedule (0 unless ragged)
+                        let phase = if ragged {
+                            active[slot] as f64 / n as f64
+                        } else {
+                            0.0
+                        };
+                        let k = ((iteration + 1) as f64 * a + phase).floor()
+                            - (iteration as f64 * a + phase).floor();
                         let k = (k as usize).min(proposal.tokens[slot].len());
                         accepted.push(k);
                         next.push(row[k]);

@@ -796,3 +796,47 @@ fn forced_acceptance_follows_the_schedule() {
         assert!(err.contains("mean_accepted"), "{err}");
     }
 }
+
+/// The ragged schedule: the same mean per sequence, shifted by `s / n`, so with a mean of
+/// 0.5 accepted drafts and three sequences (phases 0, 1/3, 2/3) sequences 0 and 1 accept
+/// 0, 1, 0, 1, ... and sequence 2 accepts 1, 0, 1, 0, ... (`floor((i + 1) 0.5 + 2/3) -
+/// floor(i 0.5 + 2/3)`): their cached lengths differ from the first iteration on, and every
+/// sequence still emits its tokens to the limit through the ragged rollbacks.
+#[test]
+fn forced_ragged_acceptance_shifts_each_sequence() {
+    let target = model("llama");
+    let (gamma, max_new) = (4usize, 12usize);
+    let extra = max_new + 2 * (gamma + 2);
+    let mut dec = SpeculativeDecoder::new(
+        ModelDrafter::new(target.clone(), Some(1), extra),
+        ModelVerifier::new(target.clone(), DenseHook, extra, 96),
+    );
+    dec.set_forced_acceptance(Some(0.5)).expect("schedule");
+    dec.set_forced_ragged(true);
+    let cfg = SpecConfig {
+        gamma,
+        max_new_tokens: max_new,
+        ..SpecConfig::default()
+    };
+    let o = dec
+        .generate(&prompts(), &cfg, None, &mut |_, _| {})
+        .expect("spec");
+    let seq =
+        |s: usize| -> Vec<usize> { o.iterations.iter().take(4).map(|i| i.accepted[s]).collect() };
+    assert_eq!(seq(0), [0, 1, 0, 1]);
+    assert_eq!(seq(1), [0, 1, 0, 1]);
+    assert_eq!(seq(2), [1, 0, 1, 0]);
+    assert!(
+        o.tokens.iter().all(|t| t.len() == max_new),
+        "{:?}",
+        o.tokens
+    );
+    // unshifted: every sequence the same
+    dec.set_forced_ragged(false);
+    let o = dec
+        .generate(&prompts(), &cfg, None, &mut |_, _| {})
+        .expect("spec");
+    for it in &o.iterations {
+        assert!(it.accepted.iter().all(|&a| a == it.accepted[0]));
+    }
+}
