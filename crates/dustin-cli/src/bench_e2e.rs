@@ -137,6 +137,12 @@ pub struct E2eArgs {
     /// accepts the same count at every iteration.
     #[arg(long, value_enum, default_value_t = OnOff::Off)]
     pub ragged_accept: OnOff,
+    /// New keys and values into the caches through `KernelOps::kv_write` (`on`,
+    /// `Qwen2::with_kv_write_kernel`: one launch per tensor and layer for a ragged batch) or
+    /// Burn's slice-assigns (`off`, the default until the kernel has run its GPU check). Only
+    /// ragged batches differ (`--ragged-accept on`); the same caches either way.
+    #[arg(long, value_enum, default_value_t = OnOff::Off)]
+    pub kv_write_kernel: OnOff,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
@@ -394,6 +400,8 @@ pub struct Row {
     pub fused_residual: OnOff,
     /// `--ragged-accept` (speculative modes).
     pub ragged_accept: OnOff,
+    /// `--kv-write-kernel`.
+    pub kv_write_kernel: OnOff,
 }
 
 /// Means over the timed iterations of a run (after `warmup`, at most `iters`).
@@ -602,11 +610,12 @@ fn measure<B: KernelOps>(
     } else {
         (target, draft)
     };
-    let (fused, skinny, grouped, residual) = (
+    let (fused, skinny, grouped, residual, kv_write) = (
         args.elementwise == Elementwise::Fused,
         args.skinny_gemm == OnOff::On,
         args.grouped_gemm == OnOff::On,
         args.fused_residual == OnOff::On,
+        args.kv_write_kernel == OnOff::On,
     );
     // always set: the models' own default is on where the backend has fused kernels, so
     // `plain` / `off` must be asked for explicitly
@@ -616,7 +625,8 @@ fn measure<B: KernelOps>(
                 .with_fused_elementwise(fused)
                 .with_skinny_gemm(skinny)
                 .with_grouped_gemm(grouped)
-                .with_fused_residual(residual),
+                .with_fused_residual(residual)
+                .with_kv_write_kernel(kv_write),
         )
     };
     let (target, draft) = (with(&target), with(&draft));
@@ -818,6 +828,7 @@ fn measure<B: KernelOps>(
                     } else {
                         args.ragged_accept
                     },
+                    kv_write_kernel: args.kv_write_kernel,
                 };
                 if !report {
                     continue;

@@ -133,6 +133,8 @@ fn ragged_schedule_keeps_the_mean_and_runs_every_selector() {
             "70",
             "--ragged-accept",
             "on",
+            "--kv-write-kernel",
+            "on",
         ],
     );
     let modes: Vec<&str> = rows.iter().map(|r| r["mode"].as_str().unwrap()).collect();
