@@ -368,8 +368,10 @@ impl<B: Backend> DenseKvCache<B> {
         Ok(())
     }
 
-    fn write(dst: Tensor<B, 4>, src: Tensor<B, 4>, lens: &[usize], n: usize) -> Tensor<B, 4> {
+    /// Burn's slice-assigns: one for equal lengths, one per sequence otherwise.
+    fn write(dst: Tensor<B, 4>, src: Tensor<B, 4>, lens: &[usize]) -> Tensor<B, 4> {
         let [_, h, _, d] = dst.dims();
+        let n = src.dims()[2];
         let uniform = lens.windows(2).all(|w| w[0] == w[1]);
         if uniform {
             let start = lens.first().copied().unwrap_or(0);
@@ -402,17 +404,9 @@ impl<B: Backend> KvStore<B> for DenseKvCache<B> {
     }
 
     fn append(&mut self, layer: usize, k: Tensor<B, 4>, v: Tensor<B, 4>) -> Result<()> {
-        self.check_append(layer, &k, &v)?;
-        let n = k.dims()[2];
-        let kd = self.k[layer]
-            .take()
-            .ok_or_else(|| CoreError::Model("KV cache layer poisoned".into()))?;
-        self.k[layer] = Some(Self::write(kd, k, &self.lens, n));
-        let vd = self.v[layer]
-            .take()
-            .ok_or_else(|| CoreError::Model("KV cache layer poisoned".into()))?;
-        self.v[layer] = Some(Self::write(vd, v, &self.lens, n));
-        Ok(())
+        self.append_with(layer, k, v, |dst, src, lens| {
+            Ok(Self::write(dst, src, lens))
+        })
     }
 
     fn advance(&mut self, n: usize) -> Result<()> {

@@ -742,6 +742,18 @@ impl<V: dustin_core::Verifier<B>> dustin_core::Verifier<B> for NanVerifier<V> {
     }
 }
 
+/// A decoder with the target's first layer as the draft and dense verification, as the
+/// forced-schedule tests use it.
+fn one_layer_draft_decoder(
+    target: &Arc<Qwen2<B>>,
+    extra: usize,
+) -> SpeculativeDecoder<B, ModelDrafter<B>, ModelVerifier<B, DenseHook>> {
+    SpeculativeDecoder::new(
+        ModelDrafter::new(target.clone(), Some(1), extra),
+        ModelVerifier::new(target.clone(), DenseHook, extra, 96),
+    )
+}
+
 /// The benchmark schedule: with a mean of 1.5 accepted drafts, iterations accept 1, 2, 1, 2,
 /// ... (floor((i + 1) 1.5) - floor(i 1.5)), every sequence emits accepted + 1 tokens per
 /// iteration, the rollback keeps both caches consistent (the emitted tokens after the
@@ -752,10 +764,7 @@ fn forced_acceptance_follows_the_schedule() {
     let target = model("llama");
     let (gamma, max_new) = (4usize, 20usize);
     let extra = max_new + 2 * (gamma + 2);
-    let mut dec = SpeculativeDecoder::new(
-        ModelDrafter::new(target.clone(), Some(1), extra),
-        ModelVerifier::new(target.clone(), DenseHook, extra, 96),
-    );
+    let mut dec = one_layer_draft_decoder(&target, extra);
     dec.set_forced_acceptance(Some(1.5)).expect("schedule");
     let cfg = SpecConfig {
         gamma,
@@ -774,10 +783,7 @@ fn forced_acceptance_follows_the_schedule() {
     }
     assert!(o.tokens.iter().all(|t| t.len() == max_new));
     // schedule 0: one token per iteration (the target's own greedy token): equals AR output
-    let mut dec0 = SpeculativeDecoder::new(
-        ModelDrafter::new(target.clone(), Some(1), extra),
-        ModelVerifier::new(target.clone(), DenseHook, extra, 96),
-    );
+    let mut dec0 = one_layer_draft_decoder(&target, extra);
     dec0.set_forced_acceptance(Some(0.0)).expect("schedule");
     let o0 = dec0
         .generate(&prompts(), &cfg, None, &mut |_, _| {})
@@ -807,10 +813,7 @@ fn forced_ragged_acceptance_shifts_each_sequence() {
     let target = model("llama");
     let (gamma, max_new) = (4usize, 12usize);
     let extra = max_new + 2 * (gamma + 2);
-    let mut dec = SpeculativeDecoder::new(
-        ModelDrafter::new(target.clone(), Some(1), extra),
-        ModelVerifier::new(target.clone(), DenseHook, extra, 96),
-    );
+    let mut dec = one_layer_draft_decoder(&target, extra);
     dec.set_forced_acceptance(Some(0.5)).expect("schedule");
     dec.set_forced_ragged(true);
     let cfg = SpecConfig {

@@ -693,13 +693,15 @@ fn gemm(json: Option<&str>, quick: bool) {
 fn prefill_attention(emit: &mut dyn FnMut(String), quick: bool) {
     let dev = dev();
     let (heads, d) = (28usize, 128usize);
+    // the causal half of `2 * 2 * heads * d * n^2`
+    let causal_flops = |n: usize| 2.0 * 2.0 * (heads * d) as f64 * (n as f64) * (n as f64) / 2.0;
     let sizes: &[usize] = if quick {
         &[16384]
     } else {
         &[4096, 16384, 32768]
     };
     for &n in sizes {
-        let flops = 2.0 * 2.0 * (heads * d) as f64 * (n as f64) * (n as f64) / 2.0;
+        let flops = causal_flops(n);
         // ours: the same causal prefill as the model runs it, chunks of PREFILL_CHUNK queries
         // against the cache so far, GQA (7B: 4 KV heads, nothing expanded), through
         // `prefill_attention` (the kernel) and, up to 16k, the plain path (Burn ops; about
@@ -749,7 +751,7 @@ fn prefill_attention(emit: &mut dyn FnMut(String), quick: bool) {
         }
         let _ = o.slice([0..1, 0..1, 0..1, 0..1]).into_data();
         let us = t.elapsed().as_secs_f64() * 1e6 / reps as f64;
-        let flops = 2.0 * 2.0 * (heads * d) as f64 * (n as f64) * (n as f64) / 2.0;
+        let flops = causal_flops(n);
         emit(format!(
             "{{\"op\":\"attention-causal-prefill\",\"heads\":{heads},\"d\":{d},\"n\":{n},\"us\":{us:.1},\"tflops\":{:.2}}}",
             flops / us / 1e6
