@@ -8,6 +8,8 @@
 #   bash .device/gpu_e2e.sh grid  # 7B at 32k, 72B, 7B at 8k and 16k (no check, no peers)
 #   bash .device/gpu_e2e.sh hf    # the HF transformers peers only
 #   bash .device/gpu_e2e.sh final # 32k: 7B B 1/8/16, 72B B 8 (HF=1: HF peers at 32k B 1/8)
+#   bash .device/gpu_e2e.sh launch # 7B 32k B 1/8: skinny GEMM on tensor cores vs CUDA cores,
+#                                 # fused residual, ragged acceptance with and without kv_write
 #   bash .device/gpu_e2e.sh next  # elementwise, then trace, in one call
 #   bash .device/gpu_e2e.sh where # GPU utilization while decoding, and every kernel's GPU time
 #                                 # (ncu) in a small run
@@ -22,8 +24,8 @@
 # ELEMENTWISE (`fused`, the default, or `plain`: `--elementwise`), SKINNY (`on`, the default,
 # or `off`: `--skinny-gemm`), GROUPED (`on`, the default, or `off`: `--grouped-gemm`),
 # RESIDUAL (`off`, the default, or `on`: `--fused-residual`), RAGGED (`off`, the default, or
-# `on`: `--ragged-accept`, per-sequence shifted schedules), KVWRITE (`off`, the default, or
-# `on`: `--kv-write-kernel`). Each
+# `on`: `--ragged-accept`, per-sequence shifted schedules), KVWRITE (`on`, the default, or
+# `off`: `--kv-write-kernel`), SKMMA (`cores`, the default, or `mma`: `--skinny-kernel`). Each
 # group is one process; nvidia-smi samples its memory every 100 ms (peak in
 # mem.jsonl).
 set -u
@@ -40,7 +42,7 @@ group() {
     shift
     mem_watch "$name"
     timeout "${LIMIT:-240}" "$D/dustin" bench-e2e --device cuda --json "$OUT/e2e.jsonl" \
-        --accept "default=$TAU" --draft "$DRAFT" --warmup 2 --iters 6 ${PROFILE:+--profile} --elementwise "${ELEMENTWISE:-fused}" --skinny-gemm "${SKINNY:-on}" --grouped-gemm "${GROUPED:-on}" --fused-residual "${RESIDUAL:-off}" --ragged-accept "${RAGGED:-off}" --kv-write-kernel "${KVWRITE:-off}" "$@" 2>&1 | tee "$OUT/$name.txt"
+        --accept "default=$TAU" --draft "$DRAFT" --warmup 2 --iters 6 ${PROFILE:+--profile} --elementwise "${ELEMENTWISE:-fused}" --skinny-gemm "${SKINNY:-on}" --grouped-gemm "${GROUPED:-on}" --fused-residual "${RESIDUAL:-off}" --ragged-accept "${RAGGED:-off}" --kv-write-kernel "${KVWRITE:-on}" --skinny-kernel "${SKMMA:-cores}" "$@" 2>&1 | tee "$OUT/$name.txt"
     echo "{\"group\":\"$name\",\"peak_mib\":$(mem_peak_max "$name")}" | tee -a "$OUT/mem.jsonl"
 }
 
@@ -67,6 +69,19 @@ final)
     if [ -n "${HF:-}" ]; then
         PYTHONUNBUFFERED=1 timeout "${HF_LIMIT:-140}" python3 "$D/hf_e2e_bench.py" "$C" --quick 2>&1 | tee "$OUT/hf.jsonl"
     fi
+    ;;
+launch)
+    # session 24, side by side at 7B, 32k, B 1 and 8 (MODES, default ar,dense,dustin), one
+    # process each: the tensor-core skinny GEMM (the default), the CUDA-core one, the fused
+    # residual, then ragged acceptance with Burn's slice-assigns and with the kv_write kernel
+    T7=(--target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 32768 --batch 1,8
+        --modes "${MODES:-ar,dense,dustin}")
+    L=${LIMIT:-100}
+    LIMIT=$L SKMMA=mma group 7b_mma "${T7[@]}"
+    LIMIT=$L group 7b_cores "${T7[@]}"
+    LIMIT=$L RESIDUAL=on group 7b_residual "${T7[@]}"
+    LIMIT=$L RAGGED=on KVWRITE=off group 7b_ragged "${T7[@]}"
+    LIMIT=$L RAGGED=on group 7b_ragged_kvwrite "${T7[@]}"
     ;;
 elementwise)
     # the fused RMSNorm / SwiGLU / RoPE / dequantization kernels and the skinny GEMM:

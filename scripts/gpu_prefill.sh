@@ -14,6 +14,8 @@
 #                                        # time to first token at Qwen2.5-7B shapes, 32k prompt:
 #                                        # `dustin bench` B=1 (kernel and plain prefill attention),
 #                                        # B=8 (kernel); HF transformers `generate` prefill, B=1 and 8
+#   bash .device/gpu_prefill.sh blas     # cuBLAS prefill GEMM: element-wise check rows, cuBLAS
+#                                        # beside PyTorch, the model rows, TTFT B=1 cuBLAS vs Burn
 #   bash .device/gpu_prefill.sh check    # `dustin kernel-check --device cuda` alone (about 4-8
 #                                        # minutes on a fresh machine, rows printed per group):
 #                                        # add_rms_norm and kv_write rows, then the 2-layer model
@@ -64,11 +66,37 @@ ttft)
     echo "{\"group\":\"b8\",\"peak_mib\":$(mem_peak_max b8)}" | tee -a "$OUT/mem.jsonl"
     PYTHONUNBUFFERED=1 timeout 150 python3 "$D/hf_e2e_bench.py" "$C" --quick --ttft 2>&1 | tee "$OUT/hf_ttft.jsonl"
     ;;
+blas)
+    # where libcublas is, then the element-wise rows (prefill_gemm = cuBLAS, add_rms_norm,
+    # kv_write) against float64; cuBLAS at 7B / 72B projection shapes beside PyTorch; the
+    # 2-layer model through every kernel (its 300-token prompt takes cuBLAS); time to first
+    # token at 7B shapes, 32k, B=1, with cuBLAS and with Burn's matmul
+    ls /usr/local/cuda/lib64/ 2>/dev/null | grep -i cublas | tee "$OUT/cublas_libs.txt"
+    ldconfig -p 2>/dev/null | grep -i cublas | tee -a "$OUT/cublas_libs.txt"
+    timeout 150 "$D/dustin-kernels-gpu" check --op elementwise 2>&1 | tee "$OUT/check_elementwise.txt" | tail -40
+    timeout 120 "$D/dustin-kernels-gpu" gemm --no-burn --json "$OUT/cublas.jsonl" > "$OUT/cublas.txt" 2>&1
+    echo "cublas rc=$?"
+    grep -E '"m":(8|128|4096|32768),' "$OUT/cublas.jsonl"
+    PYTHONUNBUFFERED=1 timeout 120 python3 "$D/gemm_prefill_bench.py" > "$OUT/torch.jsonl" 2>&1
+    echo "torch rc=$?"
+    grep -E '"m": (8|128|4096|32768),' "$OUT/torch.jsonl" | grep -v sdpa
+    printf '[autotune]\nlevel = "minimal"\n' > cubecl.toml
+    timeout 230 "$D/dustin" kernel-check --device cuda --model-only 2>&1 | tee "$OUT/model-check.txt" | tail -8
+    rm -f cubecl.toml
+    timeout 150 "$D/dustin" bench --device cuda --config "$C/Qwen2.5-7B-Instruct.config.json" \
+        --prompt-len 32768 --batch 1 --decode 8 --warmup 2 --prefill-gemm cublas,burn 2>&1 | tee "$OUT/ttft_b1.txt"
+    timeout 60 "$D/dustin" bench --device cuda --config "$C/Qwen2.5-7B-Instruct.config.json" \
+        --prompt-len 32768 --batch 1 --decode 8 --warmup 2 --chunk 2048 2>&1 | tee "$OUT/ttft_b1_c2048.txt"
+    ;;
 check)
+    # cubecl's autotune at `minimal`: the plain path's matmuls of the model rows otherwise
+    # autotune every new shape (more than 3 minutes on a fresh machine); values are the same
+    printf '[autotune]\nlevel = "minimal"\n' > cubecl.toml
     timeout 540 "$D/dustin" kernel-check --device cuda 2>&1 | tee "$OUT/kernel-check.txt" | tail -25
+    rm -f cubecl.toml
     ;;
 *)
-    echo "usage: gpu_prefill.sh kernels|ttft|check" >&2
+    echo "usage: gpu_prefill.sh kernels|ttft|blas|check" >&2
     exit 2
     ;;
 esac

@@ -41,9 +41,24 @@ pub struct BenchArgs {
     /// matrix of each chunk). On the CPU both are Burn ops.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "kernel")]
     pub prefill_attention: Vec<PrefillPath>,
+    /// Linear layers of the prefill chunks (comma-separated; each timed in turn, with each
+    /// `--prefill-attention` path): `cublas` (`KernelOps::prefill_linear`, the default: cuBLAS
+    /// on CUDA where `libcublas` loads, Burn's matmul elsewhere; the report's
+    /// `prefill_gemm_lib` says which ran) or `burn` (Burn's matmul).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "cublas")]
+    pub prefill_gemm: Vec<PrefillGemm>,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
+}
+
+/// `--prefill-gemm`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PrefillGemm {
+    /// `KernelOps::prefill_linear` (`Qwen2::with_prefill_gemm(true)`).
+    Cublas,
+    /// Burn's matmul (`Qwen2::with_prefill_gemm(false)`).
+    Burn,
 }
 
 /// `--prefill-attention`.
@@ -88,10 +103,15 @@ fn run_on<B: KernelOps>(args: &BenchArgs, dev: &B::Device) -> Result<(), CliErro
     // time to first token per path: the whole batch's prefill and its last logits read back
     let mut prefills = Vec::with_capacity(args.prefill_attention.len());
     let mut cache = None;
-    for &path in &args.prefill_attention {
+    let runs = args
+        .prefill_attention
+        .iter()
+        .flat_map(|&p| args.prefill_gemm.iter().map(move |&g| (p, g)));
+    for (path, gemm) in runs {
         let m = model
             .clone()
-            .with_prefill_attention(path == PrefillPath::Kernel);
+            .with_prefill_attention(path == PrefillPath::Kernel)
+            .with_prefill_gemm(gemm == PrefillGemm::Cublas);
         // one chunk first with this path (its kernels' compilation is not timed)
         let (_, l, _) = prefill(&m, &warm, cap, None, &mut DenseHook, args.chunk, false)?;
         let _ = l.into_data();
@@ -99,11 +119,13 @@ fn run_on<B: KernelOps>(args: &BenchArgs, dev: &B::Device) -> Result<(), CliErro
         let t = Instant::now();
         let (c, last, _) = prefill(&m, &prompts, cap, None, &mut DenseHook, args.chunk, false)?;
         let _ = last.into_data();
-        prefills.push((path, t.elapsed().as_secs_f64()));
+        prefills.push((path, gemm, t.elapsed().as_secs_f64()));
         cache = Some(c);
     }
     let mut cache = cache.ok_or_else(|| {
-        CliError::Usage("--prefill-attention: expected at least one of kernel, plain".into())
+        CliError::Usage(
+            "--prefill-attention, --prefill-gemm: expected at least one path each".into(),
+        )
     })?;
     let step = |cache: &mut dustin_kv::DenseKvCache<B>| -> Result<(), CliError> {
         let toks: Vec<Vec<u32>> = (0..args.batch)
@@ -132,7 +154,11 @@ fn run_on<B: KernelOps>(args: &BenchArgs, dev: &B::Device) -> Result<(), CliErro
         step(&mut cache)?;
     }
     let decode_secs = t.elapsed().as_secs_f64();
-    for (path, prefill_secs) in prefills {
+    for (path, gemm, prefill_secs) in prefills {
+        let lib = match gemm {
+            PrefillGemm::Cublas => B::prefill_gemm_name(dev),
+            PrefillGemm::Burn => "burn",
+        };
         let report = serde_json::json!({
             "config": args.config.display().to_string(),
             "device": format!("{:?}", args.device),
@@ -140,6 +166,7 @@ fn run_on<B: KernelOps>(args: &BenchArgs, dev: &B::Device) -> Result<(), CliErro
             "prompt_len": args.prompt_len,
             "chunk": args.chunk,
             "prefill_attention": format!("{path:?}").to_lowercase(),
+            "prefill_gemm_lib": lib,
             "init_secs": init_secs,
             "prefill_secs": prefill_secs,
             "prefill_tokens_per_sec": (args.batch * args.prompt_len) as f64 / prefill_secs,

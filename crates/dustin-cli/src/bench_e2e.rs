@@ -124,10 +124,15 @@ pub struct E2eArgs {
     /// (`off`; rows on the CPU say `off`).
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub grouped_gemm: OnOff,
+    /// Which kernel runs the skinny GEMMs on CUDA: `cores` (the CUDA-core kernel, up to 16
+    /// rows; the default) or `mma` (tensor cores, up to 128 rows, slower so far;
+    /// `dustin_kernels::cuda::set_skinny_mma(true)`). No effect on the CPU.
+    #[arg(long, value_enum, default_value_t = SkinnyKernel::Cores)]
+    pub skinny_kernel: SkinnyKernel,
     /// Each residual add fused with the RMSNorm after it (`on`, `Qwen2::with_fused_residual`:
     /// one `KernelOps::add_rms_norm` launch where the add and the norm take two) or not
-    /// (`off`, the default until the kernel has run its GPU check). Needs `--elementwise
-    /// fused`; the same values either way.
+    /// (`off`, the default: its GPU check passed, but it showed no gain). Needs
+    /// `--elementwise fused`; the same values either way.
     #[arg(long, value_enum, default_value_t = OnOff::Off)]
     pub fused_residual: OnOff,
     /// Shift the acceptance schedule per sequence (`on`,
@@ -139,9 +144,9 @@ pub struct E2eArgs {
     pub ragged_accept: OnOff,
     /// New keys and values into the caches through `KernelOps::kv_write` (`on`,
     /// `Qwen2::with_kv_write_kernel`: one launch per tensor and layer for a ragged batch) or
-    /// Burn's slice-assigns (`off`, the default until the kernel has run its GPU check). Only
-    /// ragged batches differ (`--ragged-accept on`); the same caches either way.
-    #[arg(long, value_enum, default_value_t = OnOff::Off)]
+    /// Burn's slice-assigns (`off`). `on` is the default, as the model's on CUDA. Only ragged
+    /// batches differ (`--ragged-accept on`); the same caches either way.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub kv_write_kernel: OnOff,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
@@ -156,6 +161,16 @@ pub enum OnOff {
     On,
     /// Off.
     Off,
+}
+
+/// `--skinny-kernel`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SkinnyKernel {
+    /// Tensor cores (`skinny_mma_kernel`).
+    Mma,
+    /// CUDA cores (`skinny_gemm_kernel`).
+    Cores,
 }
 
 /// `--elementwise`.
@@ -402,6 +417,8 @@ pub struct Row {
     pub ragged_accept: OnOff,
     /// `--kv-write-kernel`.
     pub kv_write_kernel: OnOff,
+    /// `--skinny-kernel` (CUDA only; the CPU has neither).
+    pub skinny_kernel: SkinnyKernel,
 }
 
 /// Means over the timed iterations of a run (after `warmup`, at most `iters`).
@@ -610,6 +627,8 @@ fn measure<B: KernelOps>(
     } else {
         (target, draft)
     };
+    #[cfg(feature = "cuda")]
+    dustin_kernels::cuda::set_skinny_mma(args.skinny_kernel == SkinnyKernel::Mma);
     let (fused, skinny, grouped, residual, kv_write) = (
         args.elementwise == Elementwise::Fused,
         args.skinny_gemm == OnOff::On,
@@ -829,6 +848,7 @@ fn measure<B: KernelOps>(
                         args.ragged_accept
                     },
                     kv_write_kernel: args.kv_write_kernel,
+                    skinny_kernel: args.skinny_kernel,
                 };
                 if !report {
                     continue;

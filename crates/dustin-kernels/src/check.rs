@@ -1,7 +1,8 @@
 //! Checks of the element-wise ops ([`KernelOps::rms_norm`], [`KernelOps::add_rms_norm`],
 //! [`KernelOps::silu_mul`], [`KernelOps::rope`], [`KernelOps::dequantize_packed`]) and the
 //! skinny GEMMs
-//! ([`KernelOps::skinny_linear`], [`KernelOps::skinny_linear3`], [`KernelOps::skinny_swiglu`])
+//! ([`KernelOps::skinny_linear`], [`KernelOps::skinny_linear3`], [`KernelOps::skinny_swiglu`]),
+//! the prefill GEMM ([`KernelOps::prefill_linear`]),
 //! and the KV-cache view [`KernelOps::kv_prefix`] and write [`KernelOps::kv_write`]
 //! against the float64 references of [`crate::reference`], on fresh
 //! random inputs rounded to bf16 (so a bf16 device copy holds them exactly), odd sizes, and a
@@ -243,13 +244,19 @@ pub fn check_elementwise<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<Ch
     // rows (the most the kernel takes), 17 rows and n = 302 (Burn's matmul), k not a multiple
     // of the split; 0.5B's o_proj, whose 1792-byte rows cubecl-cuda pads to 2048 (the kernel
     // reads `w` through its row stride), as it does 1028 columns
-    let skinny: [(usize, usize, usize, bool); 6] = [
+    // on the CUDA-core kernel; then rows past its 16 (Burn's matmul by default) that the
+    // opt-in tensor-core kernel takes when on (`dustin-kernels-gpu check` runs these rows a
+    // second time with it): 40 (batch 8 x gamma + 1), 128 (its most), 33 with a k of 64
+    let skinny: [(usize, usize, usize, bool); 9] = [
         (1, 896, 4864, true),
         (4, 896, 896, false),
         (15, 1000, 512, true),
         (16, 3584, 1028, false),
         (17, 200, 64, true),
         (3, 77, 302, false),
+        (40, 3584, 512, true),
+        (128, 256, 1040, false),
+        (33, 64, 48, true),
     ];
     for (i, &(m, k, n, with_bias)) in skinny.iter().enumerate() {
         let seed = 7400 + i as u64;
@@ -267,6 +274,41 @@ pub fn check_elementwise<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<Ch
             ),
             "skinny",
             B::skinny_linear(xt, wt, bt),
+            &want,
+            bound,
+        ));
+    }
+    // Prefill GEMM (cuBLAS on CUDA): from the model's threshold of 256 rows up, with and
+    // without bias, the weight row-major `[k, n]` and as a transposed view of a row-major
+    // `[n, k]` (strides `[1, k]`), odd k and n
+    let tall: [(usize, usize, usize, bool, bool); 4] = [
+        (300, 512, 320, true, false),
+        (256, 96, 1000, false, true),
+        (333, 77, 302, true, true),
+        (260, 3584, 64, false, false),
+    ];
+    for (i, &(m, k, n, with_bias, transposed)) in tall.iter().enumerate() {
+        let seed = 7450 + i as u64;
+        let x = reference::random_bf16(m * k, 2.0, seed);
+        let w = reference::random_bf16(k * n, 0.05, seed + 1);
+        let b = reference::random_bf16(n, 1.0, seed + 2);
+        let want = reference::linear(&x, &w, with_bias.then_some(&b[..]), m, k, n);
+        let xt = Tensor::<B, 2>::from_data(up(x, vec![m, k]), device);
+        let wt = if transposed {
+            let wt: Vec<f32> = (0..n * k).map(|j| w[(j % k) * n + j / k]).collect();
+            Tensor::<B, 2>::from_data(up(wt, vec![n, k]), device).transpose()
+        } else {
+            Tensor::<B, 2>::from_data(up(w, vec![k, n]), device)
+        };
+        let bt = with_bias.then(|| Tensor::<B, 1>::from_data(up(b, vec![n]), device));
+        rows_out.push(row(
+            format!(
+                "[{m}, {k}] x [{k}, {n}]{}{}",
+                if transposed { "^T view" } else { "" },
+                if with_bias { " + bias" } else { "" }
+            ),
+            "prefill_gemm",
+            B::prefill_linear(xt, wt, bt),
             &want,
             bound,
         ));

@@ -413,6 +413,46 @@ pub trait KernelOps: Backend {
         skinny_swiglu_each(x, w_gate, w_up)
     }
 
+    /// The linear layer of prefill: `x` `[m, k]` times `w` `[k, n]` (the `[in, out]` weight,
+    /// row-major or a transposed view of a row-major `[n, k]`) plus `bias` `[n]`, `[m, n]` in
+    /// the dtype. For the tall, compute-bound products of prefill chunks; the model calls it
+    /// from [`PREFILL_GEMM_MIN_ROWS`] rows up ([`KernelOps::prefill_gemm_name`] says which
+    /// library runs it).
+    ///
+    /// On CUDA, bf16 and f16 go to cuBLAS's `cublasGemmEx` (f32 accumulation; with a bias the
+    /// output starts as the broadcast bias and the GEMM adds into it with `beta = 1`, so the
+    /// sum is rounded once, as PyTorch's `addmm`) where `libcublas` loads; cubecl-cuda 0.10
+    /// does not expose its stream, so the call waits for the device to finish queued work
+    /// first and for cuBLAS after (docs/decisions.md, "cuBLAS for prefill GEMMs"). Elsewhere,
+    /// and for other dtypes, Burn's matmul then the bias add ([`plain::linear`]).
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] naming `w` or `bias` when they do not fit `x`;
+    /// [`KernelError::Driver`] when cuBLAS refuses the call.
+    fn prefill_linear(
+        x: Tensor<Self, 2>,
+        w: Tensor<Self, 2>,
+        bias: Option<Tensor<Self, 1>>,
+    ) -> Result<Tensor<Self, 2>> {
+        plain::linear(x, w, bias)
+    }
+
+    /// Most rows (`batch x new tokens`) [`KernelOps::skinny_linear`] and the grouped skinny
+    /// GEMMs run as a skinny GEMM; the model sends larger products to Burn's matmul (or from
+    /// [`PREFILL_GEMM_MIN_ROWS`] rows to [`KernelOps::prefill_linear`]). [`SKINNY_MAX_ROWS`]
+    /// by default; on CUDA 128 while the tensor-core kernel is on (`cuda::set_skinny_mma`;
+    /// off by default, since it is slower there).
+    fn skinny_max_rows() -> usize {
+        SKINNY_MAX_ROWS
+    }
+
+    /// Which library runs [`KernelOps::prefill_linear`] on `device`: `"cublas"`, or
+    /// `"burn"` (Burn's matmul; the default, and CUDA when `libcublas` does not load). For
+    /// benchmark reports.
+    fn prefill_gemm_name(_device: &Self::Device) -> &'static str {
+        "burn"
+    }
+
     /// The first `len` positions of a KV-cache tensor `k` `[batch, kv_heads, capacity,
     /// head_dim]`: `[batch, kv_heads, len, head_dim]` (`len` clamped to `capacity`), a view
     /// where the backend can make one. Burn's `narrow` by default.
@@ -731,6 +771,13 @@ pub fn check_packed(
 /// Most rows of `x` [`KernelOps::skinny_linear`]'s CUDA kernel takes (batch x (gamma + 1)
 /// at batch 3 and gamma 4 is 15); more rows go to Burn's matmul.
 pub const SKINNY_MAX_ROWS: usize = 16;
+
+/// Fewest rows (`batch x new tokens`) the model sends through [`KernelOps::prefill_linear`]:
+/// fewer rows (decode, verification, short prompts) take the skinny GEMM or Burn's matmul. On
+/// CUDA each `prefill_linear` call waits for the device twice (cubecl's queue, then cuBLAS),
+/// tens of microseconds; at 256 rows a Qwen2.5-7B q projection is about 6.6 GFLOP, 10-30 us
+/// on cuBLAS against 30-50 us on Burn's matmul (docs/perf.md).
+pub const PREFILL_GEMM_MIN_ROWS: usize = 256;
 
 /// One linear layer's weight `[k, n]` (the `[in, out]` layout) and optional bias `[n]`, as
 /// [`KernelOps::skinny_linear3`] takes them.

@@ -558,6 +558,19 @@ pub fn skinny_linear<B: Backend>(
     w: Tensor<B, 2>,
     bias: Option<Tensor<B, 1>>,
 ) -> Result<Tensor<B, 2>> {
+    linear(x, w, bias)
+}
+
+/// [`crate::KernelOps::prefill_linear`] (and the skinny GEMM's plain path): Burn's matmul
+/// `x . w` (`[m, k] x [k, n]`), then `+ bias` broadcast over the rows.
+///
+/// # Errors
+/// [`crate::KernelError::Shape`] naming `w` or `bias` when they do not fit `x`.
+pub fn linear<B: Backend>(
+    x: Tensor<B, 2>,
+    w: Tensor<B, 2>,
+    bias: Option<Tensor<B, 1>>,
+) -> Result<Tensor<B, 2>> {
     crate::check_skinny(x.dims(), w.dims(), bias.as_ref().map(|b| b.dims()))?;
     let y = x.matmul(w);
     Ok(match bias {

@@ -361,13 +361,15 @@ fn bad_input_is_an_error_not_a_panic() {
 }
 
 /// RMSNorm (alone and after a residual add), the SwiGLU product, RoPE (strided input, ragged large positions) and packed
-/// dequantization (4 and 3 bits, a short last group), the skinny GEMM (1 to 17 rows, with
-/// and without bias) and its grouped forms (three weights of one `x`: 9 rows; SwiGLU: 3) of
-/// the plain path against float64 loops; f32, so within 1e-5.
+/// dequantization (4 and 3 bits, a short last group), the skinny GEMM (1 to 128 rows, with
+/// and without bias) and its grouped forms (three weights of one `x`: 9 rows; SwiGLU: 3),
+/// the prefill GEMM (4 rows, a transposed weight view among them) of the plain path against
+/// float64 loops; f32, so within 1e-5.
 #[test]
 fn elementwise_ops_match_float64() {
     let rows = dustin_kernels::check::check_elementwise::<Flex>(&dev(), 1e-5);
-    assert_eq!(rows.len(), 42, "{rows:?}");
+    assert_eq!(rows.len(), 49, "{rows:?}");
+    assert_eq!(rows.iter().filter(|r| r.op == "prefill_gemm").count(), 4);
     for op in [
         "skinny3",
         "swiglu",

@@ -27,8 +27,9 @@ pub const CHECK_CONFIG: &str = r#"{
   "tie_word_embeddings": true, "hidden_act": "silu"
 }"#;
 
-/// Two prompts (37 and 20 tokens, each prefilled on its own: more than 16 rows, so the
-/// fused element-wise ops and [`KernelOps::prefill_attention`] but not the skinny GEMM), then
+/// Two prompts (300 and 20 tokens, each prefilled on its own: more than 16 rows, so the
+/// fused element-wise ops and [`KernelOps::prefill_attention`] but not the skinny GEMM; the
+/// 300 rows also take [`KernelOps::prefill_linear`], cuBLAS on CUDA), then
 /// one decode step of the ragged batch (2 rows through each linear layer) and one 5-token
 /// verification pass (10 rows): logits of the kernel path against the model path, normwise
 /// relative error
@@ -43,19 +44,21 @@ pub const CHECK_CONFIG: &str = r#"{
 /// A model error of either path (building the model, the forward passes, reading logits back).
 pub fn check_model<B: KernelOps>(device: &B::Device, bound: f64) -> Result<Vec<CheckRow>> {
     let cfg = QwenConfig::from_json(CHECK_CONFIG, "dustin_qwen::check::CHECK_CONFIG")?;
-    let base = Qwen2::<B>::random(&cfg, 128, device)?;
+    let base = Qwen2::<B>::random(&cfg, 384, device)?;
     let model_path = base
         .clone()
         .with_kernels(Some(false))
         .with_fused_elementwise(false)
-        .with_skinny_gemm(false);
+        .with_skinny_gemm(false)
+        .with_prefill_gemm(false);
     let kernel_path = base
         .with_kernels(Some(true))
         .with_fused_elementwise(true)
         .with_skinny_gemm(true)
         .with_grouped_gemm(false)
         .with_fused_residual(true)
-        .with_kv_write_kernel(true);
+        .with_kv_write_kernel(true)
+        .with_prefill_gemm(true);
     let grouped_path = kernel_path.clone().with_grouped_gemm(true);
     let mut rows = compare(&model_path, &kernel_path, bound, "model")?;
     rows.extend(compare(&model_path, &grouped_path, bound, "model+grp")?);
@@ -73,7 +76,7 @@ fn compare<B: KernelOps>(
     let want = run(reference)?;
     let got = run(got)?;
     let cases = [
-        ("prefill 37 + 20 tokens, last logits", 2 * vocab),
+        ("prefill 300 + 20 tokens, last logits", 2 * vocab),
         ("decode B=2 x 1 token", 2 * vocab),
         ("verify B=2 x 5 tokens", 10 * vocab),
     ];
@@ -113,8 +116,8 @@ fn run<B: KernelOps>(m: &Qwen2<B>) -> Result<[Vec<f32>; 3]> {
             .map(|i| i.wrapping_mul(2_654_435_761).wrapping_add(seed) % vocab)
             .collect()
     };
-    let prompts = vec![prompt(37, 11), prompt(20, 29)];
-    let (mut cache, last, _) = prefill(m, &prompts, 64, None, &mut DenseHook, 512, false)?;
+    let prompts = vec![prompt(300, 11), prompt(20, 29)];
+    let (mut cache, last, _) = prefill(m, &prompts, 320, None, &mut DenseHook, 512, false)?;
     let step = |cache: &mut _, tokens: &[Vec<u32>]| -> Result<Vec<f32>> {
         let out = m.forward(
             tokens,
@@ -173,9 +176,9 @@ mod tests {
         use burn_tensor::backend::Backend;
         let cfg = QwenConfig::from_json(CHECK_CONFIG, "test").unwrap();
         Flex::seed(&FlexDevice, 1);
-        let a = Qwen2::<Flex>::random(&cfg, 128, &FlexDevice).unwrap();
+        let a = Qwen2::<Flex>::random(&cfg, 384, &FlexDevice).unwrap();
         Flex::seed(&FlexDevice, 2);
-        let b = Qwen2::<Flex>::random(&cfg, 128, &FlexDevice).unwrap();
+        let b = Qwen2::<Flex>::random(&cfg, 384, &FlexDevice).unwrap();
         let rows = compare(&a, &b, 1e-2, "model").unwrap();
         assert_eq!(rows.len(), 3);
         for r in &rows {

@@ -401,12 +401,12 @@ pub struct Qwen2<B: Backend> {
     /// as the backend's fused kernels ([`Qwen2::with_fused_elementwise`]; by default exactly
     /// when the backend has fused kernels, [`KernelOps::FUSED`]: `None`).
     elementwise: Option<bool>,
-    /// Whether linear layers of at most [`dustin_kernels::SKINNY_MAX_ROWS`] rows run through
+    /// Whether linear layers of at most [`KernelOps::skinny_max_rows`] rows run through
     /// [`KernelOps::skinny_linear`] ([`Qwen2::with_skinny_gemm`]; by default exactly when the
     /// backend has fused kernels: `None`).
     skinny_gemm: Option<bool>,
     /// Whether the q/k/v projections and the MLP's gate/up/SiLU of at most
-    /// [`dustin_kernels::SKINNY_MAX_ROWS`] rows run as one grouped skinny GEMM each
+    /// [`KernelOps::skinny_max_rows`] rows run as one grouped skinny GEMM each
     /// ([`KernelOps::skinny_linear3`], [`KernelOps::skinny_swiglu`];
     /// [`Qwen2::with_grouped_gemm`]; by default exactly when the skinny GEMM is on: `None`).
     grouped_gemm: Option<bool>,
@@ -418,8 +418,13 @@ pub struct Qwen2<B: Backend> {
     /// [`KernelOps::add_rms_norm`] ([`Qwen2::with_fused_residual`]; off unless asked for:
     /// `None`).
     fused_residual: Option<bool>,
+    /// Whether linear layers of at least [`dustin_kernels::PREFILL_GEMM_MIN_ROWS`] rows run
+    /// through [`KernelOps::prefill_linear`] ([`Qwen2::with_prefill_gemm`]; by default exactly
+    /// when the backend has fused kernels: `None`).
+    prefill_gemm: Option<bool>,
     /// Whether new keys and values go into the cache through [`KernelOps::kv_write`]
-    /// ([`Qwen2::with_kv_write_kernel`]; off unless asked for: `None`).
+    /// ([`Qwen2::with_kv_write_kernel`]; by default exactly when the backend has fused
+    /// kernels: `None`).
     kv_write_kernel: Option<bool>,
     /// Whether the next offloaded layer is staged by a helper thread while the current layer
     /// computes ([`Qwen2::with_prefetch`]).
@@ -657,6 +662,7 @@ impl<B: Backend> Qwen2<B> {
             skinny_gemm: None,
             grouped_gemm: None,
             prefill_kernel: None,
+            prefill_gemm: None,
             fused_residual: None,
             kv_write_kernel: None,
             prefetch: true,
@@ -784,6 +790,7 @@ impl<B: Backend> Qwen2<B> {
             skinny_gemm: None,
             grouped_gemm: None,
             prefill_kernel: None,
+            prefill_gemm: None,
             fused_residual: None,
             kv_write_kernel: None,
             prefetch: true,
@@ -814,7 +821,7 @@ impl<B: Backend> Qwen2<B> {
         self
     }
 
-    /// Runs linear layers of at most [`dustin_kernels::SKINNY_MAX_ROWS`] rows (decoding and
+    /// Runs linear layers of at most [`KernelOps::skinny_max_rows`] rows (decoding and
     /// verification: batch x new tokens) through [`KernelOps::skinny_linear`] (`true`) or
     /// Burn's matmul (`false`). The default is `true` exactly when the backend has fused
     /// kernels (CUDA: 7B decoding at batch 1 went from 25.4 to 74.8 tokens/s, the 0.5B draft
@@ -851,15 +858,28 @@ impl<B: Backend> Qwen2<B> {
         self
     }
 
+    /// Runs the linear layers of prefill chunks (at least
+    /// [`dustin_kernels::PREFILL_GEMM_MIN_ROWS`] rows: batch x new tokens) through
+    /// [`KernelOps::prefill_linear`] (`true`: on CUDA cuBLAS where `libcublas` loads) or
+    /// Burn's matmul (`false`). The default is `true` on backends with fused kernels (CUDA)
+    /// and `false` elsewhere (the CPU, where both are Burn's matmul). The same products up to
+    /// the order of the f32 sums; `dustin bench --prefill-gemm cublas,burn` compares their
+    /// speed.
+    pub fn with_prefill_gemm(mut self, on: bool) -> Self {
+        self.prefill_gemm = Some(on);
+        self
+    }
+
     /// Runs each residual add together with the RMSNorm that follows it as one
     /// [`KernelOps::add_rms_norm`] (`true`; with the fused element-wise ops on,
     /// [`Qwen2::with_fused_elementwise`]): after attention with the layer's post-attention
     /// norm, and after the MLP with the next layer's input norm (the MLP's output is carried
     /// into the next layer un-added; the last layer's is added before the final norm). On
     /// CUDA that is one kernel where the separate add and norm take two, so two launches
-    /// fewer per layer (48 per step of the 24-layer 0.5B draft). Off by default until
-    /// `dustin kernel-check --device cuda` has run its `add_rms_norm` rows on the GPU; the
-    /// same values either way (the sum is rounded to the dtype once, as Burn's add rounds it).
+    /// fewer per layer (48 per step of the 24-layer 0.5B draft). Off by default: its GPU
+    /// check passed (`dustin kernel-check --device cuda`, H200, 2026-11-30), but turning it on
+    /// showed no gain at 7B, 32k (`bench-e2e --fused-residual on`, docs/perf.md). The same
+    /// values either way (the sum is rounded to the dtype once, as Burn's add rounds it).
     pub fn with_fused_residual(mut self, on: bool) -> Self {
         self.fused_residual = Some(on);
         self
@@ -871,9 +891,12 @@ impl<B: Backend> Qwen2<B> {
     /// take one or two launches per sequence, tensor and layer (32-64 per layer at batch 16:
     /// a slice-assign, and the slice of the sequence's rows where Burn copies it), the CUDA
     /// kernel one per tensor. Equal lengths take one slice-assign either way, so `bench-e2e`'s
-    /// forced acceptance (the same for every sequence) does not see it. Off by default until
-    /// `dustin kernel-check --device cuda` has run its `kv_write` rows (and the model rows,
-    /// whose decode step is ragged) on the GPU. The same cache either way (a copy).
+    /// forced acceptance (the same for every sequence) does not see it unless asked to
+    /// (`--ragged-accept on`). On by default where the backend has fused kernels (CUDA):
+    /// `dustin kernel-check --device cuda` passed its `kv_write` rows and the model rows
+    /// (whose decode step is ragged) on the H200, and a ragged batch of 8 at 7B, 32k decoded
+    /// 1.35-1.55x faster with it (docs/perf.md, 2026-11-30). The same cache either way (a
+    /// copy).
     pub fn with_kv_write_kernel(mut self, on: bool) -> Self {
         self.kv_write_kernel = Some(on);
         self
@@ -1105,6 +1128,7 @@ impl<B: Backend> Qwen2<B> {
             skinny_gemm: self.skinny_gemm,
             grouped_gemm: self.grouped_gemm,
             prefill_kernel: self.prefill_kernel,
+            prefill_gemm: self.prefill_gemm,
             fused_residual: self.fused_residual,
             kv_write_kernel: self.kv_write_kernel,
             prefetch: self.prefetch,
@@ -1164,19 +1188,26 @@ impl<B: KernelOps> Qwen2<B> {
     fn grouped(&self, rows: usize) -> bool {
         self.grouped_gemm.unwrap_or(true)
             && self.skinny_gemm.unwrap_or(B::FUSED)
-            && rows <= dustin_kernels::SKINNY_MAX_ROWS
+            && rows <= B::skinny_max_rows()
     }
 
     /// `lin` applied to `x` `[batch, n, in]`; a packed (substitute) weight is dequantized by
     /// the fused kernel when chosen ([`crate::substitute::PackedWeight::dequantize_fused`]).
-    /// With [`Qwen2::with_skinny_gemm`], `x` of at most [`dustin_kernels::SKINNY_MAX_ROWS`]
-    /// rows goes through [`KernelOps::skinny_linear`].
+    /// With [`Qwen2::with_skinny_gemm`], `x` of at most [`KernelOps::skinny_max_rows`]
+    /// rows goes through [`KernelOps::skinny_linear`]; with [`Qwen2::with_prefill_gemm`], `x`
+    /// of at least [`dustin_kernels::PREFILL_GEMM_MIN_ROWS`] rows through
+    /// [`KernelOps::prefill_linear`].
     fn linear(&self, lin: &Linear<B>, x: Tensor<B, 3>) -> Result<Tensor<B, 3>> {
         let [b, n, d] = x.dims();
         let w = self.dense_weight(lin, &x.device())?;
-        if self.skinny_gemm.unwrap_or(B::FUSED) && b * n <= dustin_kernels::SKINNY_MAX_ROWS {
+        if self.skinny_gemm.unwrap_or(B::FUSED) && b * n <= B::skinny_max_rows() {
             let out = w.dims()[1];
             let y = B::skinny_linear(x.reshape([b * n, d]), w, lin.bias.clone())?;
+            return Ok(y.reshape([b, n, out]));
+        }
+        if self.prefill_gemm.unwrap_or(B::FUSED) && b * n >= dustin_kernels::PREFILL_GEMM_MIN_ROWS {
+            let out = w.dims()[1];
+            let y = B::prefill_linear(x.reshape([b * n, d]), w, lin.bias.clone())?;
             return Ok(y.reshape([b, n, out]));
         }
         Ok(lin.forward_dense(x, w))
@@ -1528,7 +1559,7 @@ impl<B: KernelOps> Qwen2<B> {
             Ok((self.rope_forward(rope, q)?, self.rope_forward(rope, k)?))
         })?;
         timer.time("kv_append", || {
-            if self.kv_write_kernel.unwrap_or(false) {
+            if self.kv_write_kernel.unwrap_or(B::FUSED) {
                 cache.append_with(li, k.clone(), v.clone(), |dst, src, lens| {
                     B::kv_write(dst, src, lens)
                         .map_err(|e| dustin_core::CoreError::Model(format!("kv_write: {e}")))

@@ -442,6 +442,14 @@ fn check(op: &str) -> usize {
         for r in dustin_kernels::check::check_elementwise::<B>(&dev(), BOUND) {
             rep.add(&r.case, r.op, r.err, r.bound);
         }
+        // the skinny GEMM rows again on the tensor-core kernel (opt-in, off by default)
+        dustin_kernels::cuda::set_skinny_mma(true);
+        for r in dustin_kernels::check::check_elementwise::<B>(&dev(), BOUND) {
+            if r.op.starts_with("skinny") {
+                rep.add(&format!("{} (mma)", r.case), r.op, r.err, r.bound);
+            }
+        }
+        dustin_kernels::cuda::set_skinny_mma(false);
     }
     dustin_kernels::cuda::set_poison_outputs(false);
     println!(
@@ -601,9 +609,12 @@ fn sync2(t: &Tensor<B, 2>) {
 /// fusion) at the projection shapes of Qwen2.5-7B and 72B, prefill rows (4k..32k tokens) and
 /// decode / verify rows (1, 8, 16, 40, 128; up to 16 also our skinny GEMM,
 /// `KernelOps::skinny_linear`), 30 untimed calls first (autotuning), then the mean of
-/// 10; then the causal prefill attention of [`prefill_attention`]. One JSON line a shape;
-/// TFLOP/s count `2 m k n`, TB/s the weight read.
-fn gemm(json: Option<&str>, quick: bool) {
+/// 10; beside each, `KernelOps::prefill_linear` (cuBLAS, `op` `cublas`: each call waits for
+/// cubecl's queue before and for cuBLAS after, as the model runs it); then the causal prefill
+/// attention of [`prefill_attention`]. With `no_burn`, neither Burn's matmul nor the attention
+/// (the cuBLAS and skinny rows only). One JSON line
+/// a shape; TFLOP/s count `2 m k n`, TB/s the weight read.
+fn gemm(json: Option<&str>, quick: bool, no_burn: bool) {
     let dev = Default::default();
     let mut out = json.and_then(|p| std::fs::File::create(p).ok());
     let mut emit = |v: String| {
@@ -632,25 +643,65 @@ fn gemm(json: Option<&str>, quick: bool) {
             let w = Tensor::<B, 2>::random([k, n], Distribution::Normal(0.0, 0.02), &dev);
             for &m in prefill.iter().chain(decode) {
                 let x = Tensor::<B, 2>::random([m, k], Distribution::Normal(0.0, 1.0), &dev);
-                for _ in 0..30 {
-                    sync2(&x.clone().matmul(w.clone()));
-                }
-                let reps = 10;
-                let t = Instant::now();
-                let mut y = x.clone().matmul(w.clone());
-                for _ in 1..reps {
-                    y = x.clone().matmul(w.clone());
-                }
-                sync2(&y);
-                let us = t.elapsed().as_secs_f64() * 1e6 / reps as f64;
                 let flops = 2.0 * (m * k * n) as f64;
-                emit(format!(
-                    "{{\"op\":\"matmul\",\"model\":\"{name}\",\"proj\":\"{what}\",\"m\":{m},\"k\":{k},\"n\":{n},\"us\":{us:.2},\"tflops\":{:.2},\"weight_tbps\":{:.3}}}",
-                    flops / us / 1e6,
-                    (2 * k * n) as f64 / us / 1e6
-                ));
-                // our split-K skinny GEMM on the same operands (decode / verify rows)
-                if m <= dustin_kernels::SKINNY_MAX_ROWS {
+                let reps = 10;
+                let lib = B::prefill_gemm_name(&dev);
+                let run = || B::prefill_linear(x.clone(), w.clone(), None);
+                match run() {
+                    Ok(y) => {
+                        sync2(&y);
+                        for _ in 0..3 {
+                            if let Ok(y) = run() {
+                                sync2(&y);
+                            }
+                        }
+                        let t = Instant::now();
+                        let mut last = None;
+                        for _ in 0..reps {
+                            last = run().ok();
+                        }
+                        if let Some(y) = last {
+                            sync2(&y);
+                        }
+                        let us = t.elapsed().as_secs_f64() * 1e6 / reps as f64;
+                        emit(format!(
+                            "{{\"op\":\"{lib}\",\"model\":\"{name}\",\"proj\":\"{what}\",\"m\":{m},\"k\":{k},\"n\":{n},\"us\":{us:.2},\"tflops\":{:.2},\"weight_tbps\":{:.3}}}",
+                            flops / us / 1e6,
+                            (2 * k * n) as f64 / us / 1e6
+                        ));
+                    }
+                    Err(e) => emit(
+                        serde_json::json!({"op": lib, "m": m, "error": e.to_string()}).to_string(),
+                    ),
+                }
+                if !no_burn {
+                    for _ in 0..30 {
+                        sync2(&x.clone().matmul(w.clone()));
+                    }
+                    let t = Instant::now();
+                    let mut y = x.clone().matmul(w.clone());
+                    for _ in 1..reps {
+                        y = x.clone().matmul(w.clone());
+                    }
+                    sync2(&y);
+                    let us = t.elapsed().as_secs_f64() * 1e6 / reps as f64;
+                    emit(format!(
+                        "{{\"op\":\"matmul\",\"model\":\"{name}\",\"proj\":\"{what}\",\"m\":{m},\"k\":{k},\"n\":{n},\"us\":{us:.2},\"tflops\":{:.2},\"weight_tbps\":{:.3}}}",
+                        flops / us / 1e6,
+                        (2 * k * n) as f64 / us / 1e6
+                    ));
+                }
+                // our split-K skinny GEMMs on the same operands (decode / verify rows): the
+                // tensor-core kernel (up to MMA_MAX_ROWS rows) and the CUDA-core one (up to
+                // SKINNY_MAX_ROWS)
+                for (mma, label, max) in [
+                    (true, "skinny_mma", dustin_kernels::cuda::MMA_MAX_ROWS),
+                    (false, "skinny", dustin_kernels::SKINNY_MAX_ROWS),
+                ] {
+                    if m > max {
+                        continue;
+                    }
+                    dustin_kernels::cuda::set_skinny_mma(mma);
                     let run = || B::skinny_linear(x.clone(), w.clone(), None);
                     match run() {
                         Ok(_) => {
@@ -669,20 +720,23 @@ fn gemm(json: Option<&str>, quick: bool) {
                             }
                             let us = t.elapsed().as_secs_f64() * 1e6 / reps as f64;
                             emit(format!(
-                                "{{\"op\":\"skinny\",\"model\":\"{name}\",\"proj\":\"{what}\",\"m\":{m},\"k\":{k},\"n\":{n},\"us\":{us:.2},\"weight_tbps\":{:.3}}}",
+                                "{{\"op\":\"{label}\",\"model\":\"{name}\",\"proj\":\"{what}\",\"m\":{m},\"k\":{k},\"n\":{n},\"us\":{us:.2},\"weight_tbps\":{:.3}}}",
                                 (2 * k * n) as f64 / us / 1e6
                             ));
                         }
                         Err(e) => emit(
-                            serde_json::json!({"op": "skinny", "m": m, "error": e.to_string()})
+                            serde_json::json!({"op": label, "m": m, "error": e.to_string()})
                                 .to_string(),
                         ),
                     }
                 }
+                dustin_kernels::cuda::set_skinny_mma(true);
             }
         }
     }
-    prefill_attention(&mut emit, quick);
+    if !no_burn {
+        prefill_attention(&mut emit, quick);
+    }
 }
 
 /// Causal prefill attention at 4k, 16k, 32k tokens (28 heads, d 128: Qwen2.5-7B): ours in
@@ -830,7 +884,7 @@ fn main() -> std::process::ExitCode {
     match args.get(1).map(String::as_str) {
         Some("check") => failures = check(op),
         Some("bench") => bench(json, quick),
-        Some("gemm") => gemm(json, quick),
+        Some("gemm") => gemm(json, quick, args.iter().any(|a| a == "--no-burn")),
         Some("prefill") => {
             let mut out = json.and_then(|p| std::fs::File::create(p).ok());
             let mut emit = |v: String| {
@@ -846,7 +900,7 @@ fn main() -> std::process::ExitCode {
             bench(json, quick);
         }
         _ => {
-            eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise] | bench [--quick] [--json PATH] | gemm [--quick] [--json PATH] | prefill [--quick] [--json PATH] | all");
+            eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise] | bench [--quick] [--json PATH] | gemm [--quick] [--no-burn] [--json PATH] | prefill [--quick] [--json PATH] | all");
             return std::process::ExitCode::from(2);
         }
     }

@@ -1225,6 +1225,185 @@ pub fn skinny_gemm_kernel<F: Float>(
     }
 }
 
+/// Columns per block of the tensor-core skinny GEMM ([`skinny_mma_kernel`]): 4 warps x 16.
+pub const MMA_TILE: usize = 64;
+/// Weight fragments (16 rows of `w` each) a warp of [`skinny_mma_kernel`] loads before it
+/// multiplies them: the loads in flight per warp.
+pub const MMA_UNROLL: usize = 4;
+
+/// Skinny GEMM on tensor cores: `x [m, k] . w [k, n]` (`m <= 16 mt`; `w` row-major with a row
+/// stride that is a multiple of 8, `n` and `k` multiples of 16), split over `k` as
+/// [`skinny_gemm_kernel`] and writing the same `part [splits, m, ldp]` (f32, columns
+/// `col_off ..`), so the same reduce kernels finish it. Block `(tile, split)`: 4 warps, warp
+/// `w` owns columns `tile * 64 + 16 w .. + 16` and all `mt` 16-row tiles of `x` (rows past
+/// `m` are zeros in shared memory). Per `chunk` rows of `w` the block stages that slice of
+/// `x` in shared memory (bf16/f16, as the WMMA A operand wants); each warp loads
+/// [`MMA_UNROLL`] 16 x 16 fragments of `w` straight from global memory (WMMA
+/// `load_matrix_sync`: each of the 16 rows a 32-byte sector) before it multiplies, so the
+/// weight is read once, by sectors, with several loads in flight. f32 accumulators. Memory
+/// bound by design: at `m = 16` the tensor cores do 16 MACs per weight element, far under
+/// their rate.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub fn skinny_mma_kernel<F: Float>(
+    x: &Tensor<F>,
+    w: &Tensor<F>,
+    part: &mut Tensor<f32>,
+    m: u32,
+    k: u32,
+    n: u32,
+    rows_per_split: u32,
+    ldp: u32,
+    col_off: u32,
+    #[comptime] mt: usize,
+    #[comptime] chunk: usize,
+    #[define(F)] _dtype: StorageType,
+) {
+    let tid = UNIT_POS as usize;
+    let warp = tid / 32usize;
+    let lane = tid % 32usize;
+    let rows = m as usize;
+    let col = CUBE_POS_X as usize * MMA_TILE + warp * 16usize;
+    let active = col < n as usize;
+    let split = CUBE_POS_Y as usize;
+    let k0 = split * rows_per_split as usize;
+    let mut k1 = k0 + rows_per_split as usize;
+    if k1 > k as usize {
+        k1 = k as usize;
+    }
+    let ldw = w.stride(0);
+    // rows of xs are `chunk + 8` apart: a 16-byte skew, so the 16 rows of an A fragment do
+    // not all start in the same shared-memory bank
+    let lds = comptime![chunk + 8];
+    let mut xs = SharedMemory::<F>::new(comptime![mt * 16usize * (chunk + 8)]);
+    let mut acc = Sequence::<cmma::Matrix<f32>>::new();
+    #[unroll]
+    for _ in 0..mt {
+        acc.push(cmma::Matrix::<f32>::from_value(
+            MatrixIdent::Accumulator,
+            16usize,
+            16usize,
+            16usize,
+            MatrixLayout::Undefined,
+            0.0,
+        ));
+    }
+    let mut c0 = k0;
+    while c0 < k1 {
+        let mut c1 = c0 + chunk;
+        if c1 > k1 {
+            c1 = k1;
+        }
+        let len = c1 - c0;
+        // stage x[:, c0 .. c1] (rows past m zero)
+        let mut e = tid;
+        while e < mt * 16usize * len {
+            let r = e / len;
+            let c = e % len;
+            let mut v = F::new(0.0);
+            if r < rows {
+                v = x[r * x.stride(0) + (c0 + c) * x.stride(1)];
+            }
+            xs[r * lds + c] = v;
+            e += 128usize;
+        }
+        sync_cube();
+        if active {
+            let mut kk = 0usize;
+            while kk + 16usize * MMA_UNROLL <= len {
+                let mut bs = Sequence::<cmma::Matrix<F>>::new();
+                #[unroll]
+                for u in 0..MMA_UNROLL {
+                    let st = (c0 + kk + 16usize * u) * ldw + col;
+                    bs.push(cmma::Matrix::<F>::from_slice(
+                        MatrixIdent::B,
+                        16usize,
+                        16usize,
+                        16usize,
+                        MatrixLayout::RowMajor,
+                        &w.slice(st, st + 15usize * ldw + 16usize),
+                        ldw as u32,
+                    ));
+                }
+                #[unroll]
+                for u in 0..MMA_UNROLL {
+                    #[unroll]
+                    for t in 0..mt {
+                        let ast = t * 16usize * lds + kk + 16usize * u;
+                        let am = cmma::Matrix::<F>::from_slice(
+                            MatrixIdent::A,
+                            16usize,
+                            16usize,
+                            16usize,
+                            MatrixLayout::RowMajor,
+                            &xs.slice(ast, ast + 15usize * lds + 16usize),
+                            lds as u32,
+                        );
+                        let a = acc.index(t);
+                        cmma::execute::<F, F, f32, f32>(&am, bs.index(u), a, a);
+                    }
+                }
+                kk += 16usize * MMA_UNROLL;
+            }
+            while kk < len {
+                let st = (c0 + kk) * ldw + col;
+                let bm = cmma::Matrix::<F>::from_slice(
+                    MatrixIdent::B,
+                    16usize,
+                    16usize,
+                    16usize,
+                    MatrixLayout::RowMajor,
+                    &w.slice(st, st + 15usize * ldw + 16usize),
+                    ldw as u32,
+                );
+                #[unroll]
+                for t in 0..mt {
+                    let ast = t * 16usize * lds + kk;
+                    let am = cmma::Matrix::<F>::from_slice(
+                        MatrixIdent::A,
+                        16usize,
+                        16usize,
+                        16usize,
+                        MatrixLayout::RowMajor,
+                        &xs.slice(ast, ast + 15usize * lds + 16usize),
+                        lds as u32,
+                    );
+                    let a = acc.index(t);
+                    cmma::execute::<F, F, f32, f32>(&am, &bm, a, a);
+                }
+                kk += 16usize;
+            }
+        }
+        sync_cube();
+        c0 = c1;
+    }
+    // each warp's 16 x 16 tiles through shared memory, the rows below m into part
+    let mut os = SharedMemory::<f32>::new(4usize * 256usize);
+    #[unroll]
+    for t in 0..mt {
+        if active {
+            let o = warp * 256usize;
+            cmma::store(
+                &mut os.slice_mut(o, o + 256usize),
+                acc.index(t),
+                16u32,
+                MatrixLayout::RowMajor,
+            );
+        }
+        sync_cube();
+        #[unroll]
+        for j in 0..8usize {
+            let e = lane * 8usize + j;
+            let row = t * 16usize + e / 16usize;
+            if active && row < rows {
+                part[(split * rows + row) * ldp as usize + col_off as usize + col + e % 16usize] =
+                    os[warp * 256usize + e];
+            }
+        }
+        sync_cube();
+    }
+}
+
 /// Sum of the skinny GEMM's partial products over the splits, plus the bias, rounded once:
 /// `out[m, c] = dtype(sum_s part[s, m, c] + bias[c])`, one thread per output element.
 #[cube(launch)]
@@ -1248,6 +1427,23 @@ pub fn skinny_reduce_kernel<F: Float>(
             s += f32::cast_from(bias[i % n as usize]);
         }
         out[i] = F::cast_from(s);
+    }
+}
+
+/// `out [m, n]` (contiguous, `total = m * n`) filled with `bias [n]` on every row, one thread
+/// per element: the starting value of the cuBLAS GEMM that adds its product into it
+/// (`beta = 1`, [`crate::KernelOps::prefill_linear`]).
+#[cube(launch)]
+pub fn broadcast_rows_kernel<F: Float>(
+    bias: &Tensor<F>,
+    out: &mut Tensor<F>,
+    total: u32,
+    n: u32,
+    #[define(F)] _dtype: StorageType,
+) {
+    let i = ABSOLUTE_POS as usize;
+    if i < total as usize {
+        out[i] = bias[(i % n as usize) * bias.stride(0)];
     }
 }
 

@@ -11,6 +11,7 @@
 //! with NaN before each launch, so a checked run fails on any element a kernel leaves
 //! unwritten.
 
+mod blas;
 mod kernels;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -132,20 +133,106 @@ fn skinny_takes(m: usize, k: usize, w: &Ct) -> bool {
         && (k == 1 || st[0] >= n)
 }
 
-/// Rows of `w` per split and the number of splits for skinny GEMMs of inner size `k` over
-/// weights of `ns` columns sharing one partial-sum buffer: about 4 blocks per SM of the H200
-/// (132 SMs) over all their 128-column tiles; each split stages at most
-/// [`kernels::SKINNY_CHUNK`] rows of `x`, a multiple of the 8 warps.
-fn skinny_plan(k: usize, ns: &[usize]) -> (usize, usize) {
-    let tiles: usize = ns.iter().map(|n| n.div_ceil(kernels::SKINNY_TILE)).sum();
-    let want = (4 * 132usize)
-        .div_ceil(tiles.max(1))
-        .clamp(1, k.div_ceil(8));
-    let rows = k
-        .div_ceil(want)
-        .next_multiple_of(8)
-        .min(kernels::SKINNY_CHUNK);
-    (rows, k.div_ceil(rows))
+/// Most rows of `x` the tensor-core skinny GEMM takes (8 tiles of 16 rows).
+pub const MMA_MAX_ROWS: usize = 128;
+
+static SKINNY_MMA: AtomicBool = AtomicBool::new(false);
+
+/// Whether the skinny GEMMs may run on tensor cores (`skinny_mma_kernel`, up to
+/// [`MMA_MAX_ROWS`] rows) or only on the CUDA-core kernel (`skinny_gemm_kernel`, the
+/// default). The tensor-core kernel is correct (kernel-check on the H200) but 2-4x
+/// slower than the CUDA-core one at 8 rows and 10-25x slower than cuBLAS at 128 (2026-11-30,
+/// docs/perf.md: too few bytes in flight, and every block stages its own copy of `x`), so
+/// it is opt-in, for benchmarks (`dustin-kernels-gpu gemm`, `bench-e2e --skinny-kernel`)
+/// and further work.
+pub fn set_skinny_mma(on: bool) {
+    SKINNY_MMA.store(on, Ordering::Relaxed);
+}
+
+/// Which kernel runs a skinny GEMM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SkinnyPath {
+    /// [`kernels::skinny_gemm_kernel`]: CUDA cores, up to [`crate::SKINNY_MAX_ROWS`] rows.
+    Cores,
+    /// [`kernels::skinny_mma_kernel`]: tensor cores, up to [`MMA_MAX_ROWS`] rows.
+    Mma,
+}
+
+/// Whether the tensor-core kernel takes `x [m, k] . w`: bf16 or f16, `1 <= m <=`
+/// [`MMA_MAX_ROWS`], `k` and `n` multiples of 16, `w` row-major with a row stride that is a
+/// multiple of 8 elements and a 32-byte aligned start (WMMA `load_matrix_sync` wants 256-bit
+/// aligned rows; rows 16 apart then are).
+fn mma_takes(m: usize, k: usize, w: &Ct) -> bool {
+    let n = w.meta.shape()[1];
+    let st = w.meta.strides();
+    SKINNY_MMA.load(Ordering::Relaxed)
+        && matches!(w.dtype, DType::BF16 | DType::F16)
+        && (1..=MMA_MAX_ROWS).contains(&m)
+        && k > 0
+        && k.is_multiple_of(16)
+        && n > 0
+        && n.is_multiple_of(16)
+        && st[1] == 1
+        && st[0] >= n
+        && st[0].is_multiple_of(8)
+        && w.handle.offset_start.unwrap_or(0).is_multiple_of(32)
+}
+
+/// The kernel for `x [m, k]` of `dtype` times every weight of `ws`, or `None` (Burn's matmul).
+fn skinny_path(m: usize, k: usize, dtype: DType, ws: &[&Ct]) -> Option<SkinnyPath> {
+    if ws.iter().all(|w| w.dtype == dtype && mma_takes(m, k, w)) {
+        Some(SkinnyPath::Mma)
+    } else if ws.iter().all(|w| skinny_takes(m, k, w)) {
+        Some(SkinnyPath::Cores)
+    } else {
+        None
+    }
+}
+
+/// Rows of `w` per split and the number of splits for skinny GEMMs of `m` rows and inner size
+/// `k` over weights of `ns` columns sharing one partial-sum buffer.
+///
+/// [`SkinnyPath::Cores`]: about 4 blocks per SM of the H200 (132 SMs) over all their
+/// 128-column tiles; each split stages at most [`kernels::SKINNY_CHUNK`] rows of `x`, a
+/// multiple of the 8 warps.
+///
+/// [`SkinnyPath::Mma`]: about 2 blocks per SM over the 64-column tiles, but no more splits
+/// than keep the partial sums (written, then read by the reduce: `2 splits m n` f32) under a
+/// quarter of the weight read (`k n` bf16), i.e. `splits <= k / (16 m)`; rows a multiple of 64
+/// (whole unrolled steps) or of 16 for small `k`.
+fn skinny_plan(k: usize, m: usize, ns: &[usize], path: SkinnyPath) -> (usize, usize) {
+    match path {
+        SkinnyPath::Cores => {
+            let tiles: usize = ns.iter().map(|n| n.div_ceil(kernels::SKINNY_TILE)).sum();
+            let want = (4 * 132usize)
+                .div_ceil(tiles.max(1))
+                .clamp(1, k.div_ceil(8));
+            let rows = k
+                .div_ceil(want)
+                .next_multiple_of(8)
+                .min(kernels::SKINNY_CHUNK);
+            (rows, k.div_ceil(rows))
+        }
+        SkinnyPath::Mma => {
+            let tiles: usize = ns.iter().map(|n| n.div_ceil(kernels::MMA_TILE)).sum();
+            let cap = (k / (16 * m.max(1))).clamp(1, k.div_ceil(16));
+            let want = (2 * 132usize).div_ceil(tiles.max(1)).clamp(1, cap);
+            let step = if k >= 64 { 64 } else { 16 };
+            let rows = k.div_ceil(want).next_multiple_of(step);
+            (rows, k.div_ceil(rows))
+        }
+    }
+}
+
+/// Rows of `x` the tensor-core kernel stages per pass for `mt` 16-row tiles: about 34 KB of
+/// shared memory (bf16, rows skewed by 8 elements) at most, under the 48 KB a block gets by
+/// default.
+fn mma_chunk(mt: usize) -> usize {
+    match mt {
+        0..=2 => 512,
+        3..=4 => 256,
+        _ => 128,
+    }
 }
 
 /// Launches the skinny GEMM of `x [m, k]` and `w [k, n]` into columns `col_off .. col_off +
@@ -161,23 +248,46 @@ fn skinny_gemm_into(
     col_off: usize,
     rows: usize,
     splits: usize,
+    path: SkinnyPath,
 ) {
     let m = xp.meta.shape()[0];
-    kernels::skinny_gemm_kernel::launch::<CudaRuntime>(
-        &xp.client,
-        CubeCount::Static(n.div_ceil(kernels::SKINNY_TILE) as u32, splits as u32, 1),
-        CubeDim::new_1d(256),
-        xp.clone().into_tensor_arg(),
-        w.into_tensor_arg(),
-        part.clone().into_tensor_arg(),
-        k as u32,
-        n as u32,
-        rows as u32,
-        ldp as u32,
-        col_off as u32,
-        m,
-        xp.dtype.into(),
-    );
+    match path {
+        SkinnyPath::Cores => kernels::skinny_gemm_kernel::launch::<CudaRuntime>(
+            &xp.client,
+            CubeCount::Static(n.div_ceil(kernels::SKINNY_TILE) as u32, splits as u32, 1),
+            CubeDim::new_1d(256),
+            xp.clone().into_tensor_arg(),
+            w.into_tensor_arg(),
+            part.clone().into_tensor_arg(),
+            k as u32,
+            n as u32,
+            rows as u32,
+            ldp as u32,
+            col_off as u32,
+            m,
+            xp.dtype.into(),
+        ),
+        SkinnyPath::Mma => {
+            let mt = m.div_ceil(16);
+            kernels::skinny_mma_kernel::launch::<CudaRuntime>(
+                &xp.client,
+                CubeCount::Static(n.div_ceil(kernels::MMA_TILE) as u32, splits as u32, 1),
+                CubeDim::new_1d(128),
+                xp.clone().into_tensor_arg(),
+                w.into_tensor_arg(),
+                part.clone().into_tensor_arg(),
+                m as u32,
+                k as u32,
+                n as u32,
+                rows as u32,
+                ldp as u32,
+                col_off as u32,
+                mt,
+                mma_chunk(mt),
+                xp.dtype.into(),
+            )
+        }
+    }
 }
 
 /// An output tensor on `t`'s device, contiguous (row-major, no padding) and poisoned.
@@ -1054,17 +1164,17 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         let ([m, k], [_, n]) = (x.dims(), w.dims());
         check_skinny([m, k], w.dims(), bias.as_ref().map(|b| b.dims()))?;
         let wp = w.into_primitive().tensor();
-        if !skinny_takes(m, k, &wp) {
+        let Some(path) = skinny_path(m, k, x.dtype(), &[&wp]) else {
             let w = Tensor::from_primitive(TensorPrimitive::Float(wp));
             return crate::plain::skinny_linear(x, w, bias);
-        }
+        };
         let xp = x.into_primitive().tensor();
         let fd = xp.dtype;
-        let (rows, splits) = skinny_plan(k, &[n]);
+        let (rows, splits) = skinny_plan(k, m, &[n], path);
         let part = empty(&xp, vec![splits, m, n], DType::F32);
         let out = empty(&xp, vec![m, n], fd);
         let client = xp.client.clone();
-        skinny_gemm_into(&xp, wp, &part, k, n, n, 0, rows, splits);
+        skinny_gemm_into(&xp, wp, &part, k, n, n, 0, rows, splits, path);
         let has_bias = bias.is_some();
         // without a bias the kernel reads none; x stands in for the binding
         let b = match bias {
@@ -1116,21 +1226,21 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
             w1.into_primitive().tensor(),
             w2.into_primitive().tensor(),
         ];
-        if !wps.iter().all(|w| skinny_takes(m, k, w)) {
+        let Some(path) = skinny_path(m, k, x.dtype(), &[&wps[0], &wps[1], &wps[2]]) else {
             let [w0, w1, w2] = wps.map(|w| Tensor::from_primitive(TensorPrimitive::Float(w)));
             return crate::skinny_linear3_each(x, [(w0, b0), (w1, b1), (w2, b2)]);
-        }
+        };
         let ns = wps.clone().map(|w| w.meta.shape()[1]);
         let ldp: usize = ns.iter().sum();
         let xp = x.into_primitive().tensor();
         let fd = xp.dtype;
-        let (rows, splits) = skinny_plan(k, &ns);
+        let (rows, splits) = skinny_plan(k, m, &ns, path);
         let part = empty(&xp, vec![splits, m, ldp], DType::F32);
         let outs = ns.map(|n| empty(&xp, vec![m, n], fd));
         let client = xp.client.clone();
         let mut off = 0;
         for (w, &n) in wps.into_iter().zip(&ns) {
-            skinny_gemm_into(&xp, w, &part, k, n, ldp, off, rows, splits);
+            skinny_gemm_into(&xp, w, &part, k, n, ldp, off, rows, splits, path);
             off += n;
         }
         let has = [b0.is_some(), b1.is_some(), b2.is_some()];
@@ -1176,21 +1286,21 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
             w_gate.into_primitive().tensor(),
             w_up.into_primitive().tensor(),
         );
-        if !(skinny_takes(m, k, &g) && skinny_takes(m, k, &u)) {
+        let Some(path) = skinny_path(m, k, x.dtype(), &[&g, &u]) else {
             let (g, u) = (
                 Tensor::from_primitive(TensorPrimitive::Float(g)),
                 Tensor::from_primitive(TensorPrimitive::Float(u)),
             );
             return crate::skinny_swiglu_each(x, g, u);
-        }
+        };
         let xp = x.into_primitive().tensor();
         let fd = xp.dtype;
-        let (rows, splits) = skinny_plan(k, &[n, n]);
+        let (rows, splits) = skinny_plan(k, m, &[n, n], path);
         let part = empty(&xp, vec![splits, m, 2 * n], DType::F32);
         let out = empty(&xp, vec![m, n], fd);
         let client = xp.client.clone();
-        skinny_gemm_into(&xp, g, &part, k, n, 2 * n, 0, rows, splits);
-        skinny_gemm_into(&xp, u, &part, k, n, 2 * n, n, rows, splits);
+        skinny_gemm_into(&xp, g, &part, k, n, 2 * n, 0, rows, splits, path);
+        skinny_gemm_into(&xp, u, &part, k, n, 2 * n, n, rows, splits, path);
         kernels::skinny_reduce_swiglu_kernel::launch::<CudaRuntime>(
             &client,
             elementwise_count(m * n)?,
@@ -1203,6 +1313,43 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
             fd.into(),
         );
         Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
+    }
+
+    fn prefill_linear(
+        x: Tensor<Self, 2>,
+        w: Tensor<Self, 2>,
+        bias: Option<Tensor<Self, 1>>,
+    ) -> Result<Tensor<Self, 2>> {
+        check_skinny(x.dims(), w.dims(), bias.as_ref().map(|b| b.dims()))?;
+        if !blas::available() {
+            return crate::plain::linear(x, w, bias);
+        }
+        let (xp, wp) = (x.into_primitive().tensor(), w.into_primitive().tensor());
+        let bp = bias.map(|b| b.into_primitive().tensor());
+        if let Some(out) = blas::linear(xp.clone(), wp.clone(), bp.clone())? {
+            return Ok(Tensor::from_primitive(TensorPrimitive::Float(out)));
+        }
+        crate::plain::linear(
+            Tensor::from_primitive(TensorPrimitive::Float(xp)),
+            Tensor::from_primitive(TensorPrimitive::Float(wp)),
+            bp.map(|b| Tensor::from_primitive(TensorPrimitive::Float(b))),
+        )
+    }
+
+    fn skinny_max_rows() -> usize {
+        if SKINNY_MMA.load(Ordering::Relaxed) {
+            MMA_MAX_ROWS
+        } else {
+            crate::SKINNY_MAX_ROWS
+        }
+    }
+
+    fn prefill_gemm_name(_device: &Self::Device) -> &'static str {
+        if blas::available() {
+            "cublas"
+        } else {
+            "burn"
+        }
     }
 
     fn pin_host(data: &TensorData, device: &Self::Device) -> Result<Option<crate::PinnedHost>> {
