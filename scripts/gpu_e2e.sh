@@ -72,7 +72,7 @@ final)
     ;;
 launch)
     # session 24, side by side at 7B, 32k, B 1 and 8 (MODES, default ar,dense,dustin), one
-    # process each: the tensor-core skinny GEMM (the default), the CUDA-core one, the fused
+    # process each: the tensor-core skinny GEMM (opt-in), the CUDA-core one (the default), the fused
     # residual, then ragged acceptance with Burn's slice-assigns and with the kv_write kernel
     T7=(--target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 32768 --batch 1,8
         --modes "${MODES:-ar,dense,dustin}")

@@ -366,7 +366,8 @@ pub trait KernelOps: Backend {
     /// [`SKINNY_MAX_ROWS`] and a contiguous `w` with `n` a multiple of 4, one split-K kernel
     /// that reads `w` once for all rows (memory-bound: the weight read is the cost) and one
     /// that sums the splits, adds the bias and rounds once (as PyTorch's `addmm` epilogue);
-    /// other shapes take Burn's matmul.
+    /// with the opt-in tensor-core kernel on (`cuda::set_skinny_mma`), up to 128 rows with
+    /// `k` and `n` multiples of 16 run on it instead; other shapes take Burn's matmul.
     ///
     /// # Errors
     /// [`KernelError::Shape`] naming `w` or `bias` when they do not fit `x`.
@@ -769,14 +770,17 @@ pub fn check_packed(
 }
 
 /// Most rows of `x` [`KernelOps::skinny_linear`]'s CUDA kernel takes (batch x (gamma + 1)
-/// at batch 3 and gamma 4 is 15); more rows go to Burn's matmul.
+/// at batch 3 and gamma 4 is 15); the model sends more rows to Burn's matmul, unless
+/// [`KernelOps::skinny_max_rows`] allows more (the opt-in tensor-core kernel on CUDA) or
+/// there are at least [`PREFILL_GEMM_MIN_ROWS`] ([`KernelOps::prefill_linear`]).
 pub const SKINNY_MAX_ROWS: usize = 16;
 
 /// Fewest rows (`batch x new tokens`) the model sends through [`KernelOps::prefill_linear`]:
 /// fewer rows (decode, verification, short prompts) take the skinny GEMM or Burn's matmul. On
 /// CUDA each `prefill_linear` call waits for the device twice (cubecl's queue, then cuBLAS),
-/// tens of microseconds; at 256 rows a Qwen2.5-7B q projection is about 6.6 GFLOP, 10-30 us
-/// on cuBLAS against 30-50 us on Burn's matmul (docs/perf.md).
+/// about 60-70 us per call on the H200 (docs/perf.md, 2026-11-30), which decode-sized GEMMs
+/// (20-150 us) cannot afford. 256 rows is a choice, not a measured break-even: there a
+/// Qwen2.5-7B gate projection is 35 GFLOP, about 50 us of cuBLAS work.
 pub const PREFILL_GEMM_MIN_ROWS: usize = 256;
 
 /// One linear layer's weight `[k, n]` (the `[in, out]` layout) and optional bias `[n]`, as

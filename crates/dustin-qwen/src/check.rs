@@ -28,8 +28,9 @@ pub const CHECK_CONFIG: &str = r#"{
 }"#;
 
 /// Two prompts (300 and 20 tokens, each prefilled on its own: more than 16 rows, so the
-/// fused element-wise ops and [`KernelOps::prefill_attention`] but not the skinny GEMM; the
-/// 300 rows also take [`KernelOps::prefill_linear`], cuBLAS on CUDA), then
+/// fused element-wise ops and [`KernelOps::prefill_attention`], and the skinny GEMM only for
+/// the 20 rows when [`KernelOps::skinny_max_rows`] allows them (the opt-in tensor-core kernel
+/// on CUDA); the 300 rows also take [`KernelOps::prefill_linear`], cuBLAS on CUDA), then
 /// one decode step of the ragged batch (2 rows through each linear layer) and one 5-token
 /// verification pass (10 rows): logits of the kernel path against the model path, normwise
 /// relative error
@@ -50,7 +51,9 @@ pub fn check_model<B: KernelOps>(device: &B::Device, bound: f64) -> Result<Vec<C
         .with_kernels(Some(false))
         .with_fused_elementwise(false)
         .with_skinny_gemm(false)
-        .with_prefill_gemm(false);
+        .with_prefill_gemm(false)
+        .with_fused_residual(false)
+        .with_kv_write_kernel(false);
     let kernel_path = base
         .with_kernels(Some(true))
         .with_fused_elementwise(true)

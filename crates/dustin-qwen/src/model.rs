@@ -863,7 +863,8 @@ impl<B: Backend> Qwen2<B> {
     /// [`KernelOps::prefill_linear`] (`true`: on CUDA cuBLAS where `libcublas` loads) or
     /// Burn's matmul (`false`). The default is `true` on backends with fused kernels (CUDA)
     /// and `false` elsewhere (the CPU, where both are Burn's matmul). The same products up to
-    /// the order of the f32 sums; `dustin bench --prefill-gemm cublas,burn` compares their
+    /// rounding (the order of the f32 sums; with a bias cuBLAS rounds once, Burn's matmul and
+    /// add twice); `dustin bench --prefill-gemm cublas,burn` compares their
     /// speed.
     pub fn with_prefill_gemm(mut self, on: bool) -> Self {
         self.prefill_gemm = Some(on);

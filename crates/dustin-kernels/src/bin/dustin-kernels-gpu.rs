@@ -442,10 +442,11 @@ fn check(op: &str) -> usize {
         for r in dustin_kernels::check::check_elementwise::<B>(&dev(), BOUND) {
             rep.add(&r.case, r.op, r.err, r.bound);
         }
-        // the skinny GEMM rows again on the tensor-core kernel (opt-in, off by default)
+        // the skinny GEMM rows (and the SwiGLU ones, two weights in one buffer) again on the
+        // tensor-core kernel (opt-in, off by default)
         dustin_kernels::cuda::set_skinny_mma(true);
         for r in dustin_kernels::check::check_elementwise::<B>(&dev(), BOUND) {
-            if r.op.starts_with("skinny") {
+            if r.op.starts_with("skinny") || r.op == "swiglu" {
                 rep.add(&format!("{} (mma)", r.case), r.op, r.err, r.bound);
             }
         }
@@ -607,8 +608,9 @@ fn sync2(t: &Tensor<B, 2>) {
 
 /// Issue 12's "measure first": Burn's autotuned bf16 matmul (this binary is built without
 /// fusion) at the projection shapes of Qwen2.5-7B and 72B, prefill rows (4k..32k tokens) and
-/// decode / verify rows (1, 8, 16, 40, 128; up to 16 also our skinny GEMM,
-/// `KernelOps::skinny_linear`), 30 untimed calls first (autotuning), then the mean of
+/// decode / verify rows (1, 8, 16, 40, 128; also our skinny GEMMs, `KernelOps::skinny_linear`:
+/// the tensor-core kernel up to 128 rows, op `skinny_mma`, and the CUDA-core one up to 16,
+/// op `skinny`), 30 untimed calls first (autotuning), then the mean of
 /// 10; beside each, `KernelOps::prefill_linear` (cuBLAS, `op` `cublas`: each call waits for
 /// cubecl's queue before and for cuBLAS after, as the model runs it); then the causal prefill
 /// attention of [`prefill_attention`]. With `no_burn`, neither Burn's matmul nor the attention
@@ -730,7 +732,7 @@ fn gemm(json: Option<&str>, quick: bool, no_burn: bool) {
                         ),
                     }
                 }
-                dustin_kernels::cuda::set_skinny_mma(true);
+                dustin_kernels::cuda::set_skinny_mma(false);
             }
         }
     }

@@ -57,8 +57,9 @@ fn weight_layout(w: &Ct, k: usize, n: usize) -> Option<(sys::cublasOperation_t, 
     }
 }
 
-/// `x [m, k] . w [k, n] (+ bias [n])` into a fresh `[m, n]` of `x`'s dtype; `None` when the
-/// dtype is not bf16 or f16 (the caller then takes Burn's matmul).
+/// `x [m, k] . w [k, n] (+ bias [n])` into a fresh `[m, n]` of `x`'s dtype; `None` (the
+/// caller then takes Burn's matmul) when the dtype is not bf16 or f16, a size is zero, or a
+/// size or row stride does not fit cuBLAS's 32-bit integers.
 ///
 /// Row-major `C = X W` is column-major `C^T = W^T X^T`, so cuBLAS computes an `n x m`
 /// product with `W^T` first: `gemm(op_w, N, n, m, k, W, ld_w, X, k, C, n)`.
@@ -73,8 +74,10 @@ pub(crate) fn linear(x: Ct, w: Ct, bias: Option<Ct>) -> Result<Option<Ct>> {
     }
     let (m, k) = (x.meta.shape()[0], x.meta.shape()[1]);
     let n = w.meta.shape()[1];
-    let dims_i32 = |v: usize| i32::try_from(v).map_err(|_| blas_err("size", v));
-    let (mi, ki, ni) = (dims_i32(m)?, dims_i32(k)?, dims_i32(n)?);
+    let fits = |v: usize| i32::try_from(v).ok().filter(|&v| v > 0);
+    let (Some(mi), Some(ki), Some(ni)) = (fits(m), fits(k), fits(n)) else {
+        return Ok(None);
+    };
     // x row-major with unit column stride; its row stride is cuBLAS's ldb
     let x = {
         let s = x.meta.strides();
@@ -84,7 +87,9 @@ pub(crate) fn linear(x: Ct, w: Ct, bias: Option<Ct>) -> Result<Option<Ct>> {
             into_contiguous(x)
         }
     };
-    let ldx = dims_i32(x.meta.strides()[0])?;
+    let Some(ldx) = fits(x.meta.strides()[0]) else {
+        return Ok(None);
+    };
     let (w, (op_w, ldw)) = match weight_layout(&w, k, n) {
         Some(l) => (w, l),
         None => {
@@ -93,7 +98,9 @@ pub(crate) fn linear(x: Ct, w: Ct, bias: Option<Ct>) -> Result<Option<Ct>> {
             (w, l)
         }
     };
-    let ldw = dims_i32(ldw)?;
+    let Some(ldw) = fits(ldw) else {
+        return Ok(None);
+    };
     // the output: the bias broadcast over the rows (beta = 1), or uninitialised (beta = 0);
     // always a fresh contiguous buffer only this call holds
     let (c, beta) = match bias {

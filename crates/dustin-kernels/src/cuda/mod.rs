@@ -140,8 +140,8 @@ static SKINNY_MMA: AtomicBool = AtomicBool::new(false);
 
 /// Whether the skinny GEMMs may run on tensor cores (`skinny_mma_kernel`, up to
 /// [`MMA_MAX_ROWS`] rows) or only on the CUDA-core kernel (`skinny_gemm_kernel`, the
-/// default). The tensor-core kernel is correct (kernel-check on the H200) but 2-4x
-/// slower than the CUDA-core one at 8 rows and 10-25x slower than cuBLAS at 128 (2026-11-30,
+/// default). The tensor-core kernel is correct (kernel-check on the H200) but took
+/// 0.95-2.4x the CUDA-core one's time at 8 rows and 7.9-23x cuBLAS's at 128 (2026-11-30,
 /// docs/perf.md: too few bytes in flight, and every block stages its own copy of `x`), so
 /// it is opt-in, for benchmarks (`dustin-kernels-gpu gemm`, `bench-e2e --skinny-kernel`)
 /// and further work.
