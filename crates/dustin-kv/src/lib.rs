@@ -353,6 +353,14 @@ impl<B: Backend> DenseKvCache<B> {
                 });
             }
         }
+        self.check_room(n)
+    }
+
+    /// `n` more positions fit every sequence.
+    ///
+    /// # Errors
+    /// [`CoreError::CacheFull`] naming the first sequence they do not fit.
+    fn check_room(&self, n: usize) -> Result<()> {
         if let Some((seq, &l)) = self
             .lens
             .iter()
@@ -410,18 +418,7 @@ impl<B: Backend> KvStore<B> for DenseKvCache<B> {
     }
 
     fn advance(&mut self, n: usize) -> Result<()> {
-        if let Some((seq, &l)) = self
-            .lens
-            .iter()
-            .enumerate()
-            .find(|(_, &l)| l + n > self.shape.capacity)
-        {
-            return Err(CoreError::CacheFull {
-                seq,
-                needed: l + n,
-                capacity: self.shape.capacity,
-            });
-        }
+        self.check_room(n)?;
         self.lens.iter_mut().for_each(|l| *l += n);
         Ok(())
     }

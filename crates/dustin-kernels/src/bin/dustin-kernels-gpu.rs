@@ -601,11 +601,6 @@ fn bench(json: Option<&str>, quick: bool) {
     }
 }
 
-/// Waits for the device queue by reading one value back.
-fn sync2(t: &Tensor<B, 2>) {
-    let _ = t.clone().slice([0..1, 0..1]).into_data();
-}
-
 /// Issue 12's "measure first": Burn's autotuned bf16 matmul (this binary is built without
 /// fusion) at the projection shapes of Qwen2.5-7B and 72B, prefill rows (4k..32k tokens) and
 /// decode / verify rows (1, 8, 16, 40, 128; also our skinny GEMMs, `KernelOps::skinny_linear`:
@@ -650,22 +645,10 @@ fn gemm(json: Option<&str>, quick: bool, no_burn: bool) {
                 let lib = B::prefill_gemm_name(&dev);
                 let run = || B::prefill_linear(x.clone(), w.clone(), None);
                 match run() {
-                    Ok(y) => {
-                        sync2(&y);
-                        for _ in 0..3 {
-                            if let Ok(y) = run() {
-                                sync2(&y);
-                            }
-                        }
-                        let t = Instant::now();
-                        let mut last = None;
-                        for _ in 0..reps {
-                            last = run().ok();
-                        }
-                        if let Some(y) = last {
-                            sync2(&y);
-                        }
-                        let us = t.elapsed().as_secs_f64() * 1e6 / reps as f64;
+                    Ok(_) => {
+                        let us = time_us(3, reps, || {
+                            let _ = run();
+                        });
                         emit(format!(
                             "{{\"op\":\"{lib}\",\"model\":\"{name}\",\"proj\":\"{what}\",\"m\":{m},\"k\":{k},\"n\":{n},\"us\":{us:.2},\"tflops\":{:.2},\"weight_tbps\":{:.3}}}",
                             flops / us / 1e6,
@@ -677,16 +660,9 @@ fn gemm(json: Option<&str>, quick: bool, no_burn: bool) {
                     ),
                 }
                 if !no_burn {
-                    for _ in 0..30 {
-                        sync2(&x.clone().matmul(w.clone()));
-                    }
-                    let t = Instant::now();
-                    let mut y = x.clone().matmul(w.clone());
-                    for _ in 1..reps {
-                        y = x.clone().matmul(w.clone());
-                    }
-                    sync2(&y);
-                    let us = t.elapsed().as_secs_f64() * 1e6 / reps as f64;
+                    let us = time_us(30, reps, || {
+                        let _ = x.clone().matmul(w.clone());
+                    });
                     emit(format!(
                         "{{\"op\":\"matmul\",\"model\":\"{name}\",\"proj\":\"{what}\",\"m\":{m},\"k\":{k},\"n\":{n},\"us\":{us:.2},\"tflops\":{:.2},\"weight_tbps\":{:.3}}}",
                         flops / us / 1e6,
@@ -707,20 +683,9 @@ fn gemm(json: Option<&str>, quick: bool, no_burn: bool) {
                     let run = || B::skinny_linear(x.clone(), w.clone(), None);
                     match run() {
                         Ok(_) => {
-                            for _ in 0..5 {
-                                if let Ok(y) = run() {
-                                    sync2(&y);
-                                }
-                            }
-                            let t = Instant::now();
-                            let mut last = None;
-                            for _ in 0..reps {
-                                last = run().ok();
-                            }
-                            if let Some(y) = last {
-                                sync2(&y);
-                            }
-                            let us = t.elapsed().as_secs_f64() * 1e6 / reps as f64;
+                            let us = time_us(5, reps, || {
+                                let _ = run();
+                            });
                             emit(format!(
                                 "{{\"op\":\"{label}\",\"model\":\"{name}\",\"proj\":\"{what}\",\"m\":{m},\"k\":{k},\"n\":{n},\"us\":{us:.2},\"weight_tbps\":{:.3}}}",
                                 (2 * k * n) as f64 / us / 1e6
