@@ -3,7 +3,7 @@
 bf16 `x @ w` at the projection shapes of Qwen2.5-7B and 72B (prefill rows 4k/16k/32k, decode /
 verify rows 8/40/128; 30 warm-ups, mean of 10 by CUDA events) and SDPA causal prefill (28 heads,
 d 128, 4k/16k/32k). One JSON line a shape, the same keys as the Rust side.
-Usage: python3 gemm_prefill_bench.py [--quick]
+Usage: python3 gemm_prefill_bench.py [--quick] [--sdpa-only]
 """
 import json
 import sys
@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 quick = "--quick" in sys.argv
+sdpa_only = "--sdpa-only" in sys.argv
 dev = "cuda"
 prefill = [16384] if quick else [4096, 16384, 32768]
 decode = [8, 40, 128]
@@ -32,6 +33,8 @@ def timed(fn, warm, reps):
 with torch.inference_mode():
     for name, h, inter, qo, kvo in [("7B", 3584, 18944, 3584, 512), ("72B", 8192, 29568, 8192, 1024)]:
         for k, n, what in [(h, qo, "q/o"), (h, kvo, "k/v"), (h, inter, "gate/up"), (inter, h, "down")]:
+            if sdpa_only:
+                continue
             w = torch.randn(k, n, device=dev, dtype=torch.bfloat16) * 0.02
             for m in prefill + decode:
                 x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)

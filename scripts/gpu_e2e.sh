@@ -25,7 +25,8 @@
 # or `off`: `--skinny-gemm`), GROUPED (`on`, the default, or `off`: `--grouped-gemm`),
 # RESIDUAL (`off`, the default, or `on`: `--fused-residual`), RAGGED (`off`, the default, or
 # `on`: `--ragged-accept`, per-sequence shifted schedules), KVWRITE (`on`, the default, or
-# `off`: `--kv-write-kernel`), SKMMA (`cores`, the default, or `mma`: `--skinny-kernel`). Each
+# `off`: `--kv-write-kernel`), SKMMA (`cores`, the default, or `mma`: `--skinny-kernel`),
+# VERIFYK (`flash`, the default, or `split`: `--verify-kernel`). Each
 # group is one process; nvidia-smi samples its memory every 100 ms (peak in
 # mem.jsonl).
 set -u
@@ -42,7 +43,7 @@ group() {
     shift
     mem_watch "$name"
     timeout "${LIMIT:-240}" "$D/dustin" bench-e2e --device cuda --json "$OUT/e2e.jsonl" \
-        --accept "default=$TAU" --draft "$DRAFT" --warmup 2 --iters 6 ${PROFILE:+--profile} --elementwise "${ELEMENTWISE:-fused}" --skinny-gemm "${SKINNY:-on}" --grouped-gemm "${GROUPED:-on}" --fused-residual "${RESIDUAL:-off}" --ragged-accept "${RAGGED:-off}" --kv-write-kernel "${KVWRITE:-on}" --skinny-kernel "${SKMMA:-cores}" "$@" 2>&1 | tee "$OUT/$name.txt"
+        --accept "default=$TAU" --draft "$DRAFT" --warmup 2 --iters 6 ${PROFILE:+--profile} --elementwise "${ELEMENTWISE:-fused}" --skinny-gemm "${SKINNY:-on}" --grouped-gemm "${GROUPED:-on}" --fused-residual "${RESIDUAL:-off}" --ragged-accept "${RAGGED:-off}" --kv-write-kernel "${KVWRITE:-on}" --skinny-kernel "${SKMMA:-cores}" --verify-kernel "${VERIFYK:-flash}" "$@" 2>&1 | tee "$OUT/$name.txt"
     echo "{\"group\":\"$name\",\"peak_mib\":$(mem_peak_max "$name")}" | tee -a "$OUT/mem.jsonl"
 }
 

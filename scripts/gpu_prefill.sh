@@ -20,6 +20,23 @@
 #                                        # minutes on a fresh machine, rows printed per group):
 #                                        # add_rms_norm and kv_write rows, then the 2-layer model
 #                                        # through every kernel (prefill attention included)
+#   bash .device/gpu_prefill.sh flash    # the flash prefill kernel: its check rows (prefill, both
+#                                        # kernels forced) against float64; prefill attention at
+#                                        # 4k-32k (flash in chunks of 512 and 2048, split, plain,
+#                                        # Burn's op) beside PyTorch SDPA
+#   bash .device/gpu_prefill.sh ttft2    # time to first token at 7B shapes, 32k: B=1 chunks of 512
+#                                        # and 2048, B=8 chunks of 2048 (prefill kernel chosen
+#                                        # automatically), then the model rows of kernel-check
+#   bash .device/gpu_prefill.sh flashprof # ncu on one flash prefill launch (16k prompt, chunk 512):
+#                                        # registers, occupancy, warp stall reasons, pipes
+#   bash .device/gpu_prefill.sh verify   # the flash kernel for verification: the whole check (both
+#                                        # verification kernels, prefill rows), then bench --quick
+#                                        # with the split kernel and the flash kernel, interleaved,
+#                                        # two rounds; the prefill attention at 16k
+#   bash .device/gpu_prefill.sh final    # one call: the whole kernel check, prefill attention at
+#                                        # 16k, the verify bench (flash), the model rows of
+#                                        # kernel-check, TTFT at 32k (B=1 and 8, chunks of 2048),
+#                                        # then 7B end to end at 32k, B=8, ragged acceptance
 # Env: OUT (results folder).
 set -u
 D=.device
@@ -88,6 +105,62 @@ blas)
     timeout 60 "$D/dustin" bench --device cuda --config "$C/Qwen2.5-7B-Instruct.config.json" \
         --prompt-len 32768 --batch 1 --decode 8 --warmup 2 --chunk 2048 2>&1 | tee "$OUT/ttft_b1_c2048.txt"
     ;;
+flash)
+    timeout 150 "$D/dustin-kernels-gpu" check --op prefill 2>&1 | tee "$OUT/check_prefill.txt" | tail -12
+    timeout 240 "$D/dustin-kernels-gpu" prefill --json "$OUT/prefill.jsonl" > "$OUT/prefill.txt" 2>&1
+    echo "prefill rc=$?"
+    cat "$OUT/prefill.jsonl"
+    PYTHONUNBUFFERED=1 timeout 90 python3 "$D/gemm_prefill_bench.py" --sdpa-only 2>&1 | tee "$OUT/torch.jsonl"
+    ;;
+verify)
+    timeout 240 "$D/dustin-kernels-gpu" check 2>&1 | tee "$OUT/check.txt" | grep -E "dense|sparse|prefill|FAIL|error|check:" | tail -40
+    for round in 1 2; do
+        for kern in split flash; do
+            timeout 90 "$D/dustin-kernels-gpu" bench --quick --verify-kernel $kern 2>&1 | sed "s/^/$kern$round /" | tee -a "$OUT/bench.txt" | grep -E "^$kern. \| [0-9]"
+        done
+    done
+    timeout 60 "$D/dustin-kernels-gpu" prefill --quick 2>&1 | tee "$OUT/prefill_quick.txt" | grep flash
+    ;;
+final)
+    T=$C/Qwen2.5-7B-Instruct.config.json
+    timeout 170 "$D/dustin-kernels-gpu" check 2>&1 | tee "$OUT/check.txt" | grep -E "FAIL|error|check:" | tail -8
+    timeout 45 "$D/dustin-kernels-gpu" prefill --quick 2>&1 | tee "$OUT/prefill_quick.txt" | grep -E "flash|split"
+    timeout 60 "$D/dustin-kernels-gpu" bench --quick --verify-kernel flash 2>&1 | tee "$OUT/bench.txt" | grep -E "^\| [0-9]"
+    printf '[autotune]\nlevel = "minimal"\n' > cubecl.toml
+    timeout 200 "$D/dustin" kernel-check --device cuda --model-only 2>&1 | tee "$OUT/model-check.txt" | tail -8
+    rm -f cubecl.toml
+    timeout 40 "$D/dustin" bench --device cuda --config "$T" --prompt-len 32768 --batch 1 \
+        --decode 8 --warmup 2 --chunk 2048 2>&1 | tee "$OUT/ttft_b1_c2048.txt" | tail -1
+    timeout 60 "$D/dustin" bench --device cuda --config "$T" --prompt-len 32768 --batch 8 \
+        --decode 8 --warmup 2 --chunk 2048 2>&1 | tee "$OUT/ttft_b8_c2048.txt" | tail -1
+    timeout "${E2E_LIMIT:-90}" "$D/dustin" bench-e2e --device cuda --accept default=1.36 \
+        --draft "$C/Qwen2.5-0.5B-Instruct.config.json" --target "$T" --ctx 32768 --batch 8 \
+        --modes ar,dense,dustin --ragged-accept on --warmup 1 --iters 4 2>&1 | tee "$OUT/e2e_b8.txt" | tail -12
+    ;;
+flashprof)
+    timeout 200 ncu --kernel-name regex:flash_prefill --launch-skip 20 --launch-count 1 \
+        --section LaunchStats --section Occupancy --section WarpStateStats \
+        --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section SpeedOfLight \
+        "$D/dustin-kernels-gpu" prefill --quick > "$OUT/ncu_flash.txt" 2>&1
+    echo "ncu rc=$?"
+    grep -E "Registers|Achieved Occupancy|Theoretical Occupancy|Block Limit|Duration|Stall|Warp Cycles|Issue Slot|Throughput|Shared Memory Config|Dynamic Shared|Static Shared" "$OUT/ncu_flash.txt" | head -60
+    ;;
+ttft2)
+    T=$C/Qwen2.5-7B-Instruct.config.json
+    mem_watch b1
+    timeout 100 "$D/dustin" bench --device cuda --config "$T" --prompt-len 32768 --batch 1 \
+        --decode 8 --warmup 2 2>&1 | tee "$OUT/ttft_b1.txt" | tail -4
+    timeout 100 "$D/dustin" bench --device cuda --config "$T" --prompt-len 32768 --batch 1 \
+        --decode 8 --warmup 2 --chunk 2048 2>&1 | tee "$OUT/ttft_b1_c2048.txt" | tail -4
+    echo "{\"group\":\"b1\",\"peak_mib\":$(mem_peak_max b1)}" | tee -a "$OUT/mem.jsonl"
+    mem_watch b8
+    timeout 150 "$D/dustin" bench --device cuda --config "$T" --prompt-len 32768 --batch 8 \
+        --decode 8 --warmup 2 --chunk 2048 2>&1 | tee "$OUT/ttft_b8_c2048.txt" | tail -4
+    echo "{\"group\":\"b8\",\"peak_mib\":$(mem_peak_max b8)}" | tee -a "$OUT/mem.jsonl"
+    printf '[autotune]\nlevel = "minimal"\n' > cubecl.toml
+    timeout 200 "$D/dustin" kernel-check --device cuda --model-only 2>&1 | tee "$OUT/model-check.txt" | tail -8
+    rm -f cubecl.toml
+    ;;
 check)
     # cubecl's autotune at `minimal`: the plain path's matmuls of the model rows otherwise
     # autotune every new shape (more than 3 minutes on a fresh machine); values are the same
@@ -96,7 +169,7 @@ check)
     rm -f cubecl.toml
     ;;
 *)
-    echo "usage: gpu_prefill.sh kernels|ttft|blas|check" >&2
+    echo "usage: gpu_prefill.sh kernels|ttft|blas|check|flash|flashprof|ttft2|verify|final" >&2
     exit 2
     ;;
 esac

@@ -129,6 +129,12 @@ pub struct E2eArgs {
     /// `dustin_kernels::cuda::set_skinny_mma(true)`). No effect on the CPU.
     #[arg(long, value_enum, default_value_t = SkinnyKernel::Cores)]
     pub skinny_kernel: SkinnyKernel,
+    /// Which kernel runs dense and sparse verification (and decoding) attention on CUDA:
+    /// `flash` (scores in registers, `cp.async` double buffering; the default,
+    /// `dustin_kernels::cuda::set_flash_verify(true)`) or `split` (the earlier flash-decoding
+    /// kernel, scores through shared memory). No effect on the CPU.
+    #[arg(long, value_enum, default_value_t = VerifyKernel::Flash)]
+    pub verify_kernel: VerifyKernel,
     /// Each residual add fused with the RMSNorm after it (`on`, `Qwen2::with_fused_residual`:
     /// one `KernelOps::add_rms_norm` launch where the add and the norm take two) or not
     /// (`off`, the default: its GPU check passed, but it showed no gain). Needs
@@ -171,6 +177,16 @@ pub enum SkinnyKernel {
     Mma,
     /// CUDA cores (`skinny_gemm_kernel`).
     Cores,
+}
+
+/// `--verify-kernel`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VerifyKernel {
+    /// `flash_kernel` (verify mode) and `combine_kernel`.
+    Flash,
+    /// `split_kernel` and `combine_kernel`.
+    Split,
 }
 
 /// `--elementwise`.
@@ -419,6 +435,8 @@ pub struct Row {
     pub kv_write_kernel: OnOff,
     /// `--skinny-kernel` (CUDA only; the CPU has neither).
     pub skinny_kernel: SkinnyKernel,
+    /// `--verify-kernel` (CUDA only).
+    pub verify_kernel: VerifyKernel,
 }
 
 /// Means over the timed iterations of a run (after `warmup`, at most `iters`).
@@ -629,6 +647,8 @@ fn measure<B: KernelOps>(
     };
     #[cfg(feature = "cuda")]
     dustin_kernels::cuda::set_skinny_mma(args.skinny_kernel == SkinnyKernel::Mma);
+    #[cfg(feature = "cuda")]
+    dustin_kernels::cuda::set_flash_verify(args.verify_kernel == VerifyKernel::Flash);
     let (fused, skinny, grouped, residual, kv_write) = (
         args.elementwise == Elementwise::Fused,
         args.skinny_gemm == OnOff::On,
@@ -849,6 +869,7 @@ fn measure<B: KernelOps>(
                     },
                     kv_write_kernel: args.kv_write_kernel,
                     skinny_kernel: args.skinny_kernel,
+                    verify_kernel: args.verify_kernel,
                 };
                 if !report {
                     continue;

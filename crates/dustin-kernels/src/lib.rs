@@ -33,8 +33,12 @@
 //! Flash-decoding (Dao et al. 2023, "Flash-Decoding for long-context inference"): the keys of
 //! one (sequence, KV head) are split across thread blocks; each block holds the queries of all
 //! the heads of the group (`group * n_new` rows, up to 64 rows per block) and reads each key and
-//! value once for all of them; `Q K^T` and `P V` run on tensor cores (WMMA 16x16x16, bf16 in, f32
-//! accumulate); a combine kernel merges the per-block `(max, sum, acc)`. See `docs/decisions.md`.
+//! value once for all of them; a combine kernel merges the per-block `(max, sum, acc)`.
+//! Verification and prefill chunks run on a FlashAttention-2 style kernel (Dao 2023,
+//! "FlashAttention-2"): each warp keeps 16 query rows, their scores (`mma.m16n8k16`, bf16 in,
+//! f32 accumulate), online softmax and output in registers, and the next K/V tile is copied
+//! by `cp.async` while this one is used. Head-subset scoring runs on the earlier split kernel
+//! (WMMA 16x16x16, scores through shared memory). See `docs/decisions.md`.
 #![warn(missing_docs)]
 
 pub mod check;
@@ -117,9 +121,10 @@ pub trait KernelOps: Backend {
 
     /// Dense GQA attention of a prefill chunk: [`KernelOps::verify_attention`] for up to
     /// [`MAX_PREFILL_NEW`] new tokens per sequence, with the same shapes, causal rule and
-    /// result. On CUDA it is the same flash-decoding kernel (no score matrix in memory; a
-    /// block stops at the last key its queries can see); the plain path builds the masked
-    /// score matrix `[batch, kv_heads, group * n_new, ctx + n_new]`.
+    /// result. On CUDA: a FlashAttention-2 style kernel (no score matrix in memory; a block
+    /// of 64 query rows of one head stops at the last key they can see) where the chunk fills
+    /// the GPU, else the flash-decoding split kernel (`cuda::PrefillKernel`); the plain path
+    /// builds the masked score matrix `[batch, kv_heads, group * n_new, ctx + n_new]`.
     ///
     /// # Errors
     /// As [`KernelOps::verify_attention`], with `n_new` up to [`MAX_PREFILL_NEW`].

@@ -14,6 +14,7 @@ use std::io::Write;
 use std::time::Instant;
 
 use burn_tensor::{backend::Backend, Distribution, Int, Tensor, TensorData};
+use dustin_kernels::cuda::PrefillKernel;
 use dustin_kernels::reference::{self, Dims, Sel};
 use dustin_kernels::{Keep, KernelOps, MAX_NEW};
 
@@ -108,21 +109,41 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
     if c.n > MAX_NEW {
         if want("prefill") {
             let r = reference::attention(&q, &k, &v, &dims, &c.ctx, scale, None);
-            match B::prefill_attention(qt, kt, vt, &c.ctx, scale as f32) {
-                Ok(o) => rep.add(c.name, "prefill", reference::rel_err(&to_f32(o), &r), BOUND),
-                Err(e) => rep.add(c.name, &format!("prefill error {e}"), f64::INFINITY, BOUND),
+            // both kernels, each forced (the automatic choice depends on the block count)
+            for (name, kern, async_copy) in [
+                ("prefill flash", PrefillKernel::Flash, true),
+                ("prefill flash sync", PrefillKernel::Flash, false),
+                ("prefill split", PrefillKernel::Split, true),
+            ] {
+                dustin_kernels::cuda::set_prefill_kernel(kern);
+                dustin_kernels::cuda::set_flash_async(async_copy);
+                let o =
+                    B::prefill_attention(qt.clone(), kt.clone(), vt.clone(), &c.ctx, scale as f32);
+                match o {
+                    Ok(o) => rep.add(c.name, name, reference::rel_err(&to_f32(o), &r), BOUND),
+                    Err(e) => rep.add(c.name, &format!("{name} error {e}"), f64::INFINITY, BOUND),
+                }
             }
+            dustin_kernels::cuda::set_prefill_kernel(PrefillKernel::Auto);
+            dustin_kernels::cuda::set_flash_async(true);
         }
         return;
     }
 
     // dense
+    // both verification kernels: the flash kernel (the default) and the split kernel
+    let kernels = [("", true), (" split", false)];
     if want("dense") {
         let r = reference::attention(&q, &k, &v, &dims, &c.ctx, scale, None);
-        match B::verify_attention(qt.clone(), kt.clone(), vt.clone(), &c.ctx, scale as f32) {
-            Ok(o) => rep.add(c.name, "dense", reference::rel_err(&to_f32(o), &r), BOUND),
-            Err(e) => rep.add(c.name, &format!("dense error {e}"), f64::INFINITY, BOUND),
+        for (tag, flash) in kernels {
+            dustin_kernels::cuda::set_flash_verify(flash);
+            let op = format!("dense{tag}");
+            match B::verify_attention(qt.clone(), kt.clone(), vt.clone(), &c.ctx, scale as f32) {
+                Ok(o) => rep.add(c.name, &op, reference::rel_err(&to_f32(o), &r), BOUND),
+                Err(e) => rep.add(c.name, &format!("{op} error {e}"), f64::INFINITY, BOUND),
+            }
         }
+        dustin_kernels::cuda::set_flash_verify(true);
     }
 
     // sparse: a budget below the contexts and one above all of them
@@ -131,8 +152,19 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
         if !want("sparse") {
             break;
         }
-        let (idx, counts) =
+        let (mut idx, counts) =
             reference::random_selection(c.batch, c.kv_heads, budget, &c.ctx, seed + 3);
+        // entries outside the context are skipped (the trait's contract): one negative and
+        // one past the context in every row of 3 or more
+        for bb in 0..c.batch {
+            if counts[bb] >= 3 {
+                for h in 0..c.kv_heads {
+                    let row = (bb * c.kv_heads + h) * budget;
+                    idx[row + 1] = -1;
+                    idx[row + counts[bb] - 1] = (c.ctx[bb] + 2) as i64;
+                }
+            }
+        }
         let r = reference::attention(
             &q,
             &k,
@@ -150,19 +182,23 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
             TensorData::new(idx.clone(), [c.batch, c.kv_heads, budget]),
             &dev(),
         );
-        let op = format!("sparse budget {budget}");
-        match B::sparse_verify_attention(
-            qt.clone(),
-            kt.clone(),
-            vt.clone(),
-            &c.ctx,
-            it,
-            &counts,
-            scale as f32,
-        ) {
-            Ok(o) => rep.add(c.name, &op, reference::rel_err(&to_f32(o), &r), BOUND),
-            Err(e) => rep.add(c.name, &format!("{op} error {e}"), f64::INFINITY, BOUND),
+        for (tag, flash) in kernels {
+            dustin_kernels::cuda::set_flash_verify(flash);
+            let op = format!("sparse budget {budget}{tag}");
+            match B::sparse_verify_attention(
+                qt.clone(),
+                kt.clone(),
+                vt.clone(),
+                &c.ctx,
+                it.clone(),
+                &counts,
+                scale as f32,
+            ) {
+                Ok(o) => rep.add(c.name, &op, reference::rel_err(&to_f32(o), &r), BOUND),
+                Err(e) => rep.add(c.name, &format!("{op} error {e}"), f64::INFINITY, BOUND),
+            }
         }
+        dustin_kernels::cuda::set_flash_verify(true);
     }
 
     // head-subset scores: a head of KV head 0, two of the last KV head
@@ -505,7 +541,8 @@ fn selection(
     )
 }
 
-fn bench(json: Option<&str>, quick: bool) {
+fn bench(json: Option<&str>, quick: bool, flash: bool) {
+    dustin_kernels::cuda::set_flash_verify(flash);
     let mut out = json.and_then(|p| std::fs::File::create(p).ok());
     let models = [("7B", 28usize, 4usize), ("72B", 64, 8)];
     let batches: &[usize] = if quick { &[8] } else { &[1, 8, 16] };
@@ -707,8 +744,10 @@ fn gemm(json: Option<&str>, quick: bool, no_burn: bool) {
 }
 
 /// Causal prefill attention at 4k, 16k, 32k tokens (28 heads, d 128: Qwen2.5-7B): ours in
-/// chunks of [`PREFILL_CHUNK`] as the model runs it (4 KV heads), through the kernel and (up
-/// to 16k) the plain path; then Burn's attention op at 4k (K/V expanded to 28 heads: the
+/// chunks as the model runs it (4 KV heads): the flash kernel in chunks of
+/// [`PREFILL_CHUNK`] and 2048 (and, at 2048, with the tiles staged without `cp.async`:
+/// `flash-sync`), the split kernel and (up to 16k) the plain path in chunks of
+/// [`PREFILL_CHUNK`]; then Burn's attention op at 4k (K/V expanded to 28 heads: the
 /// op wants equal head counts). One JSON line a shape to `emit`; TFLOP/s count the causal
 /// half, `2 * 2 * heads * d * n^2 / 2`.
 fn prefill_attention(emit: &mut dyn FnMut(String), quick: bool) {
@@ -727,13 +766,28 @@ fn prefill_attention(emit: &mut dyn FnMut(String), quick: bool) {
         // against the cache so far, GQA (7B: 4 KV heads, nothing expanded), through
         // `prefill_attention` (the kernel) and, up to 16k, the plain path (Burn ops; about
         // 1.6 s a pass at 32k)
-        for (path, plain) in [("kernel", false), ("plain", true)] {
+        for (path, chunk, plain) in [
+            ("flash", PREFILL_CHUNK, false),
+            ("flash", 2048, false),
+            ("flash-sync", 2048, false),
+            ("split", PREFILL_CHUNK, false),
+            ("plain", PREFILL_CHUNK, true),
+        ] {
             if plain && n > 16384 {
                 continue;
             }
-            match prefill_chunks(n, heads, 4, d, plain) {
+            dustin_kernels::cuda::set_prefill_kernel(if path == "split" {
+                PrefillKernel::Split
+            } else {
+                PrefillKernel::Flash
+            });
+            dustin_kernels::cuda::set_flash_async(path != "flash-sync");
+            let r = prefill_chunks(n, chunk, heads, 4, d, plain);
+            dustin_kernels::cuda::set_prefill_kernel(PrefillKernel::Auto);
+            dustin_kernels::cuda::set_flash_async(true);
+            match r {
                 Ok(us) => emit(format!(
-                    "{{\"op\":\"prefill-attention-chunked\",\"path\":\"{path}\",\"heads\":{heads},\"kv_heads\":4,\"d\":{d},\"n\":{n},\"chunk\":{PREFILL_CHUNK},\"us\":{us:.1},\"tflops\":{:.2}}}",
+                    "{{\"op\":\"prefill-attention-chunked\",\"path\":\"{path}\",\"heads\":{heads},\"kv_heads\":4,\"d\":{d},\"n\":{n},\"chunk\":{chunk},\"us\":{us:.1},\"tflops\":{:.2}}}",
                     flops / us / 1e6
                 )),
                 Err(e) => emit(
@@ -784,11 +838,12 @@ fn prefill_attention(emit: &mut dyn FnMut(String), quick: bool) {
 const PREFILL_CHUNK: usize = 512;
 
 /// Microseconds of one causal prefill of `n` tokens, attention only, one layer: chunks of
-/// [`PREFILL_CHUNK`] queries each attending to the cache before it and causally to itself,
+/// `chunk` queries each attending to the cache before it and causally to itself,
 /// the cache `[1, kv_heads, n, d]` filled beforehand (random). One warm-up pass, then the
 /// mean of two, the device waited for at the end of each.
 fn prefill_chunks(
     n: usize,
+    chunk: usize,
     heads: usize,
     kvh: usize,
     d: usize,
@@ -797,17 +852,13 @@ fn prefill_chunks(
     let dev = dev();
     let k = Tensor::<B, 4>::random([1, kvh, n, d], Distribution::Normal(0.0, 1.0), &dev);
     let v = Tensor::<B, 4>::random([1, kvh, n, d], Distribution::Normal(0.0, 1.0), &dev);
-    let q = Tensor::<B, 4>::random(
-        [1, heads, PREFILL_CHUNK, d],
-        Distribution::Normal(0.0, 1.0),
-        &dev,
-    );
+    let q = Tensor::<B, 4>::random([1, heads, chunk, d], Distribution::Normal(0.0, 1.0), &dev);
     let scale = 1.0 / (d as f32).sqrt();
     let pass = || -> Result<Tensor<B, 4>, dustin_kernels::KernelError> {
         let mut last = None;
         let mut start = 0;
         while start < n {
-            let m = PREFILL_CHUNK.min(n - start);
+            let m = chunk.min(n - start);
             let qc = q.clone().slice([0..1, 0..heads, 0..m, 0..d]);
             // the keys up to the chunk's end, padded to 64 like the model's KV view
             let keys = (start + m).next_multiple_of(64).min(n);
@@ -842,6 +893,11 @@ fn main() -> std::process::ExitCode {
         .and_then(|i| args.get(i + 1))
         .map(String::as_str);
     let quick = args.iter().any(|a| a == "--quick");
+    let verify_kernel = args
+        .iter()
+        .position(|a| a == "--verify-kernel")
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str);
     let op = args
         .iter()
         .position(|a| a == "--op")
@@ -850,7 +906,7 @@ fn main() -> std::process::ExitCode {
     let mut failures = 0;
     match args.get(1).map(String::as_str) {
         Some("check") => failures = check(op),
-        Some("bench") => bench(json, quick),
+        Some("bench") => bench(json, quick, verify_kernel != Some("split")),
         Some("gemm") => gemm(json, quick, args.iter().any(|a| a == "--no-burn")),
         Some("prefill") => {
             let mut out = json.and_then(|p| std::fs::File::create(p).ok());
@@ -864,10 +920,10 @@ fn main() -> std::process::ExitCode {
         }
         Some("all") => {
             failures = check(op);
-            bench(json, quick);
+            bench(json, quick, verify_kernel != Some("split"));
         }
         _ => {
-            eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise] | bench [--quick] [--json PATH] | gemm [--quick] [--no-burn] [--json PATH] | prefill [--quick] [--json PATH] | all");
+            eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise] | bench [--quick] [--verify-kernel flash|split] [--json PATH] | gemm [--quick] [--no-burn] [--json PATH] | prefill [--quick] [--json PATH] | all");
             return std::process::ExitCode::from(2);
         }
     }

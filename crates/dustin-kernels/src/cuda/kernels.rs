@@ -18,6 +18,7 @@
 #![allow(clippy::collapsible_if, clippy::unnecessary_cast)]
 
 use cubecl::cmma::{self, MatrixIdent, MatrixLayout};
+use cubecl::prelude::barrier::{copy_async, Barrier};
 use cubecl::prelude::*;
 
 /// Keys per tile.
@@ -1533,5 +1534,644 @@ pub fn skinny_reduce_swiglu_kernel<F: Float>(
         let up = F::cast_from(su);
         let act = F::cast_from(g / (1.0f32 + (-g).exp()));
         out[i] = act * up;
+    }
+}
+
+/// Query rows per block of [`flash_kernel`]: 4 warps x one 16-row MMA tile.
+pub const FLASH_ROWS: usize = 64;
+/// Keys per shared-memory tile of [`flash_kernel`].
+pub const FLASH_KEYS: usize = 64;
+/// Threads per block of [`flash_kernel`] (4 warps).
+pub const FLASH_THREADS: usize = 128;
+
+/// One `mma.sync.m16n8k16` (bf16/f16 in, f32 accumulate) on register fragments: the A
+/// fragment is `a[a0 .. a0 + 4]`, the B fragment `b0`, `b1`, the accumulator
+/// `c[c0 .. c0 + 2]` (PTX ISA, "Matrix Fragments for mma.m16n8k16"; the register layouts
+/// are those of cubecl's `MmaDefinition` on CUDA).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn mma_16816<F: Float>(
+    def: cmma::MmaDefinition<F, F, f32>,
+    a: &Array<Vector<F, Const<2>>>,
+    #[comptime] a0: usize,
+    b0: Vector<F, Const<2>>,
+    b1: Vector<F, Const<2>>,
+    c: &mut Array<Vector<f32, Const<2>>>,
+    #[comptime] c0: usize,
+) {
+    let mut fa = Array::<Vector<F, Const<2>>>::new(4usize);
+    #[unroll]
+    for i in 0..4usize {
+        fa[i] = a[a0 + i];
+    }
+    let mut fb = Array::<Vector<F, Const<2>>>::new(2usize);
+    fb[0] = b0;
+    fb[1] = b1;
+    let mut fc = Array::<Vector<f32, Const<2>>>::new(2usize);
+    fc[0] = c[c0];
+    fc[1] = c[c0 + 1];
+    def.execute_inplace(&fa, &fb, &mut fc);
+    c[c0] = fc[0];
+    c[c0 + 1] = fc[1];
+}
+
+/// Cache slot of virtual key `j` of [`flash_kernel`]: `j` itself (dense), or for a
+/// selection the listed position (`j < vctx`; an entry outside `0 .. ctx_b` reads slot 0,
+/// masked by the caller) and then the new tokens `ctx_b + j - vctx`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn flash_slot<I: Int>(
+    idx: &Tensor<I>,
+    b: usize,
+    kvh: usize,
+    j: usize,
+    vctx: usize,
+    ctx_b: usize,
+    #[comptime] sparse: bool,
+) -> usize {
+    let mut p = j;
+    if comptime![sparse] {
+        if j < vctx {
+            let ix =
+                i32::cast_from(idx[b * idx.stride(0) + kvh * idx.stride(1) + j * idx.stride(2)]);
+            p = 0;
+            if ix >= 0 {
+                if usize::cast_from(ix) < ctx_b {
+                    p = usize::cast_from(ix);
+                }
+            }
+        } else {
+            p = ctx_b + j - vctx;
+        }
+    }
+    p
+}
+
+/// Whether virtual key `j` of a selection is listed inside the context (see [`flash_slot`]).
+#[cube]
+fn flash_listed<I: Int>(
+    idx: &Tensor<I>,
+    b: usize,
+    kvh: usize,
+    j: usize,
+    vctx: usize,
+    ctx_b: usize,
+) -> u32 {
+    let mut ok = 1u32;
+    if j < vctx {
+        let ix = i32::cast_from(idx[b * idx.stride(0) + kvh * idx.stride(1) + j * idx.stride(2)]);
+        // negative entries and entries past the context are both unlisted
+        let inside = ix >= 0 && usize::cast_from(ix) < ctx_b;
+        if !inside {
+            ok = 0u32;
+        }
+    }
+    ok
+}
+
+/// GQA attention with the scores in registers, flash-attention-2 style (Dao,
+/// "FlashAttention-2", 2023, Algorithm 1), for prefill chunks and for verification.
+///
+/// Each warp owns 16 query rows and keeps everything of them in registers: the Q
+/// fragments, the scores `S = Q K^T` of a [`FLASH_KEYS`]-key tile (`mma.m16n8k16`, f32), the
+/// online softmax (each lane holds two rows' partial maxima and sums, reduced over its quad
+/// by two shuffles) and `O` (f32). The probabilities go from the score accumulators straight
+/// into the A fragments of `P V` (the accumulator layout of an m16n8 tile pair is the A
+/// layout of m16k16), so scores never touch shared memory. K and V tiles are staged in
+/// shared memory (16-byte copies, rows padded by 16 bytes so `ldmatrix` is free of bank
+/// conflicts) and read into B fragments by `ldmatrix` (`.trans` for V). With `async_copy`,
+/// two buffers: the next tile is copied by `cp.async` (completion tracked by one mbarrier
+/// per buffer) while this one is used; without it, one buffer filled by plain loads and
+/// stores between two block barriers.
+///
+/// The rows attend to a virtual sequence: `vctx` keys (the context `ctx[b]`, or with
+/// `sparse` the `counts[b]` positions listed in `idx`) and then the `n_new` new tokens; row
+/// token `i` sees virtual keys `0 ..= vctx + i`.
+/// - prefill (`verify` false): block `(row block, q head, sequence)` takes [`FLASH_ROWS`]
+///   consecutive new tokens of one query head, row blocks heaviest first, over all the keys
+///   they see; writes `out [b, q_heads, n_new, d]` normalised.
+/// - verify: block `(split * rowblocks + row block, KV head, sequence)` takes 64 rows
+///   `e * n_new + i` of the KV head's group (query head `kvh * group + e`, token `i`) over
+///   the virtual keys `split * chunk .. (split + 1) * chunk`, and writes the partial
+///   `(max, sum, acc)` of [`combine_kernel`] into `pm`, `pl`, `pacc`.
+///
+/// Key slots past a block's last key are clamped to it (finite values, masked), so slots
+/// past `ctx + n_new` are never read.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments, unused_assignments)]
+pub fn flash_kernel<F: Float, I: Int, N: Size>(
+    q: &Tensor<F>,
+    k: &Tensor<Vector<F, N>>,
+    v: &Tensor<Vector<F, N>>,
+    ctx: &Tensor<I>,
+    idx: &Tensor<I>,
+    counts: &Tensor<I>,
+    out: &mut Tensor<F>,
+    pm: &mut Tensor<f32>,
+    pl: &mut Tensor<f32>,
+    pacc: &mut Tensor<f32>,
+    scale: f32,
+    n_new: u32,
+    group: u32,
+    rowblocks: u32,
+    chunk: u32,
+    splits: u32,
+    rpad: u32,
+    #[comptime] d: usize,
+    #[comptime] nv: usize,
+    #[comptime] async_copy: bool,
+    #[comptime] verify: bool,
+    #[comptime] sparse: bool,
+    #[define(F, I)] _dtypes: [StorageType; 2],
+) {
+    let tid = UNIT_POS as usize;
+    let warp = tid / 32;
+    let lane = tid % 32;
+    let g = lane / 4;
+    let t4 = lane % 4;
+    let n = n_new as usize;
+    let grp = group as usize;
+    let rowblocks = rowblocks as usize;
+    let b = CUBE_POS_Z as usize;
+    let ctx_b = u32::cast_from(ctx[b]) as usize;
+    let lowest = f32::new(f32::MIN);
+    let vpr = comptime![d / nv];
+    let sqv = comptime![d / nv + 1];
+    let kchunks = comptime![d / 16];
+
+    // block coordinates
+    let mut rb = 0usize;
+    let mut split = 0usize;
+    let mut kvh = 0usize;
+    let mut qh = 0usize;
+    if comptime![verify] {
+        rb = CUBE_POS_X as usize % rowblocks;
+        split = CUBE_POS_X as usize / rowblocks;
+        kvh = CUBE_POS_Y as usize;
+    } else {
+        rb = rowblocks - 1 - CUBE_POS_X as usize;
+        qh = CUBE_POS_Y as usize;
+        kvh = qh / grp;
+    }
+    let mut vctx = ctx_b;
+    if comptime![sparse] {
+        vctx = u32::cast_from(counts[b]) as usize;
+    }
+    let mut rtot = n;
+    if comptime![verify] {
+        rtot = grp * n;
+    }
+    // this lane's two rows, block rows r0 + g and r0 + g + 8, as (query head, token)
+    let r0 = rb * FLASH_ROWS + warp * 16;
+    let ra = r0 + g;
+    let rc = ra + 8;
+    let mut ha = qh;
+    let mut ia = ra;
+    let mut hc = qh;
+    let mut ic = rc;
+    if comptime![verify] {
+        ha = kvh * grp + ra / n;
+        ia = ra % n;
+        hc = kvh * grp + rc / n;
+        ic = rc % n;
+    }
+    let va = ra < rtot;
+    let vc = rc < rtot;
+    let active = r0 < rtot;
+    // the block's keys kstart .. kend; this warp's rows see none at or past wend
+    let mut kstart = 0usize;
+    let mut kend = 0usize;
+    let mut wend = 0usize;
+    if comptime![verify] {
+        kstart = split * chunk as usize;
+        kend = kstart + chunk as usize;
+        if kend > vctx + n {
+            kend = vctx + n;
+        }
+        if kend < kstart {
+            kend = kstart;
+        }
+        wend = kend;
+    } else {
+        let mut bl = rb * FLASH_ROWS + FLASH_ROWS;
+        if bl > n {
+            bl = n;
+        }
+        kend = vctx + bl;
+        let mut wl = r0 + 16;
+        if wl > n {
+            wl = n;
+        }
+        wend = vctx + wl;
+    }
+    // key kp is visible to row a iff kp < lim0 (causal, and inside the block's range)
+    let mut lim0 = vctx + ia + 1;
+    if lim0 > kend {
+        lim0 = kend;
+    }
+    let mut lim1 = vctx + ic + 1;
+    if lim1 > kend {
+        lim1 = kend;
+    }
+    let mut lmin = lim0;
+    if lim1 < lmin {
+        lmin = lim1;
+    }
+
+    // one tile per buffer; two buffers when the next tile is copied while this one is used
+    let tsz = comptime![FLASH_KEYS * sqv];
+    let nbuf = comptime![if async_copy { 2usize } else { 1usize }];
+    let mut ks = SharedMemory::<Vector<F, N>>::new_aligned(nbuf * tsz, 16usize);
+    let mut vs = SharedMemory::<Vector<F, N>>::new_aligned(nbuf * tsz, 16usize);
+    // listed-in-context flags of a selection's keys, per buffer
+    let mut kok = SharedMemory::<u32>::new(comptime![nbuf * FLASH_KEYS]);
+    // buffer b's tile is complete when every thread arrived on bar_b and its copies landed
+    let bar0 = Barrier::shared(FLASH_THREADS as u32, tid == 0);
+    let bar1 = Barrier::shared(FLASH_THREADS as u32, tid == 0);
+    sync_cube();
+
+    let def = cmma::MmaDefinition::<F, F, f32>::new(16usize, 8usize, 16usize);
+
+    // Q fragments: chunk kc of the head dimension is qa[4 kc .. 4 kc + 4]; register i holds
+    // row g + 8 (i % 2), columns 16 kc + 2 t4 + 8 (i / 2) and the next
+    let mut qa = Array::<Vector<F, Const<2>>>::new(comptime![d / 4]);
+    #[unroll]
+    for kc in 0..kchunks {
+        #[unroll]
+        for i in 0..4usize {
+            let col = kc * 16 + t4 * 2 + (i / 2) * 8;
+            let mut x0 = F::new(0.0);
+            let mut x1 = F::new(0.0);
+            let mut ok = va;
+            let mut hh = ha;
+            let mut tt = ia;
+            if i % 2 == 1 {
+                ok = vc;
+                hh = hc;
+                tt = ic;
+            }
+            if ok {
+                let base = b * q.stride(0) + hh * q.stride(1) + tt * q.stride(2);
+                x0 = q[base + col * q.stride(3)];
+                x1 = q[base + (col + 1) * q.stride(3)];
+            }
+            let mut vv = Vector::<F, Const<2>>::empty();
+            vv[0] = x0;
+            vv[1] = x1;
+            qa[kc * 4 + i] = vv;
+        }
+    }
+    // O: n-tile j of the head dimension (8 columns) is oacc[2 j] (row g) and oacc[2 j + 1]
+    // (row g + 8), columns 8 j + 2 t4 and the next
+    let mut oacc = Array::<Vector<f32, Const<2>>>::new(comptime![d / 4]);
+    #[unroll]
+    for i in 0..comptime![d / 4] {
+        oacc[i] = Vector::<f32, Const<2>>::cast_from(0.0f32);
+    }
+    let mut m0 = lowest;
+    let mut m1 = lowest;
+    let mut l0 = 0.0f32;
+    let mut l1 = 0.0f32;
+
+    let kb = b * k.stride(0) + kvh * k.stride(1);
+    let vb = b * v.stride(0) + kvh * v.stride(1);
+    let iters = comptime![FLASH_KEYS * d / (nv * FLASH_THREADS)];
+    if comptime![async_copy] {
+        // prologue: the first tile into buffer 0
+        if kstart < kend {
+            #[unroll]
+            for it in 0..iters {
+                let e = tid + it * FLASH_THREADS;
+                let t = e / vpr;
+                let c = e % vpr;
+                let mut j = kstart + t;
+                if j >= kend {
+                    j = kend - 1;
+                }
+                let p = flash_slot::<I>(idx, b, kvh, j, vctx, ctx_b, sparse);
+                let kx = (kb + p * k.stride(2)) / nv + c;
+                let vx = (vb + p * v.stride(2)) / nv + c;
+                let o = t * sqv + c;
+                copy_async(&k.slice(kx, kx + 1), &mut ks.slice_mut(o, o + 1), nv as u32);
+                copy_async(&v.slice(vx, vx + 1), &mut vs.slice_mut(o, o + 1), nv as u32);
+            }
+            if comptime![sparse] {
+                if tid < FLASH_KEYS {
+                    kok[tid] = flash_listed::<I>(idx, b, kvh, kstart + tid, vctx, ctx_b);
+                }
+            }
+            bar0.commit_copy_async();
+            let _arrived = bar0.arrive();
+        }
+    }
+    let mut t0 = kstart;
+    let mut tile = 0usize;
+    while t0 < kend {
+        let mut sb = 0usize;
+        if comptime![async_copy] {
+            sb = tile % 2;
+            // copy the next tile into the other buffer (read last in the previous tile,
+            // which every warp finished at its closing barrier), then wait for this one
+            let t1 = t0 + FLASH_KEYS;
+            if t1 < kend {
+                let nb = (1 - sb) * tsz;
+                #[unroll]
+                for it in 0..iters {
+                    let e = tid + it * FLASH_THREADS;
+                    let t = e / vpr;
+                    let c = e % vpr;
+                    let mut j = t1 + t;
+                    if j >= kend {
+                        j = kend - 1;
+                    }
+                    let p = flash_slot::<I>(idx, b, kvh, j, vctx, ctx_b, sparse);
+                    let kx = (kb + p * k.stride(2)) / nv + c;
+                    let vx = (vb + p * v.stride(2)) / nv + c;
+                    let o = nb + t * sqv + c;
+                    copy_async(&k.slice(kx, kx + 1), &mut ks.slice_mut(o, o + 1), nv as u32);
+                    copy_async(&v.slice(vx, vx + 1), &mut vs.slice_mut(o, o + 1), nv as u32);
+                }
+                if comptime![sparse] {
+                    if tid < FLASH_KEYS {
+                        kok[(1 - sb) * FLASH_KEYS + tid] =
+                            flash_listed::<I>(idx, b, kvh, t1 + tid, vctx, ctx_b);
+                    }
+                }
+                if sb == 0 {
+                    bar1.commit_copy_async();
+                    let _a1 = bar1.arrive();
+                } else {
+                    bar0.commit_copy_async();
+                    let _a0 = bar0.arrive();
+                }
+            }
+            // buffer sb's use number tile / 2 completes its phase of that parity
+            let ph = ((tile / 2) % 2) as u32;
+            if sb == 0 {
+                bar0.wait_parity(ph);
+            } else {
+                bar1.wait_parity(ph);
+            }
+        } else {
+            // stage the tile: K, then V (16-byte loads and stores)
+            #[unroll]
+            for it in 0..iters {
+                let e = tid + it * FLASH_THREADS;
+                let t = e / vpr;
+                let c = e % vpr;
+                let mut j = t0 + t;
+                if j >= kend {
+                    j = kend - 1;
+                }
+                let p = flash_slot::<I>(idx, b, kvh, j, vctx, ctx_b, sparse);
+                ks[t * sqv + c] = k[(kb + p * k.stride(2)) / nv + c];
+            }
+            #[unroll]
+            for it in 0..iters {
+                let e = tid + it * FLASH_THREADS;
+                let t = e / vpr;
+                let c = e % vpr;
+                let mut j = t0 + t;
+                if j >= kend {
+                    j = kend - 1;
+                }
+                let p = flash_slot::<I>(idx, b, kvh, j, vctx, ctx_b, sparse);
+                vs[t * sqv + c] = v[(vb + p * v.stride(2)) / nv + c];
+            }
+            if comptime![sparse] {
+                if tid < FLASH_KEYS {
+                    kok[tid] = flash_listed::<I>(idx, b, kvh, t0 + tid, vctx, ctx_b);
+                }
+            }
+            sync_cube();
+        }
+        let so = sb * tsz;
+
+        if active && t0 < wend {
+            // S = Q K^T: key n-tile j (8 keys) is sacc[2 j] (row g), sacc[2 j + 1] (row g + 8)
+            let mut sacc = Array::<Vector<f32, Const<2>>>::new(16usize);
+            #[unroll]
+            for i in 0..16usize {
+                sacc[i] = Vector::<f32, Const<2>>::cast_from(0.0f32);
+            }
+            // ldmatrix x4: lane l addresses row l % 8 of matrix l / 8 = (key half, dim half)
+            let mj = lane / 8;
+            let mrow = lane % 8;
+            #[unroll]
+            for kc in 0..kchunks {
+                #[unroll]
+                for np in 0..4usize {
+                    let key = np * 16 + (mj / 2) * 8 + mrow;
+                    let off = so + key * sqv + kc * 2 + mj % 2;
+                    let bk = def.load_matrix::<Vector<F, N>, Const<2>>(
+                        &ks.slice(off, off + 1),
+                        MatrixIdent::B,
+                        4usize,
+                        false,
+                    );
+                    mma_16816::<F>(def, &qa, kc * 4, bk[0], bk[1], &mut sacc, np * 4);
+                    mma_16816::<F>(def, &qa, kc * 4, bk[2], bk[3], &mut sacc, np * 4 + 2);
+                }
+            }
+            // scale; mask (causal, the block's range, unlisted selections) where the tile
+            // reaches a limit; row maxima over the quad
+            let diag = t0 + FLASH_KEYS > lmin;
+            let mut mx0 = lowest;
+            let mut mx1 = lowest;
+            #[unroll]
+            for j in 0..8usize {
+                let mut s0 = sacc[2 * j];
+                let mut s1 = sacc[2 * j + 1];
+                #[unroll]
+                for e in 0..2usize {
+                    let kl = j * 8 + t4 * 2 + e;
+                    let kp = t0 + kl;
+                    let mut a = s0[e] * scale;
+                    let mut c = s1[e] * scale;
+                    if diag {
+                        if kp >= lim0 {
+                            a = lowest;
+                        }
+                        if kp >= lim1 {
+                            c = lowest;
+                        }
+                    }
+                    if comptime![sparse] {
+                        if kok[sb * FLASH_KEYS + kl] == 0 {
+                            a = lowest;
+                            c = lowest;
+                        }
+                    }
+                    s0[e] = a;
+                    s1[e] = c;
+                    if a > mx0 {
+                        mx0 = a;
+                    }
+                    if c > mx1 {
+                        mx1 = c;
+                    }
+                }
+                sacc[2 * j] = s0;
+                sacc[2 * j + 1] = s1;
+            }
+            let xa = plane_shuffle_xor(mx0, 1u32);
+            if xa > mx0 {
+                mx0 = xa;
+            }
+            let xb = plane_shuffle_xor(mx0, 2u32);
+            if xb > mx0 {
+                mx0 = xb;
+            }
+            let xc = plane_shuffle_xor(mx1, 1u32);
+            if xc > mx1 {
+                mx1 = xc;
+            }
+            let xd = plane_shuffle_xor(mx1, 2u32);
+            if xd > mx1 {
+                mx1 = xd;
+            }
+            let mut mn0 = m0;
+            if mx0 > mn0 {
+                mn0 = mx0;
+            }
+            let mut mn1 = m1;
+            if mx1 > mn1 {
+                mn1 = mx1;
+            }
+            let al0 = (m0 - mn0).exp();
+            let al1 = (m1 - mn1).exp();
+            m0 = mn0;
+            m1 = mn1;
+            // the reference the probabilities subtract: the row maximum, or 0 while every key
+            // of the row so far was masked (then exp(lowest - 0) = 0, where
+            // exp(lowest - lowest) would be 1)
+            let mut me0 = mn0;
+            if mn0 == lowest {
+                me0 = 0.0f32;
+            }
+            let mut me1 = mn1;
+            if mn1 == lowest {
+                me1 = 0.0f32;
+            }
+            // P = exp(S - m) (0 where masked: exp(lowest - m) underflows) as the A fragments
+            // of P V: key chunk c (16
+            // keys) is pa[4 c .. 4 c + 4] = (sacc[4 c], sacc[4 c + 1], sacc[4 c + 2],
+            // sacc[4 c + 3])
+            let mut pa = Array::<Vector<F, Const<2>>>::new(16usize);
+            let mut ps0 = 0.0f32;
+            let mut ps1 = 0.0f32;
+            #[unroll]
+            for j in 0..8usize {
+                let s0 = sacc[2 * j];
+                let s1 = sacc[2 * j + 1];
+                let mut p0 = Vector::<F, Const<2>>::empty();
+                let mut p1 = Vector::<F, Const<2>>::empty();
+                #[unroll]
+                for e in 0..2usize {
+                    let a = (s0[e] - me0).exp();
+                    let c = (s1[e] - me1).exp();
+                    ps0 += a;
+                    ps1 += c;
+                    p0[e] = F::cast_from(a);
+                    p1[e] = F::cast_from(c);
+                }
+                pa[2 * j] = p0;
+                pa[2 * j + 1] = p1;
+            }
+            l0 = l0 * al0 + ps0;
+            l1 = l1 * al1 + ps1;
+            #[unroll]
+            for j in 0..comptime![d / 8] {
+                let mut o0 = oacc[2 * j];
+                let mut o1 = oacc[2 * j + 1];
+                o0[0] = o0[0] * al0;
+                o0[1] = o0[1] * al0;
+                o1[0] = o1[0] * al1;
+                o1[1] = o1[1] * al1;
+                oacc[2 * j] = o0;
+                oacc[2 * j + 1] = o1;
+            }
+            // O += P V: ldmatrix x4 .trans, lane l addresses row l % 8 of matrix
+            // l / 8 = (key half l / 8 % 2, dim half l / 16)
+            #[unroll]
+            for kc in 0..4usize {
+                #[unroll]
+                for dp in 0..comptime![d / 16] {
+                    let key = kc * 16 + (mj % 2) * 8 + mrow;
+                    let off = so + key * sqv + dp * 2 + mj / 2;
+                    let bv = def.load_matrix::<Vector<F, N>, Const<2>>(
+                        &vs.slice(off, off + 1),
+                        MatrixIdent::B,
+                        4usize,
+                        true,
+                    );
+                    mma_16816::<F>(def, &pa, kc * 4, bv[0], bv[1], &mut oacc, dp * 4);
+                    mma_16816::<F>(def, &pa, kc * 4, bv[2], bv[3], &mut oacc, dp * 4 + 2);
+                }
+            }
+        }
+        sync_cube();
+        t0 += FLASH_KEYS;
+        tile += 1;
+    }
+
+    // row sums over the quad
+    let ya = plane_shuffle_xor(l0, 1u32);
+    l0 += ya;
+    let yb = plane_shuffle_xor(l0, 2u32);
+    l0 += yb;
+    let yc = plane_shuffle_xor(l1, 1u32);
+    l1 += yc;
+    let yd = plane_shuffle_xor(l1, 2u32);
+    l1 += yd;
+    if comptime![verify] {
+        // partial (max, sum, unnormalised acc) of the rows for combine_kernel
+        let rpad = rpad as usize;
+        let pb = ((b * CUBE_COUNT_Y as usize + kvh) * splits as usize + split) * rpad;
+        if va && t4 == 0 {
+            pm[pb + ra] = m0;
+            pl[pb + ra] = l0;
+        }
+        if vc && t4 == 0 {
+            pm[pb + rc] = m1;
+            pl[pb + rc] = l1;
+        }
+        #[unroll]
+        for j in 0..comptime![d / 8] {
+            let col = j * 8 + t4 * 2;
+            let o0 = oacc[2 * j];
+            let o1 = oacc[2 * j + 1];
+            if va {
+                let base = (pb + ra) * d + col;
+                pacc[base] = o0[0];
+                pacc[base + 1] = o0[1];
+            }
+            if vc {
+                let base = (pb + rc) * d + col;
+                pacc[base] = o1[0];
+                pacc[base + 1] = o1[1];
+            }
+        }
+    } else {
+        // O / l, rows inside the chunk only
+        let inv0 = 1.0f32 / l0;
+        let inv1 = 1.0f32 / l1;
+        let ob = b * out.stride(0) + qh * out.stride(1);
+        #[unroll]
+        for j in 0..comptime![d / 8] {
+            let col = j * 8 + t4 * 2;
+            let o0 = oacc[2 * j];
+            let o1 = oacc[2 * j + 1];
+            if va {
+                let base = ob + ra * out.stride(2) + col;
+                out[base] = F::cast_from(o0[0] * inv0);
+                out[base + 1] = F::cast_from(o0[1] * inv0);
+            }
+            if vc {
+                let base = ob + rc * out.stride(2) + col;
+                out[base] = F::cast_from(o1[0] * inv1);
+                out[base + 1] = F::cast_from(o1[1] * inv1);
+            }
+        }
     }
 }

@@ -7,6 +7,10 @@
 //! (`group * n_new` rows are split into blocks of at most 64; the blocks of one split run side
 //! by side, so a key is read from HBM once and from L2 by the other blocks).
 //!
+//! Verification and long prefill chunks run on `flash_kernel` (scores in
+//! registers, `cp.async` double buffering; [`set_flash_verify`], [`set_prefill_kernel`]),
+//! head-subset scoring and short prefill chunks on `split_kernel`.
+//!
 //! Outputs are freshly allocated; [`set_poison_outputs`] fills them (and the partial buffers)
 //! with NaN before each launch, so a checked run fails on any element a kernel leaves
 //! unwritten.
@@ -95,7 +99,7 @@ fn poison(t: &Ct) {
     );
 }
 
-/// Blocks of [`kernels::ELEM_THREADS`] threads for `total` elements, one thread each.
+/// Blocks of `ELEM_THREADS` threads for `total` elements, one thread each.
 ///
 /// # Errors
 /// [`KernelError::InvalidInput`] when `total` does not fit the kernels' 32-bit indices.
@@ -138,6 +142,73 @@ pub const MMA_MAX_ROWS: usize = 128;
 
 static SKINNY_MMA: AtomicBool = AtomicBool::new(false);
 
+/// Which kernel runs a prefill chunk ([`KernelOps::prefill_attention`] on CUDA).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrefillKernel {
+    /// [`PrefillKernel::Flash`] where it fills the GPU (more than [`MAX_NEW`] new tokens
+    /// and at least [`FLASH_MIN_BLOCKS`] blocks of `FLASH_ROWS` rows), else
+    /// [`PrefillKernel::Split`]. The default.
+    Auto,
+    /// `flash_kernel`: flash-attention-2 style, one block per 64 query rows of
+    /// one head, scores and softmax in registers.
+    Flash,
+    /// The flash-decoding split kernel of verification (`split_kernel`), which
+    /// splits the context across blocks: better when few query rows are left.
+    Split,
+}
+
+/// Blocks (row blocks x query heads x sequences) from which [`PrefillKernel::Auto`] takes the
+/// flash kernel: one per SM of an H200 (132). Fewer leave SMs idle, where the split kernel
+/// parallelises over the context instead.
+pub const FLASH_MIN_BLOCKS: usize = 132;
+
+static PREFILL_KERNEL: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Sets which kernel runs prefill attention ([`PrefillKernel::Auto`] unless set): for
+/// checks and benchmarks that compare the two (`dustin-kernels-gpu check`, `prefill`).
+pub fn set_prefill_kernel(k: PrefillKernel) {
+    let v = match k {
+        PrefillKernel::Auto => 0,
+        PrefillKernel::Flash => 1,
+        PrefillKernel::Split => 2,
+    };
+    PREFILL_KERNEL.store(v, Ordering::Relaxed);
+}
+
+static FLASH_ASYNC: AtomicBool = AtomicBool::new(true);
+
+/// Whether the flash prefill kernel copies the next K/V tile with `cp.async` while it
+/// computes on this one (two shared-memory buffers; the default) or stages each tile with
+/// plain loads between two block barriers (one buffer). For checks and benchmarks.
+pub fn set_flash_async(on: bool) {
+    FLASH_ASYNC.store(on, Ordering::Relaxed);
+}
+
+static FLASH_VERIFY: AtomicBool = AtomicBool::new(true);
+
+/// Whether dense and sparse verification ([`KernelOps::verify_attention`],
+/// [`KernelOps::sparse_verify_attention`]) run on `flash_kernel` (the default:
+/// scores in registers, `cp.async` double buffering, the context split across blocks and
+/// merged by `combine_kernel`) or on the split kernel (`split_kernel`,
+/// scores through shared memory). For checks and benchmarks that compare them.
+pub fn set_flash_verify(on: bool) {
+    FLASH_VERIFY.store(on, Ordering::Relaxed);
+}
+
+/// Blocks the flash kernel's verification splits aim for: 2 waves of an H200 at the 2
+/// blocks per SM its registers (222 a thread, ncu) and shared memory allow.
+const FLASH_TARGET_BLOCKS: usize = 528;
+
+/// Whether a prefill chunk of these dimensions runs on the flash kernel.
+fn use_flash(dims: &AttnDims) -> bool {
+    let blocks = dims.n_new.div_ceil(kernels::FLASH_ROWS) * dims.q_heads * dims.batch;
+    match PREFILL_KERNEL.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => dims.n_new > MAX_NEW && blocks >= FLASH_MIN_BLOCKS,
+    }
+}
+
 /// Whether the skinny GEMMs may run on tensor cores (`skinny_mma_kernel`, up to
 /// [`MMA_MAX_ROWS`] rows) or only on the CUDA-core kernel (`skinny_gemm_kernel`, the
 /// default). The tensor-core kernel is correct (kernel-check on the H200) but took
@@ -152,9 +223,9 @@ pub fn set_skinny_mma(on: bool) {
 /// Which kernel runs a skinny GEMM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SkinnyPath {
-    /// [`kernels::skinny_gemm_kernel`]: CUDA cores, up to [`crate::SKINNY_MAX_ROWS`] rows.
+    /// `skinny_gemm_kernel`: CUDA cores, up to [`crate::SKINNY_MAX_ROWS`] rows.
     Cores,
-    /// [`kernels::skinny_mma_kernel`]: tensor cores, up to [`MMA_MAX_ROWS`] rows.
+    /// `skinny_mma_kernel`: tensor cores, up to [`MMA_MAX_ROWS`] rows.
     Mma,
 }
 
@@ -193,7 +264,7 @@ fn skinny_path(m: usize, k: usize, dtype: DType, ws: &[&Ct]) -> Option<SkinnyPat
 /// `k` over weights of `ns` columns sharing one partial-sum buffer.
 ///
 /// [`SkinnyPath::Cores`]: about 4 blocks per SM of the H200 (132 SMs) over all their
-/// 128-column tiles; each split stages at most [`kernels::SKINNY_CHUNK`] rows of `x`, a
+/// 128-column tiles; each split stages at most `SKINNY_CHUNK` rows of `x`, a
 /// multiple of the 8 warps.
 ///
 /// [`SkinnyPath::Mma`]: about 2 blocks per SM over the 64-column tiles, but no more splits
@@ -545,6 +616,29 @@ fn attention<F: FloatElement, I: IntElement, BT: BoolElement>(
     }
     let (k, v) = (rows_ready(k), rows_ready(v));
     let g = dims.group();
+    if sel.is_none() && max_new == MAX_PREFILL_NEW && use_flash(&dims) {
+        let ctx = ctx_tensor::<F, I, BT>(ctx_lens, &device);
+        let out = flash_prefill(q, k, v, ctx, &dims, scale);
+        return Ok(Tensor::from_primitive(TensorPrimitive::Float(out)));
+    }
+    if max_new == MAX_NEW && FLASH_VERIFY.load(Ordering::Relaxed) {
+        let ctx = ctx_tensor::<F, I, BT>(ctx_lens, &device);
+        let sel = sel.map(|(idx, counts)| {
+            let cv = counts.iter().map(|&c| c as i64).collect();
+            let ct = int_tensor::<F, I, BT, 1>(cv, [counts.len()], &device);
+            let mk = counts.iter().copied().max().unwrap_or(0) + dims.n_new;
+            (idx.into_primitive(), ct, mk)
+        });
+        let table = {
+            let slots: Vec<(usize, Vec<usize>)> = (0..dims.kv_heads)
+                .map(|h| (h, (h * g..(h + 1) * g).collect()))
+                .collect();
+            let (tv, ts) = slot_table(&slots);
+            int_tensor::<F, I, BT, 2>(tv, ts, &device)
+        };
+        let out = flash_verify(q, k, v, ctx, table, sel, &dims, scale);
+        return Ok(Tensor::from_primitive(TensorPrimitive::Float(out)));
+    }
     let slots: Vec<(usize, Vec<usize>)> = (0..dims.kv_heads)
         .map(|h| (h, (h * g..(h + 1) * g).collect()))
         .collect();
@@ -603,6 +697,181 @@ fn attention<F: FloatElement, I: IntElement, BT: BoolElement>(
         [fd.into(), id.into()],
     );
     Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
+}
+
+/// What one launch of `flash_kernel` takes besides `q`, `k`, `v`, `ctx`.
+struct FlashLaunch {
+    grid: (usize, usize, usize),
+    idx: Ct,
+    counts: Ct,
+    out: Ct,
+    pm: Ct,
+    pl: Ct,
+    pacc: Ct,
+    rowblocks: usize,
+    chunk: usize,
+    splits: usize,
+    rpad: usize,
+    verify: bool,
+    sparse: bool,
+}
+
+/// Launches `flash_kernel` (shapes checked by the caller: `n_new >= 1`,
+/// `ctx + n_new <= capacity`, `head_dim` 64 or 128, rows of `k` and `v` ready by
+/// [`rows_ready`], a selection's counts at most its width).
+fn launch_flash(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32, a: FlashLaunch) {
+    let client = q.client.clone();
+    let (fd, id) = (q.dtype, ctx.dtype);
+    let (gx, gy, gz) = a.grid;
+    // SAFETY: every key the kernel reads is a virtual key below `vctx + n_new` of its
+    // sequence (clamped), mapped to a slot below `ctx + n_new <= capacity` (selections:
+    // listed positions outside the context read slot 0); rows written are below
+    // `rtot <= rpad` (verify) or `n_new` (prefill); shared tiles are sized from the same
+    // comptime values.
+    unsafe {
+        kernels::flash_kernel::launch_unchecked::<CudaRuntime>(
+            &client,
+            CubeCount::Static(gx as u32, gy as u32, gz as u32),
+            CubeDim::new_1d(kernels::FLASH_THREADS as u32),
+            NV,
+            q.into_tensor_arg(),
+            k.into_tensor_arg(),
+            v.into_tensor_arg(),
+            ctx.into_tensor_arg(),
+            a.idx.into_tensor_arg(),
+            a.counts.into_tensor_arg(),
+            a.out.into_tensor_arg(),
+            a.pm.into_tensor_arg(),
+            a.pl.into_tensor_arg(),
+            a.pacc.into_tensor_arg(),
+            scale,
+            dims.n_new as u32,
+            dims.group() as u32,
+            a.rowblocks as u32,
+            a.chunk as u32,
+            a.splits as u32,
+            a.rpad as u32,
+            dims.head_dim,
+            NV,
+            FLASH_ASYNC.load(Ordering::Relaxed),
+            a.verify,
+            a.sparse,
+            [fd.into(), id.into()],
+        );
+    }
+}
+
+/// Causal prefill attention through `flash_kernel`: `q` `[b, q_heads, n_new, d]`
+/// (any strides), `k`, `v` `[b, kv_heads, capacity, d]` ready by [`rows_ready`], `ctx`
+/// `[b]`; returns `[b, q_heads, n_new, d]` in `q`'s dtype. Shapes and dtypes checked by the
+/// caller.
+fn flash_prefill(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32) -> Ct {
+    let b = dims.batch;
+    let out = empty(
+        &q,
+        vec![b, dims.q_heads, dims.n_new, dims.head_dim],
+        q.dtype,
+    );
+    let rowblocks = dims.n_new.div_ceil(kernels::FLASH_ROWS);
+    let one = empty(&q, vec![1], DType::F32);
+    let a = FlashLaunch {
+        grid: (rowblocks, dims.q_heads, b),
+        idx: ctx.clone(),
+        counts: ctx.clone(),
+        out: out.clone(),
+        pm: one.clone(),
+        pl: one.clone(),
+        pacc: one,
+        rowblocks,
+        chunk: 1,
+        splits: 1,
+        rpad: 1,
+        verify: false,
+        sparse: false,
+    };
+    launch_flash(q, k, v, ctx, dims, scale, a);
+    out
+}
+
+/// Dense or sparse verification through `flash_kernel` and
+/// `combine_kernel`: the rows `e * n_new + i` of each KV head's group in blocks
+/// of 64, the virtual keys (context or selection, then the new tokens) split so the grid
+/// makes about [`FLASH_TARGET_BLOCKS`] blocks (at least 256 keys a split). `table` is the
+/// identity slot table of the dense path, `sel` the selection (indices, counts tensor,
+/// most keys). Returns `[b, q_heads, n_new, d]` in `q`'s dtype.
+#[allow(clippy::too_many_arguments)]
+fn flash_verify(
+    q: Ct,
+    k: Ct,
+    v: Ct,
+    ctx: Ct,
+    table: Ct,
+    sel: Option<(Ct, Ct, usize)>,
+    dims: &AttnDims,
+    scale: f32,
+) -> Ct {
+    let b = dims.batch;
+    let rows = dims.group() * dims.n_new;
+    let rowblocks = rows.div_ceil(kernels::FLASH_ROWS);
+    let rpad = rowblocks * kernels::FLASH_ROWS;
+    let (sparse, idx, counts, max_keys) = match sel {
+        Some((idx, counts, mk)) => (true, idx, counts, mk),
+        None => (false, ctx.clone(), ctx.clone(), dims.keys),
+    };
+    let per = b * dims.kv_heads * rowblocks;
+    let want = FLASH_TARGET_BLOCKS.div_ceil(per.max(1)).max(1);
+    let most = max_keys.div_ceil(MIN_CHUNK).max(1);
+    let splits = want.min(most);
+    let chunk = max_keys
+        .div_ceil(splits)
+        .div_ceil(kernels::FLASH_KEYS)
+        .max(1)
+        * kernels::FLASH_KEYS;
+    let splits = max_keys.div_ceil(chunk).max(1);
+    let pm = empty(&q, vec![b, dims.kv_heads, splits, rpad], DType::F32);
+    let pl = empty(&q, vec![b, dims.kv_heads, splits, rpad], DType::F32);
+    let pacc = empty(
+        &q,
+        vec![b, dims.kv_heads, splits, rpad, dims.head_dim],
+        DType::F32,
+    );
+    let fd = q.dtype;
+    let out = empty(&q, vec![b, dims.q_heads, dims.n_new, dims.head_dim], fd);
+    let a = FlashLaunch {
+        grid: (splits * rowblocks, dims.kv_heads, b),
+        idx,
+        counts,
+        out: out.clone(),
+        pm: pm.clone(),
+        pl: pl.clone(),
+        pacc: pacc.clone(),
+        rowblocks,
+        chunk,
+        splits,
+        rpad,
+        verify: true,
+        sparse,
+    };
+    launch_flash(q, k, v, ctx, dims, scale, a);
+    let client = out.client.clone();
+    let id = table.dtype;
+    kernels::combine_kernel::launch::<CudaRuntime>(
+        &client,
+        CubeCount::Static(rows as u32, dims.kv_heads as u32, b as u32),
+        CubeDim::new_1d(dims.head_dim as u32),
+        pm.into_tensor_arg(),
+        pl.into_tensor_arg(),
+        pacc.into_tensor_arg(),
+        table.into_tensor_arg(),
+        out.clone().into_tensor_arg(),
+        dims.n_new as u32,
+        splits as u32,
+        rpad as u32,
+        dims.kv_heads as u32,
+        dims.head_dim,
+        [fd.into(), id.into()],
+    );
+    out
 }
 
 /// Head-subset probabilities of [`KernelOps::head_subset_scores`] (`per_row` false:
