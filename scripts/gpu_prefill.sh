@@ -113,7 +113,7 @@ flash)
     PYTHONUNBUFFERED=1 timeout 90 python3 "$D/gemm_prefill_bench.py" --sdpa-only 2>&1 | tee "$OUT/torch.jsonl"
     ;;
 verify)
-    timeout 240 "$D/dustin-kernels-gpu" check 2>&1 | tee "$OUT/check.txt" | grep -E "dense|sparse|prefill|FAIL|error|check:" | tail -40
+    timeout 300 "$D/dustin-kernels-gpu" check 2>&1 | tee "$OUT/check.txt" | grep -E "dense|sparse|prefill|FAIL|error|check:" | tail -40
     for round in 1 2; do
         for kern in split flash; do
             timeout 90 "$D/dustin-kernels-gpu" bench --quick --verify-kernel $kern 2>&1 | sed "s/^/$kern$round /" | tee -a "$OUT/bench.txt" | grep -E "^$kern. \| [0-9]"

@@ -34,8 +34,8 @@
 //! one (sequence, KV head) are split across thread blocks; each block holds the queries of all
 //! the heads of the group (`group * n_new` rows, up to 64 rows per block) and reads each key and
 //! value once for all of them; a combine kernel merges the per-block `(max, sum, acc)`.
-//! Verification and prefill chunks run on a FlashAttention-2 style kernel (Dao 2023,
-//! "FlashAttention-2"): each warp keeps 16 query rows, their scores (`mma.m16n8k16`, bf16 in,
+//! Verification and the prefill chunks that fill the GPU (`cuda::PrefillKernel::Auto`) run
+//! on a FlashAttention-2 style kernel (Dao 2023, "FlashAttention-2"): each warp keeps 16 query rows, their scores (`mma.m16n8k16`, bf16 in,
 //! f32 accumulate), online softmax and output in registers, and the next K/V tile is copied
 //! by `cp.async` while this one is used. Head-subset scoring runs on the earlier split kernel
 //! (WMMA 16x16x16, scores through shared memory). See `docs/decisions.md`.

@@ -846,7 +846,7 @@ impl<B: Backend> Qwen2<B> {
 
     /// Runs the dense attention of prefill chunks (more than [`MAX_NEW`] and at most
     /// [`dustin_kernels::MAX_PREFILL_NEW`] new tokens) through
-    /// [`KernelOps::prefill_attention`] (`true`: on CUDA the flash-decoding kernel, with no
+    /// [`KernelOps::prefill_attention`] (`true`: on CUDA a flash-attention kernel, with no
     /// score matrix in memory) or the model's own plain ops (`false`: the masked score matrix
     /// of the chunk against its context, Burn's matmul and softmax). The default is `true`
     /// wherever the attention runs through the kernels ([`Qwen2::with_kernels`]). Chunks

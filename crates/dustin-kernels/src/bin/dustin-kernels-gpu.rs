@@ -131,12 +131,18 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
     }
 
     // dense
-    // both verification kernels: the flash kernel (the default) and the split kernel
-    let kernels = [("", true), (" split", false)];
+    // both verification kernels: the flash kernel (the default; also with its tiles staged
+    // without cp.async) and the split kernel
+    let kernels = [
+        ("", true, true),
+        (" flash sync", true, false),
+        (" split", false, true),
+    ];
     if want("dense") {
         let r = reference::attention(&q, &k, &v, &dims, &c.ctx, scale, None);
-        for (tag, flash) in kernels {
+        for (tag, flash, async_copy) in kernels {
             dustin_kernels::cuda::set_flash_verify(flash);
+            dustin_kernels::cuda::set_flash_async(async_copy);
             let op = format!("dense{tag}");
             match B::verify_attention(qt.clone(), kt.clone(), vt.clone(), &c.ctx, scale as f32) {
                 Ok(o) => rep.add(c.name, &op, reference::rel_err(&to_f32(o), &r), BOUND),
@@ -144,6 +150,7 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
             }
         }
         dustin_kernels::cuda::set_flash_verify(true);
+        dustin_kernels::cuda::set_flash_async(true);
     }
 
     // sparse: a budget below the contexts and one above all of them
@@ -182,8 +189,9 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
             TensorData::new(idx.clone(), [c.batch, c.kv_heads, budget]),
             &dev(),
         );
-        for (tag, flash) in kernels {
+        for (tag, flash, async_copy) in kernels {
             dustin_kernels::cuda::set_flash_verify(flash);
+            dustin_kernels::cuda::set_flash_async(async_copy);
             let op = format!("sparse budget {budget}{tag}");
             match B::sparse_verify_attention(
                 qt.clone(),
@@ -199,6 +207,7 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
             }
         }
         dustin_kernels::cuda::set_flash_verify(true);
+        dustin_kernels::cuda::set_flash_async(true);
     }
 
     // head-subset scores: a head of KV head 0, two of the last KV head
@@ -415,6 +424,18 @@ fn check(op: &str) -> usize {
             d: 128,
             ctx: vec![3001, 130],
             ramp: true,
+        },
+        Case {
+            // 17 splits of 512 keys: 8 tiles a split, so both buffers of the flash kernel
+            // and both parities of their barriers are used several times
+            name: "g7 n5 d128 B8 8k (8 tiles a split)",
+            batch: 8,
+            q_heads: 28,
+            kv_heads: 4,
+            n: 5,
+            d: 128,
+            ctx: vec![8192, 8000, 7000, 8100, 5000, 8192, 100, 8191],
+            ramp: false,
         },
         Case {
             name: "g8 n16 d128 (72B rows)",
@@ -893,11 +914,18 @@ fn main() -> std::process::ExitCode {
         .and_then(|i| args.get(i + 1))
         .map(String::as_str);
     let quick = args.iter().any(|a| a == "--quick");
-    let verify_kernel = args
+    let flash_verify = match args
         .iter()
         .position(|a| a == "--verify-kernel")
-        .and_then(|i| args.get(i + 1))
-        .map(String::as_str);
+        .map(|i| args.get(i + 1).map(String::as_str))
+    {
+        None | Some(Some("flash")) => true,
+        Some(Some("split")) => false,
+        Some(other) => {
+            eprintln!("--verify-kernel: expected flash or split, got {other:?}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
     let op = args
         .iter()
         .position(|a| a == "--op")
@@ -906,7 +934,7 @@ fn main() -> std::process::ExitCode {
     let mut failures = 0;
     match args.get(1).map(String::as_str) {
         Some("check") => failures = check(op),
-        Some("bench") => bench(json, quick, verify_kernel != Some("split")),
+        Some("bench") => bench(json, quick, flash_verify),
         Some("gemm") => gemm(json, quick, args.iter().any(|a| a == "--no-burn")),
         Some("prefill") => {
             let mut out = json.and_then(|p| std::fs::File::create(p).ok());
@@ -920,7 +948,7 @@ fn main() -> std::process::ExitCode {
         }
         Some("all") => {
             failures = check(op);
-            bench(json, quick, verify_kernel != Some("split"));
+            bench(json, quick, flash_verify);
         }
         _ => {
             eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise] | bench [--quick] [--verify-kernel flash|split] [--json PATH] | gemm [--quick] [--no-burn] [--json PATH] | prefill [--quick] [--json PATH] | all");

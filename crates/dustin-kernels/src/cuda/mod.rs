@@ -177,9 +177,10 @@ pub fn set_prefill_kernel(k: PrefillKernel) {
 
 static FLASH_ASYNC: AtomicBool = AtomicBool::new(true);
 
-/// Whether the flash prefill kernel copies the next K/V tile with `cp.async` while it
-/// computes on this one (two shared-memory buffers; the default) or stages each tile with
-/// plain loads between two block barriers (one buffer). For checks and benchmarks.
+/// Whether the flash kernel (prefill and verification) copies the next K/V tile with
+/// `cp.async` while it computes on this one (two shared-memory buffers; the default) or
+/// stages each tile with plain loads between two block barriers (one buffer). For checks and
+/// benchmarks.
 pub fn set_flash_async(on: bool) {
     FLASH_ASYNC.store(on, Ordering::Relaxed);
 }
@@ -796,7 +797,8 @@ fn flash_prefill(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32) -> C
 /// Dense or sparse verification through `flash_kernel` and
 /// `combine_kernel`: the rows `e * n_new + i` of each KV head's group in blocks
 /// of 64, the virtual keys (context or selection, then the new tokens) split so the grid
-/// makes about [`FLASH_TARGET_BLOCKS`] blocks (at least 256 keys a split). `table` is the
+/// makes about [`FLASH_TARGET_BLOCKS`] blocks, with at most one split per [`MIN_CHUNK`]
+/// keys (each split a multiple of 64 keys). `table` is the
 /// identity slot table of the dense path, `sel` the selection (indices, counts tensor,
 /// most keys). Returns `[b, q_heads, n_new, d]` in `q`'s dtype.
 #[allow(clippy::too_many_arguments)]
