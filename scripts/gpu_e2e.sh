@@ -10,6 +10,8 @@
 #   bash .device/gpu_e2e.sh final # 32k: 7B B 1/8/16, 72B B 8 (HF=1: HF peers at 32k B 1/8)
 #   bash .device/gpu_e2e.sh launch # 7B 32k B 1/8: skinny GEMM on tensor cores vs CUDA cores,
 #                                 # fused residual, ragged acceptance with and without kv_write
+#   bash .device/gpu_e2e.sh verifyk # 7B 32k B 8, ragged acceptance, ar/dense/dustin: the split
+#                                 # verify kernel and the flash one, alternating, two rounds
 #   bash .device/gpu_e2e.sh next  # elementwise, then trace, in one call
 #   bash .device/gpu_e2e.sh where # GPU utilization while decoding, and every kernel's GPU time
 #                                 # (ncu) in a small run
@@ -70,6 +72,17 @@ final)
     if [ -n "${HF:-}" ]; then
         PYTHONUNBUFFERED=1 timeout "${HF_LIMIT:-140}" python3 "$D/hf_e2e_bench.py" "$C" --quick 2>&1 | tee "$OUT/hf.jsonl"
     fi
+    ;;
+verifyk)
+    # session 25's open question: the flash verify kernel against the split kernel end to end
+    # (one process each, 2 warm-up and 6 timed iterations, ragged acceptance), twice
+    T7=(--target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 32768 --batch 8
+        --modes "${MODES:-ar,dense,dustin}")
+    L=${LIMIT:-110}
+    for round in 1 2; do
+        LIMIT=$L RAGGED=on VERIFYK=split group "7b_split_$round" "${T7[@]}"
+        LIMIT=$L RAGGED=on VERIFYK=flash group "7b_flash_$round" "${T7[@]}"
+    done
     ;;
 launch)
     # session 24, side by side at 7B, 32k, B 1 and 8 (MODES, default ar,dense,dustin), one
