@@ -10,8 +10,8 @@
 #   bash .device/gpu_e2e.sh final # 32k: 7B B 1/8/16, 72B B 8 (HF=1: HF peers at 32k B 1/8)
 #   bash .device/gpu_e2e.sh launch # 7B 32k B 1/8: skinny GEMM on tensor cores vs CUDA cores,
 #                                 # fused residual, ragged acceptance with and without kv_write
-#   bash .device/gpu_e2e.sh verifyk # 7B 32k B 8, ragged acceptance, ar/dense/dustin: the split
-#                                 # verify kernel and the flash one, alternating, two rounds
+#   bash .device/gpu_e2e.sh verifyk # 7B 32k B 8, ragged acceptance, ar/dense/dustin: verification
+#                                 # on the split kernel, the flash kernel, and `auto`
 #   bash .device/gpu_e2e.sh next  # elementwise, then trace, in one call
 #   bash .device/gpu_e2e.sh where # GPU utilization while decoding, and every kernel's GPU time
 #                                 # (ncu) in a small run
@@ -28,7 +28,7 @@
 # RESIDUAL (`off`, the default, or `on`: `--fused-residual`), RAGGED (`off`, the default, or
 # `on`: `--ragged-accept`, per-sequence shifted schedules), KVWRITE (`on`, the default, or
 # `off`: `--kv-write-kernel`), SKMMA (`cores`, the default, or `mma`: `--skinny-kernel`),
-# VERIFYK (`flash`, the default, or `split`: `--verify-kernel`). Each
+# VERIFYK (`auto`, the default, `flash` or `split`: `--verify-kernel`). Each
 # group is one process; nvidia-smi samples its memory every 100 ms (peak in
 # mem.jsonl).
 set -u
@@ -45,7 +45,7 @@ group() {
     shift
     mem_watch "$name"
     timeout "${LIMIT:-240}" "$D/dustin" bench-e2e --device cuda --json "$OUT/e2e.jsonl" \
-        --accept "default=$TAU" --draft "$DRAFT" --warmup 2 --iters 6 ${PROFILE:+--profile} --elementwise "${ELEMENTWISE:-fused}" --skinny-gemm "${SKINNY:-on}" --grouped-gemm "${GROUPED:-on}" --fused-residual "${RESIDUAL:-off}" --ragged-accept "${RAGGED:-off}" --kv-write-kernel "${KVWRITE:-on}" --skinny-kernel "${SKMMA:-cores}" --verify-kernel "${VERIFYK:-flash}" "$@" 2>&1 | tee "$OUT/$name.txt"
+        --accept "default=$TAU" --draft "$DRAFT" --warmup 2 --iters 6 ${PROFILE:+--profile} --elementwise "${ELEMENTWISE:-fused}" --skinny-gemm "${SKINNY:-on}" --grouped-gemm "${GROUPED:-on}" --fused-residual "${RESIDUAL:-off}" --ragged-accept "${RAGGED:-off}" --kv-write-kernel "${KVWRITE:-on}" --skinny-kernel "${SKMMA:-cores}" --verify-kernel "${VERIFYK:-auto}" "$@" 2>&1 | tee "$OUT/$name.txt"
     echo "{\"group\":\"$name\",\"peak_mib\":$(mem_peak_max "$name")}" | tee -a "$OUT/mem.jsonl"
 }
 
@@ -74,14 +74,14 @@ final)
     fi
     ;;
 verifyk)
-    # session 25's open question: the flash verify kernel against the split kernel end to end
-    # (one process each, 2 warm-up and 6 timed iterations, ragged acceptance), twice
+    # session 25's open question, end to end (one process each, 2 warm-up and 6 timed
+    # iterations, ragged acceptance): every verification on the split kernel, on the flash
+    # kernel (the 0.5B draft's head_dim 64 too), and `auto` (flash for the 7B target only)
     T7=(--target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 32768 --batch 8
         --modes "${MODES:-ar,dense,dustin}")
     L=${LIMIT:-110}
-    for round in 1 2; do
-        LIMIT=$L RAGGED=on VERIFYK=split group "7b_split_$round" "${T7[@]}"
-        LIMIT=$L RAGGED=on VERIFYK=flash group "7b_flash_$round" "${T7[@]}"
+    for k in split flash auto; do
+        LIMIT=$L RAGGED=on VERIFYK=$k group "7b_verify_$k" "${T7[@]}"
     done
     ;;
 launch)

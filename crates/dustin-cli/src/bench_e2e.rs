@@ -129,11 +129,12 @@ pub struct E2eArgs {
     /// `dustin_kernels::cuda::set_skinny_mma(true)`). No effect on the CPU.
     #[arg(long, value_enum, default_value_t = SkinnyKernel::Cores)]
     pub skinny_kernel: SkinnyKernel,
-    /// Which kernel runs dense and sparse verification (and decoding) attention on CUDA:
-    /// `flash` (scores in registers, `cp.async` double buffering; the default,
-    /// `dustin_kernels::cuda::set_flash_verify(true)`) or `split` (the earlier flash-decoding
-    /// kernel, scores through shared memory). No effect on the CPU.
-    #[arg(long, value_enum, default_value_t = VerifyKernel::Flash)]
+    /// Which kernel runs dense and sparse verification (and decoding) attention on CUDA
+    /// (`dustin_kernels::cuda::set_verify_kernel`): `auto` (the default: `flash` at
+    /// head_dim 128, as the 7B and 72B targets; `split` elsewhere, as the 0.5B draft's 64),
+    /// `flash` (scores in registers, `cp.async` double buffering) or `split` (the earlier
+    /// flash-decoding kernel, scores through shared memory). No effect on the CPU.
+    #[arg(long, value_enum, default_value_t = VerifyKernel::Auto)]
     pub verify_kernel: VerifyKernel,
     /// Each residual add fused with the RMSNorm after it (`on`, `Qwen2::with_fused_residual`:
     /// one `KernelOps::add_rms_norm` launch where the add and the norm take two) or not
@@ -183,6 +184,8 @@ pub enum SkinnyKernel {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum VerifyKernel {
+    /// `flash` at head_dim 128, `split` elsewhere.
+    Auto,
     /// `flash_kernel` (verify mode) and `combine_kernel`.
     Flash,
     /// `split_kernel` and `combine_kernel`.
@@ -648,7 +651,11 @@ fn measure<B: KernelOps>(
     #[cfg(feature = "cuda")]
     dustin_kernels::cuda::set_skinny_mma(args.skinny_kernel == SkinnyKernel::Mma);
     #[cfg(feature = "cuda")]
-    dustin_kernels::cuda::set_flash_verify(args.verify_kernel == VerifyKernel::Flash);
+    dustin_kernels::cuda::set_verify_kernel(match args.verify_kernel {
+        VerifyKernel::Auto => dustin_kernels::cuda::VerifyKernel::Auto,
+        VerifyKernel::Flash => dustin_kernels::cuda::VerifyKernel::Flash,
+        VerifyKernel::Split => dustin_kernels::cuda::VerifyKernel::Split,
+    });
     let (fused, skinny, grouped, residual, kv_write) = (
         args.elementwise == Elementwise::Fused,
         args.skinny_gemm == OnOff::On,

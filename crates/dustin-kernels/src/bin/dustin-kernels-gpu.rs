@@ -14,7 +14,7 @@ use std::io::Write;
 use std::time::Instant;
 
 use burn_tensor::{backend::Backend, Distribution, Int, Tensor, TensorData};
-use dustin_kernels::cuda::PrefillKernel;
+use dustin_kernels::cuda::{PrefillKernel, VerifyKernel};
 use dustin_kernels::reference::{self, Dims, Sel};
 use dustin_kernels::{Keep, KernelOps, MAX_NEW};
 
@@ -131,17 +131,17 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
     }
 
     // dense
-    // both verification kernels: the flash kernel (the default; also with its tiles staged
-    // without cp.async) and the split kernel
+    // both verification kernels, each forced (the automatic choice depends on head_dim):
+    // the flash kernel (also with its tiles staged without cp.async) and the split kernel
     let kernels = [
-        ("", true, true),
-        (" flash sync", true, false),
-        (" split", false, true),
+        ("", VerifyKernel::Flash, true),
+        (" flash sync", VerifyKernel::Flash, false),
+        (" split", VerifyKernel::Split, true),
     ];
     if want("dense") {
         let r = reference::attention(&q, &k, &v, &dims, &c.ctx, scale, None);
-        for (tag, flash, async_copy) in kernels {
-            dustin_kernels::cuda::set_flash_verify(flash);
+        for (tag, kern, async_copy) in kernels {
+            dustin_kernels::cuda::set_verify_kernel(kern);
             dustin_kernels::cuda::set_flash_async(async_copy);
             let op = format!("dense{tag}");
             match B::verify_attention(qt.clone(), kt.clone(), vt.clone(), &c.ctx, scale as f32) {
@@ -149,7 +149,7 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
                 Err(e) => rep.add(c.name, &format!("{op} error {e}"), f64::INFINITY, BOUND),
             }
         }
-        dustin_kernels::cuda::set_flash_verify(true);
+        dustin_kernels::cuda::set_verify_kernel(VerifyKernel::Auto);
         dustin_kernels::cuda::set_flash_async(true);
     }
 
@@ -189,8 +189,8 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
             TensorData::new(idx.clone(), [c.batch, c.kv_heads, budget]),
             &dev(),
         );
-        for (tag, flash, async_copy) in kernels {
-            dustin_kernels::cuda::set_flash_verify(flash);
+        for (tag, kern, async_copy) in kernels {
+            dustin_kernels::cuda::set_verify_kernel(kern);
             dustin_kernels::cuda::set_flash_async(async_copy);
             let op = format!("sparse budget {budget}{tag}");
             match B::sparse_verify_attention(
@@ -206,7 +206,7 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
                 Err(e) => rep.add(c.name, &format!("{op} error {e}"), f64::INFINITY, BOUND),
             }
         }
-        dustin_kernels::cuda::set_flash_verify(true);
+        dustin_kernels::cuda::set_verify_kernel(VerifyKernel::Auto);
         dustin_kernels::cuda::set_flash_async(true);
     }
 
@@ -562,8 +562,8 @@ fn selection(
     )
 }
 
-fn bench(json: Option<&str>, quick: bool, flash: bool) {
-    dustin_kernels::cuda::set_flash_verify(flash);
+fn bench(json: Option<&str>, quick: bool, kern: VerifyKernel) {
+    dustin_kernels::cuda::set_verify_kernel(kern);
     let mut out = json.and_then(|p| std::fs::File::create(p).ok());
     let models = [("7B", 28usize, 4usize), ("72B", 64, 8)];
     let batches: &[usize] = if quick { &[8] } else { &[1, 8, 16] };
@@ -914,15 +914,16 @@ fn main() -> std::process::ExitCode {
         .and_then(|i| args.get(i + 1))
         .map(String::as_str);
     let quick = args.iter().any(|a| a == "--quick");
-    let flash_verify = match args
+    let verify_kernel = match args
         .iter()
         .position(|a| a == "--verify-kernel")
         .map(|i| args.get(i + 1).map(String::as_str))
     {
-        None | Some(Some("flash")) => true,
-        Some(Some("split")) => false,
+        None | Some(Some("auto")) => VerifyKernel::Auto,
+        Some(Some("flash")) => VerifyKernel::Flash,
+        Some(Some("split")) => VerifyKernel::Split,
         Some(other) => {
-            eprintln!("--verify-kernel: expected flash or split, got {other:?}");
+            eprintln!("--verify-kernel: expected auto, flash or split, got {other:?}");
             return std::process::ExitCode::FAILURE;
         }
     };
@@ -934,7 +935,7 @@ fn main() -> std::process::ExitCode {
     let mut failures = 0;
     match args.get(1).map(String::as_str) {
         Some("check") => failures = check(op),
-        Some("bench") => bench(json, quick, flash_verify),
+        Some("bench") => bench(json, quick, verify_kernel),
         Some("gemm") => gemm(json, quick, args.iter().any(|a| a == "--no-burn")),
         Some("prefill") => {
             let mut out = json.and_then(|p| std::fs::File::create(p).ok());
@@ -948,10 +949,10 @@ fn main() -> std::process::ExitCode {
         }
         Some("all") => {
             failures = check(op);
-            bench(json, quick, flash_verify);
+            bench(json, quick, verify_kernel);
         }
         _ => {
-            eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise] | bench [--quick] [--verify-kernel flash|split] [--json PATH] | gemm [--quick] [--no-burn] [--json PATH] | prefill [--quick] [--json PATH] | all");
+            eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise] | bench [--quick] [--verify-kernel auto|flash|split] [--json PATH] | gemm [--quick] [--no-burn] [--json PATH] | prefill [--quick] [--json PATH] | all");
             return std::process::ExitCode::from(2);
         }
     }

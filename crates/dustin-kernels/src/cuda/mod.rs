@@ -8,7 +8,7 @@
 //! by side, so a key is read from HBM once and from L2 by the other blocks).
 //!
 //! Verification and long prefill chunks run on `flash_kernel` (scores in
-//! registers, `cp.async` double buffering; [`set_flash_verify`], [`set_prefill_kernel`]),
+//! registers, `cp.async` double buffering; [`set_verify_kernel`], [`set_prefill_kernel`]),
 //! head-subset scoring and short prefill chunks on `split_kernel`.
 //!
 //! Outputs are freshly allocated; [`set_poison_outputs`] fills them (and the partial buffers)
@@ -185,15 +185,43 @@ pub fn set_flash_async(on: bool) {
     FLASH_ASYNC.store(on, Ordering::Relaxed);
 }
 
-static FLASH_VERIFY: AtomicBool = AtomicBool::new(true);
+/// Which kernel runs dense and sparse verification ([`KernelOps::verify_attention`],
+/// [`KernelOps::sparse_verify_attention`] on CUDA, decoding included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VerifyKernel {
+    /// [`VerifyKernel::Flash`] for `head_dim` 128, the shapes its speed was measured at
+    /// (Qwen2.5-7B and 72B: 2.5-2.7x the split kernel, docs/perf.md), else
+    /// [`VerifyKernel::Split`] (its `head_dim` 64 rows pass the checks, but their speed, for
+    /// example in the 0.5B draft, has not been measured). The default.
+    Auto,
+    /// `flash_kernel` in verify mode (scores in registers, `cp.async` double buffering, the
+    /// context split across blocks and merged by `combine_kernel`).
+    Flash,
+    /// `split_kernel` (scores through shared memory) and `combine_kernel`.
+    Split,
+}
 
-/// Whether dense and sparse verification ([`KernelOps::verify_attention`],
-/// [`KernelOps::sparse_verify_attention`]) run on `flash_kernel` (the default:
-/// scores in registers, `cp.async` double buffering, the context split across blocks and
-/// merged by `combine_kernel`) or on the split kernel (`split_kernel`,
-/// scores through shared memory). For checks and benchmarks that compare them.
-pub fn set_flash_verify(on: bool) {
-    FLASH_VERIFY.store(on, Ordering::Relaxed);
+static VERIFY_KERNEL: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Sets which kernel runs verification ([`VerifyKernel::Auto`] unless set): for checks and
+/// benchmarks that compare them (`dustin-kernels-gpu check`, `bench --verify-kernel`,
+/// `dustin bench-e2e --verify-kernel`).
+pub fn set_verify_kernel(k: VerifyKernel) {
+    let v = match k {
+        VerifyKernel::Auto => 0,
+        VerifyKernel::Flash => 1,
+        VerifyKernel::Split => 2,
+    };
+    VERIFY_KERNEL.store(v, Ordering::Relaxed);
+}
+
+/// Whether verification of these dimensions runs on the flash kernel.
+fn use_flash_verify(dims: &AttnDims) -> bool {
+    match VERIFY_KERNEL.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => dims.head_dim == 128,
+    }
 }
 
 /// Blocks the flash kernel's verification splits aim for: 2 waves of an H200 at the 2
@@ -622,7 +650,7 @@ fn attention<F: FloatElement, I: IntElement, BT: BoolElement>(
         let out = flash_prefill(q, k, v, ctx, &dims, scale);
         return Ok(Tensor::from_primitive(TensorPrimitive::Float(out)));
     }
-    if max_new == MAX_NEW && FLASH_VERIFY.load(Ordering::Relaxed) {
+    if max_new == MAX_NEW && use_flash_verify(&dims) {
         let ctx = ctx_tensor::<F, I, BT>(ctx_lens, &device);
         let sel = sel.map(|(idx, counts)| {
             let cv = counts.iter().map(|&c| c as i64).collect();
