@@ -224,9 +224,15 @@ fn use_flash_verify(dims: &AttnDims) -> bool {
     }
 }
 
-/// Blocks the flash kernel's verification splits aim for: 2 waves of an H200 at the 2
-/// blocks per SM its registers (222 a thread, ncu) and shared memory allow.
-const FLASH_TARGET_BLOCKS: usize = 528;
+/// Blocks of `flash_kernel` one SM holds at once: its 222 registers a thread (128 threads)
+/// and 70 KB of shared memory a block allow 2 (ncu on the H200, docs/perf.md, sixth session).
+const FLASH_BLOCKS_PER_SM: usize = 2;
+/// Full waves of resident blocks the verification splits aim for: blocks of one call take
+/// about equally long, so a grid of just over `w` waves costs `w + 1` (544 blocks on 264
+/// slots run as three waves, the last 6% full).
+const FLASH_WAVES: usize = 2;
+/// SMs assumed where the device does not say (an H200 has 132).
+const DEFAULT_SMS: usize = 132;
 
 /// Whether a prefill chunk of these dimensions runs on the flash kernel.
 fn use_flash(dims: &AttnDims) -> bool {
@@ -825,8 +831,8 @@ fn flash_prefill(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32) -> C
 /// Dense or sparse verification through `flash_kernel` and
 /// `combine_kernel`: the rows `e * n_new + i` of each KV head's group in blocks
 /// of 64, the virtual keys (context or selection, then the new tokens) split so the grid
-/// makes about [`FLASH_TARGET_BLOCKS`] blocks, with at most one split per [`MIN_CHUNK`]
-/// keys (each split a multiple of 64 keys). `table` is the
+/// fills at most [`FLASH_WAVES`] waves of resident blocks ([`FLASH_BLOCKS_PER_SM`] per SM),
+/// with at most one split per [`MIN_CHUNK`] keys (each split a multiple of 64 keys). `table` is the
 /// identity slot table of the dense path, `sel` the selection (indices, counts tensor,
 /// most keys). Returns `[b, q_heads, n_new, d]` in `q`'s dtype.
 #[allow(clippy::too_many_arguments)]
@@ -849,7 +855,14 @@ fn flash_verify(
         None => (false, ctx.clone(), ctx.clone(), dims.keys),
     };
     let per = b * dims.kv_heads * rowblocks;
-    let want = FLASH_TARGET_BLOCKS.div_ceil(per.max(1)).max(1);
+    let sms = q
+        .client
+        .properties()
+        .hardware
+        .num_streaming_multiprocessors
+        .map_or(DEFAULT_SMS, |n| n as usize);
+    // whole waves: rounding the split count down keeps the grid at or under the target
+    let want = (FLASH_WAVES * FLASH_BLOCKS_PER_SM * sms / per.max(1)).max(1);
     let most = max_keys.div_ceil(MIN_CHUNK).max(1);
     let splits = want.min(most);
     let chunk = max_keys
