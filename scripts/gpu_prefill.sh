@@ -37,6 +37,9 @@
 #                                        # 16k, the verify bench (flash), the model rows of
 #                                        # kernel-check, TTFT at 32k (B=1 and 8, chunks of 2048),
 #                                        # then 7B end to end at 32k, B=8, ragged acceptance
+#   bash .device/gpu_prefill.sh model    # the model rows of kernel-check alone (2-layer model through
+#                                        # every kernel against its plain path; needs more than 200 s
+#                                        # on a fresh machine)
 # Env: OUT (results folder).
 set -u
 D=.device
@@ -161,6 +164,11 @@ ttft2)
     timeout 200 "$D/dustin" kernel-check --device cuda --model-only 2>&1 | tee "$OUT/model-check.txt" | tail -8
     rm -f cubecl.toml
     ;;
+model)
+    printf '[autotune]\nlevel = "minimal"\n' > cubecl.toml
+    timeout 330 "$D/dustin" kernel-check --device cuda --model-only 2>&1 | tee "$OUT/model-check.txt" | tail -10
+    rm -f cubecl.toml
+    ;;
 check)
     # cubecl's autotune at `minimal`: the plain path's matmuls of the model rows otherwise
     # autotune every new shape (more than 3 minutes on a fresh machine); values are the same
@@ -169,7 +177,7 @@ check)
     rm -f cubecl.toml
     ;;
 *)
-    echo "usage: gpu_prefill.sh kernels|ttft|blas|check|flash|flashprof|ttft2|verify|final" >&2
+    echo "usage: gpu_prefill.sh kernels|ttft|blas|check|flash|flashprof|ttft2|verify|final|model" >&2
     exit 2
     ;;
 esac
