@@ -652,9 +652,9 @@ fn measure<B: KernelOps>(
     dustin_kernels::cuda::set_skinny_mma(args.skinny_kernel == SkinnyKernel::Mma);
     #[cfg(feature = "cuda")]
     dustin_kernels::cuda::set_verify_kernel(match args.verify_kernel {
-        VerifyKernel::Auto => dustin_kernels::cuda::VerifyKernel::Auto,
-        VerifyKernel::Flash => dustin_kernels::cuda::VerifyKernel::Flash,
-        VerifyKernel::Split => dustin_kernels::cuda::VerifyKernel::Split,
+        VerifyKernel::Auto => dustin_kernels::cuda::AttentionKernel::Auto,
+        VerifyKernel::Flash => dustin_kernels::cuda::AttentionKernel::Flash,
+        VerifyKernel::Split => dustin_kernels::cuda::AttentionKernel::Split,
     });
     let (fused, skinny, grouped, residual, kv_write) = (
         args.elementwise == Elementwise::Fused,

@@ -34,7 +34,7 @@
 //! one (sequence, KV head) are split across thread blocks; each block holds the queries of all
 //! the heads of the group (`group * n_new` rows, up to 64 rows per block) and reads each key and
 //! value once for all of them; a combine kernel merges the per-block `(max, sum, acc)`.
-//! Verification and the prefill chunks that fill the GPU (`cuda::PrefillKernel::Auto`) run
+//! Verification and the prefill chunks that fill the GPU (`cuda::set_prefill_kernel`) run
 //! on a FlashAttention-2 style kernel (Dao 2023, "FlashAttention-2"): each warp keeps 16 query rows, their scores (`mma.m16n8k16`, bf16 in,
 //! f32 accumulate), online softmax and output in registers, and the next K/V tile is copied
 //! by `cp.async` while this one is used. Head-subset scoring runs on the earlier split kernel
@@ -123,7 +123,7 @@ pub trait KernelOps: Backend {
     /// [`MAX_PREFILL_NEW`] new tokens per sequence, with the same shapes, causal rule and
     /// result. On CUDA: a FlashAttention-2 style kernel (no score matrix in memory; a block
     /// of 64 query rows of one head stops at the last key they can see) where the chunk fills
-    /// the GPU, else the flash-decoding split kernel (`cuda::PrefillKernel`); the plain path
+    /// the GPU, else the flash-decoding split kernel (`cuda::set_prefill_kernel`); the plain path
     /// builds the masked score matrix `[batch, kv_heads, group * n_new, ctx + n_new]`.
     ///
     /// # Errors

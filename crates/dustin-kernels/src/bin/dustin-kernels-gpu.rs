@@ -14,7 +14,7 @@ use std::io::Write;
 use std::time::Instant;
 
 use burn_tensor::{backend::Backend, Distribution, Int, Tensor, TensorData};
-use dustin_kernels::cuda::{PrefillKernel, VerifyKernel};
+use dustin_kernels::cuda::AttentionKernel;
 use dustin_kernels::reference::{self, Dims, Sel};
 use dustin_kernels::{Keep, KernelOps, MAX_NEW};
 
@@ -111,9 +111,9 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
             let r = reference::attention(&q, &k, &v, &dims, &c.ctx, scale, None);
             // both kernels, each forced (the automatic choice depends on the block count)
             for (name, kern, async_copy) in [
-                ("prefill flash", PrefillKernel::Flash, true),
-                ("prefill flash sync", PrefillKernel::Flash, false),
-                ("prefill split", PrefillKernel::Split, true),
+                ("prefill flash", AttentionKernel::Flash, true),
+                ("prefill flash sync", AttentionKernel::Flash, false),
+                ("prefill split", AttentionKernel::Split, true),
             ] {
                 dustin_kernels::cuda::set_prefill_kernel(kern);
                 dustin_kernels::cuda::set_flash_async(async_copy);
@@ -124,7 +124,7 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
                     Err(e) => rep.add(c.name, &format!("{name} error {e}"), f64::INFINITY, BOUND),
                 }
             }
-            dustin_kernels::cuda::set_prefill_kernel(PrefillKernel::Auto);
+            dustin_kernels::cuda::set_prefill_kernel(AttentionKernel::Auto);
             dustin_kernels::cuda::set_flash_async(true);
         }
         return;
@@ -134,9 +134,9 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
     // both verification kernels, each forced (the automatic choice depends on head_dim):
     // the flash kernel (also with its tiles staged without cp.async) and the split kernel
     let kernels = [
-        ("", VerifyKernel::Flash, true),
-        (" flash sync", VerifyKernel::Flash, false),
-        (" split", VerifyKernel::Split, true),
+        ("", AttentionKernel::Flash, true),
+        (" flash sync", AttentionKernel::Flash, false),
+        (" split", AttentionKernel::Split, true),
     ];
     if want("dense") {
         let r = reference::attention(&q, &k, &v, &dims, &c.ctx, scale, None);
@@ -149,7 +149,7 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
                 Err(e) => rep.add(c.name, &format!("{op} error {e}"), f64::INFINITY, BOUND),
             }
         }
-        dustin_kernels::cuda::set_verify_kernel(VerifyKernel::Auto);
+        dustin_kernels::cuda::set_verify_kernel(AttentionKernel::Auto);
         dustin_kernels::cuda::set_flash_async(true);
     }
 
@@ -206,7 +206,7 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
                 Err(e) => rep.add(c.name, &format!("{op} error {e}"), f64::INFINITY, BOUND),
             }
         }
-        dustin_kernels::cuda::set_verify_kernel(VerifyKernel::Auto);
+        dustin_kernels::cuda::set_verify_kernel(AttentionKernel::Auto);
         dustin_kernels::cuda::set_flash_async(true);
     }
 
@@ -562,7 +562,7 @@ fn selection(
     )
 }
 
-fn bench(json: Option<&str>, quick: bool, kern: VerifyKernel) {
+fn bench(json: Option<&str>, quick: bool, kern: AttentionKernel) {
     dustin_kernels::cuda::set_verify_kernel(kern);
     let mut out = json.and_then(|p| std::fs::File::create(p).ok());
     let models = [("7B", 28usize, 4usize), ("72B", 64, 8)];
@@ -798,13 +798,13 @@ fn prefill_attention(emit: &mut dyn FnMut(String), quick: bool) {
                 continue;
             }
             dustin_kernels::cuda::set_prefill_kernel(if path == "split" {
-                PrefillKernel::Split
+                AttentionKernel::Split
             } else {
-                PrefillKernel::Flash
+                AttentionKernel::Flash
             });
             dustin_kernels::cuda::set_flash_async(path != "flash-sync");
             let r = prefill_chunks(n, chunk, heads, 4, d, plain);
-            dustin_kernels::cuda::set_prefill_kernel(PrefillKernel::Auto);
+            dustin_kernels::cuda::set_prefill_kernel(AttentionKernel::Auto);
             dustin_kernels::cuda::set_flash_async(true);
             match r {
                 Ok(us) => emit(format!(
@@ -919,9 +919,9 @@ fn main() -> std::process::ExitCode {
         .position(|a| a == "--verify-kernel")
         .map(|i| args.get(i + 1).map(String::as_str))
     {
-        None | Some(Some("auto")) => VerifyKernel::Auto,
-        Some(Some("flash")) => VerifyKernel::Flash,
-        Some(Some("split")) => VerifyKernel::Split,
+        None | Some(Some("auto")) => AttentionKernel::Auto,
+        Some(Some("flash")) => AttentionKernel::Flash,
+        Some(Some("split")) => AttentionKernel::Split,
         Some(other) => {
             eprintln!("--verify-kernel: expected auto, flash or split, got {other:?}");
             return std::process::ExitCode::FAILURE;

@@ -142,37 +142,69 @@ pub const MMA_MAX_ROWS: usize = 128;
 
 static SKINNY_MMA: AtomicBool = AtomicBool::new(false);
 
-/// Which kernel runs a prefill chunk ([`KernelOps::prefill_attention`] on CUDA).
+/// Which kernel runs an attention call on CUDA: prefill chunks
+/// ([`KernelOps::prefill_attention`], [`set_prefill_kernel`]) and verification
+/// ([`KernelOps::verify_attention`], [`KernelOps::sparse_verify_attention`], decoding
+/// included; [`set_verify_kernel`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PrefillKernel {
-    /// [`PrefillKernel::Flash`] where it fills the GPU (more than [`MAX_NEW`] new tokens
-    /// and at least [`FLASH_MIN_BLOCKS`] blocks of `FLASH_ROWS` rows), else
-    /// [`PrefillKernel::Split`]. The default.
+pub enum AttentionKernel {
+    /// The default: each call's rule, in [`set_prefill_kernel`] and [`set_verify_kernel`].
     Auto,
-    /// `flash_kernel`: flash-attention-2 style, one block per 64 query rows of
-    /// one head, scores and softmax in registers.
+    /// `flash_kernel`: FlashAttention-2 style, scores and softmax in registers, `cp.async`
+    /// double buffering. Prefill: a block per 64 query rows of one head; verification: a
+    /// block per 64 rows of a KV head's group and split of the context, merged by
+    /// `combine_kernel`.
     Flash,
-    /// The flash-decoding split kernel of verification (`split_kernel`), which
-    /// splits the context across blocks: better when few query rows are left.
+    /// `split_kernel` (flash-decoding, scores through shared memory) and `combine_kernel`:
+    /// the context split across blocks, so it fills the GPU when few query rows are left.
     Split,
 }
 
-/// Blocks (row blocks x query heads x sequences) from which [`PrefillKernel::Auto`] takes the
-/// flash kernel: one per SM of an H200 (132). Fewer leave SMs idle, where the split kernel
-/// parallelises over the context instead.
+impl AttentionKernel {
+    fn code(self) -> u8 {
+        match self {
+            AttentionKernel::Auto => 0,
+            AttentionKernel::Flash => 1,
+            AttentionKernel::Split => 2,
+        }
+    }
+
+    /// The kernel stored in `cell`, with `auto` deciding [`AttentionKernel::Auto`]: whether
+    /// it is the flash kernel.
+    fn flash(cell: &std::sync::atomic::AtomicU8, auto: impl FnOnce() -> bool) -> bool {
+        match cell.load(Ordering::Relaxed) {
+            1 => true,
+            2 => false,
+            _ => auto(),
+        }
+    }
+}
+
+/// Blocks (row blocks x query heads x sequences) from which [`AttentionKernel::Auto`] takes
+/// the flash kernel for a prefill chunk: one per SM of an H200 (132). Fewer leave SMs idle,
+/// where the split kernel parallelises over the context instead.
 pub const FLASH_MIN_BLOCKS: usize = 132;
 
 static PREFILL_KERNEL: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+static VERIFY_KERNEL: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
-/// Sets which kernel runs prefill attention ([`PrefillKernel::Auto`] unless set): for
-/// checks and benchmarks that compare the two (`dustin-kernels-gpu check`, `prefill`).
-pub fn set_prefill_kernel(k: PrefillKernel) {
-    let v = match k {
-        PrefillKernel::Auto => 0,
-        PrefillKernel::Flash => 1,
-        PrefillKernel::Split => 2,
-    };
-    PREFILL_KERNEL.store(v, Ordering::Relaxed);
+/// Sets which kernel runs prefill attention. [`AttentionKernel::Auto`] (the default) takes
+/// the flash kernel for chunks of more than [`MAX_NEW`] tokens that make at least
+/// [`FLASH_MIN_BLOCKS`] blocks of 64 rows, else the split kernel. For checks and benchmarks
+/// that compare them (`dustin-kernels-gpu check`, `prefill`).
+pub fn set_prefill_kernel(k: AttentionKernel) {
+    PREFILL_KERNEL.store(k.code(), Ordering::Relaxed);
+}
+
+/// Sets which kernel runs dense and sparse verification (and decoding).
+/// [`AttentionKernel::Auto`] (the default) takes the flash kernel at `head_dim` 128, the
+/// shapes its speed was measured at (Qwen2.5-7B and 72B: 2.5-2.7x the split kernel,
+/// docs/perf.md), else the split kernel (the flash kernel's `head_dim` 64 rows pass the
+/// checks, but their speed, for example in the 0.5B draft, has not been measured). For
+/// checks and benchmarks that compare them (`dustin-kernels-gpu check`, `bench
+/// --verify-kernel`, `dustin bench-e2e --verify-kernel`).
+pub fn set_verify_kernel(k: AttentionKernel) {
+    VERIFY_KERNEL.store(k.code(), Ordering::Relaxed);
 }
 
 static FLASH_ASYNC: AtomicBool = AtomicBool::new(true);
@@ -185,43 +217,9 @@ pub fn set_flash_async(on: bool) {
     FLASH_ASYNC.store(on, Ordering::Relaxed);
 }
 
-/// Which kernel runs dense and sparse verification ([`KernelOps::verify_attention`],
-/// [`KernelOps::sparse_verify_attention`] on CUDA, decoding included).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VerifyKernel {
-    /// [`VerifyKernel::Flash`] for `head_dim` 128, the shapes its speed was measured at
-    /// (Qwen2.5-7B and 72B: 2.5-2.7x the split kernel, docs/perf.md), else
-    /// [`VerifyKernel::Split`] (its `head_dim` 64 rows pass the checks, but their speed, for
-    /// example in the 0.5B draft, has not been measured). The default.
-    Auto,
-    /// `flash_kernel` in verify mode (scores in registers, `cp.async` double buffering, the
-    /// context split across blocks and merged by `combine_kernel`).
-    Flash,
-    /// `split_kernel` (scores through shared memory) and `combine_kernel`.
-    Split,
-}
-
-static VERIFY_KERNEL: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-
-/// Sets which kernel runs verification ([`VerifyKernel::Auto`] unless set): for checks and
-/// benchmarks that compare them (`dustin-kernels-gpu check`, `bench --verify-kernel`,
-/// `dustin bench-e2e --verify-kernel`).
-pub fn set_verify_kernel(k: VerifyKernel) {
-    let v = match k {
-        VerifyKernel::Auto => 0,
-        VerifyKernel::Flash => 1,
-        VerifyKernel::Split => 2,
-    };
-    VERIFY_KERNEL.store(v, Ordering::Relaxed);
-}
-
 /// Whether verification of these dimensions runs on the flash kernel.
 fn use_flash_verify(dims: &AttnDims) -> bool {
-    match VERIFY_KERNEL.load(Ordering::Relaxed) {
-        1 => true,
-        2 => false,
-        _ => dims.head_dim == 128,
-    }
+    AttentionKernel::flash(&VERIFY_KERNEL, || dims.head_dim == 128)
 }
 
 /// Blocks of `flash_kernel` one SM holds at once: its 222 registers a thread (128 threads)
@@ -237,11 +235,9 @@ const DEFAULT_SMS: usize = 132;
 /// Whether a prefill chunk of these dimensions runs on the flash kernel.
 fn use_flash(dims: &AttnDims) -> bool {
     let blocks = dims.n_new.div_ceil(kernels::FLASH_ROWS) * dims.q_heads * dims.batch;
-    match PREFILL_KERNEL.load(Ordering::Relaxed) {
-        1 => true,
-        2 => false,
-        _ => dims.n_new > MAX_NEW && blocks >= FLASH_MIN_BLOCKS,
-    }
+    AttentionKernel::flash(&PREFILL_KERNEL, || {
+        dims.n_new > MAX_NEW && blocks >= FLASH_MIN_BLOCKS
+    })
 }
 
 /// Whether the skinny GEMMs may run on tensor cores (`skinny_mma_kernel`, up to
