@@ -652,24 +652,6 @@ fn attention<F: FloatElement, I: IntElement, BT: BoolElement>(
         let out = flash_prefill(q, k, v, ctx, &dims, scale);
         return Ok(Tensor::from_primitive(TensorPrimitive::Float(out)));
     }
-    if max_new == MAX_NEW && use_flash_verify(&dims) {
-        let ctx = ctx_tensor::<F, I, BT>(ctx_lens, &device);
-        let sel = sel.map(|(idx, counts)| {
-            let cv = counts.iter().map(|&c| c as i64).collect();
-            let ct = int_tensor::<F, I, BT, 1>(cv, [counts.len()], &device);
-            let mk = counts.iter().copied().max().unwrap_or(0) + dims.n_new;
-            (idx.into_primitive(), ct, mk)
-        });
-        let table = {
-            let slots: Vec<(usize, Vec<usize>)> = (0..dims.kv_heads)
-                .map(|h| (h, (h * g..(h + 1) * g).collect()))
-                .collect();
-            let (tv, ts) = slot_table(&slots);
-            int_tensor::<F, I, BT, 2>(tv, ts, &device)
-        };
-        let out = flash_verify(q, k, v, ctx, table, sel, &dims, scale);
-        return Ok(Tensor::from_primitive(TensorPrimitive::Float(out)));
-    }
     let slots: Vec<(usize, Vec<usize>)> = (0..dims.kv_heads)
         .map(|h| (h, (h * g..(h + 1) * g).collect()))
         .collect();
@@ -685,6 +667,11 @@ fn attention<F: FloatElement, I: IntElement, BT: BoolElement>(
         }
         None => (false, ctx.clone(), ctx.clone(), dims.keys),
     };
+    if max_new == MAX_NEW && use_flash_verify(&dims) {
+        let sel = sparse.then_some((idx, counts, max_keys));
+        let out = flash_verify(q, k, v, ctx, table, sel, &dims, scale);
+        return Ok(Tensor::from_primitive(TensorPrimitive::Float(out)));
+    }
     let b = dims.batch;
     let out_shape = vec![b, dims.q_heads, dims.n_new, dims.head_dim];
     let fd = q.dtype;
