@@ -46,6 +46,7 @@ pub mod error;
 pub mod pinned;
 pub mod plain;
 pub mod reference;
+mod split_plan;
 
 #[cfg(feature = "cuda")]
 pub mod cuda;

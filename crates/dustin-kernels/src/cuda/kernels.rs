@@ -1539,8 +1539,8 @@ pub fn skinny_reduce_swiglu_kernel<F: Float>(
 
 /// Query rows per block of [`flash_kernel`]: 4 warps x one 16-row MMA tile.
 pub const FLASH_ROWS: usize = 64;
-/// Keys per shared-memory tile of [`flash_kernel`].
-pub const FLASH_KEYS: usize = 64;
+/// Keys per shared-memory tile of [`flash_kernel`] (the verification split plan's unit).
+pub const FLASH_KEYS: usize = crate::split_plan::FLASH_KEYS;
 /// Threads per block of [`flash_kernel`] (4 warps).
 pub const FLASH_THREADS: usize = 128;
 

@@ -52,8 +52,8 @@ type Ct = CubeTensor<CudaRuntime>;
 
 /// Thread blocks the splitter aims for (132 SMs x about 6 resident blocks).
 const TARGET_BLOCKS: usize = 800;
-/// Fewest keys per split.
-const MIN_CHUNK: usize = 256;
+/// Fewest keys per split (both kernels' split plans).
+const MIN_CHUNK: usize = crate::split_plan::MIN_CHUNK;
 /// Elements per vector load of K and V (16 bytes of bf16).
 const NV: usize = 8;
 
@@ -222,13 +222,6 @@ fn use_flash_verify(dims: &AttnDims) -> bool {
     AttentionKernel::flash(&VERIFY_KERNEL, || dims.head_dim == 128)
 }
 
-/// Blocks of `flash_kernel` one SM holds at once: its 222 registers a thread (128 threads)
-/// and 70 KB of shared memory a block allow 2 (ncu on the H200, docs/perf.md, sixth session).
-const FLASH_BLOCKS_PER_SM: usize = 2;
-/// Full waves of resident blocks the verification splits aim for: blocks of one call take
-/// about equally long, so a grid of just over `w` waves costs `w + 1` (544 blocks on 264
-/// slots run as three waves, the last 6% full).
-const FLASH_WAVES: usize = 2;
 /// SMs assumed where the device does not say (an H200 has 132).
 const DEFAULT_SMS: usize = 132;
 
@@ -814,8 +807,8 @@ fn flash_prefill(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32) -> C
 /// Dense or sparse verification through `flash_kernel` and
 /// `combine_kernel`: the rows `e * n_new + i` of each KV head's group in blocks
 /// of 64, the virtual keys (context or selection, then the new tokens) split so the grid
-/// fills at most [`FLASH_WAVES`] waves of resident blocks ([`FLASH_BLOCKS_PER_SM`] per SM),
-/// with at most one split per [`MIN_CHUNK`] keys (each split a multiple of 64 keys). `table` is the
+/// fills at most two waves of resident blocks (`split_plan::verify_splits`), with at most
+/// one split per [`MIN_CHUNK`] keys (each split a multiple of 64 keys). `table` is the
 /// identity slot table of the dense path, `sel` the selection (indices, counts tensor,
 /// most keys). Returns `[b, q_heads, n_new, d]` in `q`'s dtype.
 #[allow(clippy::too_many_arguments)]
@@ -844,16 +837,7 @@ fn flash_verify(
         .hardware
         .num_streaming_multiprocessors
         .map_or(DEFAULT_SMS, |n| n as usize);
-    // whole waves: rounding the split count down keeps the grid at or under the target
-    let want = (FLASH_WAVES * FLASH_BLOCKS_PER_SM * sms / per.max(1)).max(1);
-    let most = max_keys.div_ceil(MIN_CHUNK).max(1);
-    let splits = want.min(most);
-    let chunk = max_keys
-        .div_ceil(splits)
-        .div_ceil(kernels::FLASH_KEYS)
-        .max(1)
-        * kernels::FLASH_KEYS;
-    let splits = max_keys.div_ceil(chunk).max(1);
+    let (splits, chunk) = crate::split_plan::verify_splits(per, max_keys, sms);
     let pm = empty(&q, vec![b, dims.kv_heads, splits, rpad], DType::F32);
     let pl = empty(&q, vec![b, dims.kv_heads, splits, rpad], DType::F32);
     let pacc = empty(

@@ -1,0 +1,72 @@
+//! How the CUDA flash kernel splits the keys of a verification call across thread blocks: a
+//! pure function of the shapes, kept outside the `cuda` module so CPU CI tests it.
+
+/// Keys per shared-memory tile of the flash kernel; every split is a multiple of it.
+pub(crate) const FLASH_KEYS: usize = 64;
+/// Fewest keys per split the split count aims for: more splits than `keys / MIN_CHUNK` only
+/// add partial results to merge.
+pub(crate) const MIN_CHUNK: usize = 256;
+/// Blocks of the flash kernel one SM holds at once: its 222 registers a thread (128 threads)
+/// and 70 KB of shared memory a block allow 2 (ncu on the H200, docs/perf.md, sixth session).
+pub(crate) const FLASH_BLOCKS_PER_SM: usize = 2;
+/// Full waves of resident blocks the splits aim for: blocks of one call take about equally
+/// long, so a grid of just over `w` waves costs `w + 1` (544 blocks on 264 slots run as
+/// three waves, the last 6% full).
+pub(crate) const FLASH_WAVES: usize = 2;
+
+/// `(splits, chunk)` for a verification call whose grid has `per` blocks per split
+/// (sequences x KV heads x row blocks), `max_keys` virtual keys in its longest sequence
+/// (context or selection, plus the new tokens) and `sms` SMs: the most splits that keep the
+/// grid within [`FLASH_WAVES`] waves of [`FLASH_BLOCKS_PER_SM`] blocks per SM (at least
+/// one), at most one per [`MIN_CHUNK`] keys; `chunk` the keys per split, a multiple of
+/// [`FLASH_KEYS`], with `splits * chunk >= max_keys` and no split empty for the longest
+/// sequence (`(splits - 1) * chunk < max_keys`). `per`, `max_keys` and `sms` of 0 count as 1.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn verify_splits(per: usize, max_keys: usize, sms: usize) -> (usize, usize) {
+    let max_keys = max_keys.max(1);
+    let want = (FLASH_WAVES * FLASH_BLOCKS_PER_SM * sms.max(1) / per.max(1)).max(1);
+    let most = max_keys.div_ceil(MIN_CHUNK);
+    let splits = want.min(most);
+    let chunk = max_keys.div_ceil(splits).div_ceil(FLASH_KEYS) * FLASH_KEYS;
+    (max_keys.div_ceil(chunk), chunk)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The benchmark shapes of docs/perf.md (B=8, 32k context + 5 new tokens, H200's 132
+    /// SMs), worked by hand: 7B has 8 x 4 KV heads x 1 row block = 32 blocks a split, so
+    /// floor(528 / 32) = 16 splits of ceil(32773 / 16) = 2049 -> 2112 keys (512 blocks, where
+    /// the first version's 17 made 544); 72B has 8 x 8 = 64, so 8 splits of 4097 -> 4160.
+    #[test]
+    fn benchmark_shapes_fill_two_waves() {
+        assert_eq!(verify_splits(32, 32773, 132), (16, 2112));
+        assert_eq!(verify_splits(64, 32773, 132), (8, 4160));
+        // B=1, 7B: 4 blocks a split would want 132 splits; 32773 keys allow 129 of 256, and
+        // ceil(32773 / 129) = 255 -> 256 keys a split makes 129 splits
+        assert_eq!(verify_splits(4, 32773, 132), (129, 256));
+        // a short context: one split of the 5 new tokens, rounded up to a tile
+        assert_eq!(verify_splits(32, 5, 132), (1, 64));
+    }
+
+    proptest! {
+        #[test]
+        fn splits_cover_the_keys_within_two_waves(
+            per in 1usize..2000,
+            max_keys in 1usize..200_000,
+            sms in 1usize..200,
+        ) {
+            let (splits, chunk) = verify_splits(per, max_keys, sms);
+            prop_assert!(splits >= 1);
+            prop_assert_eq!(chunk % FLASH_KEYS, 0);
+            prop_assert!(splits * chunk >= max_keys, "keys not covered");
+            prop_assert!((splits - 1) * chunk < max_keys, "an empty split");
+            prop_assert!(splits <= max_keys.div_ceil(MIN_CHUNK), "more splits than MIN_CHUNK allows");
+            // within two waves, unless one split a block already exceeds them
+            let slots = FLASH_WAVES * FLASH_BLOCKS_PER_SM * sms;
+            prop_assert!(splits * per <= slots.max(per), "{} blocks over {} slots", splits * per, slots);
+        }
+    }
+}
