@@ -787,22 +787,19 @@ fn prefill_attention(emit: &mut dyn FnMut(String), quick: bool) {
         // against the cache so far, GQA (7B: 4 KV heads, nothing expanded), through
         // `prefill_attention` (the kernel) and, up to 16k, the plain path (Burn ops; about
         // 1.6 s a pass at 32k)
-        for (path, chunk, plain) in [
-            ("flash", PREFILL_CHUNK, false),
-            ("flash", 2048, false),
-            ("flash-sync", 2048, false),
-            ("split", PREFILL_CHUNK, false),
-            ("plain", PREFILL_CHUNK, true),
+        // (label, chunk, plain path, kernel, cp.async)
+        for (path, chunk, plain, kern, async_copy) in [
+            ("flash", PREFILL_CHUNK, false, AttentionKernel::Flash, true),
+            ("flash", 2048, false, AttentionKernel::Flash, true),
+            ("flash-sync", 2048, false, AttentionKernel::Flash, false),
+            ("split", PREFILL_CHUNK, false, AttentionKernel::Split, true),
+            ("plain", PREFILL_CHUNK, true, AttentionKernel::Auto, true),
         ] {
             if plain && n > 16384 {
                 continue;
             }
-            dustin_kernels::cuda::set_prefill_kernel(if path == "split" {
-                AttentionKernel::Split
-            } else {
-                AttentionKernel::Flash
-            });
-            dustin_kernels::cuda::set_flash_async(path != "flash-sync");
+            dustin_kernels::cuda::set_prefill_kernel(kern);
+            dustin_kernels::cuda::set_flash_async(async_copy);
             let r = prefill_chunks(n, chunk, heads, 4, d, plain);
             dustin_kernels::cuda::set_prefill_kernel(AttentionKernel::Auto);
             dustin_kernels::cuda::set_flash_async(true);
