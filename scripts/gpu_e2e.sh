@@ -11,7 +11,10 @@
 #   bash .device/gpu_e2e.sh launch # 7B 32k B 1/8: skinny GEMM on tensor cores vs CUDA cores,
 #                                 # fused residual, ragged acceptance with and without kv_write
 #   bash .device/gpu_e2e.sh verifyk # 7B 32k B 8, ragged acceptance, ar/dense/dustin: verification
-#                                 # on the split kernel, the flash kernel, and `auto`
+#                                 # on the split kernel, the flash kernel, and `auto` (KERNELS:
+#                                 # which of them, default all three)
+#   bash .device/gpu_e2e.sh s7    # ragged acceptance, ar/dense/dustin: 7B 32k B 1/8, 72B (20
+#                                 # layers) 32k B 8
 #   bash .device/gpu_e2e.sh next  # elementwise, then trace, in one call
 #   bash .device/gpu_e2e.sh where # GPU utilization while decoding, and every kernel's GPU time
 #                                 # (ncu) in a small run
@@ -80,9 +83,17 @@ verifyk)
     T7=(--target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 32768 --batch 8
         --modes "${MODES:-ar,dense,dustin}")
     L=${LIMIT:-110}
-    for k in split flash auto; do
+    for k in ${KERNELS:-split flash auto}; do
         LIMIT=$L RAGGED=on VERIFYK=$k group "7b_verify_$k" "${T7[@]}"
     done
+    ;;
+s7)
+    # seventh session's closing figures, ragged acceptance: 7B at 32k, B 1 and 8, and 72B
+    # (first 20 of 80 layers) at 32k, B 8; ar, dense, dustin
+    LIMIT=${LIMIT_7B:-170} RAGGED=on group 7b_32768 --target "$C/Qwen2.5-7B-Instruct.config.json" \
+        --ctx 32768 --batch 1,8 --modes ar,dense,dustin
+    LIMIT=${LIMIT_72B:-150} RAGGED=on group 72b_32768 --target "$C/Qwen2.5-72B-Instruct.config.json" \
+        --target-layers 20 --ctx 32768 --batch 8 --modes ar,dense,dustin
     ;;
 launch)
     # session 24, side by side at 7B, 32k, B 1 and 8 (MODES, default ar,dense,dustin), one

@@ -37,6 +37,11 @@
 #                                        # 16k, the verify bench (flash), the model rows of
 #                                        # kernel-check, TTFT at 32k (B=1 and 8, chunks of 2048),
 #                                        # then 7B end to end at 32k, B=8, ragged acceptance
+#   bash .device/gpu_prefill.sh vbench   # bench --quick: split kernel, flash kernel with 2 and 3
+#                                        # tile buffers (ROUNDS rounds, default 1), the draft's
+#                                        # decode shape included
+#   bash .device/gpu_prefill.sh flashcheck # the check's dense, sparse, prefill and score rows,
+#                                        # one op per process
 #   bash .device/gpu_prefill.sh model    # the model rows of kernel-check alone (2-layer model through
 #                                        # every kernel against its plain path; needs more than 200 s
 #                                        # on a fresh machine)
@@ -164,6 +169,27 @@ ttft2)
     timeout 200 "$D/dustin" kernel-check --device cuda --model-only 2>&1 | tee "$OUT/model-check.txt" | tail -8
     rm -f cubecl.toml
     ;;
+vbench)
+    # bench --quick (7B, 72B and the 0.5B draft's decode shape) with the split kernel and the
+    # flash kernel with rings of 2 and 3 tile buffers, interleaved (ROUNDS, default 1)
+    for round in $(seq 1 "${ROUNDS:-1}"); do
+        for kern in split flash2 flash3; do
+            case $kern in
+            split) args=(--verify-kernel split) ;;
+            flash2) args=(--verify-kernel flash --flash-buffers 2) ;;
+            flash3) args=(--verify-kernel flash --flash-buffers 3) ;;
+            esac
+            timeout 90 "$D/dustin-kernels-gpu" bench --quick "${args[@]}" 2>&1 | sed "s/^/$kern-$round /" | tee -a "$OUT/bench.txt" | grep -E "^$kern-$round \| [0-9a-zA-Z]"
+        done
+    done
+    ;;
+flashcheck)
+    # the attention rows of the check, one op at a time (each its own process, so a limit cuts
+    # one group only): dense and sparse verification on every kernel variant, prefill
+    for op in dense sparse prefill scores; do
+        timeout "${CHECK_LIMIT:-120}" "$D/dustin-kernels-gpu" check --op $op 2>&1 | tee -a "$OUT/check.txt" | grep -E "FAIL|error|check:"
+    done
+    ;;
 model)
     printf '[autotune]\nlevel = "minimal"\n' > cubecl.toml
     timeout 330 "$D/dustin" kernel-check --device cuda --model-only 2>&1 | tee "$OUT/model-check.txt" | tail -10
@@ -177,7 +203,7 @@ check)
     rm -f cubecl.toml
     ;;
 *)
-    echo "usage: gpu_prefill.sh kernels|ttft|blas|check|flash|flashprof|ttft2|verify|final|model" >&2
+    echo "usage: gpu_prefill.sh kernels|ttft|blas|check|flash|flashprof|ttft2|verify|vbench|flashcheck|final|model" >&2
     exit 2
     ;;
 esac

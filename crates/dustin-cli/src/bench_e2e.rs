@@ -130,8 +130,7 @@ pub struct E2eArgs {
     #[arg(long, value_enum, default_value_t = SkinnyKernel::Cores)]
     pub skinny_kernel: SkinnyKernel,
     /// Which kernel runs dense and sparse verification (and decoding) attention on CUDA
-    /// (`dustin_kernels::cuda::set_verify_kernel`): `auto` (the default: `flash` at
-    /// head_dim 128, as the 7B and 72B targets; `split` elsewhere, as the 0.5B draft's 64),
+    /// (`dustin_kernels::cuda::set_verify_kernel`): `auto` (the default: `flash`),
     /// `flash` (scores in registers, `cp.async` double buffering) or `split` (the earlier
     /// flash-decoding kernel, scores through shared memory). No effect on the CPU.
     #[arg(long, value_enum, default_value_t = VerifyKernel::Auto)]
@@ -184,7 +183,7 @@ pub enum SkinnyKernel {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum VerifyKernel {
-    /// `flash` at head_dim 128, `split` elsewhere.
+    /// The kernels' own choice (`flash` for every verification since the seventh session).
     Auto,
     /// `flash_kernel` (verify mode) and `combine_kernel`.
     Flash,

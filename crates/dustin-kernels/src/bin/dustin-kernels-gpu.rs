@@ -5,8 +5,8 @@
 //!   random bf16 inputs, outputs poisoned with NaN first, stale cache slots NaN, odd sizes.
 //!   Bound: normwise relative error `max|out - ref| / max|ref| < 1e-2`; top-k must match
 //!   exactly. Exit code 1 on any failure.
-//! - `bench`: Qwen2.5-7B / 72B attention shapes, batch 1 / 8 / 16, context 8k / 16k / 32k,
-//!   5 query tokens: dense, sparse at budgets 512 / 1024 / 2048 (+4 sinks +64 window),
+//! - `bench`: Qwen2.5-7B / 72B attention shapes with 5 query tokens, and the 0.5B draft's
+//!   (14 query / 2 KV heads, head_dim 64) with 1, batch 1 / 8 / 16, context 8k / 16k / 32k: dense, sparse at budgets 512 / 1024 / 2048 (+4 sinks +64 window),
 //!   head-subset scoring of two query heads over one KV head's keys, top-k; microseconds per
 //!   layer and TB/s of KV read. JSON lines go to `--json PATH` as well.
 
@@ -110,13 +110,14 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
         if want("prefill") {
             let r = reference::attention(&q, &k, &v, &dims, &c.ctx, scale, None);
             // both kernels, each forced (the automatic choice depends on the block count)
-            for (name, kern, async_copy) in [
-                ("prefill flash", AttentionKernel::Flash, true),
-                ("prefill flash sync", AttentionKernel::Flash, false),
-                ("prefill split", AttentionKernel::Split, true),
+            for (name, kern, bufs) in [
+                ("prefill flash", AttentionKernel::Flash, 2),
+                ("prefill flash 3buf", AttentionKernel::Flash, 3),
+                ("prefill flash sync", AttentionKernel::Flash, 1),
+                ("prefill split", AttentionKernel::Split, 2),
             ] {
                 dustin_kernels::cuda::set_prefill_kernel(kern);
-                dustin_kernels::cuda::set_flash_async(async_copy);
+                dustin_kernels::cuda::set_flash_buffers(bufs);
                 let o =
                     B::prefill_attention(qt.clone(), kt.clone(), vt.clone(), &c.ctx, scale as f32);
                 match o {
@@ -125,24 +126,25 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
                 }
             }
             dustin_kernels::cuda::set_prefill_kernel(AttentionKernel::Auto);
-            dustin_kernels::cuda::set_flash_async(true);
+            dustin_kernels::cuda::set_flash_buffers(dustin_kernels::cuda::FLASH_BUFFERS);
         }
         return;
     }
 
     // dense
-    // both verification kernels, each forced (the automatic choice depends on head_dim):
-    // the flash kernel (also with its tiles staged without cp.async) and the split kernel
+    // both verification kernels, each forced: the flash kernel (2 tile buffers, the
+    // default; a ring of 3; tiles staged without cp.async) and the split kernel
     let kernels = [
-        ("", AttentionKernel::Flash, true),
-        (" flash sync", AttentionKernel::Flash, false),
-        (" split", AttentionKernel::Split, true),
+        ("", AttentionKernel::Flash, 2),
+        (" flash 3buf", AttentionKernel::Flash, 3),
+        (" flash sync", AttentionKernel::Flash, 1),
+        (" split", AttentionKernel::Split, 2),
     ];
     if want("dense") {
         let r = reference::attention(&q, &k, &v, &dims, &c.ctx, scale, None);
-        for (tag, kern, async_copy) in kernels {
+        for (tag, kern, bufs) in kernels {
             dustin_kernels::cuda::set_verify_kernel(kern);
-            dustin_kernels::cuda::set_flash_async(async_copy);
+            dustin_kernels::cuda::set_flash_buffers(bufs);
             let op = format!("dense{tag}");
             match B::verify_attention(qt.clone(), kt.clone(), vt.clone(), &c.ctx, scale as f32) {
                 Ok(o) => rep.add(c.name, &op, reference::rel_err(&to_f32(o), &r), BOUND),
@@ -150,7 +152,7 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
             }
         }
         dustin_kernels::cuda::set_verify_kernel(AttentionKernel::Auto);
-        dustin_kernels::cuda::set_flash_async(true);
+        dustin_kernels::cuda::set_flash_buffers(dustin_kernels::cuda::FLASH_BUFFERS);
     }
 
     // sparse: a budget below the contexts and one above all of them
@@ -189,9 +191,9 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
             TensorData::new(idx.clone(), [c.batch, c.kv_heads, budget]),
             &dev(),
         );
-        for (tag, kern, async_copy) in kernels {
+        for (tag, kern, bufs) in kernels {
             dustin_kernels::cuda::set_verify_kernel(kern);
-            dustin_kernels::cuda::set_flash_async(async_copy);
+            dustin_kernels::cuda::set_flash_buffers(bufs);
             let op = format!("sparse budget {budget}{tag}");
             match B::sparse_verify_attention(
                 qt.clone(),
@@ -207,7 +209,7 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
             }
         }
         dustin_kernels::cuda::set_verify_kernel(AttentionKernel::Auto);
-        dustin_kernels::cuda::set_flash_async(true);
+        dustin_kernels::cuda::set_flash_buffers(dustin_kernels::cuda::FLASH_BUFFERS);
     }
 
     // head-subset scores: a head of KV head 0, two of the last KV head
@@ -215,22 +217,48 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
     let mut heads = vec![1 % g, c.q_heads - 1, c.q_heads - g];
     heads.dedup();
     if want("scores") {
+        // the split kernel's score mode first, then the flash kernel's (the default), whose
+        // scores the top-k row below takes
         let r = reference::head_row_scores(&q, &k, &dims, &c.ctx, &heads, scale);
-        match B::head_subset_row_scores(qt.clone(), kt.clone(), &c.ctx, &heads, scale as f32) {
-            Ok(s) => rep.add(
-                c.name,
-                "head-subset row scores",
-                reference::rel_err(&to_f32(s), &r),
-                BOUND,
-            ),
-            Err(e) => rep.add(
-                c.name,
-                &format!("row scores error {e}"),
-                f64::INFINITY,
-                BOUND,
-            ),
+        let rs = reference::head_scores(&q, &k, &dims, &c.ctx, &heads, scale);
+        for (tag, kern) in [
+            (" split", AttentionKernel::Split),
+            ("", AttentionKernel::Flash),
+        ] {
+            dustin_kernels::cuda::set_verify_kernel(kern);
+            match B::head_subset_row_scores(qt.clone(), kt.clone(), &c.ctx, &heads, scale as f32) {
+                Ok(s) => rep.add(
+                    c.name,
+                    &format!("head-subset row scores{tag}"),
+                    reference::rel_err(&to_f32(s), &r),
+                    BOUND,
+                ),
+                Err(e) => rep.add(
+                    c.name,
+                    &format!("row scores{tag} error {e}"),
+                    f64::INFINITY,
+                    BOUND,
+                ),
+            }
+            if kern == AttentionKernel::Split {
+                match B::head_subset_scores(qt.clone(), kt.clone(), &c.ctx, &heads, scale as f32) {
+                    Ok(s) => rep.add(
+                        c.name,
+                        "head-subset scores split",
+                        reference::rel_err(&to_f32(s), &rs),
+                        BOUND,
+                    ),
+                    Err(e) => rep.add(
+                        c.name,
+                        &format!("scores split error {e}"),
+                        f64::INFINITY,
+                        BOUND,
+                    ),
+                }
+            }
         }
-        let r = reference::head_scores(&q, &k, &dims, &c.ctx, &heads, scale);
+        dustin_kernels::cuda::set_verify_kernel(AttentionKernel::Auto);
+        let r = rs;
         let scores = B::head_subset_scores(qt.clone(), kt.clone(), &c.ctx, &heads, scale as f32);
         match scores {
             Ok(s) => {
@@ -426,8 +454,9 @@ fn check(op: &str) -> usize {
             ramp: true,
         },
         Case {
-            // 17 splits of 512 keys: 8 tiles a split, so both buffers of the flash kernel
-            // and both parities of their barriers are used several times
+            // 15 splits of 576 keys (split_plan::verify_splits(32, 8197, 132)): 9 tiles a
+            // split, so both buffers of the flash kernel and both parities of their
+            // barriers are used several times
             name: "g7 n5 d128 B8 8k (8 tiles a split)",
             batch: 8,
             q_heads: 28,
@@ -435,6 +464,29 @@ fn check(op: &str) -> usize {
             n: 5,
             d: 128,
             ctx: vec![8192, 8000, 7000, 8100, 5000, 8192, 100, 8191],
+            ramp: false,
+        },
+        Case {
+            // the 0.5B draft's decoding: 7 rows, so the 4 warps split each tile's keys
+            // (split_plan::warp_key_split), 33 splits of 256 keys; an empty context
+            name: "g7 n1 d64 B4 ramp (4 warps a tile)",
+            batch: 4,
+            q_heads: 14,
+            kv_heads: 2,
+            n: 1,
+            d: 64,
+            ctx: vec![8192, 3001, 0, 6000],
+            ramp: true,
+        },
+        Case {
+            // 28 rows: two warps on each of two row tiles
+            name: "g4 n7 d64 (2 warps a tile)",
+            batch: 2,
+            q_heads: 8,
+            kv_heads: 2,
+            n: 7,
+            d: 64,
+            ctx: vec![2500, 64],
             ramp: false,
         },
         Case {
@@ -565,18 +617,23 @@ fn selection(
 fn bench(json: Option<&str>, quick: bool, kern: AttentionKernel) {
     dustin_kernels::cuda::set_verify_kernel(kern);
     let mut out = json.and_then(|p| std::fs::File::create(p).ok());
-    let models = [("7B", 28usize, 4usize), ("72B", 64, 8)];
+    // (model, query heads, KV heads, head_dim, new tokens): the published configs; the
+    // 0.5B draft decodes one token a step (its attention during drafting)
+    let models = [
+        ("7B", 28usize, 4usize, 128usize, 5usize),
+        ("72B", 64, 8, 128, 5),
+        ("0.5B draft", 14, 2, 64, 1),
+    ];
     let batches: &[usize] = if quick { &[8] } else { &[1, 8, 16] };
     let ctxs: &[usize] = if quick {
         &[32768]
     } else {
         &[8192, 16384, 32768]
     };
-    let (n, d) = (5usize, 128usize);
-    let scale = 1.0 / (d as f32).sqrt();
     println!("| model | B | ctx | dense us | dense TB/s | sparse 512 us | sparse 1024 us | sparse 2048 us | dense/sparse1024 | score 1 kv head us | dense/score | top-k us |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
-    for (name, hq, kvh) in models {
+    for (name, hq, kvh, d, n) in models {
+        let scale = 1.0 / (d as f32).sqrt();
         for &b in batches {
             for &ctx in ctxs {
                 let cap = ctx + n;
@@ -787,22 +844,23 @@ fn prefill_attention(emit: &mut dyn FnMut(String), quick: bool) {
         // against the cache so far, GQA (7B: 4 KV heads, nothing expanded), through
         // `prefill_attention` (the kernel) and, up to 16k, the plain path (Burn ops; about
         // 1.6 s a pass at 32k)
-        // (label, chunk, plain path, kernel, cp.async)
-        for (path, chunk, plain, kern, async_copy) in [
-            ("flash", PREFILL_CHUNK, false, AttentionKernel::Flash, true),
-            ("flash", 2048, false, AttentionKernel::Flash, true),
-            ("flash-sync", 2048, false, AttentionKernel::Flash, false),
-            ("split", PREFILL_CHUNK, false, AttentionKernel::Split, true),
-            ("plain", PREFILL_CHUNK, true, AttentionKernel::Auto, true),
+        // (label, chunk, plain path, kernel, flash tile buffers: 1 = no cp.async)
+        for (path, chunk, plain, kern, bufs) in [
+            ("flash", PREFILL_CHUNK, false, AttentionKernel::Flash, 2),
+            ("flash", 2048, false, AttentionKernel::Flash, 2),
+            ("flash-3buf", 2048, false, AttentionKernel::Flash, 3),
+            ("flash-sync", 2048, false, AttentionKernel::Flash, 1),
+            ("split", PREFILL_CHUNK, false, AttentionKernel::Split, 2),
+            ("plain", PREFILL_CHUNK, true, AttentionKernel::Auto, 2),
         ] {
             if plain && n > 16384 {
                 continue;
             }
             dustin_kernels::cuda::set_prefill_kernel(kern);
-            dustin_kernels::cuda::set_flash_async(async_copy);
+            dustin_kernels::cuda::set_flash_buffers(bufs);
             let r = prefill_chunks(n, chunk, heads, 4, d, plain);
             dustin_kernels::cuda::set_prefill_kernel(AttentionKernel::Auto);
-            dustin_kernels::cuda::set_flash_async(true);
+            dustin_kernels::cuda::set_flash_buffers(dustin_kernels::cuda::FLASH_BUFFERS);
             match r {
                 Ok(us) => emit(format!(
                     "{{\"op\":\"prefill-attention-chunked\",\"path\":\"{path}\",\"heads\":{heads},\"kv_heads\":4,\"d\":{d},\"n\":{n},\"chunk\":{chunk},\"us\":{us:.1},\"tflops\":{:.2}}}",
@@ -924,6 +982,18 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
+    match args
+        .iter()
+        .position(|a| a == "--flash-buffers")
+        .map(|i| args.get(i + 1).and_then(|s| s.parse::<usize>().ok()))
+    {
+        None => {}
+        Some(Some(n)) if (1..=3).contains(&n) => dustin_kernels::cuda::set_flash_buffers(n),
+        Some(other) => {
+            eprintln!("--flash-buffers: expected 1, 2 or 3, got {other:?}");
+            return std::process::ExitCode::FAILURE;
+        }
+    }
     let op = args
         .iter()
         .position(|a| a == "--op")
@@ -949,7 +1019,7 @@ fn main() -> std::process::ExitCode {
             bench(json, quick, verify_kernel);
         }
         _ => {
-            eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise] | bench [--quick] [--verify-kernel auto|flash|split] [--json PATH] | gemm [--quick] [--no-burn] [--json PATH] | prefill [--quick] [--json PATH] | all");
+            eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise] | bench [--quick] [--verify-kernel auto|flash|split] [--flash-buffers 1|2|3] [--json PATH] | gemm [--quick] [--no-burn] [--json PATH] | prefill [--quick] [--json PATH] | all");
             return std::process::ExitCode::from(2);
         }
     }

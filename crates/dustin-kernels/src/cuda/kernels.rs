@@ -1629,6 +1629,72 @@ fn flash_listed<I: Int>(
     ok
 }
 
+/// Stages virtual keys `t0 .. t0 + FLASH_KEYS` of [`flash_kernel`] (clamped to `kend - 1`)
+/// into shared buffer `buf`: K and V rows of `d / nv` 16-byte vectors at row stride
+/// `d / nv + 1` (the padding keeps `ldmatrix` free of bank conflicts), by `cp.async`
+/// (`async_copy`: the caller commits them to the buffer's barrier) or plain loads and
+/// stores; for a selection, also each key's listed-in-context flag. Without `with_v` (score
+/// mode), K only. Every thread of the block takes part.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn flash_stage<F: Float, I: Int, N: Size>(
+    k: &Tensor<Vector<F, N>>,
+    v: &Tensor<Vector<F, N>>,
+    idx: &Tensor<I>,
+    ks: &mut SharedMemory<Vector<F, N>>,
+    vs: &mut SharedMemory<Vector<F, N>>,
+    kok: &mut SharedMemory<u32>,
+    kb: usize,
+    vb: usize,
+    b: usize,
+    kvh: usize,
+    vctx: usize,
+    ctx_b: usize,
+    t0: usize,
+    kend: usize,
+    buf: usize,
+    tid: usize,
+    #[comptime] d: usize,
+    #[comptime] nv: usize,
+    #[comptime] async_copy: bool,
+    #[comptime] sparse: bool,
+    #[comptime] with_v: bool,
+) {
+    let vpr = comptime![d / nv];
+    let sqv = comptime![d / nv + 1];
+    let base = buf * comptime![FLASH_KEYS * (d / nv + 1)];
+    #[unroll]
+    for it in 0..comptime![FLASH_KEYS * d / (nv * FLASH_THREADS)] {
+        let e = tid + it * FLASH_THREADS;
+        let t = e / vpr;
+        let c = e % vpr;
+        let mut j = t0 + t;
+        if j >= kend {
+            j = kend - 1;
+        }
+        let p = flash_slot::<I>(idx, b, kvh, j, vctx, ctx_b, sparse);
+        let kx = (kb + p * k.stride(2)) / nv + c;
+        let vx = (vb + p * v.stride(2)) / nv + c;
+        let o = base + t * sqv + c;
+        if comptime![async_copy] {
+            copy_async(&k.slice(kx, kx + 1), &mut ks.slice_mut(o, o + 1), nv as u32);
+            if comptime![with_v] {
+                copy_async(&v.slice(vx, vx + 1), &mut vs.slice_mut(o, o + 1), nv as u32);
+            }
+        } else {
+            ks[o] = k[kx];
+            if comptime![with_v] {
+                vs[o] = v[vx];
+            }
+        }
+    }
+    if comptime![sparse] {
+        if tid < FLASH_KEYS {
+            kok[buf * FLASH_KEYS + tid] = flash_listed::<I>(idx, b, kvh, t0 + tid, vctx, ctx_b);
+        }
+    }
+}
+
 /// GQA attention with the scores in registers, flash-attention-2 style (Dao,
 /// "FlashAttention-2", 2023, Algorithm 1), for prefill chunks and for verification.
 ///
@@ -1639,10 +1705,11 @@ fn flash_listed<I: Int>(
 /// into the A fragments of `P V` (the accumulator layout of an m16n8 tile pair is the A
 /// layout of m16k16), so scores never touch shared memory. K and V tiles are staged in
 /// shared memory (16-byte copies, rows padded by 16 bytes so `ldmatrix` is free of bank
-/// conflicts) and read into B fragments by `ldmatrix` (`.trans` for V). With `async_copy`,
-/// two buffers: the next tile is copied by `cp.async` (completion tracked by one mbarrier
-/// per buffer) while this one is used; without it, one buffer filled by plain loads and
-/// stores between two block barriers.
+/// conflicts) and read into B fragments by `ldmatrix` (`.trans` for V). With `nbuf` 2 or 3,
+/// a ring of buffers: the next `nbuf - 1` tiles are copied by `cp.async` (completion tracked
+/// by one mbarrier per buffer) while this one is used; with `nbuf` 1, one buffer filled by
+/// plain loads and stores between two block barriers. Shared memory per block: `nbuf` x 2 x
+/// 64 x (d + 8) x 2 bytes (104 KB at d 128 and `nbuf` 3, so two blocks still fit an SM).
 ///
 /// The rows attend to a virtual sequence: `vctx` keys (the context `ctx[b]`, or with
 /// `sparse` the `counts[b]` positions listed in `idx`) and then the `n_new` new tokens; row
@@ -1650,10 +1717,16 @@ fn flash_listed<I: Int>(
 /// - prefill (`verify` false): block `(row block, q head, sequence)` takes [`FLASH_ROWS`]
 ///   consecutive new tokens of one query head, row blocks heaviest first, over all the keys
 ///   they see; writes `out [b, q_heads, n_new, d]` normalised.
-/// - verify: block `(split * rowblocks + row block, KV head, sequence)` takes 64 rows
-///   `e * n_new + i` of the KV head's group (query head `kvh * group + e`, token `i`) over
-///   the virtual keys `split * chunk .. (split + 1) * chunk`, and writes the partial
-///   `(max, sum, acc)` of [`combine_kernel`] into `pm`, `pl`, `pacc`.
+/// - verify: block `(split * rowblocks + row block, slot, sequence)` takes 64 rows
+///   `e * n_new + i` of slot `slot` of `table` (`[slots, 2 + heads]`: KV head, head count,
+///   query heads; the identity table of the KV heads for verification), row `e * n_new + i`
+///   being its `e`-th query head's token `i`, over the virtual keys
+///   `split * chunk .. (split + 1) * chunk`, and writes the partial `(max, sum, acc)` of
+///   [`combine_kernel`] into `pm`, `pl`, `pacc`.
+/// - score (with `verify`, dense): the same rows and keys, K only, no `P V`: writes every
+///   scaled, masked logit to `logits[b, slot, row, key]` (`[b, slots, rpad, lmax]`) and the
+///   partial `(max, sum)` into `pm`, `pl`, which [`score_reduce_kernel`] turns into
+///   probabilities (Dustin's head-subset importance scores).
 ///
 /// Key slots past a block's last key are clamped to it (finite values, masked), so slots
 /// past `ctx + n_new` are never read.
@@ -1666,10 +1739,12 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
     ctx: &Tensor<I>,
     idx: &Tensor<I>,
     counts: &Tensor<I>,
+    table: &Tensor<I>,
     out: &mut Tensor<F>,
     pm: &mut Tensor<f32>,
     pl: &mut Tensor<f32>,
     pacc: &mut Tensor<f32>,
+    logits: &mut Tensor<f32>,
     scale: f32,
     n_new: u32,
     group: u32,
@@ -1677,11 +1752,13 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
     chunk: u32,
     splits: u32,
     rpad: u32,
+    lmax: u32,
     #[comptime] d: usize,
     #[comptime] nv: usize,
-    #[comptime] async_copy: bool,
+    #[comptime] nbuf: usize,
     #[comptime] verify: bool,
     #[comptime] sparse: bool,
+    #[comptime] score: bool,
     #[define(F, I)] _dtypes: [StorageType; 2],
 ) {
     let tid = UNIT_POS as usize;
@@ -1695,19 +1772,23 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
     let b = CUBE_POS_Z as usize;
     let ctx_b = u32::cast_from(ctx[b]) as usize;
     let lowest = f32::new(f32::MIN);
-    let vpr = comptime![d / nv];
     let sqv = comptime![d / nv + 1];
     let kchunks = comptime![d / 16];
 
-    // block coordinates
+    // block coordinates; in verification, block y is a slot of `table` (KV head, head
+    // count, query heads)
     let mut rb = 0usize;
     let mut split = 0usize;
     let mut kvh = 0usize;
     let mut qh = 0usize;
+    let slot = CUBE_POS_Y as usize;
+    let tb = slot * table.stride(0);
+    let mut hcount = 0usize;
     if comptime![verify] {
         rb = CUBE_POS_X as usize % rowblocks;
         split = CUBE_POS_X as usize / rowblocks;
-        kvh = CUBE_POS_Y as usize;
+        kvh = u32::cast_from(table[tb]) as usize;
+        hcount = u32::cast_from(table[tb + 1]) as usize;
     } else {
         rb = rowblocks - 1 - CUBE_POS_X as usize;
         qh = CUBE_POS_Y as usize;
@@ -1719,7 +1800,7 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
     }
     let mut rtot = n;
     if comptime![verify] {
-        rtot = grp * n;
+        rtot = hcount * n;
     }
     // this lane's two rows, block rows r0 + g and r0 + g + 8, as (query head, token)
     let r0 = rb * FLASH_ROWS + warp * 16;
@@ -1729,14 +1810,18 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
     let mut ia = ra;
     let mut hc = qh;
     let mut ic = rc;
-    if comptime![verify] {
-        ha = kvh * grp + ra / n;
-        ia = ra % n;
-        hc = kvh * grp + rc / n;
-        ic = rc % n;
-    }
     let va = ra < rtot;
     let vc = rc < rtot;
+    if comptime![verify] {
+        if va {
+            ha = u32::cast_from(table[tb + 2 + ra / n]) as usize;
+        }
+        ia = ra % n;
+        if vc {
+            hc = u32::cast_from(table[tb + 2 + rc / n]) as usize;
+        }
+        ic = rc % n;
+    }
     let active = r0 < rtot;
     // the block's keys kstart .. kend; this warp's rows see none at or past wend
     let mut kstart = 0usize;
@@ -1778,16 +1863,21 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
         lmin = lim1;
     }
 
-    // one tile per buffer; two buffers when the next tile is copied while this one is used
+    // one tile per buffer; with `nbuf` > 1, a ring of buffers: the next `nbuf - 1` tiles are
+    // copied (cp.async) while this one is used
     let tsz = comptime![FLASH_KEYS * sqv];
-    let nbuf = comptime![if async_copy { 2usize } else { 1usize }];
     let mut ks = SharedMemory::<Vector<F, N>>::new_aligned(nbuf * tsz, 16usize);
-    let mut vs = SharedMemory::<Vector<F, N>>::new_aligned(nbuf * tsz, 16usize);
+    // (score mode reads no V)
+    let mut vs = SharedMemory::<Vector<F, N>>::new_aligned(
+        comptime![if score { 1usize } else { nbuf * tsz }],
+        16usize,
+    );
     // listed-in-context flags of a selection's keys, per buffer
     let mut kok = SharedMemory::<u32>::new(comptime![nbuf * FLASH_KEYS]);
-    // buffer b's tile is complete when every thread arrived on bar_b and its copies landed
+    // buffer i's tile is complete when every thread arrived on bar_i and its copies landed
     let bar0 = Barrier::shared(FLASH_THREADS as u32, tid == 0);
     let bar1 = Barrier::shared(FLASH_THREADS as u32, tid == 0);
+    let bar2 = Barrier::shared(FLASH_THREADS as u32, tid == 0);
     sync_cube();
 
     let def = cmma::MmaDefinition::<F, F, f32>::new(16usize, 8usize, 16usize);
@@ -1835,114 +1925,67 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
 
     let kb = b * k.stride(0) + kvh * k.stride(1);
     let vb = b * v.stride(0) + kvh * v.stride(1);
-    let iters = comptime![FLASH_KEYS * d / (nv * FLASH_THREADS)];
-    if comptime![async_copy] {
-        // prologue: the first tile into buffer 0
-        if kstart < kend {
-            #[unroll]
-            for it in 0..iters {
-                let e = tid + it * FLASH_THREADS;
-                let t = e / vpr;
-                let c = e % vpr;
-                let mut j = kstart + t;
-                if j >= kend {
-                    j = kend - 1;
-                }
-                let p = flash_slot::<I>(idx, b, kvh, j, vctx, ctx_b, sparse);
-                let kx = (kb + p * k.stride(2)) / nv + c;
-                let vx = (vb + p * v.stride(2)) / nv + c;
-                let o = t * sqv + c;
-                copy_async(&k.slice(kx, kx + 1), &mut ks.slice_mut(o, o + 1), nv as u32);
-                copy_async(&v.slice(vx, vx + 1), &mut vs.slice_mut(o, o + 1), nv as u32);
-            }
-            if comptime![sparse] {
-                if tid < FLASH_KEYS {
-                    kok[tid] = flash_listed::<I>(idx, b, kvh, kstart + tid, vctx, ctx_b);
+    if comptime![nbuf > 1] {
+        // prologue: the first nbuf - 1 tiles into buffers 0 .. nbuf - 1
+        #[unroll]
+        for pre in 0..comptime![nbuf - 1] {
+            let tp = kstart + pre * FLASH_KEYS;
+            if tp < kend {
+                flash_stage::<F, I, N>(
+                    k, v, idx, &mut ks, &mut vs, &mut kok, kb, vb, b, kvh, vctx, ctx_b, tp, kend,
+                    pre, tid, d, nv, true, sparse, !score,
+                );
+                if pre == 0 {
+                    bar0.commit_copy_async();
+                    let _a = bar0.arrive();
+                } else {
+                    bar1.commit_copy_async();
+                    let _a = bar1.arrive();
                 }
             }
-            bar0.commit_copy_async();
-            let _arrived = bar0.arrive();
         }
     }
     let mut t0 = kstart;
     let mut tile = 0usize;
     while t0 < kend {
         let mut sb = 0usize;
-        if comptime![async_copy] {
-            sb = tile % 2;
-            // copy the next tile into the other buffer (read last in the previous tile,
-            // which every warp finished at its closing barrier), then wait for this one
-            let t1 = t0 + FLASH_KEYS;
-            if t1 < kend {
-                let nb = (1 - sb) * tsz;
-                #[unroll]
-                for it in 0..iters {
-                    let e = tid + it * FLASH_THREADS;
-                    let t = e / vpr;
-                    let c = e % vpr;
-                    let mut j = t1 + t;
-                    if j >= kend {
-                        j = kend - 1;
-                    }
-                    let p = flash_slot::<I>(idx, b, kvh, j, vctx, ctx_b, sparse);
-                    let kx = (kb + p * k.stride(2)) / nv + c;
-                    let vx = (vb + p * v.stride(2)) / nv + c;
-                    let o = nb + t * sqv + c;
-                    copy_async(&k.slice(kx, kx + 1), &mut ks.slice_mut(o, o + 1), nv as u32);
-                    copy_async(&v.slice(vx, vx + 1), &mut vs.slice_mut(o, o + 1), nv as u32);
-                }
-                if comptime![sparse] {
-                    if tid < FLASH_KEYS {
-                        kok[(1 - sb) * FLASH_KEYS + tid] =
-                            flash_listed::<I>(idx, b, kvh, t1 + tid, vctx, ctx_b);
-                    }
-                }
-                if sb == 0 {
-                    bar1.commit_copy_async();
-                    let _a1 = bar1.arrive();
-                } else {
+        if comptime![nbuf > 1] {
+            sb = tile % nbuf;
+            // copy tile + nbuf - 1 into its buffer (read last by tile - 1, which every warp
+            // finished at its closing barrier), then wait for this one
+            let tn = t0 + (nbuf - 1) * FLASH_KEYS;
+            if tn < kend {
+                let nb = (tile + nbuf - 1) % nbuf;
+                flash_stage::<F, I, N>(
+                    k, v, idx, &mut ks, &mut vs, &mut kok, kb, vb, b, kvh, vctx, ctx_b, tn, kend,
+                    nb, tid, d, nv, true, sparse, !score,
+                );
+                if nb == 0 {
                     bar0.commit_copy_async();
-                    let _a0 = bar0.arrive();
+                    let _a = bar0.arrive();
+                } else if nb == 1 {
+                    bar1.commit_copy_async();
+                    let _a = bar1.arrive();
+                } else {
+                    bar2.commit_copy_async();
+                    let _a = bar2.arrive();
                 }
             }
-            // buffer sb's use number tile / 2 completes its phase of that parity
-            let ph = ((tile / 2) % 2) as u32;
+            // buffer sb's use number tile / nbuf completes its phase of that parity
+            let ph = ((tile / nbuf) % 2) as u32;
             if sb == 0 {
                 bar0.wait_parity(ph);
-            } else {
+            } else if sb == 1 {
                 bar1.wait_parity(ph);
+            } else {
+                bar2.wait_parity(ph);
             }
         } else {
-            // stage the tile: K, then V (16-byte loads and stores)
-            #[unroll]
-            for it in 0..iters {
-                let e = tid + it * FLASH_THREADS;
-                let t = e / vpr;
-                let c = e % vpr;
-                let mut j = t0 + t;
-                if j >= kend {
-                    j = kend - 1;
-                }
-                let p = flash_slot::<I>(idx, b, kvh, j, vctx, ctx_b, sparse);
-                ks[t * sqv + c] = k[(kb + p * k.stride(2)) / nv + c];
-            }
-            #[unroll]
-            for it in 0..iters {
-                let e = tid + it * FLASH_THREADS;
-                let t = e / vpr;
-                let c = e % vpr;
-                let mut j = t0 + t;
-                if j >= kend {
-                    j = kend - 1;
-                }
-                let p = flash_slot::<I>(idx, b, kvh, j, vctx, ctx_b, sparse);
-                vs[t * sqv + c] = v[(vb + p * v.stride(2)) / nv + c];
-            }
-            if comptime![sparse] {
-                if tid < FLASH_KEYS {
-                    kok[tid] = flash_listed::<I>(idx, b, kvh, t0 + tid, vctx, ctx_b);
-                }
-            }
+            // stage the tile with plain 16-byte loads and stores between two barriers
+            flash_stage::<F, I, N>(
+                k, v, idx, &mut ks, &mut vs, &mut kok, kb, vb, b, kvh, vctx, ctx_b, t0, kend, 0,
+                tid, d, nv, false, sparse, !score,
+            );
             sync_cube();
         }
         let so = sb * tsz;
@@ -1976,6 +2019,7 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
             // scale; mask (causal, the block's range, unlisted selections) where the tile
             // reaches a limit; row maxima over the quad
             let diag = t0 + FLASH_KEYS > lmin;
+            let lgb = (b * CUBE_COUNT_Y as usize + slot) * rpad as usize * lmax as usize;
             let mut mx0 = lowest;
             let mut mx1 = lowest;
             #[unroll]
@@ -2004,6 +2048,17 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
                     }
                     s0[e] = a;
                     s1[e] = c;
+                    if comptime![score] {
+                        // the scaled, masked logit of every key of the block's range
+                        if kp < kend {
+                            if va {
+                                logits[lgb + ra * lmax as usize + kp] = a;
+                            }
+                            if vc {
+                                logits[lgb + rc * lmax as usize + kp] = c;
+                            }
+                        }
+                    }
                     if a > mx0 {
                         mx0 = a;
                     }
@@ -2054,9 +2109,8 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
                 me1 = 0.0f32;
             }
             // P = exp(S - m) (0 where masked: exp(lowest - m) underflows) as the A fragments
-            // of P V: key chunk c (16
-            // keys) is pa[4 c .. 4 c + 4] = (sacc[4 c], sacc[4 c + 1], sacc[4 c + 2],
-            // sacc[4 c + 3])
+            // of P V: key chunk c (16 keys) is pa[4 c .. 4 c + 4] = (sacc[4 c], sacc[4 c + 1],
+            // sacc[4 c + 2], sacc[4 c + 3])
             let mut pa = Array::<Vector<F, Const<2>>>::new(16usize);
             let mut ps0 = 0.0f32;
             let mut ps1 = 0.0f32;
@@ -2080,33 +2134,35 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
             }
             l0 = l0 * al0 + ps0;
             l1 = l1 * al1 + ps1;
-            #[unroll]
-            for j in 0..comptime![d / 8] {
-                let mut o0 = oacc[2 * j];
-                let mut o1 = oacc[2 * j + 1];
-                o0[0] = o0[0] * al0;
-                o0[1] = o0[1] * al0;
-                o1[0] = o1[0] * al1;
-                o1[1] = o1[1] * al1;
-                oacc[2 * j] = o0;
-                oacc[2 * j + 1] = o1;
-            }
-            // O += P V: ldmatrix x4 .trans, lane l addresses row l % 8 of matrix
-            // l / 8 = (key half l / 8 % 2, dim half l / 16)
-            #[unroll]
-            for kc in 0..4usize {
+            if comptime![!score] {
                 #[unroll]
-                for dp in 0..comptime![d / 16] {
-                    let key = kc * 16 + (mj % 2) * 8 + mrow;
-                    let off = so + key * sqv + dp * 2 + mj / 2;
-                    let bv = def.load_matrix::<Vector<F, N>, Const<2>>(
-                        &vs.slice(off, off + 1),
-                        MatrixIdent::B,
-                        4usize,
-                        true,
-                    );
-                    mma_16816::<F>(def, &pa, kc * 4, bv[0], bv[1], &mut oacc, dp * 4);
-                    mma_16816::<F>(def, &pa, kc * 4, bv[2], bv[3], &mut oacc, dp * 4 + 2);
+                for j in 0..comptime![d / 8] {
+                    let mut o0 = oacc[2 * j];
+                    let mut o1 = oacc[2 * j + 1];
+                    o0[0] = o0[0] * al0;
+                    o0[1] = o0[1] * al0;
+                    o1[0] = o1[0] * al1;
+                    o1[1] = o1[1] * al1;
+                    oacc[2 * j] = o0;
+                    oacc[2 * j + 1] = o1;
+                }
+                // O += P V: ldmatrix x4 .trans, lane l addresses row l % 8 of matrix
+                // l / 8 = (key half l / 8 % 2, dim half l / 16)
+                #[unroll]
+                for kc in 0..4usize {
+                    #[unroll]
+                    for dp in 0..comptime![d / 16] {
+                        let key = kc * 16 + (mj % 2) * 8 + mrow;
+                        let off = so + key * sqv + dp * 2 + mj / 2;
+                        let bv = def.load_matrix::<Vector<F, N>, Const<2>>(
+                            &vs.slice(off, off + 1),
+                            MatrixIdent::B,
+                            4usize,
+                            true,
+                        );
+                        mma_16816::<F>(def, &pa, kc * 4, bv[0], bv[1], &mut oacc, dp * 4);
+                        mma_16816::<F>(def, &pa, kc * 4, bv[2], bv[3], &mut oacc, dp * 4 + 2);
+                    }
                 }
             }
         }
@@ -2127,7 +2183,7 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
     if comptime![verify] {
         // partial (max, sum, unnormalised acc) of the rows for combine_kernel
         let rpad = rpad as usize;
-        let pb = ((b * CUBE_COUNT_Y as usize + kvh) * splits as usize + split) * rpad;
+        let pb = ((b * CUBE_COUNT_Y as usize + slot) * splits as usize + split) * rpad;
         if va && t4 == 0 {
             pm[pb + ra] = m0;
             pl[pb + ra] = l0;
@@ -2137,7 +2193,7 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
             pl[pb + rc] = l1;
         }
         #[unroll]
-        for j in 0..comptime![d / 8] {
+        for j in 0..comptime![if score { 0usize } else { d / 8 }] {
             let col = j * 8 + t4 * 2;
             let o0 = oacc[2 * j];
             let o1 = oacc[2 * j + 1];

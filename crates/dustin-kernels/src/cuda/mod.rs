@@ -197,29 +197,35 @@ pub fn set_prefill_kernel(k: AttentionKernel) {
 }
 
 /// Sets which kernel runs dense and sparse verification (and decoding).
-/// [`AttentionKernel::Auto`] (the default) takes the flash kernel at `head_dim` 128, the
-/// shapes its speed was measured at (Qwen2.5-7B and 72B: 2.5-2.7x the split kernel,
-/// docs/perf.md), else the split kernel (the flash kernel's `head_dim` 64 rows pass the
-/// checks, but their speed, for example in the 0.5B draft, has not been measured). For
+/// [`AttentionKernel::Auto`] (the default) takes the flash kernel at every shape: at B=8,
+/// 32k it took 0.36x the split kernel's time at Qwen2.5-7B's verification, 0.34x at 72B's
+/// and 0.67x at the 0.5B draft's decoding (head_dim 64), and end to end the 7B target with
+/// the 0.5B draft ran 1.15-1.2x faster with it (docs/perf.md, seventh session). For
 /// checks and benchmarks that compare them (`dustin-kernels-gpu check`, `bench
 /// --verify-kernel`, `dustin bench-e2e --verify-kernel`).
 pub fn set_verify_kernel(k: AttentionKernel) {
     VERIFY_KERNEL.store(k.code(), Ordering::Relaxed);
 }
 
-static FLASH_ASYNC: AtomicBool = AtomicBool::new(true);
+/// K/V tile buffers of the flash kernel by default: two (the next tile in flight while one
+/// is used). A ring of three ran prefill at 149 TFLOP/s against 192 with two (16k prompt,
+/// chunks of 2048; docs/perf.md, seventh session).
+pub const FLASH_BUFFERS: usize = 2;
 
-/// Whether the flash kernel (prefill and verification) copies the next K/V tile with
-/// `cp.async` while it computes on this one (two shared-memory buffers; the default) or
-/// stages each tile with plain loads between two block barriers (one buffer). For checks and
-/// benchmarks.
-pub fn set_flash_async(on: bool) {
-    FLASH_ASYNC.store(on, Ordering::Relaxed);
+static FLASH_BUFS: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(FLASH_BUFFERS);
+
+/// Shared-memory K/V tile buffers of the flash kernel (prefill and verification): 2 or 3, a
+/// ring whose next 1 or 2 tiles are copied by `cp.async` while the current one is computed
+/// on; 1, each tile staged with plain loads between two block barriers. Other values are
+/// clamped to `1..=3`. [`FLASH_BUFFERS`] by default. For checks and benchmarks.
+pub fn set_flash_buffers(n: usize) {
+    FLASH_BUFS.store(n.clamp(1, 3), Ordering::Relaxed);
 }
 
-/// Whether verification of these dimensions runs on the flash kernel.
-fn use_flash_verify(dims: &AttnDims) -> bool {
-    AttentionKernel::flash(&VERIFY_KERNEL, || dims.head_dim == 128)
+/// Whether verification runs on the flash kernel.
+fn use_flash_verify() -> bool {
+    AttentionKernel::flash(&VERIFY_KERNEL, || true)
 }
 
 /// SMs assumed where the device does not say (an H200 has 132).
@@ -660,7 +666,7 @@ fn attention<F: FloatElement, I: IntElement, BT: BoolElement>(
         }
         None => (false, ctx.clone(), ctx.clone(), dims.keys),
     };
-    if max_new == MAX_NEW && use_flash_verify(&dims) {
+    if max_new == MAX_NEW && use_flash_verify() {
         let sel = sparse.then_some((idx, counts, max_keys));
         let out = flash_verify(q, k, v, ctx, table, sel, &dims, scale);
         return Ok(Tensor::from_primitive(TensorPrimitive::Float(out)));
@@ -721,10 +727,19 @@ struct FlashLaunch {
     pacc: Ct,
     rowblocks: usize,
     chunk: usize,
+    /// Slot table of verification `[slots, 2 + heads]` (KV head, head count, query heads):
+    /// block y is a slot.
+    table: Ct,
+    /// Score mode's logits `[b, slots, rpad, lmax]` (f32).
+    logits: Ct,
+    lmax: usize,
+    /// Splits of the keys, one partial each per (sequence, slot) row block.
     splits: usize,
     rpad: usize,
     verify: bool,
     sparse: bool,
+    /// Score mode (verification only): logits and (max, sum) partials, no `P V`.
+    score: bool,
 }
 
 /// Launches `flash_kernel` (shapes checked by the caller: `n_new >= 1`,
@@ -751,10 +766,12 @@ fn launch_flash(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32, a: Fl
             ctx.into_tensor_arg(),
             a.idx.into_tensor_arg(),
             a.counts.into_tensor_arg(),
+            a.table.into_tensor_arg(),
             a.out.into_tensor_arg(),
             a.pm.into_tensor_arg(),
             a.pl.into_tensor_arg(),
             a.pacc.into_tensor_arg(),
+            a.logits.into_tensor_arg(),
             scale,
             dims.n_new as u32,
             dims.group() as u32,
@@ -762,11 +779,13 @@ fn launch_flash(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32, a: Fl
             a.chunk as u32,
             a.splits as u32,
             a.rpad as u32,
+            a.lmax as u32,
             dims.head_dim,
             NV,
-            FLASH_ASYNC.load(Ordering::Relaxed),
+            FLASH_BUFS.load(Ordering::Relaxed),
             a.verify,
             a.sparse,
+            a.score,
             [fd.into(), id.into()],
         );
     }
@@ -792,13 +811,17 @@ fn flash_prefill(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32) -> C
         out: out.clone(),
         pm: one.clone(),
         pl: one.clone(),
-        pacc: one,
+        pacc: one.clone(),
+        table: ctx.clone(),
+        logits: one,
+        lmax: 1,
         rowblocks,
         chunk: 1,
         splits: 1,
         rpad: 1,
         verify: false,
         sparse: false,
+        score: false,
     };
     launch_flash(q, k, v, ctx, dims, scale, a);
     out
@@ -831,13 +854,7 @@ fn flash_verify(
         None => (false, ctx.clone(), ctx.clone(), dims.keys),
     };
     let per = b * dims.kv_heads * rowblocks;
-    let sms = q
-        .client
-        .properties()
-        .hardware
-        .num_streaming_multiprocessors
-        .map_or(DEFAULT_SMS, |n| n as usize);
-    let (splits, chunk) = crate::split_plan::verify_splits(per, max_keys, sms);
+    let (splits, chunk) = crate::split_plan::verify_splits(per, max_keys, sm_count(&q));
     let pm = empty(&q, vec![b, dims.kv_heads, splits, rpad], DType::F32);
     let pl = empty(&q, vec![b, dims.kv_heads, splits, rpad], DType::F32);
     let pacc = empty(
@@ -855,12 +872,16 @@ fn flash_verify(
         pm: pm.clone(),
         pl: pl.clone(),
         pacc: pacc.clone(),
+        table: table.clone(),
+        logits: pm.clone(),
+        lmax: 1,
         rowblocks,
         chunk,
         splits,
         rpad,
         verify: true,
         sparse,
+        score: false,
     };
     launch_flash(q, k, v, ctx, dims, scale, a);
     let client = out.client.clone();
@@ -882,6 +903,80 @@ fn flash_verify(
         [fd.into(), id.into()],
     );
     out
+}
+
+/// SMs of `t`'s device ([`DEFAULT_SMS`] where it does not say).
+fn sm_count(t: &Ct) -> usize {
+    t.client
+        .properties()
+        .hardware
+        .num_streaming_multiprocessors
+        .map_or(DEFAULT_SMS, |n| n as usize)
+}
+
+/// What the score mode of `flash_kernel` leaves for `score_reduce_kernel`: partial maxima
+/// and sums `[b, slots, splits, rpad]` and the scaled, masked logits `[b, slots, rpad,
+/// keys]` (f32; row `e * n_new + i` of a slot is its `e`-th query head's token `i`).
+struct FlashScores {
+    pm: Ct,
+    pl: Ct,
+    logits: Ct,
+    splits: usize,
+    rpad: usize,
+}
+
+/// Head-subset logits through `flash_kernel` in score mode: the rows of each slot of
+/// `table` (`slots` of them, at most `max_heads` query heads each) over every key of the
+/// context and the new tokens, split as verification is (`split_plan::verify_splits`);
+/// only K is read. `k` ready by [`rows_ready`].
+#[allow(clippy::too_many_arguments)]
+fn flash_scores(
+    q: Ct,
+    k: Ct,
+    ctx: Ct,
+    table: Ct,
+    slots: usize,
+    max_heads: usize,
+    dims: &AttnDims,
+    scale: f32,
+) -> FlashScores {
+    let b = dims.batch;
+    let rows = max_heads * dims.n_new;
+    let rowblocks = rows.div_ceil(kernels::FLASH_ROWS);
+    let rpad = rowblocks * kernels::FLASH_ROWS;
+    let per = b * slots * rowblocks;
+    let (splits, chunk) = crate::split_plan::verify_splits(per, dims.keys, sm_count(&q));
+    let pm = empty(&q, vec![b, slots, splits, rpad], DType::F32);
+    let pl = empty(&q, vec![b, slots, splits, rpad], DType::F32);
+    let logits = empty(&q, vec![b, slots, rpad, dims.keys], DType::F32);
+    let out = empty(&q, vec![1], q.dtype);
+    let a = FlashLaunch {
+        grid: (splits * rowblocks, slots, b),
+        idx: ctx.clone(),
+        counts: ctx.clone(),
+        out,
+        pm: pm.clone(),
+        pl: pl.clone(),
+        pacc: pm.clone(),
+        table,
+        logits: logits.clone(),
+        lmax: dims.keys,
+        rowblocks,
+        chunk,
+        splits,
+        rpad,
+        verify: true,
+        sparse: false,
+        score: true,
+    };
+    launch_flash(q, k.clone(), k, ctx, dims, scale, a);
+    FlashScores {
+        pm,
+        pl,
+        logits,
+        splits,
+        rpad,
+    }
 }
 
 /// Head-subset probabilities of [`KernelOps::head_subset_scores`] (`per_row` false:
@@ -930,26 +1025,47 @@ fn subset_scores<F: FloatElement, I: IntElement, BT: BoolElement>(
     };
     let out = empty(&q, shape, DType::F32);
     let nslots = slots.len();
-    let parts = run_split(
-        SplitArgs {
+    // the flash kernel's score mode where verification runs on it, else the split kernel's
+    let parts = if use_flash_verify() {
+        flash_scores(
             q,
-            k: k.clone(),
-            v: k,
-            ctx: ctx.clone(),
-            table: table.clone(),
-            idx: ctx.clone(),
-            counts: ctx.clone(),
-            slots: nslots,
-            max_rows: max_heads * dims.n_new,
-            max_keys: dims.keys,
-            n_new: dims.n_new,
-            head_dim: dims.head_dim,
+            k,
+            ctx.clone(),
+            table.clone(),
+            nslots,
+            max_heads,
+            &dims,
             scale,
-            sparse: false,
-            score: true,
-        },
-        b,
-    );
+        )
+    } else {
+        let s = run_split(
+            SplitArgs {
+                q,
+                k: k.clone(),
+                v: k,
+                ctx: ctx.clone(),
+                table: table.clone(),
+                idx: ctx.clone(),
+                counts: ctx.clone(),
+                slots: nslots,
+                max_rows: max_heads * dims.n_new,
+                max_keys: dims.keys,
+                n_new: dims.n_new,
+                head_dim: dims.head_dim,
+                scale,
+                sparse: false,
+                score: true,
+            },
+            b,
+        );
+        FlashScores {
+            pm: s.pm,
+            pl: s.pl,
+            logits: s.logits,
+            splits: s.plan.splits,
+            rpad: s.rpad,
+        }
+    };
     let client = out.client.clone();
     let id = table.dtype;
     kernels::score_reduce_kernel::launch::<CudaRuntime>(
@@ -968,7 +1084,7 @@ fn subset_scores<F: FloatElement, I: IntElement, BT: BoolElement>(
         ctx.into_tensor_arg(),
         out.clone().into_tensor_arg(),
         dims.n_new as u32,
-        parts.plan.splits as u32,
+        parts.splits as u32,
         parts.rpad as u32,
         nslots as u32,
         dims.keys as u32,
