@@ -467,9 +467,9 @@ fn check(op: &str) -> usize {
             ramp: false,
         },
         Case {
-            // the 0.5B draft's decoding: 7 rows, so the 4 warps split each tile's keys
-            // (split_plan::warp_key_split), 33 splits of 256 keys; an empty context
-            name: "g7 n1 d64 B4 ramp (4 warps a tile)",
+            // the 0.5B draft's decoding (7 rows of one warp's tile), 33 splits of 256 keys
+            // (split_plan::verify_splits(8, 8193, 132)); an empty context
+            name: "g7 n1 d64 B4 ramp (draft decode)",
             batch: 4,
             q_heads: 14,
             kv_heads: 2,
@@ -479,8 +479,8 @@ fn check(op: &str) -> usize {
             ramp: true,
         },
         Case {
-            // 28 rows: two warps on each of two row tiles
-            name: "g4 n7 d64 (2 warps a tile)",
+            // 28 rows: two warps' row tiles, the second partly filled
+            name: "g4 n7 d64 (28 rows)",
             batch: 2,
             q_heads: 8,
             kv_heads: 2,
