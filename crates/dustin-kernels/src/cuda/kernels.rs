@@ -1575,66 +1575,14 @@ fn mma_16816<F: Float>(
     c[c0 + 1] = fc[1];
 }
 
-/// Cache slot of virtual key `j` of [`flash_kernel`]: `j` itself (dense), or for a
-/// selection the listed position (`j < vctx`; an entry outside `0 .. ctx_b` reads slot 0,
-/// masked by the caller) and then the new tokens `ctx_b + j - vctx`.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn flash_slot<I: Int>(
-    idx: &Tensor<I>,
-    b: usize,
-    kvh: usize,
-    j: usize,
-    vctx: usize,
-    ctx_b: usize,
-    #[comptime] sparse: bool,
-) -> usize {
-    let mut p = j;
-    if comptime![sparse] {
-        if j < vctx {
-            let ix =
-                i32::cast_from(idx[b * idx.stride(0) + kvh * idx.stride(1) + j * idx.stride(2)]);
-            p = 0;
-            if ix >= 0 {
-                if usize::cast_from(ix) < ctx_b {
-                    p = usize::cast_from(ix);
-                }
-            }
-        } else {
-            p = ctx_b + j - vctx;
-        }
-    }
-    p
-}
-
-/// Whether virtual key `j` of a selection is listed inside the context (see [`flash_slot`]).
-#[cube]
-fn flash_listed<I: Int>(
-    idx: &Tensor<I>,
-    b: usize,
-    kvh: usize,
-    j: usize,
-    vctx: usize,
-    ctx_b: usize,
-) -> u32 {
-    let mut ok = 1u32;
-    if j < vctx {
-        let ix = i32::cast_from(idx[b * idx.stride(0) + kvh * idx.stride(1) + j * idx.stride(2)]);
-        // negative entries and entries past the context are both unlisted
-        let inside = ix >= 0 && usize::cast_from(ix) < ctx_b;
-        if !inside {
-            ok = 0u32;
-        }
-    }
-    ok
-}
-
 /// Stages virtual keys `t0 .. t0 + FLASH_KEYS` of [`flash_kernel`] (clamped to `kend - 1`)
 /// into shared buffer `buf`: K and V rows of `d / nv` 16-byte vectors at row stride
 /// `d / nv + 1` (the padding keeps `ldmatrix` free of bank conflicts), by `cp.async`
 /// (`async_copy`: the caller commits them to the buffer's barrier) or plain loads and
-/// stores; for a selection, also each key's listed-in-context flag. Without `with_v` (score
-/// mode), K only. Every thread of the block takes part.
+/// stores. A key's slot is `j` itself (dense), or for a selection the listed position
+/// (`j < vctx`; an entry outside `0 .. ctx_b` reads slot 0 and is flagged unlisted in `kok`,
+/// which the caller masks) and then the new tokens `ctx_b + j - vctx`. Without `with_v`
+/// (score mode), K only. Every thread of the block takes part.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn flash_stage<F: Float, I: Int, N: Size>(
@@ -1672,7 +1620,30 @@ fn flash_stage<F: Float, I: Int, N: Size>(
         if j >= kend {
             j = kend - 1;
         }
-        let p = flash_slot::<I>(idx, b, kvh, j, vctx, ctx_b, sparse);
+        let mut p = j;
+        if comptime![sparse] {
+            let mut listed = 1u32;
+            if j < vctx {
+                let ix = i32::cast_from(
+                    idx[b * idx.stride(0) + kvh * idx.stride(1) + j * idx.stride(2)],
+                );
+                // negative entries and entries past the context are both unlisted
+                p = 0;
+                listed = 0u32;
+                if ix >= 0 {
+                    if usize::cast_from(ix) < ctx_b {
+                        p = usize::cast_from(ix);
+                        listed = 1u32;
+                    }
+                }
+            } else {
+                p = ctx_b + j - vctx;
+            }
+            // one thread a key (its first vector) writes the key's flag
+            if c == 0 {
+                kok[buf * FLASH_KEYS + t] = listed;
+            }
+        }
         let kx = (kb + p * k.stride(2)) / nv + c;
         let vx = (vb + p * v.stride(2)) / nv + c;
         let o = base + t * sqv + c;
@@ -1686,11 +1657,6 @@ fn flash_stage<F: Float, I: Int, N: Size>(
             if comptime![with_v] {
                 vs[o] = v[vx];
             }
-        }
-    }
-    if comptime![sparse] {
-        if tid < FLASH_KEYS {
-            kok[buf * FLASH_KEYS + tid] = flash_listed::<I>(idx, b, kvh, t0 + tid, vctx, ctx_b);
         }
     }
 }

@@ -50,8 +50,9 @@ pub fn set_poison_outputs(on: bool) {
 type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
 type Ct = CubeTensor<CudaRuntime>;
 
-/// Thread blocks the splitter aims for (132 SMs x about 6 resident blocks).
-const TARGET_BLOCKS: usize = 800;
+/// Thread blocks per SM the split kernel's splitter aims for (about 6 resident: 800 blocks
+/// on an H200's 132 SMs, the figure its plan was tuned with).
+const SPLIT_BLOCKS_PER_SM: usize = 6;
 /// Fewest keys per split (both kernels' split plans).
 const MIN_CHUNK: usize = crate::split_plan::MIN_CHUNK;
 /// Elements per vector load of K and V (16 bytes of bf16).
@@ -480,12 +481,15 @@ struct Plan {
     chunk: usize,
 }
 
-fn plan(batch: usize, slots: usize, rows: usize, max_keys: usize) -> Plan {
+/// The split kernel's plan for `rows` rows per slot over `max_keys` keys on `sms` SMs.
+fn plan(batch: usize, slots: usize, rows: usize, max_keys: usize, sms: usize) -> Plan {
     let tiles = rows.div_ceil(16).max(1);
     let mt = tiles.min(4);
     let rowblocks = tiles.div_ceil(mt);
     let per = batch * slots * rowblocks;
-    let want = TARGET_BLOCKS.div_ceil(per.max(1)).max(1);
+    let want = (SPLIT_BLOCKS_PER_SM * sms.max(1))
+        .div_ceil(per.max(1))
+        .max(1);
     let most = max_keys.div_ceil(MIN_CHUNK).max(1);
     let splits = want.min(most);
     let chunk = max_keys.div_ceil(splits).div_ceil(TILE).max(1) * TILE;
@@ -528,7 +532,7 @@ struct Partials {
 }
 
 fn run_split(a: SplitArgs, batch: usize) -> Partials {
-    let plan = plan(batch, a.slots, a.max_rows, a.max_keys);
+    let plan = plan(batch, a.slots, a.max_rows, a.max_keys, sm_count(&a.q));
     let rpad = plan.rowblocks * plan.mt * 16;
     let d = a.head_dim;
     let pm = empty(&a.q, vec![batch, a.slots, plan.splits, rpad], DType::F32);
