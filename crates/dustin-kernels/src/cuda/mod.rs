@@ -756,8 +756,9 @@ fn launch_flash(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32, a: Fl
     // SAFETY: every key the kernel reads is a virtual key below `vctx + n_new` of its
     // sequence (clamped), mapped to a slot below `ctx + n_new <= capacity` (selections:
     // listed positions outside the context read slot 0); rows written are below
-    // `rtot <= rpad` (verify) or `n_new` (prefill); shared tiles are sized from the same
-    // comptime values.
+    // `rtot <= rpad` (verify) or `n_new` (prefill), query heads read are the slot table's;
+    // score mode's logits are written at keys below `kend <= ctx + n_new <= lmax`; shared
+    // tiles are sized from the same comptime values.
     unsafe {
         kernels::flash_kernel::launch_unchecked::<CudaRuntime>(
             &client,
