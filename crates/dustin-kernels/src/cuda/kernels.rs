@@ -1696,7 +1696,16 @@ fn flash_stage<F: Float, I: Int, N: Size>(
 ///
 /// Key slots past a block's last key are clamped to it (finite values, masked), so slots
 /// past `ctx + n_new` are never read.
-#[cube(launch_unchecked)]
+///
+/// Compiled with fast math for `exp` (`__expf`: one `ex2.approx` and a multiply, where the
+/// accurate `expf` is a longer sequence; its error, a few ulp growing with `|x|`, is listed in
+/// the CUDA C++ Programming Guide's intrinsic-functions table; the check's float64 rows
+/// bound the result). Inputs are finite: masked logits are `f32::MIN`, whose exponentials
+/// underflow to 0.
+#[cube(
+    launch_unchecked,
+    fast_math = FastMath::ReducedPrecision | FastMath::NotNaN | FastMath::NotInf
+)]
 #[allow(clippy::too_many_arguments, unused_assignments)]
 pub fn flash_kernel<F: Float, I: Int, N: Size>(
     q: &Tensor<F>,
