@@ -5,7 +5,10 @@
 #                                 # contexts 32k, 8k, 16k, batch 1, 8, 16, every mode
 #   bash .device/gpu_e2e.sh 72b   # Qwen2.5-72B shapes (first 20 of 80 layers) + 0.5B draft,
 #                                 # 32k, batch 8, 16; HF transformers peers at 7B
-#   bash .device/gpu_e2e.sh grid  # 7B at 32k, 72B, 7B at 8k and 16k (no check, no peers)
+#   bash .device/gpu_e2e.sh grid  # 7B at 32k, 72B, 7B at 8k and 16k (no check, no peers); then,
+#                                 # on this machine, `dustin plot-e2e --json <its e2e.jsonl>
+#                                 # --batch 8 --target-layers 28 --out docs/perf/....svg` draws
+#                                 # tokens/s against context per mode (and its table)
 #   bash .device/gpu_e2e.sh hf    # the HF transformers peers only
 #   bash .device/gpu_e2e.sh final # 32k: 7B B 1/8/16, 72B B 8 (HF=1: HF peers at 32k B 1/8)
 #   bash .device/gpu_e2e.sh launch # 7B 32k B 1/8: skinny GEMM on tensor cores vs CUDA cores,

@@ -17,6 +17,7 @@ mod fetch;
 mod generate;
 mod host_profile;
 mod kernel_check;
+mod plot_e2e;
 mod ppl;
 mod tp_check;
 mod upload_check;
@@ -44,6 +45,9 @@ enum Command {
     /// End-to-end decoding speed at real model shapes (random weights): autoregressive vs
     /// speculative with each selector, under a stated acceptance schedule.
     BenchE2e(bench_e2e::E2eArgs),
+    /// Plot tokens/s against context length per mode from `bench-e2e --json` rows (SVG and
+    /// a Markdown table).
+    PlotE2e(plot_e2e::PlotE2eArgs),
     /// SubSpec at a GPU-memory budget: offloaded autoregressive decoding vs a substitute
     /// draft, random weights at real shapes, acceptance from a schedule (issue 10).
     BenchSubspec(bench_subspec::SubspecArgs),
@@ -72,6 +76,7 @@ fn main() -> ExitCode {
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
         Command::BenchE2e(a) => bench_e2e::run(a),
+        Command::PlotE2e(a) => plot_e2e::run(a),
         Command::BenchSubspec(a) => bench_subspec::run(a),
         Command::Ppl(a) => ppl::run(a),
         Command::TpCheck(a) => tp_check::run(a),

@@ -1,0 +1,312 @@
+//! `dustin plot-e2e`: tokens/s against context length for each mode, from the JSON lines
+//! `dustin bench-e2e --json` appends (issue 7's plot and table). One batch size and one
+//! target depth (`target_layers`) per plot; where several rows share a (mode, context), the
+//! last one read wins, so files are given oldest first.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use dustin_eval::report::{plot_lines, Cell, Table};
+
+use crate::CliError;
+
+/// Arguments of `dustin plot-e2e`.
+#[derive(Debug, Args)]
+pub struct PlotE2eArgs {
+    /// JSON-lines files written by `dustin bench-e2e --json` (oldest first: a later row
+    /// replaces an earlier one of the same mode and context).
+    #[arg(long = "json", required = true, num_args = 1..)]
+    pub json: Vec<PathBuf>,
+    /// Batch size to plot (rows of other batch sizes are left out).
+    #[arg(long, default_value_t = 8)]
+    pub batch: usize,
+    /// Target layers to plot (`target_layers` of the rows; 28 for a whole Qwen2.5-7B, 20 for
+    /// the first 20 of Qwen2.5-72B's 80). Default: the depth of the first matching row.
+    #[arg(long)]
+    pub target_layers: Option<usize>,
+    /// SVG to write (the Markdown table goes to stdout, and beside the SVG as `.md`).
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// One measured point: `bench-e2e`'s `tokens_per_sec` for a (mode, context).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Point {
+    /// Mode (`ar`, `dense`, `dustin`, ...).
+    pub mode: String,
+    /// Context length in tokens.
+    pub ctx: usize,
+    /// Generated tokens per second over the batch.
+    pub tokens_per_sec: f64,
+}
+
+/// Reads the rows of `batch` (and `target_layers`, or the first matching row's depth) from
+/// `files`, later rows replacing earlier ones of the same (mode, context). Returns the
+/// points sorted by mode then context, and the depth used.
+///
+/// # Errors
+/// [`CliError::Io`] for a file that cannot be read; [`CliError::Usage`] naming the file and
+/// line of a row that is not a JSON object with `mode` (string), `ctx`, `batch`,
+/// `target_layers` (integers) and `tokens_per_sec` (number), or when no row has this batch
+/// (and depth), listing the (batch, depth) pairs the files hold.
+pub fn read_points(
+    files: &[PathBuf],
+    batch: usize,
+    target_layers: Option<usize>,
+) -> Result<(Vec<Point>, usize), CliError> {
+    let mut depth = target_layers;
+    let mut found: Vec<(usize, usize)> = Vec::new();
+    let mut by_key: BTreeMap<(String, usize), f64> = BTreeMap::new();
+    for f in files {
+        let text = std::fs::read_to_string(f).map_err(|source| CliError::Io {
+            path: f.display().to_string(),
+            source,
+        })?;
+        for (i, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let row = parse_row(line).ok_or_else(|| {
+                CliError::Usage(format!(
+                    "{}:{}: expected a bench-e2e JSON row with mode, ctx, batch, \
+                     target_layers and tokens_per_sec",
+                    f.display(),
+                    i + 1
+                ))
+            })?;
+            let (mode, ctx, b, layers, tps) = row;
+            if !found.contains(&(b, layers)) {
+                found.push((b, layers));
+            }
+            if b != batch {
+                continue;
+            }
+            let want = *depth.get_or_insert(layers);
+            if layers != want {
+                continue;
+            }
+            by_key.insert((mode, ctx), tps);
+        }
+    }
+    let Some(depth) = depth.filter(|_| !by_key.is_empty()) else {
+        let held: Vec<String> = found
+            .iter()
+            .map(|(b, l)| format!("batch {b} x {l} layers"))
+            .collect();
+        return Err(CliError::Usage(format!(
+            "no bench-e2e row with batch {batch}{} in {} file(s); they hold: {}",
+            target_layers.map_or(String::new(), |l| format!(" and {l} target layers")),
+            files.len(),
+            if held.is_empty() {
+                "nothing".to_string()
+            } else {
+                held.join(", ")
+            }
+        )));
+    };
+    let points = by_key
+        .into_iter()
+        .map(|((mode, ctx), tokens_per_sec)| Point {
+            mode,
+            ctx,
+            tokens_per_sec,
+        })
+        .collect();
+    Ok((points, depth))
+}
+
+/// `(mode, ctx, batch, target_layers, tokens_per_sec)` of one JSON row, if it has them.
+fn parse_row(line: &str) -> Option<(String, usize, usize, usize, f64)> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    let int = |k: &str| v.get(k)?.as_u64().map(|x| x as usize);
+    Some((
+        v.get("mode")?.as_str()?.to_string(),
+        int("ctx")?,
+        int("batch")?,
+        int("target_layers")?,
+        v.get("tokens_per_sec")?.as_f64()?,
+    ))
+}
+
+/// The table of `points`: one row per context (ascending), one column per mode (in the
+/// order modes first appear sorted by name), tokens/s; empty where a (mode, context) was
+/// not measured.
+pub fn points_table(points: &[Point], batch: usize, depth: usize) -> Table {
+    let mut modes: Vec<&str> = Vec::new();
+    let mut ctxs: Vec<usize> = Vec::new();
+    for p in points {
+        if !modes.contains(&p.mode.as_str()) {
+            modes.push(&p.mode);
+        }
+        if !ctxs.contains(&p.ctx) {
+            ctxs.push(p.ctx);
+        }
+    }
+    ctxs.sort_unstable();
+    let mut t = Table::new(
+        std::iter::once("context".to_string()).chain(modes.iter().map(|m| format!("{m} tokens/s"))),
+    )
+    .with_title(format!("tokens/s at batch {batch}, {depth} target layers"))
+    .with_precision(1);
+    for &c in &ctxs {
+        let mut row = vec![Cell::Text(c.to_string())];
+        for m in &modes {
+            row.push(
+                points
+                    .iter()
+                    .find(|p| p.ctx == c && p.mode == *m)
+                    .map_or(Cell::Empty, |p| Cell::Num(p.tokens_per_sec)),
+            );
+        }
+        // every row has one cell per column by construction
+        let _ = t.push_row(row);
+    }
+    t
+}
+
+/// Writes the plot (x: context in thousands of tokens, y: tokens/s, one line per mode) to
+/// `svg` and the table beside it (`.md`).
+///
+/// # Errors
+/// [`CliError::Usage`] carrying the plot's or the table's write error.
+pub fn write_plot(
+    svg: &Path,
+    points: &[Point],
+    batch: usize,
+    depth: usize,
+) -> Result<Table, CliError> {
+    let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for p in points {
+        let xy = (p.ctx as f64 / 1024.0, p.tokens_per_sec);
+        match series.iter_mut().find(|(m, _)| *m == p.mode) {
+            Some((_, pts)) => pts.push(xy),
+            None => series.push((p.mode.clone(), vec![xy])),
+        }
+    }
+    plot_lines(
+        svg,
+        &format!("Decoding speed by mode, batch {batch}, {depth} target layers"),
+        "context (thousands of tokens)",
+        "tokens/s",
+        &series,
+    )
+    .map_err(|e| CliError::Usage(e.to_string()))?;
+    let table = points_table(points, batch, depth);
+    table
+        .write_markdown(svg.with_extension("md"))
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    Ok(table)
+}
+
+/// Runs `dustin plot-e2e`.
+///
+/// # Errors
+/// See [`read_points`] and [`write_plot`].
+pub fn run(a: PlotE2eArgs) -> Result<(), CliError> {
+    let (points, depth) = read_points(&a.json, a.batch, a.target_layers)?;
+    let table = write_plot(&a.out, &points, a.batch, depth)?;
+    print!("{}", table.to_markdown());
+    eprintln!(
+        "wrote {} and {}",
+        a.out.display(),
+        a.out.with_extension("md").display()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(mode: &str, ctx: usize, batch: usize, layers: usize, tps: f64) -> String {
+        format!(
+            "{{\"mode\":\"{mode}\",\"ctx\":{ctx},\"batch\":{batch},\"target_layers\":{layers},\"tokens_per_sec\":{tps},\"iter_ms\":1.0}}"
+        )
+    }
+
+    fn write(dir: &Path, name: &str, lines: &[String]) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, lines.join("\n") + "\n").unwrap();
+        p
+    }
+
+    #[test]
+    fn later_rows_win_and_other_batches_are_left_out() {
+        let dir = std::env::temp_dir().join(format!("dustin-plot-e2e-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let old = write(
+            &dir,
+            "old.jsonl",
+            &[
+                row("ar", 32768, 8, 28, 100.0),
+                row("dense", 32768, 8, 28, 40.0),
+                row("ar", 8192, 8, 28, 300.0),
+                row("ar", 32768, 1, 28, 20.0),
+                row("ar", 32768, 8, 20, 90.0),
+            ],
+        );
+        let new = write(&dir, "new.jsonl", &[row("ar", 32768, 8, 28, 455.1)]);
+        let (pts, depth) = read_points(&[old, new], 8, None).unwrap();
+        assert_eq!(depth, 28);
+        let get = |m: &str, c: usize| {
+            pts.iter()
+                .find(|p| p.mode == m && p.ctx == c)
+                .map(|p| p.tokens_per_sec)
+        };
+        assert_eq!(get("ar", 32768), Some(455.1));
+        assert_eq!(get("ar", 8192), Some(300.0));
+        assert_eq!(get("dense", 32768), Some(40.0));
+        assert_eq!(
+            pts.len(),
+            3,
+            "batch 1 and the 20-layer row are left out: {pts:?}"
+        );
+
+        let svg = dir.join("plot.svg");
+        let table = write_plot(&svg, &pts, 8, depth).unwrap();
+        let md = table.to_markdown();
+        // contexts ascending, dense missing at 8k
+        let i8 = md.find("| 8192").unwrap();
+        let i32 = md.find("| 32768").unwrap();
+        assert!(i8 < i32, "{md}");
+        assert!(md.contains("455.1"), "{md}");
+        let text = std::fs::read_to_string(&svg).unwrap();
+        assert!(
+            text.contains("<svg") && text.contains("dense"),
+            "svg without the series"
+        );
+        assert!(std::fs::read_to_string(svg.with_extension("md"))
+            .unwrap()
+            .contains("455.1"));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn bad_rows_and_missing_batches_name_the_input() {
+        let dir = std::env::temp_dir().join(format!("dustin-plot-e2e-bad-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bad = write(
+            &dir,
+            "bad.jsonl",
+            &[row("ar", 32768, 8, 28, 1.0), "{\"mode\":1}".into()],
+        );
+        let e = read_points(std::slice::from_ref(&bad), 8, None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bad.jsonl:2"), "{e}");
+        let good = write(&dir, "good.jsonl", &[row("ar", 32768, 1, 28, 1.0)]);
+        let e = read_points(std::slice::from_ref(&good), 8, None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("batch 8") && e.contains("batch 1 x 28 layers"),
+            "{e}"
+        );
+        let e = read_points(&[dir.join("absent.jsonl")], 8, None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("absent.jsonl"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
