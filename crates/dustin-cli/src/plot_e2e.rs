@@ -86,6 +86,16 @@ pub fn read_points(
             if layers != want {
                 continue;
             }
+            // `null`: a rate that was not finite when written (serde_json writes NaN and
+            // infinities as null); the point is left out, not the plot
+            let Some(tps) = tps else {
+                eprintln!(
+                    "{}:{}: {mode} at {ctx} has no finite tokens_per_sec; left out",
+                    f.display(),
+                    i + 1
+                );
+                continue;
+            };
             by_key.insert((mode, ctx), tps);
         }
     }
@@ -116,16 +126,24 @@ pub fn read_points(
     Ok((points, depth))
 }
 
-/// `(mode, ctx, batch, target_layers, tokens_per_sec)` of one JSON row, if it has them.
-fn parse_row(line: &str) -> Option<(String, usize, usize, usize, f64)> {
+/// One row's fields (`mode`, `ctx`, `batch`, `target_layers`, `tokens_per_sec`).
+type RowFields = (String, usize, usize, usize, Option<f64>);
+
+/// `(mode, ctx, batch, target_layers, tokens_per_sec)` of one JSON row, if it has them;
+/// `tokens_per_sec` is `None` where it is `null`.
+fn parse_row(line: &str) -> Option<RowFields> {
     let v: serde_json::Value = serde_json::from_str(line).ok()?;
     let int = |k: &str| v.get(k)?.as_u64().map(|x| x as usize);
+    let tps = match v.get("tokens_per_sec")? {
+        serde_json::Value::Null => None,
+        x => Some(x.as_f64()?),
+    };
     Some((
         v.get("mode")?.as_str()?.to_string(),
         int("ctx")?,
         int("batch")?,
         int("target_layers")?,
-        v.get("tokens_per_sec")?.as_f64()?,
+        tps,
     ))
 }
 
@@ -202,8 +220,17 @@ pub fn write_plot(
 /// Runs `dustin plot-e2e`.
 ///
 /// # Errors
-/// See [`read_points`] and [`write_plot`].
+/// [`CliError::Usage`] for an `--out` not ending in `.svg`; see [`read_points`] and
+/// [`write_plot`].
 pub fn run(a: PlotE2eArgs) -> Result<(), CliError> {
+    // the table goes to the same path with `.md`: an `--out` ending in `.md` would be
+    // overwritten by it
+    if a.out.extension().and_then(|e| e.to_str()) != Some("svg") {
+        return Err(CliError::Usage(format!(
+            "--out {}: expected a path ending in .svg",
+            a.out.display()
+        )));
+    }
     let (points, depth) = read_points(&a.json, a.batch, a.target_layers)?;
     let table = write_plot(&a.out, &points, a.batch, depth)?;
     print!("{}", table.to_markdown());
@@ -307,6 +334,27 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("absent.jsonl"), "{e}");
+        // a null rate leaves that point out, not the file
+        let null = write(
+            &dir,
+            "null.jsonl",
+            &[
+                row("ar", 32768, 8, 28, 7.5),
+                "{\"mode\":\"dense\",\"ctx\":32768,\"batch\":8,\"target_layers\":28,\"tokens_per_sec\":null}".into(),
+            ],
+        );
+        let (pts, _) = read_points(&[null], 8, None).unwrap();
+        assert_eq!(pts.len(), 1);
+        assert_eq!(pts[0].tokens_per_sec, 7.5);
+        let e = run(PlotE2eArgs {
+            json: vec![good],
+            batch: 1,
+            target_layers: None,
+            out: dir.join("table.md"),
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("table.md") && e.contains(".svg"), "{e}");
         std::fs::remove_dir_all(&dir).ok();
     }
 }
