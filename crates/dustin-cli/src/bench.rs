@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use clap::Args;
 use dustin_core::{DenseHook, Phase};
-use dustin_qwen::generate::{prefill, DEFAULT_PREFILL_CHUNK};
+use dustin_qwen::generate::{auto_prefill_chunk, prefill, AUTO_PREFILL_CHUNK};
 use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2, QwenConfig};
 
 use crate::backend::DeviceKind;
@@ -32,8 +32,9 @@ pub struct BenchArgs {
     /// Untimed decode steps first (JIT compilation and autotuning on the GPU).
     #[arg(long, default_value_t = 8)]
     pub warmup: usize,
-    /// Prefill chunk, tokens.
-    #[arg(long, default_value_t = DEFAULT_PREFILL_CHUNK)]
+    /// Prefill chunk, tokens; 0 (the default) for the backend's own (2048 on CUDA, 512 on
+    /// the CPU; `dustin_qwen::generate::auto_prefill_chunk`).
+    #[arg(long, default_value_t = AUTO_PREFILL_CHUNK)]
     pub chunk: usize,
     /// Attention of the prefill chunks (comma-separated; each timed in turn on the same
     /// model, one JSON line each): `kernel` (`KernelOps::prefill_attention`, the default; on
@@ -98,8 +99,12 @@ fn run_on<B: KernelOps>(args: &BenchArgs, dev: &B::Device) -> Result<(), CliErro
                 .collect()
         })
         .collect();
+    let chunk = match args.chunk {
+        AUTO_PREFILL_CHUNK => auto_prefill_chunk(&model, &DenseHook, None),
+        c => c,
+    };
     // a short prompt run untimed before each path's prefill (kernel compilation)
-    let warm: Vec<Vec<u32>> = vec![prompts[0][..args.chunk.min(args.prompt_len)].to_vec()];
+    let warm: Vec<Vec<u32>> = vec![prompts[0][..chunk.min(args.prompt_len)].to_vec()];
     // time to first token per path: the whole batch's prefill and its last logits read back
     let mut prefills = Vec::with_capacity(args.prefill_attention.len());
     let mut cache = None;
@@ -113,11 +118,11 @@ fn run_on<B: KernelOps>(args: &BenchArgs, dev: &B::Device) -> Result<(), CliErro
             .with_prefill_attention(path == PrefillPath::Kernel)
             .with_prefill_gemm(gemm == PrefillGemm::Cublas);
         // one chunk first with this path (its kernels' compilation is not timed)
-        let (_, l, _) = prefill(&m, &warm, cap, None, &mut DenseHook, args.chunk, false)?;
+        let (_, l, _) = prefill(&m, &warm, cap, None, &mut DenseHook, chunk, false)?;
         let _ = l.into_data();
         drop(cache.take());
         let t = Instant::now();
-        let (c, last, _) = prefill(&m, &prompts, cap, None, &mut DenseHook, args.chunk, false)?;
+        let (c, last, _) = prefill(&m, &prompts, cap, None, &mut DenseHook, chunk, false)?;
         let _ = last.into_data();
         prefills.push((path, gemm, t.elapsed().as_secs_f64()));
         cache = Some(c);
@@ -164,7 +169,7 @@ fn run_on<B: KernelOps>(args: &BenchArgs, dev: &B::Device) -> Result<(), CliErro
             "device": format!("{:?}", args.device),
             "batch": args.batch,
             "prompt_len": args.prompt_len,
-            "chunk": args.chunk,
+            "chunk": chunk,
             "prefill_attention": format!("{path:?}").to_lowercase(),
             "prefill_gemm_lib": lib,
             "init_secs": init_secs,

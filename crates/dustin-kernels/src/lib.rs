@@ -99,6 +99,14 @@ pub trait KernelOps: Backend {
     /// [`burn_flex::Flex`], `true` for the CUDA backend.
     const FUSED: bool = false;
 
+    /// Prefill chunk, in tokens, this backend runs fastest with when no hook needs the
+    /// attention probabilities of the chunk (`dustin_qwen::generate::auto_prefill_chunk`):
+    /// 512 by default (the score matrix the plain path builds is `[heads, chunk, context]`);
+    /// 2048 on CUDA, whose prefill builds no score matrix (at 7B shapes, a 32k prompt's time
+    /// to first token went from 3.73 s in chunks of 512 to 2.18 s in chunks of 2048 on an
+    /// H200, docs/perf.md, sixth session). At most [`MAX_PREFILL_NEW`].
+    const PREFILL_CHUNK: usize = 512;
+
     /// Dense GQA attention of the new tokens over their whole context.
     ///
     /// `q` `[batch, q_heads, n_new, head_dim]`, `k`, `v` `[batch, kv_heads, capacity,

@@ -14,9 +14,64 @@ use crate::error::{QwenError, Result};
 use crate::model::{ForwardOpts, LogitsMode, Qwen2};
 use crate::tokenizer::Tokenizer;
 
-/// Default prefill chunk, in tokens: bounds the score matrix of one chunk to
-/// `[heads, chunk, context]` (a 32k prompt never builds a 32k x 32k matrix).
+/// Prefill chunk, in tokens, where a chunk's attention probabilities are needed (and on the
+/// CPU): bounds the score matrix of one chunk to `[heads, chunk, context]` (a 32k prompt
+/// never builds a 32k x 32k matrix).
 pub const DEFAULT_PREFILL_CHUNK: usize = 512;
+
+/// The prefill chunk "automatic": [`prefill`] and [`prefill_from`] take `chunk` 0 as
+/// [`auto_prefill_chunk`]'s choice.
+pub const AUTO_PREFILL_CHUNK: usize = 0;
+
+/// The chunk [`AUTO_PREFILL_CHUNK`] stands for: the backend's [`KernelOps::PREFILL_CHUNK`]
+/// (2048 on CUDA, whose prefill kernel builds no score matrix) where `hook` wants no layer's
+/// attention probabilities during prefill (neither in the last chunk nor before it, asked
+/// for each of `layers` layers, the model's by default) and no layer of `model` is offloaded;
+/// else [`DEFAULT_PREFILL_CHUNK`]: the probabilities of a chunk are a `[heads, chunk,
+/// context]` matrix, and an offloaded model's memory plan ([`crate::plan_offload`]) leaves
+/// activations to the budget's slack, which larger chunks would grow.
+pub fn auto_prefill_chunk<B: KernelOps, H: AttentionHook<B> + ?Sized>(
+    model: &Qwen2<B>,
+    hook: &H,
+    layers: Option<usize>,
+) -> usize {
+    let n = model.kv_shape(1, 1, layers).layers;
+    choose_prefill_chunk(
+        B::PREFILL_CHUNK,
+        hook_wants_prefill_probs(hook, n),
+        !model.offloaded_layers().is_empty(),
+    )
+}
+
+/// Whether `hook` wants the attention probabilities of any of layers `0 .. layers` in a
+/// prefill chunk, the last one or an earlier one ([`AttentionHook::wants_probs`] with
+/// [`Phase::Prefill`]).
+pub fn hook_wants_prefill_probs<B: Backend, H: AttentionHook<B> + ?Sized>(
+    hook: &H,
+    layers: usize,
+) -> bool {
+    (0..layers).any(|l| {
+        [false, true]
+            .into_iter()
+            .any(|last_chunk| hook.wants_probs(l, Phase::Prefill { seq: 0, last_chunk }))
+    })
+}
+
+/// [`auto_prefill_chunk`]'s rule: `backend_chunk` unless the hook wants prefill
+/// probabilities or the model is offloaded, then [`DEFAULT_PREFILL_CHUNK`]; clamped to `1
+/// ..=` [`MAX_AUTO_PREFILL_CHUNK`].
+pub fn choose_prefill_chunk(backend_chunk: usize, wants_probs: bool, offloaded: bool) -> usize {
+    if wants_probs || offloaded {
+        DEFAULT_PREFILL_CHUNK
+    } else {
+        backend_chunk.clamp(1, MAX_AUTO_PREFILL_CHUNK)
+    }
+}
+
+/// Largest chunk [`choose_prefill_chunk`] picks: the last chunk of a prompt takes up to half
+/// a chunk more (the remainder is never left shorter than that), and must stay within the
+/// kernels' [`dustin_kernels::MAX_PREFILL_NEW`] new tokens.
+pub const MAX_AUTO_PREFILL_CHUNK: usize = dustin_kernels::MAX_PREFILL_NEW * 2 / 3;
 
 /// Checks prompts against the model: non-empty, ids in the vocabulary, and `len + extra`
 /// within the model's position limit.
@@ -64,7 +119,8 @@ pub fn check_prompts<B: Backend>(
     Ok(())
 }
 
-/// Prefills each prompt separately in chunks of `chunk` tokens into its own cache of
+/// Prefills each prompt separately in chunks of `chunk` tokens ([`AUTO_PREFILL_CHUNK`], 0:
+/// [`auto_prefill_chunk`]'s choice for this backend and hook) into its own cache of
 /// `capacity` tokens (the hook sees [`Phase::Prefill`]), stacks the caches into one batch,
 /// and returns it with the logits of each prompt's last position, `[batch, vocab]`.
 ///
@@ -126,7 +182,11 @@ pub fn prefill_from<B: KernelOps, H: AttentionHook<B> + ?Sized>(
         }
     }
     let mut prefixes = prefixes.map(|v| v.into_iter());
-    let chunk = chunk.max(1);
+    let chunk = if chunk == AUTO_PREFILL_CHUNK {
+        auto_prefill_chunk(model, hook, layers)
+    } else {
+        chunk
+    };
     let mut stacked = (batch > 1).then(|| model.new_cache(batch, capacity, layers));
     let mut single = None;
     let mut lasts = Vec::with_capacity(prompts.len());
@@ -222,7 +282,8 @@ pub struct GenerateConfig {
     pub seed: u64,
     /// Strings that end a sequence when its generated text contains one.
     pub stop_strings: Vec<String>,
-    /// Prefill chunk in tokens.
+    /// Prefill chunk in tokens; [`AUTO_PREFILL_CHUNK`] (0, the default) for
+    /// [`auto_prefill_chunk`]'s choice.
     pub prefill_chunk: usize,
     /// Stop at the tokenizer's EOS ids.
     pub stop_at_eos: bool,
@@ -238,7 +299,7 @@ impl Default for GenerateConfig {
             sampling: SamplingConfig::greedy(),
             seed: 0,
             stop_strings: Vec::new(),
-            prefill_chunk: DEFAULT_PREFILL_CHUNK,
+            prefill_chunk: AUTO_PREFILL_CHUNK,
             stop_at_eos: true,
             cancel: None,
         }

@@ -7,7 +7,7 @@ use dustin_core::{
 };
 use dustin_kernels::KernelOps;
 use dustin_kv::DenseKvCache;
-use dustin_qwen::generate::{prefill_from, rows_to_host, seq_rng, DEFAULT_PREFILL_CHUNK};
+use dustin_qwen::generate::{prefill_from, rows_to_host, seq_rng, AUTO_PREFILL_CHUNK};
 use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2};
 use rand::Rng;
 
@@ -184,7 +184,7 @@ impl<B: Backend> ModelDrafter<B> {
             last: Vec::new(),
             extra_capacity,
             lookahead: LookaheadConfig::default(),
-            prefill_chunk: DEFAULT_PREFILL_CHUNK,
+            prefill_chunk: AUTO_PREFILL_CHUNK,
             prefix: None,
             target_kv: None,
         }

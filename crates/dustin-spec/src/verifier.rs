@@ -4,7 +4,7 @@ use burn_tensor::{backend::Backend, Tensor};
 use dustin_core::{KvStore, Phase, SelectionPolicy, TokenId, Verification, Verifier, VerifyCtx};
 use dustin_kernels::KernelOps;
 use dustin_kv::DenseKvCache;
-use dustin_qwen::generate::{prefill_from, DEFAULT_PREFILL_CHUNK};
+use dustin_qwen::generate::{prefill_from, AUTO_PREFILL_CHUNK};
 use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2};
 
 /// The target model as a [`Verifier`]: one forward pass over the pending token and the
@@ -77,7 +77,7 @@ impl<B: Backend, P: SelectionPolicy<B>> ModelVerifier<B, P> {
             base: Vec::new(),
             extra_capacity,
             vocab,
-            prefill_chunk: DEFAULT_PREFILL_CHUNK,
+            prefill_chunk: AUTO_PREFILL_CHUNK,
             prefix: None,
             share: None,
         }

@@ -1145,6 +1145,7 @@ pub(crate) fn make_current(index: usize) -> Result<()> {
 
 impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, BT> {
     const FUSED: bool = true;
+    const PREFILL_CHUNK: usize = 2048;
 
     fn verify_attention(
         q: Tensor<Self, 4>,

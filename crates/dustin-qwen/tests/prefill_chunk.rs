@@ -1,0 +1,84 @@
+//! The automatic prefill chunk (`dustin_qwen::generate::AUTO_PREFILL_CHUNK`): the rule, the
+//! hook scan behind it, and a prefill run with it.
+
+use std::path::Path;
+
+use burn_flex::{Flex, FlexDevice};
+use dustin_core::{AttentionHook, DenseHook, LayerAttnCtx, LayerSelection, Phase};
+use dustin_qwen::generate::{
+    auto_prefill_chunk, choose_prefill_chunk, hook_wants_prefill_probs, prefill,
+    AUTO_PREFILL_CHUNK, DEFAULT_PREFILL_CHUNK,
+};
+use dustin_qwen::{Qwen2, QwenConfig, SafetensorsDir};
+
+type B = Flex;
+
+/// Wants the probabilities of one layer in the last prefill chunk only (SnapKV's
+/// observation window is of this kind).
+struct LastChunkProbs(usize);
+
+impl AttentionHook<B> for LastChunkProbs {
+    fn on_layer(
+        &mut self,
+        _ctx: &LayerAttnCtx<'_, B>,
+    ) -> dustin_core::Result<Option<LayerSelection<B>>> {
+        Ok(None)
+    }
+    fn wants_probs(&self, layer: usize, phase: Phase) -> bool {
+        layer == self.0
+            && matches!(
+                phase,
+                Phase::Prefill {
+                    last_chunk: true,
+                    ..
+                }
+            )
+    }
+}
+
+#[test]
+fn the_rule_takes_the_backend_chunk_only_without_probabilities_or_offloading() {
+    assert_eq!(choose_prefill_chunk(2048, false, false), 2048);
+    assert_eq!(
+        choose_prefill_chunk(2048, true, false),
+        DEFAULT_PREFILL_CHUNK
+    );
+    assert_eq!(
+        choose_prefill_chunk(2048, false, true),
+        DEFAULT_PREFILL_CHUNK
+    );
+    // clamped so that the last chunk (up to 1.5 chunks) stays within what the prefill
+    // kernel takes, and never 0
+    let most = choose_prefill_chunk(1 << 20, false, false);
+    assert!(most + most / 2 <= dustin_kernels::MAX_PREFILL_NEW, "{most}");
+    assert!(most >= 2048, "{most}");
+    assert_eq!(choose_prefill_chunk(0, false, false), 1);
+}
+
+#[test]
+fn the_hook_scan_sees_a_last_chunk_only_layer() {
+    assert!(!hook_wants_prefill_probs::<B, _>(&DenseHook, 24));
+    assert!(hook_wants_prefill_probs::<B, _>(&LastChunkProbs(23), 24));
+    // a layer past the ones asked about does not count
+    assert!(!hook_wants_prefill_probs::<B, _>(&LastChunkProbs(24), 24));
+}
+
+#[test]
+fn auto_prefills_as_the_backend_chunk_does() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/parity/qwen2-gqa7");
+    let cfg = QwenConfig::from_file(&dir.join("config.json")).unwrap();
+    let src = SafetensorsDir::open(&dir).unwrap();
+    let m: Qwen2<B> = Qwen2::load(&cfg, &src, 64, &FlexDevice).unwrap();
+    // the CPU backend's chunk is 512 (KernelOps::PREFILL_CHUNK's default)
+    assert_eq!(auto_prefill_chunk(&m, &DenseHook, None), 512);
+    let prompts = vec![(0..40u32).map(|i| (i * 37 + 5) % 96).collect::<Vec<_>>()];
+    let run = |chunk| {
+        let (_, last, _) = prefill(&m, &prompts, 64, None, &mut DenseHook, chunk, false).unwrap();
+        last.into_data().to_vec::<f32>().unwrap()
+    };
+    let auto = run(AUTO_PREFILL_CHUNK);
+    // 0 runs as the automatic chunk (neither an error nor an empty chunk) and gives the
+    // same logits, bit for bit (the CPU's logits do not depend on the chunking at all, so
+    // which chunk it chose is checked above and in the rule's test, not here)
+    assert_eq!(auto, run(512), "auto is the backend's 512 on the CPU");
+}
