@@ -45,6 +45,8 @@
 #   bash .device/gpu_prefill.sh model    # the model rows of kernel-check alone (2-layer model through
 #                                        # every kernel against its plain path; needs more than 200 s
 #                                        # on a fresh machine)
+# `dustin bench` prefills in chunks of 2048 on CUDA by default since session 26 (its
+# automatic chunk); rows meant for chunks of 512 say `--chunk 512`.
 # Env: OUT (results folder).
 set -u
 D=.device
@@ -80,14 +82,14 @@ ttft)
     fi
     mem_watch b1
     timeout 200 "$D/dustin" bench --device cuda --config "$T" --prompt-len 32768 --batch 1 \
-        --decode 8 --warmup 2 --prefill-attention kernel,plain 2>&1 | tee "$OUT/ttft_b1.txt"
+        --decode 8 --warmup 2 --chunk 512 --prefill-attention kernel,plain 2>&1 | tee "$OUT/ttft_b1.txt"
     echo "{\"group\":\"b1\",\"peak_mib\":$(mem_peak_max b1)}" | tee -a "$OUT/mem.jsonl"
     # larger chunks: fewer launches and taller GEMMs
     timeout 100 "$D/dustin" bench --device cuda --config "$T" --prompt-len 32768 --batch 1 \
         --decode 8 --warmup 2 --chunk 2048 --prefill-attention kernel 2>&1 | tee "$OUT/ttft_b1_c2048.txt"
     mem_watch b8
     timeout 150 "$D/dustin" bench --device cuda --config "$T" --prompt-len 32768 --batch 8 \
-        --decode 8 --warmup 2 --prefill-attention kernel 2>&1 | tee "$OUT/ttft_b8.txt"
+        --decode 8 --warmup 2 --chunk 512 --prefill-attention kernel 2>&1 | tee "$OUT/ttft_b8.txt"
     echo "{\"group\":\"b8\",\"peak_mib\":$(mem_peak_max b8)}" | tee -a "$OUT/mem.jsonl"
     PYTHONUNBUFFERED=1 timeout 150 python3 "$D/hf_e2e_bench.py" "$C" --quick --ttft 2>&1 | tee "$OUT/hf_ttft.jsonl"
     ;;
@@ -109,7 +111,7 @@ blas)
     timeout 230 "$D/dustin" kernel-check --device cuda --model-only 2>&1 | tee "$OUT/model-check.txt" | tail -8
     rm -f cubecl.toml
     timeout 150 "$D/dustin" bench --device cuda --config "$C/Qwen2.5-7B-Instruct.config.json" \
-        --prompt-len 32768 --batch 1 --decode 8 --warmup 2 --prefill-gemm cublas,burn 2>&1 | tee "$OUT/ttft_b1.txt"
+        --prompt-len 32768 --batch 1 --decode 8 --warmup 2 --chunk 512 --prefill-gemm cublas,burn 2>&1 | tee "$OUT/ttft_b1.txt"
     timeout 60 "$D/dustin" bench --device cuda --config "$C/Qwen2.5-7B-Instruct.config.json" \
         --prompt-len 32768 --batch 1 --decode 8 --warmup 2 --chunk 2048 2>&1 | tee "$OUT/ttft_b1_c2048.txt"
     ;;
@@ -157,7 +159,7 @@ ttft2)
     T=$C/Qwen2.5-7B-Instruct.config.json
     mem_watch b1
     timeout 100 "$D/dustin" bench --device cuda --config "$T" --prompt-len 32768 --batch 1 \
-        --decode 8 --warmup 2 2>&1 | tee "$OUT/ttft_b1.txt" | tail -4
+        --decode 8 --warmup 2 --chunk 512 2>&1 | tee "$OUT/ttft_b1.txt" | tail -4
     timeout 100 "$D/dustin" bench --device cuda --config "$T" --prompt-len 32768 --batch 1 \
         --decode 8 --warmup 2 --chunk 2048 2>&1 | tee "$OUT/ttft_b1_c2048.txt" | tail -4
     echo "{\"group\":\"b1\",\"peak_mib\":$(mem_peak_max b1)}" | tee -a "$OUT/mem.jsonl"
