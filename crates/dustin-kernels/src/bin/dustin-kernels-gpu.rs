@@ -6,9 +6,11 @@
 //!   Bound: normwise relative error `max|out - ref| / max|ref| < 1e-2`; top-k must match
 //!   exactly. Exit code 1 on any failure.
 //! - `bench`: Qwen2.5-7B / 72B attention shapes with 5 query tokens, and the 0.5B draft's
-//!   (14 query / 2 KV heads, head_dim 64) with 1, batch 1 / 8 / 16, context 8k / 16k / 32k: dense, sparse at budgets 512 / 1024 / 2048 (+4 sinks +64 window),
-//!   head-subset scoring of two query heads over one KV head's keys, top-k; microseconds per
-//!   layer and TB/s of KV read. JSON lines go to `--json PATH` as well.
+//!   (14 query / 2 KV heads, head_dim 64) with 1, batch 1 / 8 / 16, context 8k / 16k / 32k:
+//!   dense, sparse at budgets 512 / 1024 / 2048 (+4 sinks +64 window), head-subset scoring
+//!   of two query heads over one KV head's keys, top-k; microseconds per layer and TB/s of
+//!   KV read. JSON lines go to `--json PATH` as well. `--verify-kernel auto|flash|split` and
+//!   `--flash-buffers 1|2|3` pick the attention kernel and the flash kernel's tile buffers.
 
 use std::io::Write;
 use std::time::Instant;
