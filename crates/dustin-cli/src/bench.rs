@@ -38,7 +38,8 @@ pub struct BenchArgs {
     pub chunk: usize,
     /// Attention of the prefill chunks (comma-separated; each timed in turn on the same
     /// model, one JSON line each): `kernel` (`KernelOps::prefill_attention`, the default; on
-    /// CUDA the flash-decoding kernel) or `plain` (the model's Burn ops: the masked score
+    /// CUDA the FlashAttention-2 style kernel, or the flash-decoding split kernel for chunks
+    /// too small to fill the GPU) or `plain` (the model's Burn ops: the masked score
     /// matrix of each chunk). On the CPU both are Burn ops.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "kernel")]
     pub prefill_attention: Vec<PrefillPath>,

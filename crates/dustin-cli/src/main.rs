@@ -1,4 +1,5 @@
-//! The `dustin` command: `generate`, `demo`, `fetch-model`.
+//! The `dustin` command: the demo, generation, evaluation, benchmarks and checks (one
+//! subcommand each; `dustin --help` lists them).
 //!
 //! Backends: the CPU (`burn-flex`, f32) always; CUDA (`burn-cuda`, bf16 or f32) when built
 //! with `--features cuda`.
@@ -92,10 +93,16 @@ fn main() -> ExitCode {
             ExitCode::from(130)
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            let msg = e.to_string();
+            eprintln!("error: {msg}");
+            // causes whose text the message already carries (an I/O error after its path)
+            // are not repeated
             let mut src = std::error::Error::source(&e);
             while let Some(s) = src {
-                eprintln!("  caused by: {s}");
+                let cause = s.to_string();
+                if !msg.contains(&cause) {
+                    eprintln!("  caused by: {cause}");
+                }
                 src = s.source();
             }
             ExitCode::FAILURE

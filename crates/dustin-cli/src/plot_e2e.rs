@@ -25,6 +25,10 @@ pub struct PlotE2eArgs {
     /// the first 20 of Qwen2.5-72B's 80). Default: the depth of the first matching row.
     #[arg(long)]
     pub target_layers: Option<usize>,
+    /// Keep only rows whose JSON field KEY equals VALUE (repeatable; strings unquoted, for
+    /// example `--only verify_kernel=flash --only ragged_accept=on`).
+    #[arg(long = "only", value_name = "KEY=VALUE")]
+    pub only: Vec<String>,
     /// SVG to write (the Markdown table goes to stdout, and beside the SVG as `.md`).
     #[arg(long)]
     pub out: PathBuf,
@@ -41,8 +45,9 @@ pub struct Point {
     pub tokens_per_sec: f64,
 }
 
-/// Reads the rows of `batch` (and `target_layers`, or the first matching row's depth) from
-/// `files`, later rows replacing earlier ones of the same (mode, context). Returns the
+/// Reads the rows of `batch` (and `target_layers`, or the first matching row's depth) whose
+/// fields match every `(key, value)` of `only` from `files`, later rows replacing earlier
+/// ones of the same (mode, context) (how many were replaced goes to stderr). Returns the
 /// points sorted by mode then context, and the depth used.
 ///
 /// # Errors
@@ -54,8 +59,10 @@ pub fn read_points(
     files: &[PathBuf],
     batch: usize,
     target_layers: Option<usize>,
+    only: &[(String, String)],
 ) -> Result<(Vec<Point>, usize), CliError> {
     let mut depth = target_layers;
+    let mut replaced = 0usize;
     let mut found: Vec<(usize, usize)> = Vec::new();
     let mut by_key: BTreeMap<(String, usize), f64> = BTreeMap::new();
     for f in files {
@@ -67,7 +74,7 @@ pub fn read_points(
             if line.trim().is_empty() {
                 continue;
             }
-            let row = parse_row(line).ok_or_else(|| {
+            let row = parse_row(line, only).ok_or_else(|| {
                 CliError::Usage(format!(
                     "{}:{}: expected a bench-e2e JSON row with mode, ctx, batch, \
                      target_layers and tokens_per_sec",
@@ -75,7 +82,9 @@ pub fn read_points(
                     i + 1
                 ))
             })?;
-            let (mode, ctx, b, layers, tps) = row;
+            let Some((mode, ctx, b, layers, tps)) = row else {
+                continue;
+            };
             if !found.contains(&(b, layers)) {
                 found.push((b, layers));
             }
@@ -96,8 +105,16 @@ pub fn read_points(
                 );
                 continue;
             };
-            by_key.insert((mode, ctx), tps);
+            if by_key.insert((mode, ctx), tps).is_some() {
+                replaced += 1;
+            }
         }
+    }
+    if replaced > 0 {
+        eprintln!(
+            "{replaced} row(s) replaced by later rows of the same mode and context (--only \
+             KEY=VALUE chooses among runs, e.g. --only verify_kernel=flash)"
+        );
     }
     let Some(depth) = depth.filter(|_| !by_key.is_empty()) else {
         let held: Vec<String> = found
@@ -129,22 +146,55 @@ pub fn read_points(
 /// One row's fields (`mode`, `ctx`, `batch`, `target_layers`, `tokens_per_sec`).
 type RowFields = (String, usize, usize, usize, Option<f64>);
 
-/// `(mode, ctx, batch, target_layers, tokens_per_sec)` of one JSON row, if it has them;
+/// `(mode, ctx, batch, target_layers, tokens_per_sec)` of one JSON row (`None` when it is
+/// not such a row), or `Some(None)` when a field named in `only` differs from its value;
 /// `tokens_per_sec` is `None` where it is `null`.
-fn parse_row(line: &str) -> Option<RowFields> {
+fn parse_row(line: &str, only: &[(String, String)]) -> Option<Option<RowFields>> {
     let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    v.as_object()?;
+    for (key, want) in only {
+        let matches = match v.get(key) {
+            Some(serde_json::Value::String(s)) => s == want,
+            // numbers and booleans: VALUE read as JSON
+            Some(x) => {
+                serde_json::from_str::<serde_json::Value>(want)
+                    .ok()
+                    .as_ref()
+                    == Some(x)
+            }
+            None => false,
+        };
+        if !matches {
+            return Some(None);
+        }
+    }
     let int = |k: &str| v.get(k)?.as_u64().map(|x| x as usize);
     let tps = match v.get("tokens_per_sec")? {
         serde_json::Value::Null => None,
         x => Some(x.as_f64()?),
     };
-    Some((
+    Some(Some((
         v.get("mode")?.as_str()?.to_string(),
         int("ctx")?,
         int("batch")?,
         int("target_layers")?,
         tps,
-    ))
+    )))
+}
+
+/// `KEY=VALUE` pairs of `--only`.
+///
+/// # Errors
+/// [`CliError::Usage`] naming an entry without `=` or with an empty key.
+pub fn parse_only(only: &[String]) -> Result<Vec<(String, String)>, CliError> {
+    only.iter()
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+            _ => Err(CliError::Usage(format!(
+                "--only {kv}: expected KEY=VALUE, for example verify_kernel=flash"
+            ))),
+        })
+        .collect()
 }
 
 /// The table of `points`: one row per context (ascending), one column per mode (in the
@@ -231,7 +281,8 @@ pub fn run(a: PlotE2eArgs) -> Result<(), CliError> {
             a.out.display()
         )));
     }
-    let (points, depth) = read_points(&a.json, a.batch, a.target_layers)?;
+    let only = parse_only(&a.only)?;
+    let (points, depth) = read_points(&a.json, a.batch, a.target_layers, &only)?;
     let table = write_plot(&a.out, &points, a.batch, depth)?;
     print!("{}", table.to_markdown());
     eprintln!(
@@ -274,7 +325,7 @@ mod tests {
             ],
         );
         let new = write(&dir, "new.jsonl", &[row("ar", 32768, 8, 28, 455.1)]);
-        let (pts, depth) = read_points(&[old, new], 8, None).unwrap();
+        let (pts, depth) = read_points(&[old, new], 8, None, &[]).unwrap();
         assert_eq!(depth, 28);
         let get = |m: &str, c: usize| {
             pts.iter()
@@ -310,6 +361,32 @@ mod tests {
     }
 
     #[test]
+    fn only_keeps_the_rows_of_one_run() {
+        let dir = std::env::temp_dir().join(format!("dustin-plot-e2e-only-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let tagged = |tps: f64, kern: &str| {
+            row("ar", 32768, 8, 28, tps).replace('}', &format!(",\"verify_kernel\":\"{kern}\"}}"))
+        };
+        let f = write(
+            &dir,
+            "runs.jsonl",
+            &[tagged(455.1, "flash"), tagged(379.0, "split")],
+        );
+        let pick = |kv: &str| {
+            let only = parse_only(&[kv.to_string()]).unwrap();
+            let (pts, _) = read_points(std::slice::from_ref(&f), 8, None, &only).unwrap();
+            pts[0].tokens_per_sec
+        };
+        assert_eq!(pick("verify_kernel=flash"), 455.1);
+        assert_eq!(pick("verify_kernel=split"), 379.0);
+        // numbers compare as JSON values
+        assert_eq!(pick("ctx=32768"), 379.0);
+        let only = parse_only(&["verify_kernel=auto".to_string()]).unwrap();
+        assert!(read_points(std::slice::from_ref(&f), 8, None, &only).is_err());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
     fn bad_rows_and_missing_batches_name_the_input() {
         let dir = std::env::temp_dir().join(format!("dustin-plot-e2e-bad-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -318,19 +395,19 @@ mod tests {
             "bad.jsonl",
             &[row("ar", 32768, 8, 28, 1.0), "{\"mode\":1}".into()],
         );
-        let e = read_points(std::slice::from_ref(&bad), 8, None)
+        let e = read_points(std::slice::from_ref(&bad), 8, None, &[])
             .unwrap_err()
             .to_string();
         assert!(e.contains("bad.jsonl:2"), "{e}");
         let good = write(&dir, "good.jsonl", &[row("ar", 32768, 1, 28, 1.0)]);
-        let e = read_points(std::slice::from_ref(&good), 8, None)
+        let e = read_points(std::slice::from_ref(&good), 8, None, &[])
             .unwrap_err()
             .to_string();
         assert!(
             e.contains("batch 8") && e.contains("batch 1 x 28 layers"),
             "{e}"
         );
-        let e = read_points(&[dir.join("absent.jsonl")], 8, None)
+        let e = read_points(&[dir.join("absent.jsonl")], 8, None, &[])
             .unwrap_err()
             .to_string();
         assert!(e.contains("absent.jsonl"), "{e}");
@@ -343,13 +420,16 @@ mod tests {
                 "{\"mode\":\"dense\",\"ctx\":32768,\"batch\":8,\"target_layers\":28,\"tokens_per_sec\":null}".into(),
             ],
         );
-        let (pts, _) = read_points(&[null], 8, None).unwrap();
+        let (pts, _) = read_points(&[null], 8, None, &[]).unwrap();
         assert_eq!(pts.len(), 1);
         assert_eq!(pts[0].tokens_per_sec, 7.5);
+        assert!(parse_only(&["verify_kernel".into()]).is_err());
+        assert!(parse_only(&["=flash".into()]).is_err());
         let e = run(PlotE2eArgs {
             json: vec![good],
             batch: 1,
             target_layers: None,
+            only: Vec::new(),
             out: dir.join("table.md"),
         })
         .unwrap_err()
