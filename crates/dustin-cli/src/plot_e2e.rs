@@ -303,6 +303,14 @@ mod tests {
         )
     }
 
+    /// A fresh scratch folder of this test process.
+    fn scratch(tag: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("dustin-plot-e2e-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
     fn write(dir: &Path, name: &str, lines: &[String]) -> PathBuf {
         let p = dir.join(name);
         std::fs::write(&p, lines.join("\n") + "\n").unwrap();
@@ -311,8 +319,7 @@ mod tests {
 
     #[test]
     fn later_rows_win_and_other_batches_are_left_out() {
-        let dir = std::env::temp_dir().join(format!("dustin-plot-e2e-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch("rows");
         let old = write(
             &dir,
             "old.jsonl",
@@ -362,8 +369,7 @@ mod tests {
 
     #[test]
     fn only_keeps_the_rows_of_one_run() {
-        let dir = std::env::temp_dir().join(format!("dustin-plot-e2e-only-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch("only");
         let tagged = |tps: f64, kern: &str| {
             row("ar", 32768, 8, 28, tps).replace('}', &format!(",\"verify_kernel\":\"{kern}\"}}"))
         };
@@ -388,8 +394,7 @@ mod tests {
 
     #[test]
     fn bad_rows_and_missing_batches_name_the_input() {
-        let dir = std::env::temp_dir().join(format!("dustin-plot-e2e-bad-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch("bad");
         let bad = write(
             &dir,
             "bad.jsonl",

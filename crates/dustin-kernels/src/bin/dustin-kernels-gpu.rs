@@ -219,8 +219,8 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
     let mut heads = vec![1 % g, c.q_heads - 1, c.q_heads - g];
     heads.dedup();
     if want("scores") {
-        // the split kernel's score mode first, then the flash kernel's (the default), whose
-        // scores the top-k row below takes
+        // the split kernel's score mode, then the flash kernel's (the default), whose scores
+        // the top-k row takes
         let r = reference::head_row_scores(&q, &k, &dims, &c.ctx, &heads, scale);
         let rs = reference::head_scores(&q, &k, &dims, &c.ctx, &heads, scale);
         for (tag, kern) in [
@@ -242,58 +242,46 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
                     BOUND,
                 ),
             }
-            if kern == AttentionKernel::Split {
-                match B::head_subset_scores(qt.clone(), kt.clone(), &c.ctx, &heads, scale as f32) {
-                    Ok(s) => rep.add(
+            match B::head_subset_scores(qt.clone(), kt.clone(), &c.ctx, &heads, scale as f32) {
+                Ok(s) => {
+                    let host = to_f32(s.clone());
+                    rep.add(
                         c.name,
-                        "head-subset scores split",
-                        reference::rel_err(&to_f32(s), &rs),
+                        &format!("head-subset scores{tag}"),
+                        reference::rel_err(&host, &rs),
                         BOUND,
-                    ),
-                    Err(e) => rep.add(
-                        c.name,
-                        &format!("scores split error {e}"),
-                        f64::INFINITY,
-                        BOUND,
-                    ),
+                    );
+                    if kern == AttentionKernel::Flash {
+                        // top-k of those f32 scores, exact; the scores span the keys' whole
+                        // width (capacity), not cmax + n
+                        let keep = Keep {
+                            budget: (cmax / 4).max(80),
+                            n_sink: 4,
+                            window: 16,
+                        };
+                        topk_check(
+                            c.name,
+                            "top-k (f32 scores)",
+                            s,
+                            &host,
+                            c.batch,
+                            c.kv_heads,
+                            cap,
+                            &c.ctx,
+                            keep,
+                            rep,
+                        );
+                    }
                 }
+                Err(e) => rep.add(
+                    c.name,
+                    &format!("scores{tag} error {e}"),
+                    f64::INFINITY,
+                    BOUND,
+                ),
             }
         }
         dustin_kernels::cuda::set_verify_kernel(AttentionKernel::Auto);
-        let r = rs;
-        let scores = B::head_subset_scores(qt.clone(), kt.clone(), &c.ctx, &heads, scale as f32);
-        match scores {
-            Ok(s) => {
-                let host = to_f32(s.clone());
-                rep.add(
-                    c.name,
-                    "head-subset scores",
-                    reference::rel_err(&host, &r),
-                    BOUND,
-                );
-                // top-k of those f32 scores, exact
-                let keep = Keep {
-                    budget: (cmax / 4).max(80),
-                    n_sink: 4,
-                    window: 16,
-                };
-                // the scores span the keys' whole width (capacity), not cmax + n
-                let l = cap;
-                topk_check(
-                    c.name,
-                    "top-k (f32 scores)",
-                    s,
-                    &host,
-                    c.batch,
-                    c.kv_heads,
-                    l,
-                    &c.ctx,
-                    keep,
-                    rep,
-                );
-            }
-            Err(e) => rep.add(c.name, &format!("scores error {e}"), f64::INFINITY, BOUND),
-        }
     }
 
     // quest
