@@ -9,6 +9,8 @@
 #                                 # on this machine, `dustin plot-e2e --json <its e2e.jsonl>
 #                                 # --batch 8 --target-layers 28 --out docs/perf/....svg` draws
 #                                 # tokens/s against context per mode (and its table)
+#   bash .device/gpu_e2e.sh plot  # issue 7's plot data alone: 7B at B=8, contexts 8k, 16k, 32k,
+#                                 # every mode (about 5 minutes); draw it here with plot-e2e
 #   bash .device/gpu_e2e.sh hf    # the HF transformers peers only
 #   bash .device/gpu_e2e.sh final # 32k: 7B B 1/8/16, 72B B 8 (HF=1: HF peers at 32k B 1/8)
 #   bash .device/gpu_e2e.sh launch # 7B 32k B 1/8: skinny GEMM on tensor cores vs CUDA cores,
@@ -64,6 +66,12 @@ grid)
         --ctx 32768 --batch 8,16
     group 7b_8192 --target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 8192 --batch 1,8,16
     group 7b_16384 --target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 16384 --batch 1,8,16
+    ;;
+plot)
+    for ctx in 8192 16384 32768; do
+        LIMIT=${LIMIT:-150} group "7b_${ctx}_b8" --target "$C/Qwen2.5-7B-Instruct.config.json" \
+            --ctx $ctx --batch 8
+    done
     ;;
 final)
     # 32k: 7B at batch 1 and 8 (every mode), 7B at 16 (ar, dense, dustin), 72B (20 layers) at

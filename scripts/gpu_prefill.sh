@@ -42,6 +42,12 @@
 #                                        # decode shape included
 #   bash .device/gpu_prefill.sh flashcheck # the check's dense, sparse, prefill and score rows,
 #                                        # one op per process
+#   bash .device/gpu_prefill.sh ktime    # every kernel's own GPU time (Nsight Compute, one pass of
+#                                        # gpu__time_duration, clocks not locked, caches flushed
+#                                        # before each kernel as in decoding, where each layer
+#                                        # reads other KV) of dense, sparse 512/1024/2048 and
+#                                        # scoring at B=8, 32k, 7B and 72B: `ktime` processes,
+#                                        # summed per call by ncu_ktime.py into ktime.jsonl
 #   bash .device/gpu_prefill.sh model    # the model rows of kernel-check alone (2-layer model through
 #                                        # every kernel against its plain path; needs more than 200 s
 #                                        # on a fresh machine)
@@ -190,6 +196,31 @@ flashcheck)
     # one group only): dense and sparse verification on every kernel variant, prefill
     for op in dense sparse prefill scores; do
         timeout "${CHECK_LIMIT:-120}" "$D/dustin-kernels-gpu" check --op $op 2>&1 | tee -a "$OUT/check.txt" | grep -E "FAIL|error|check:"
+    done
+    ;;
+kprof)
+    # ncu's sections on one launch of each kernel of KPROF_OPS (default: score sparse1024) at
+    # 7B, B=8, 32k (the third call's, after two warm-up calls of two kernels each)
+    for op in ${KPROF_OPS:-score sparse1024}; do
+        timeout 120 ncu --launch-skip 4 --launch-count 2 --clock-control none \
+            --kernel-name regex:'flash_kernel|combine_kernel|score_reduce_kernel' \
+            --section LaunchStats --section Occupancy --section WarpStateStats \
+            --section MemoryWorkloadAnalysis --section SpeedOfLight \
+            "$D/dustin-kernels-gpu" ktime --op $op > "$OUT/kprof_$op.txt" 2>&1
+        grep -E "^  [a-z_]+kernel|Registers Per|Achieved Occupancy|Block Limit Reg|Block Limit Shared|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Th|Warp Cycles Per Issued|Stall" "$OUT/kprof_$op.txt" | head -40
+    done
+    ;;
+ktime)
+    # OPS, MODELS: which (default all); EXTRA: more arguments of ktime (e.g. --sparse-waves 4),
+    # added to each label
+    for model in ${MODELS:-7B 72B}; do
+        for op in ${OPS:-dense sparse512 sparse1024 sparse2048 score}; do
+            timeout 120 ncu --metrics gpu__time_duration.sum --csv --print-units base \
+                --clock-control none --cache-control all \
+                --kernel-name regex:'flash_kernel|split_kernel|combine_kernel|score_reduce_kernel' \
+                "$D/dustin-kernels-gpu" ktime --op $op --model $model ${EXTRA:-} > /tmp/ktime.csv 2>> "$OUT/ktime_err.txt"
+            python3 "$D/ncu_ktime.py" /tmp/ktime.csv "$model $op ${EXTRA:-}" | tee -a "$OUT/ktime.jsonl"
+        done
     done
     ;;
 model)

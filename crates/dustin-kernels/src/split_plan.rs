@@ -3,29 +3,44 @@
 
 /// Keys per shared-memory tile of the flash kernel; every split is a multiple of it.
 pub(crate) const FLASH_KEYS: usize = 64;
-/// Fewest keys per split the split count aims for: more splits than `keys / MIN_CHUNK` only
-/// add partial results to merge.
+/// Fewest keys per split the split count aims for in dense verification and scoring: more
+/// splits than `keys / MIN_CHUNK` only add partial results to merge.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) const MIN_CHUNK: usize = 256;
+/// Fewest keys per split for sparse verification: one tile. A selection of about a thousand
+/// keys is too little work to hide a block's copy latency behind four tiles in turn; split
+/// to single tiles, every tile's copy is in flight at once (ncu, eighth session: 33 us of
+/// GPU time for the 9 MB of K and V at budget 1024 with 256-key splits, docs/perf.md).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) const SPARSE_MIN_CHUNK: usize = FLASH_KEYS;
 /// Blocks of the flash kernel one SM holds at once: its 222 registers a thread (128 threads)
 /// and 70 KB of shared memory a block allow 2 (ncu on the H200, docs/perf.md, sixth session).
 pub(crate) const FLASH_BLOCKS_PER_SM: usize = 2;
 /// Full waves of resident blocks the splits aim for: blocks of one call take about equally
 /// long, so a grid of just over `w` waves costs `w + 1` (544 blocks on 264 slots run as
 /// three waves, the last 6% full).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) const FLASH_WAVES: usize = 2;
 
 /// `(splits, chunk)` for a verification call whose grid has `per` blocks per split
 /// (sequences x KV heads x row blocks), `max_keys` virtual keys in its longest sequence
 /// (context or selection, plus the new tokens) and `sms` SMs: the most splits that keep the
-/// grid within [`FLASH_WAVES`] waves of [`FLASH_BLOCKS_PER_SM`] blocks per SM (at least
-/// one), at most one per [`MIN_CHUNK`] keys; `chunk` the keys per split, a multiple of
-/// [`FLASH_KEYS`], with `splits * chunk >= max_keys` and no split empty for the longest
-/// sequence (`(splits - 1) * chunk < max_keys`). `per`, `max_keys` and `sms` of 0 count as 1.
+/// grid within `waves` ([`FLASH_WAVES`] dense; 0 counts as 1) waves of
+/// [`FLASH_BLOCKS_PER_SM`] blocks per SM (at least one), at most one per `min_chunk` keys ([`MIN_CHUNK`] dense, [`SPARSE_MIN_CHUNK`]
+/// sparse; 0 counts as 1); `chunk` the keys per split, a multiple of [`FLASH_KEYS`], with
+/// `splits * chunk >= max_keys` and no split empty for the longest sequence (`(splits - 1) *
+/// chunk < max_keys`). `per`, `max_keys` and `sms` of 0 count as 1.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) fn verify_splits(per: usize, max_keys: usize, sms: usize) -> (usize, usize) {
+pub(crate) fn verify_splits(
+    per: usize,
+    max_keys: usize,
+    sms: usize,
+    min_chunk: usize,
+    waves: usize,
+) -> (usize, usize) {
     let max_keys = max_keys.max(1);
-    let want = (FLASH_WAVES * FLASH_BLOCKS_PER_SM * sms.max(1) / per.max(1)).max(1);
-    let most = max_keys.div_ceil(MIN_CHUNK);
+    let want = (waves.max(1) * FLASH_BLOCKS_PER_SM * sms.max(1) / per.max(1)).max(1);
+    let most = max_keys.div_ceil(min_chunk.max(1));
     let splits = want.min(most);
     let chunk = max_keys.div_ceil(splits).div_ceil(FLASH_KEYS) * FLASH_KEYS;
     (max_keys.div_ceil(chunk), chunk)
@@ -42,13 +57,45 @@ mod tests {
     /// the first version's 17 made 544); 72B has 8 x 8 = 64, so 8 splits of 4097 -> 4160.
     #[test]
     fn benchmark_shapes_fill_two_waves() {
-        assert_eq!(verify_splits(32, 32773, 132), (16, 2112));
-        assert_eq!(verify_splits(64, 32773, 132), (8, 4160));
+        assert_eq!(
+            verify_splits(32, 32773, 132, MIN_CHUNK, FLASH_WAVES),
+            (16, 2112)
+        );
+        assert_eq!(
+            verify_splits(64, 32773, 132, MIN_CHUNK, FLASH_WAVES),
+            (8, 4160)
+        );
         // B=1, 7B: 4 blocks a split would want 132 splits; 32773 keys allow 129 of 256, and
         // ceil(32773 / 129) = 255 -> 256 keys a split makes 129 splits
-        assert_eq!(verify_splits(4, 32773, 132), (129, 256));
+        assert_eq!(
+            verify_splits(4, 32773, 132, MIN_CHUNK, FLASH_WAVES),
+            (129, 256)
+        );
         // a short context: one split of the 5 new tokens, rounded up to a tile
-        assert_eq!(verify_splits(32, 5, 132), (1, 64));
+        assert_eq!(verify_splits(32, 5, 132, MIN_CHUNK, FLASH_WAVES), (1, 64));
+    }
+
+    /// Sparse verification at budget 1024 (+4 sinks +64 window, + 5 new tokens = 1097
+    /// virtual keys), B=8: with 256-key splits 7B got ceil(1097 / 256) = 5 splits of 256
+    /// (160 blocks, 4-5 tiles in turn each); with single tiles it wants 16 splits, ceil(1097
+    /// / 16) = 69 -> 128 keys makes 9 splits (288 blocks of 2 tiles). 72B (64 blocks a split)
+    /// wants 8: ceil(1097 / 8) = 138 -> 192 keys, 6 splits.
+    #[test]
+    fn sparse_selections_split_finer() {
+        assert_eq!(
+            verify_splits(32, 1097, 132, MIN_CHUNK, FLASH_WAVES),
+            (5, 256)
+        );
+        assert_eq!(
+            verify_splits(32, 1097, 132, SPARSE_MIN_CHUNK, FLASH_WAVES),
+            (9, 128)
+        );
+        assert_eq!(
+            verify_splits(64, 1097, 132, SPARSE_MIN_CHUNK, FLASH_WAVES),
+            (6, 192)
+        );
+        // four waves: 7B wants 33, 18 tiles allow 18 of one tile each (576 blocks)
+        assert_eq!(verify_splits(32, 1097, 132, SPARSE_MIN_CHUNK, 4), (18, 64));
     }
 
     proptest! {
@@ -57,15 +104,18 @@ mod tests {
             per in 1usize..2000,
             max_keys in 1usize..200_000,
             sms in 1usize..200,
+            sparse in proptest::bool::ANY,
         ) {
-            let (splits, chunk) = verify_splits(per, max_keys, sms);
+            let min_chunk = if sparse { SPARSE_MIN_CHUNK } else { MIN_CHUNK };
+            let waves = if sparse { 4 } else { FLASH_WAVES };
+            let (splits, chunk) = verify_splits(per, max_keys, sms, min_chunk, waves);
             prop_assert!(splits >= 1);
             prop_assert_eq!(chunk % FLASH_KEYS, 0);
             prop_assert!(splits * chunk >= max_keys, "keys not covered");
             prop_assert!((splits - 1) * chunk < max_keys, "an empty split");
-            prop_assert!(splits <= max_keys.div_ceil(MIN_CHUNK), "more splits than MIN_CHUNK allows");
-            // within two waves, unless one split a block already exceeds them
-            let slots = FLASH_WAVES * FLASH_BLOCKS_PER_SM * sms;
+            prop_assert!(splits <= max_keys.div_ceil(min_chunk), "more splits than min_chunk allows");
+            // within `waves` waves, unless one split a block already exceeds them
+            let slots = waves * FLASH_BLOCKS_PER_SM * sms;
             prop_assert!(splits * per <= slots.max(per), "{} blocks over {} slots", splits * per, slots);
         }
     }

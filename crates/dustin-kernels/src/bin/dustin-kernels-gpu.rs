@@ -11,6 +11,10 @@
 //!   of two query heads over one KV head's keys, top-k; microseconds per layer and TB/s of
 //!   KV read. JSON lines go to `--json PATH` as well. `--verify-kernel auto|flash|split` and
 //!   `--flash-buffers 1|2|3` pick the attention kernel and the flash kernel's tile buffers.
+//! - `ktime --op OP [--model 7B|72B]`: one op of `bench` at B=8, 32k alone (2 warm-up calls,
+//!   then 5), for a trace of its kernels' GPU time (`scripts/gpu_prefill.sh ktime`).
+//! - `--score-buffers 1|2|3` and `--sparse-waves N` (any command): the flash kernel's K tile
+//!   buffers in score mode, and the waves of blocks sparse verification's splits aim for.
 
 use std::io::Write;
 use std::time::Instant;
@@ -951,6 +955,68 @@ fn prefill_chunks(
     Ok(t.elapsed().as_secs_f64() * 1e6 / reps as f64)
 }
 
+/// One op at B=8, 32k context, 5 query tokens, for a GPU-time trace (`gpu_prefill.sh ktime`
+/// runs it under Nsight Compute, which times every kernel alone): 2 warm-up calls, then 5
+/// calls. `op`: `dense`, `sparse512`, `sparse1024`, `sparse2048` (+4 sinks +64 window, as in
+/// `bench`) or `score` (two query heads over one KV head's keys); `model`: `7B` or `72B`
+/// (their published attention shapes). Prints the host time per call as well.
+fn ktime(op: &str, model: &str) -> Result<(), String> {
+    let (hq, kvh) = match model {
+        "7B" => (28usize, 4usize),
+        "72B" => (64, 8),
+        other => return Err(format!("--model: expected 7B or 72B, got {other:?}")),
+    };
+    let (b, ctx, n, d) = (8usize, 32768usize, 5usize, 128usize);
+    let scale = 1.0 / (d as f32).sqrt();
+    let q = Tensor::<B, 4>::random([b, hq, n, d], Distribution::Uniform(-1.0, 1.0), &dev());
+    let k = Tensor::<B, 4>::random(
+        [b, kvh, ctx + n, d],
+        Distribution::Uniform(-1.0, 1.0),
+        &dev(),
+    );
+    let v = Tensor::<B, 4>::random(
+        [b, kvh, ctx + n, d],
+        Distribution::Uniform(-1.0, 1.0),
+        &dev(),
+    );
+    let lens = vec![ctx; b];
+    let budget = match op {
+        "dense" | "score" => 0,
+        "sparse512" => 512,
+        "sparse1024" => 1024,
+        "sparse2048" => 2048,
+        other => {
+            return Err(format!(
+                "--op: expected dense, sparse512, sparse1024, sparse2048 or score, got {other:?}"
+            ))
+        }
+    };
+    let (idx, counts) = selection(b, kvh, ctx, budget.max(1), budget as u64);
+    let heads = [0usize, 1];
+    let call = || match op {
+        "dense" => {
+            let _ = B::verify_attention(q.clone(), k.clone(), v.clone(), &lens, scale);
+        }
+        "score" => {
+            let _ = B::head_subset_scores(q.clone(), k.clone(), &lens, &heads, scale);
+        }
+        _ => {
+            let _ = B::sparse_verify_attention(
+                q.clone(),
+                k.clone(),
+                v.clone(),
+                &lens,
+                idx.clone(),
+                &counts,
+                scale,
+            );
+        }
+    };
+    let us = time_us(2, 5, call);
+    println!("ktime {model} {op} B={b} ctx={ctx}: {us:.1} us per call from the host (5 calls)");
+    Ok(())
+}
+
 fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let json = args
@@ -984,6 +1050,26 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     }
+    for (flag, set) in [
+        (
+            "--score-buffers",
+            dustin_kernels::cuda::set_score_buffers as fn(usize),
+        ),
+        ("--sparse-waves", dustin_kernels::cuda::set_sparse_waves),
+    ] {
+        match args
+            .iter()
+            .position(|a| a == flag)
+            .map(|i| args.get(i + 1).and_then(|s| s.parse::<usize>().ok()))
+        {
+            None => {}
+            Some(Some(n)) if (1..=8).contains(&n) => set(n),
+            Some(other) => {
+                eprintln!("{flag}: expected a number from 1 to 8, got {other:?}");
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+    }
     let op = args
         .iter()
         .position(|a| a == "--op")
@@ -1004,12 +1090,23 @@ fn main() -> std::process::ExitCode {
             };
             prefill_attention(&mut emit, quick);
         }
+        Some("ktime") => {
+            let model = args
+                .iter()
+                .position(|a| a == "--model")
+                .and_then(|i| args.get(i + 1))
+                .map_or("7B", String::as_str);
+            if let Err(e) = ktime(op, model) {
+                eprintln!("{e}");
+                return std::process::ExitCode::from(2);
+            }
+        }
         Some("all") => {
             failures = check(op);
             bench(json, quick, verify_kernel);
         }
         _ => {
-            eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise] | bench [--quick] [--verify-kernel auto|flash|split] [--flash-buffers 1|2|3] [--json PATH] | gemm [--quick] [--no-burn] [--json PATH] | prefill [--quick] [--json PATH] | all");
+            eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise] | bench [--quick] [--verify-kernel auto|flash|split] [--flash-buffers 1|2|3] [--json PATH] | gemm [--quick] [--no-burn] [--json PATH] | prefill [--quick] [--json PATH] | ktime --op dense|sparse512|sparse1024|sparse2048|score [--model 7B|72B] | all; any of them [--score-buffers 1..3] [--sparse-waves N]");
             return std::process::ExitCode::from(2);
         }
     }

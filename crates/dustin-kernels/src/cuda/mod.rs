@@ -224,6 +224,36 @@ pub fn set_flash_buffers(n: usize) {
     FLASH_BUFS.store(n.clamp(1, 3), Ordering::Relaxed);
 }
 
+/// K tile buffers of the flash kernel's score mode by default: three. Scoring stages no V,
+/// so a ring of three K tiles (52 KB) takes less shared memory than verification's two K
+/// and V tiles (70 KB) and keeps two tiles' copies in flight per block (docs/perf.md,
+/// eighth session).
+pub const SCORE_BUFFERS: usize = 3;
+
+static SCORE_BUFS: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(SCORE_BUFFERS);
+
+/// K tile buffers of the flash kernel's score mode (head-subset scoring), as
+/// [`set_flash_buffers`] sets them for prefill and verification: clamped to `1..=3`,
+/// [`SCORE_BUFFERS`] by default. For checks and benchmarks.
+pub fn set_score_buffers(n: usize) {
+    SCORE_BUFS.store(n.clamp(1, 3), Ordering::Relaxed);
+}
+
+/// Waves of resident blocks sparse verification's splits aim for by default (dense
+/// verification aims for `split_plan::FLASH_WAVES`, 2), in splits of at least one tile
+/// (`split_plan::SPARSE_MIN_CHUNK`).
+pub const SPARSE_WAVES: usize = 2;
+
+static SPARSE_WAVE_COUNT: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(SPARSE_WAVES);
+
+/// Waves of resident blocks sparse verification on the flash kernel aims its splits at
+/// (at least 1; [`SPARSE_WAVES`] by default). For benchmarks.
+pub fn set_sparse_waves(n: usize) {
+    SPARSE_WAVE_COUNT.store(n.max(1), Ordering::Relaxed);
+}
+
 /// Whether verification runs on the flash kernel.
 fn use_flash_verify() -> bool {
     AttentionKernel::flash(&VERIFY_KERNEL, || true)
@@ -787,7 +817,11 @@ fn launch_flash(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32, a: Fl
             a.lmax as u32,
             dims.head_dim,
             NV,
-            FLASH_BUFS.load(Ordering::Relaxed),
+            if a.score {
+                SCORE_BUFS.load(Ordering::Relaxed)
+            } else {
+                FLASH_BUFS.load(Ordering::Relaxed)
+            },
             a.verify,
             a.sparse,
             a.score,
@@ -836,7 +870,8 @@ fn flash_prefill(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32) -> C
 /// `combine_kernel`: the rows `e * n_new + i` of each KV head's group in blocks
 /// of 64, the virtual keys (context or selection, then the new tokens) split so the grid
 /// fills at most two waves of resident blocks (`split_plan::verify_splits`), with at most
-/// one split per [`MIN_CHUNK`] keys (each split a multiple of 64 keys). `table` is the
+/// one split per [`MIN_CHUNK`] keys (each split a multiple of 64 keys); a selection in
+/// splits of at least one tile over [`set_sparse_waves`] waves. `table` is the
 /// identity slot table of the dense path, `sel` the selection (indices, counts tensor,
 /// most keys). Returns `[b, q_heads, n_new, d]` in `q`'s dtype.
 #[allow(clippy::too_many_arguments)]
@@ -859,7 +894,16 @@ fn flash_verify(
         None => (false, ctx.clone(), ctx.clone(), dims.keys),
     };
     let per = b * dims.kv_heads * rowblocks;
-    let (splits, chunk) = crate::split_plan::verify_splits(per, max_keys, sm_count(&q));
+    let (min_chunk, waves) = if sparse {
+        (
+            crate::split_plan::SPARSE_MIN_CHUNK,
+            SPARSE_WAVE_COUNT.load(Ordering::Relaxed),
+        )
+    } else {
+        (MIN_CHUNK, crate::split_plan::FLASH_WAVES)
+    };
+    let (splits, chunk) =
+        crate::split_plan::verify_splits(per, max_keys, sm_count(&q), min_chunk, waves);
     let pm = empty(&q, vec![b, dims.kv_heads, splits, rpad], DType::F32);
     let pl = empty(&q, vec![b, dims.kv_heads, splits, rpad], DType::F32);
     let pacc = empty(
@@ -947,12 +991,20 @@ fn flash_scores(
 ) -> FlashScores {
     let b = dims.batch;
     let rows = max_heads * dims.n_new;
-    let rowblocks = rows.div_ceil(kernels::FLASH_ROWS);
-    let rpad = rowblocks * kernels::FLASH_ROWS;
+    // 16 rows a block, every warp on a quarter of each tile's keys (`flash_kernel`'s score
+    // mode), so each split leaves 4 partials
+    let rowblocks = rows.div_ceil(16);
+    let rpad = rowblocks * 16;
     let per = b * slots * rowblocks;
-    let (splits, chunk) = crate::split_plan::verify_splits(per, dims.keys, sm_count(&q));
-    let pm = empty(&q, vec![b, slots, splits, rpad], DType::F32);
-    let pl = empty(&q, vec![b, slots, splits, rpad], DType::F32);
+    let (splits, chunk) = crate::split_plan::verify_splits(
+        per,
+        dims.keys,
+        sm_count(&q),
+        MIN_CHUNK,
+        crate::split_plan::FLASH_WAVES,
+    );
+    let pm = empty(&q, vec![b, slots, 4 * splits, rpad], DType::F32);
+    let pl = empty(&q, vec![b, slots, 4 * splits, rpad], DType::F32);
     let logits = empty(&q, vec![b, slots, rpad, dims.keys], DType::F32);
     let out = empty(&q, vec![1], q.dtype);
     let a = FlashLaunch {
@@ -979,7 +1031,7 @@ fn flash_scores(
         pm,
         pl,
         logits,
-        splits,
+        splits: 4 * splits,
         rpad,
     }
 }
@@ -1076,7 +1128,7 @@ fn subset_scores<F: FloatElement, I: IntElement, BT: BoolElement>(
     kernels::score_reduce_kernel::launch::<CudaRuntime>(
         &client,
         CubeCount::Static(
-            dims.capacity.div_ceil(256) as u32,
+            dims.capacity.div_ceil(kernels::SCORE_BLOCK_POSITIONS) as u32,
             dims.kv_heads as u32,
             b as u32,
         ),
