@@ -257,7 +257,7 @@ fn run_on<B: KernelOps>(args: &DemoArgs, dev: &B::Device) -> Result<(), CliError
                 r.kv_fraction_read.into(),
                 r.estimation_fraction_read.into(),
                 r.agreement_with_dense.into(),
-                (r.identical_prefix as f64).into(),
+                r.identical_prefix.to_string().into(),
                 r.wall_secs.into(),
             ])
             .map_err(|e| CliError::Usage(e.to_string()))?;
