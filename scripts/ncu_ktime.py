@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Sums Nsight Compute's per-kernel GPU time (`gpu__time_duration.sum`, CSV, `--print-units
-base`, so nanoseconds) over the last CALLS calls of one `dustin-kernels-gpu ktime` process.
+base`, so nanoseconds) over the last TIMED (5) of the CALLS (7) calls of one
+`dustin-kernels-gpu ktime` process.
 
 The process makes 2 warm-up calls and then 5 timed ones, so the captured kernels (filtered by
 name in `gpu_prefill.sh ktime`) split into 7 equal calls; the last 5 are summed per call.

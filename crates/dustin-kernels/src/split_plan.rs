@@ -9,8 +9,9 @@ pub(crate) const FLASH_KEYS: usize = 64;
 pub(crate) const MIN_CHUNK: usize = 256;
 /// Fewest keys per split for sparse verification: one tile. A selection of about a thousand
 /// keys is too little work to hide a block's copy latency behind four tiles in turn; split
-/// to single tiles, every tile's copy is in flight at once (ncu, eighth session: 33 us of
-/// GPU time for the 9 MB of K and V at budget 1024 with 256-key splits, docs/perf.md).
+/// to single tiles, more tiles' copies are in flight at once (ncu, eighth session: 33 us of
+/// GPU time for the 17.9 MB of K and V at 7B, B=8, budget 1024, with 256-key splits;
+/// docs/perf.md).
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) const SPARSE_MIN_CHUNK: usize = FLASH_KEYS;
 /// Blocks of the flash kernel one SM holds at once: its 222 registers a thread (128 threads)
@@ -77,7 +78,7 @@ mod tests {
 
     /// Sparse verification at budget 1024 (+4 sinks +64 window, + 5 new tokens = 1097
     /// virtual keys), B=8: with 256-key splits 7B got ceil(1097 / 256) = 5 splits of 256
-    /// (160 blocks, 4-5 tiles in turn each); with single tiles it wants 16 splits, ceil(1097
+    /// (160 blocks, up to 4 tiles in turn each); with single tiles it wants 16 splits, ceil(1097
     /// / 16) = 69 -> 128 keys makes 9 splits (288 blocks of 2 tiles). 72B (64 blocks a split)
     /// wants 8: ceil(1097 / 8) = 138 -> 192 keys, 6 splits.
     #[test]

@@ -13,7 +13,7 @@
 //!   `--flash-buffers 1|2|3` pick the attention kernel and the flash kernel's tile buffers.
 //! - `ktime --op OP [--model 7B|72B]`: one op of `bench` at B=8, 32k alone (2 warm-up calls,
 //!   then 5), for a trace of its kernels' GPU time (`scripts/gpu_prefill.sh ktime`).
-//! - `--score-buffers 1|2|3` and `--sparse-waves N` (any command): the flash kernel's K tile
+//! - `--score-buffers 1|2|3` and `--sparse-waves 1..8` (any command): the flash kernel's K tile
 //!   buffers in score mode, and the waves of blocks sparse verification's splits aim for.
 
 use std::io::Write;
@@ -1050,12 +1050,13 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     }
-    for (flag, set) in [
+    for (flag, most, set) in [
         (
             "--score-buffers",
+            3,
             dustin_kernels::cuda::set_score_buffers as fn(usize),
         ),
-        ("--sparse-waves", dustin_kernels::cuda::set_sparse_waves),
+        ("--sparse-waves", 8, dustin_kernels::cuda::set_sparse_waves),
     ] {
         match args
             .iter()
@@ -1063,9 +1064,9 @@ fn main() -> std::process::ExitCode {
             .map(|i| args.get(i + 1).and_then(|s| s.parse::<usize>().ok()))
         {
             None => {}
-            Some(Some(n)) if (1..=8).contains(&n) => set(n),
+            Some(Some(n)) if (1..=most).contains(&n) => set(n),
             Some(other) => {
-                eprintln!("{flag}: expected a number from 1 to 8, got {other:?}");
+                eprintln!("{flag}: expected a number from 1 to {most}, got {other:?}");
                 return std::process::ExitCode::FAILURE;
             }
         }
@@ -1106,7 +1107,7 @@ fn main() -> std::process::ExitCode {
             bench(json, quick, verify_kernel);
         }
         _ => {
-            eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise] | bench [--quick] [--verify-kernel auto|flash|split] [--flash-buffers 1|2|3] [--json PATH] | gemm [--quick] [--no-burn] [--json PATH] | prefill [--quick] [--json PATH] | ktime --op dense|sparse512|sparse1024|sparse2048|score [--model 7B|72B] | all; any of them [--score-buffers 1..3] [--sparse-waves N]");
+            eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise] | bench [--quick] [--verify-kernel auto|flash|split] [--flash-buffers 1|2|3] [--json PATH] | gemm [--quick] [--no-burn] [--json PATH] | prefill [--quick] [--json PATH] | ktime --op dense|sparse512|sparse1024|sparse2048|score [--model 7B|72B] | all; any of them [--score-buffers 1|2|3] [--sparse-waves 1..8]");
             return std::process::ExitCode::from(2);
         }
     }

@@ -4,12 +4,13 @@
 //! (the WMMA input types; f32 accumulation), `head_dim` 64 or 128 (attention and scoring;
 //! any width for Quest), contiguous last dimension with a row stride that is a multiple of 8
 //! (true of the `dustin-kv` cache and its views). Query rows per block: up to 64
-//! (`group * n_new` rows are split into blocks of at most 64; the blocks of one split run side
-//! by side, so a key is read from HBM once and from L2 by the other blocks).
+//! (`group * n_new` rows are split into blocks of at most 64, 16 in head-subset scoring; the
+//! blocks of one split run side by side, so a key is read from HBM once and from L2 by the
+//! other blocks).
 //!
-//! Verification and long prefill chunks run on `flash_kernel` (scores in
-//! registers, `cp.async` double buffering; [`set_verify_kernel`], [`set_prefill_kernel`]),
-//! head-subset scoring and short prefill chunks on `split_kernel`.
+//! Verification, head-subset scoring and long prefill chunks run on `flash_kernel` (scores
+//! in registers, `cp.async` double buffering; [`set_verify_kernel`], [`set_prefill_kernel`]),
+//! short prefill chunks on `split_kernel` (and everything it is forced onto).
 //!
 //! Outputs are freshly allocated; [`set_poison_outputs`] fills them (and the partial buffers)
 //! with NaN before each launch, so a checked run fails on any element a kernel leaves
@@ -224,11 +225,11 @@ pub fn set_flash_buffers(n: usize) {
     FLASH_BUFS.store(n.clamp(1, 3), Ordering::Relaxed);
 }
 
-/// K tile buffers of the flash kernel's score mode by default: three. Scoring stages no V,
-/// so a ring of three K tiles (52 KB) takes less shared memory than verification's two K
-/// and V tiles (70 KB) and keeps two tiles' copies in flight per block (docs/perf.md,
-/// eighth session).
-pub const SCORE_BUFFERS: usize = 3;
+/// K tile buffers of the flash kernel's score mode by default: two, as verification. A
+/// ring of three (two tiles' copies in flight, 52 KB of shared memory; scoring stages no V)
+/// measured 36.0 us against 35.2 with two at 7B, B=8, 32k (ncu GPU time, docs/perf.md,
+/// eighth session), so it stays opt-in.
+pub const SCORE_BUFFERS: usize = 2;
 
 static SCORE_BUFS: std::sync::atomic::AtomicUsize =
     std::sync::atomic::AtomicUsize::new(SCORE_BUFFERS);
@@ -963,9 +964,11 @@ fn sm_count(t: &Ct) -> usize {
         .map_or(DEFAULT_SMS, |n| n as usize)
 }
 
-/// What the score mode of `flash_kernel` leaves for `score_reduce_kernel`: partial maxima
-/// and sums `[b, slots, splits, rpad]` and the scaled, masked logits `[b, slots, rpad,
-/// keys]` (f32; row `e * n_new + i` of a slot is its `e`-th query head's token `i`).
+/// What the score mode of `flash_kernel` (or the split kernel's) leaves for
+/// `score_reduce_kernel`: partial maxima and sums `[b, slots, splits, rpad]` and the scaled,
+/// masked logits `[b, slots, rpad, keys]` (f32; row `e * n_new + i` of a slot is its `e`-th
+/// query head's token `i`). `splits` counts partials: on the flash kernel 4 per split of the
+/// keys (one per warp).
 struct FlashScores {
     pm: Ct,
     pl: Ct,
@@ -975,9 +978,10 @@ struct FlashScores {
 }
 
 /// Head-subset logits through `flash_kernel` in score mode: the rows of each slot of
-/// `table` (`slots` of them, at most `max_heads` query heads each) over every key of the
-/// context and the new tokens, split as verification is (`split_plan::verify_splits`);
-/// only K is read. `k` ready by [`rows_ready`].
+/// `table` (`slots` of them, at most `max_heads` query heads each) in blocks of 16 rows
+/// over every key of the context and the new tokens, the keys split as dense verification's
+/// are (`split_plan::verify_splits`), each split leaving 4 partials (one per warp, each warp
+/// taking 16 keys of every tile); only K is read. `k` ready by [`rows_ready`].
 #[allow(clippy::too_many_arguments)]
 fn flash_scores(
     q: Ct,
