@@ -200,12 +200,13 @@ flashcheck)
     ;;
 kprof)
     # ncu's sections on one launch of each kernel of KPROF_OPS (default: score sparse1024) at
-    # 7B, B=8, 32k (the third call's, after two warm-up calls of two kernels each)
+    # 7B, B=8, 32k (the third call's, after two warm-up calls of two kernels each);
+    # SourceCounters lists the most-stalled source lines (cubecl compiles with -lineinfo)
     for op in ${KPROF_OPS:-score sparse1024}; do
         timeout 120 ncu --launch-skip 4 --launch-count 2 --clock-control none \
             --kernel-name regex:'flash_kernel|combine_kernel|score_reduce_kernel' \
             --section LaunchStats --section Occupancy --section WarpStateStats \
-            --section MemoryWorkloadAnalysis --section SpeedOfLight \
+            --section MemoryWorkloadAnalysis --section SpeedOfLight --section SourceCounters \
             "$D/dustin-kernels-gpu" ktime --op $op > "$OUT/kprof_$op.txt" 2>&1
         grep -E "^  [a-z_]+kernel|Registers Per|Achieved Occupancy|Block Limit Reg|Block Limit Shared|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Th|Warp Cycles Per Issued|Stall" "$OUT/kprof_$op.txt" | head -40
     done
