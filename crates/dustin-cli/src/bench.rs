@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use clap::Args;
 use dustin_core::{DenseHook, Phase};
-use dustin_qwen::generate::{auto_prefill_chunk, prefill, AUTO_PREFILL_CHUNK};
+use dustin_qwen::generate::{prefill, resolve_prefill_chunk, AUTO_PREFILL_CHUNK};
 use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2, QwenConfig};
 
 use crate::backend::DeviceKind;
@@ -100,10 +100,7 @@ fn run_on<B: KernelOps>(args: &BenchArgs, dev: &B::Device) -> Result<(), CliErro
                 .collect()
         })
         .collect();
-    let chunk = match args.chunk {
-        AUTO_PREFILL_CHUNK => auto_prefill_chunk(&model, &DenseHook, None),
-        c => c,
-    };
+    let chunk = resolve_prefill_chunk(&model, &DenseHook, None, args.chunk);
     // a short prompt run untimed before each path's prefill (kernel compilation)
     let warm: Vec<Vec<u32>> = vec![prompts[0][..chunk.min(args.prompt_len)].to_vec()];
     // time to first token per path: the whole batch's prefill and its last logits read back

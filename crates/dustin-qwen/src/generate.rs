@@ -43,6 +43,21 @@ pub fn auto_prefill_chunk<B: KernelOps, H: AttentionHook<B> + ?Sized>(
     )
 }
 
+/// `chunk` as [`prefill`] runs it: [`auto_prefill_chunk`]'s choice for [`AUTO_PREFILL_CHUNK`]
+/// (0), any other value as given. For callers that report or slice by the chunk used.
+pub fn resolve_prefill_chunk<B: KernelOps, H: AttentionHook<B> + ?Sized>(
+    model: &Qwen2<B>,
+    hook: &H,
+    layers: Option<usize>,
+    chunk: usize,
+) -> usize {
+    if chunk == AUTO_PREFILL_CHUNK {
+        auto_prefill_chunk(model, hook, layers)
+    } else {
+        chunk
+    }
+}
+
 /// Whether `hook` wants the attention probabilities of any of layers `0 .. layers` in a
 /// prefill chunk, the last one or an earlier one ([`AttentionHook::wants_probs`] with
 /// [`Phase::Prefill`]).
@@ -182,11 +197,7 @@ pub fn prefill_from<B: KernelOps, H: AttentionHook<B> + ?Sized>(
         }
     }
     let mut prefixes = prefixes.map(|v| v.into_iter());
-    let chunk = if chunk == AUTO_PREFILL_CHUNK {
-        auto_prefill_chunk(model, hook, layers)
-    } else {
-        chunk
-    };
+    let chunk = resolve_prefill_chunk(model, hook, layers, chunk);
     let mut stacked = (batch > 1).then(|| model.new_cache(batch, capacity, layers));
     let mut single = None;
     let mut lasts = Vec::with_capacity(prompts.len());

@@ -991,7 +991,12 @@ fn ktime(op: &str, model: &str) -> Result<(), String> {
             ))
         }
     };
-    let (idx, counts) = selection(b, kvh, ctx, budget.max(1), budget as u64);
+    // only the sparse ops read a selection
+    let (idx, counts) = if budget > 0 {
+        selection(b, kvh, ctx, budget, budget as u64)
+    } else {
+        (Tensor::<B, 3, Int>::zeros([b, kvh, 1], &dev()), vec![0; b])
+    };
     let heads = [0usize, 1];
     let call = || match op {
         "dense" => {
