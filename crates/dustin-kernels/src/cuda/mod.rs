@@ -241,6 +241,18 @@ pub fn set_score_buffers(n: usize) {
     SCORE_BUFS.store(n.clamp(1, 3), Ordering::Relaxed);
 }
 
+static SCORE_MERGE_ONCE: AtomicBool = AtomicBool::new(false);
+
+/// Whether head-subset scoring merges each row's partial maxima and sums once, in
+/// `score_merge_kernel` (one more launch), rather than in every block of
+/// `score_reduce_kernel` (the default). Every reduction block re-merges all 4 x splits
+/// partials of its rows before it reads a logit, the chain ncu showed the reduction
+/// waiting on (docs/perf.md, eighth session). Off until measured on the GPU; for checks
+/// and benchmarks (`dustin-kernels-gpu --score-merge-once`).
+pub fn set_score_merge_once(on: bool) {
+    SCORE_MERGE_ONCE.store(on, Ordering::Relaxed);
+}
+
 /// Waves of resident blocks sparse verification's splits aim for by default (dense
 /// verification aims for `split_plan::FLASH_WAVES`, 2), in splits of at least one tile
 /// (`split_plan::SPARSE_MIN_CHUNK`).
@@ -1129,6 +1141,28 @@ fn subset_scores<F: FloatElement, I: IntElement, BT: BoolElement>(
     };
     let client = out.client.clone();
     let id = table.dtype;
+    // (M_r, L_r) merged once per row (opt-in), else by every block of the reduction
+    let merged = SCORE_MERGE_ONCE.load(Ordering::Relaxed);
+    let ml = if merged {
+        let ml = empty(&out, vec![b, nslots, parts.rpad, 2], DType::F32);
+        kernels::score_merge_kernel::launch::<CudaRuntime>(
+            &client,
+            CubeCount::Static(nslots as u32, b as u32, 1),
+            CubeDim::new_1d(256),
+            parts.pm.clone().into_tensor_arg(),
+            parts.pl.clone().into_tensor_arg(),
+            table.clone().into_tensor_arg(),
+            ml.clone().into_tensor_arg(),
+            dims.n_new as u32,
+            parts.splits as u32,
+            parts.rpad as u32,
+            nslots as u32,
+            id.into(),
+        );
+        ml
+    } else {
+        parts.pm.clone()
+    };
     kernels::score_reduce_kernel::launch::<CudaRuntime>(
         &client,
         CubeCount::Static(
@@ -1139,6 +1173,7 @@ fn subset_scores<F: FloatElement, I: IntElement, BT: BoolElement>(
         CubeDim::new_1d(256),
         parts.pm.into_tensor_arg(),
         parts.pl.into_tensor_arg(),
+        ml.into_tensor_arg(),
         parts.logits.into_tensor_arg(),
         table.into_tensor_arg(),
         kv2slot.into_tensor_arg(),
@@ -1152,6 +1187,7 @@ fn subset_scores<F: FloatElement, I: IntElement, BT: BoolElement>(
         dims.capacity as u32,
         parts.rpad,
         per_row,
+        merged,
         id.into(),
     );
     Ok(out)
