@@ -3,7 +3,8 @@
 bf16 `x @ w` at the projection shapes of Qwen2.5-7B and 72B (prefill rows 4k/16k/32k, decode /
 verify rows 8/40/128; 30 warm-ups, mean of 10 by CUDA events) and SDPA causal prefill (28 heads,
 d 128, 4k/16k/32k). One JSON line a shape, the same keys as the Rust side.
-Usage: python3 gemm_prefill_bench.py [--quick] [--sdpa-only]
+Usage: python3 gemm_prefill_bench.py [--quick] [--sdpa-only] [--decode-only]
+(--decode-only: the decode / verify rows 1, 8, 16, 40, 128 only, no SDPA)
 """
 import json
 import sys
@@ -16,6 +17,9 @@ sdpa_only = "--sdpa-only" in sys.argv
 dev = "cuda"
 prefill = [16384] if quick else [4096, 16384, 32768]
 decode = [8, 40, 128]
+decode_only = "--decode-only" in sys.argv
+if decode_only:
+    prefill, decode = [], [1, 8, 16, 40, 128]
 
 
 def timed(fn, warm, reps):
@@ -44,7 +48,7 @@ with torch.inference_mode():
                                   "tflops": round(2 * m * k * n / us / 1e6, 2),
                                   "weight_tbps": round(2 * k * n / us / 1e6, 3)}), flush=True)
     heads, d = 28, 128
-    for n in prefill:
+    for n in [] if decode_only else prefill:
         q, k, v = (torch.randn(1, heads, n, d, device=dev, dtype=torch.bfloat16) for _ in range(3))
         us = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), 3, 5)
         print(json.dumps({"op": "attention-causal-prefill", "peer": "torch", "heads": heads, "d": d,

@@ -13,6 +13,8 @@
 #                                 # every mode (about 5 minutes); draw it here with plot-e2e
 #   bash .device/gpu_e2e.sh hf    # the HF transformers peers only
 #   bash .device/gpu_e2e.sh final # 32k: 7B B 1/8/16, 72B B 8 (HF=1: HF peers at 32k B 1/8)
+#   bash .device/gpu_e2e.sh skinny # 7B and 72B (20 layers) at 32k, B 8, ar/dense/dustin: the
+#                                 # skinny GEMMs' default (auto) against CUDA cores + Burn's matmul
 #   bash .device/gpu_e2e.sh launch # 7B 32k B 1/8: skinny GEMM on tensor cores vs CUDA cores,
 #                                 # fused residual, ragged acceptance with and without kv_write
 #   bash .device/gpu_e2e.sh verifyk # 7B 32k B 8, ragged acceptance, ar/dense/dustin: verification
@@ -35,7 +37,7 @@
 # or `off`: `--skinny-gemm`), GROUPED (`on`, the default, or `off`: `--grouped-gemm`),
 # RESIDUAL (`off`, the default, or `on`: `--fused-residual`), RAGGED (`off`, the default, or
 # `on`: `--ragged-accept`, per-sequence shifted schedules), KVWRITE (`on`, the default, or
-# `off`: `--kv-write-kernel`), SKMMA (`cores`, the default, or `mma`: `--skinny-kernel`),
+# `off`: `--kv-write-kernel`), SKMMA (`auto`, the default, `mma` or `cores`: `--skinny-kernel`),
 # VERIFYK (`auto`, the default, `flash` or `split`: `--verify-kernel`). Each
 # group is one process; nvidia-smi samples its memory every 100 ms (peak in
 # mem.jsonl).
@@ -53,7 +55,7 @@ group() {
     shift
     mem_watch "$name"
     timeout "${LIMIT:-240}" "$D/dustin" bench-e2e --device cuda --json "$OUT/e2e.jsonl" \
-        --accept "default=$TAU" --draft "$DRAFT" --warmup 2 --iters 6 ${PROFILE:+--profile} --elementwise "${ELEMENTWISE:-fused}" --skinny-gemm "${SKINNY:-on}" --grouped-gemm "${GROUPED:-on}" --fused-residual "${RESIDUAL:-off}" --ragged-accept "${RAGGED:-off}" --kv-write-kernel "${KVWRITE:-on}" --skinny-kernel "${SKMMA:-cores}" --verify-kernel "${VERIFYK:-auto}" "$@" 2>&1 | tee "$OUT/$name.txt"
+        --accept "default=$TAU" --draft "$DRAFT" --warmup 2 --iters 6 ${PROFILE:+--profile} --elementwise "${ELEMENTWISE:-fused}" --skinny-gemm "${SKINNY:-on}" --grouped-gemm "${GROUPED:-on}" --fused-residual "${RESIDUAL:-off}" --ragged-accept "${RAGGED:-off}" --kv-write-kernel "${KVWRITE:-on}" --skinny-kernel "${SKMMA:-auto}" --verify-kernel "${VERIFYK:-auto}" "$@" 2>&1 | tee "$OUT/$name.txt"
     echo "{\"group\":\"$name\",\"peak_mib\":$(mem_peak_max "$name")}" | tee -a "$OUT/mem.jsonl"
 }
 
@@ -105,6 +107,19 @@ s7)
         --ctx 32768 --batch 1,8 --modes ar,dense,dustin
     LIMIT=${LIMIT_72B:-150} RAGGED=on group 72b_32768 --target "$C/Qwen2.5-72B-Instruct.config.json" \
         --target-layers 20 --ctx 32768 --batch 8 --modes ar,dense,dustin
+    ;;
+skinny)
+    # 2026-12-01: the skinny GEMMs' default (auto: tensor cores from 2 rows) against the old
+    # one (cores: CUDA cores up to 16 rows, Burn's matmul above), one process each, 7B and
+    # 72B (first 20 of 80 layers) at 32k, B=8; ar, dense, dustin
+    for k in auto cores; do
+        LIMIT=${LIMIT:-100} SKMMA=$k group "7b_32768_b8_$k" --target "$C/Qwen2.5-7B-Instruct.config.json" \
+            --ctx 32768 --batch 8 --modes ar,dense,dustin
+    done
+    for k in auto cores; do
+        LIMIT=${LIMIT:-100} SKMMA=$k group "72b_32768_b8_$k" --target "$C/Qwen2.5-72B-Instruct.config.json" \
+            --target-layers 20 --ctx 32768 --batch 8 --modes ar,dense,dustin
+    done
     ;;
 launch)
     # session 24, side by side at 7B, 32k, B 1 and 8 (MODES, default ar,dense,dustin), one

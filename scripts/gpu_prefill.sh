@@ -48,6 +48,11 @@
 #                                        # reads other KV) of dense, sparse 512/1024/2048 and
 #                                        # scoring at B=8, 32k, 7B and 72B: `ktime` processes,
 #                                        # summed per call by ncu_ktime.py into ktime.jsonl
+#   bash .device/gpu_prefill.sh kprof    # ncu sections (occupancy, stalls, SourceCounters) on one
+#                                        # launch of each kernel of KPROF_OPS at 7B, B=8, 32k
+#   bash .device/gpu_prefill.sh skinny   # the skinny GEMMs (decode / verify rows 1..128): the
+#                                        # element-wise check rows, then gemm --decode-only (ours on
+#                                        # CUDA and tensor cores, Burn, cuBLAS) beside PyTorch
 #   bash .device/gpu_prefill.sh model    # the model rows of kernel-check alone (2-layer model through
 #                                        # every kernel against its plain path; needs more than 200 s
 #                                        # on a fresh machine)
@@ -204,7 +209,7 @@ kprof)
     # SourceCounters lists the most-stalled source lines (cubecl compiles with -lineinfo)
     for op in ${KPROF_OPS:-score sparse1024}; do
         timeout 120 ncu --launch-skip 4 --launch-count 2 --clock-control none \
-            --kernel-name regex:'flash_kernel|combine_kernel|score_reduce_kernel' \
+            --kernel-name regex:'flash_kernel|combine_kernel|score_reduce_kernel|score_merge_kernel' \
             --section LaunchStats --section Occupancy --section WarpStateStats \
             --section MemoryWorkloadAnalysis --section SpeedOfLight --section SourceCounters \
             "$D/dustin-kernels-gpu" ktime --op $op > "$OUT/kprof_$op.txt" 2>&1
@@ -218,11 +223,42 @@ ktime)
         for op in ${OPS:-dense sparse512 sparse1024 sparse2048 score}; do
             timeout 120 ncu --metrics gpu__time_duration.sum --csv --print-units base \
                 --clock-control none --cache-control all \
-                --kernel-name regex:'flash_kernel|split_kernel|combine_kernel|score_reduce_kernel' \
+                --kernel-name regex:'flash_kernel|split_kernel|combine_kernel|score_reduce_kernel|score_merge_kernel' \
                 "$D/dustin-kernels-gpu" ktime --op $op --model $model ${EXTRA:-} > /tmp/ktime.csv 2>> "$OUT/ktime_err.txt"
             python3 "$D/ncu_ktime.py" /tmp/ktime.csv "$model $op ${EXTRA:-}" | tee -a "$OUT/ktime.jsonl"
         done
     done
+    ;;
+skinny)
+    # the skinny GEMMs (decode / verify rows 1..128): the element-wise check (skinny rows on
+    # both kernels), then ours (CUDA cores, tensor cores), Burn's matmul and cuBLAS beside
+    # PyTorch on the same shapes
+    timeout "${CHECK_LIMIT:-240}" "$D/dustin-kernels-gpu" check --op elementwise 2>&1 | tee "$OUT/check_elementwise.txt" | grep -E "FAIL|error|check:|skinny|swiglu"
+    timeout 300 "$D/dustin-kernels-gpu" gemm --decode-only --json "$OUT/gemm_decode.jsonl" > "$OUT/gemm_decode.txt" 2>&1
+    echo "gemm rc=$?"
+    PYTHONUNBUFFERED=1 timeout 120 python3 "$D/gemm_prefill_bench.py" --decode-only > "$OUT/torch_decode.jsonl" 2>&1
+    echo "torch rc=$?"
+    ;;
+skinnyprof)
+    # ncu sections on single skinny-GEMM launches of `gemm --decode-only --no-burn` (7B
+    # gate/up: the tensor-core kernel at 8 and 40 rows, the CUDA-core one at 1 row), and the
+    # tensor-core kernel's generated CUDA source (cubecl's compilation log)
+    printf '[compilation.logger]\nlevel = "full"\nfile = "/tmp/cubecl-src.log"\n' > cubecl.toml
+    for spec in "skinny_mma_kernel 215 mma_m8" "skinny_mma_kernel 250 mma_m40" "skinny_gemm_kernel 100 cores_m1"; do
+        set -- $spec
+        timeout 150 ncu --kernel-name regex:$1 --launch-skip $2 --launch-count 1 --clock-control none \
+            --section LaunchStats --section Occupancy --section WarpStateStats \
+            --section MemoryWorkloadAnalysis --section SpeedOfLight --section SourceCounters \
+            "$D/dustin-kernels-gpu" gemm --decode-only --no-burn > "$OUT/prof_$3.txt" 2>&1
+        grep -E "Registers Per|Achieved Occupancy|Block Limit|Duration|DRAM Throughput|Warp Cycles Per Issued|Local Memory|Stall" "$OUT/prof_$3.txt" | head -24
+    done
+    rm -f cubecl.toml
+    python3 - <<'EOF' > "$OUT/skinny_mma_src.cu"
+import re
+s = open("/tmp/cubecl-src.log", errors="replace").read()
+i = s.find("skinny_mma_kernel")
+print(s[max(0, s.rfind("\n\n", 0, i)):i + 30000] if i >= 0 else "not found")
+EOF
     ;;
 model)
     printf '[autotune]\nlevel = "minimal"\n' > cubecl.toml
@@ -237,7 +273,7 @@ check)
     rm -f cubecl.toml
     ;;
 *)
-    echo "usage: gpu_prefill.sh kernels|ttft|blas|check|flash|flashprof|ttft2|verify|vbench|flashcheck|final|model" >&2
+    echo "usage: gpu_prefill.sh kernels|ttft|blas|check|flash|flashprof|ttft2|verify|vbench|flashcheck|kprof|ktime|skinny|final|model" >&2
     exit 2
     ;;
 esac

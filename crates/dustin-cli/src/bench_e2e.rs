@@ -124,10 +124,11 @@ pub struct E2eArgs {
     /// (`off`; rows on the CPU say `off`).
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub grouped_gemm: OnOff,
-    /// Which kernel runs the skinny GEMMs on CUDA: `cores` (the CUDA-core kernel, up to 16
-    /// rows; the default) or `mma` (tensor cores, up to 128 rows, slower so far;
-    /// `dustin_kernels::cuda::set_skinny_mma(true)`). No effect on the CPU.
-    #[arg(long, value_enum, default_value_t = SkinnyKernel::Cores)]
+    /// Which kernel runs the skinny GEMMs on CUDA (`dustin_kernels::cuda::set_skinny_kernel`):
+    /// `auto` (the default: one row on CUDA cores, 2-64 rows on tensor cores), `mma` (tensor
+    /// cores wherever the shape allows) or `cores` (the CUDA-core kernel up to 16 rows, Burn's
+    /// matmul above: the default before 2026-12-01). No effect on the CPU.
+    #[arg(long, value_enum, default_value_t = SkinnyKernel::Auto)]
     pub skinny_kernel: SkinnyKernel,
     /// Which kernel runs dense and sparse verification (and decoding) attention on CUDA
     /// (`dustin_kernels::cuda::set_verify_kernel`): `auto` (the default: `flash`),
@@ -173,6 +174,8 @@ pub enum OnOff {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SkinnyKernel {
+    /// One row on CUDA cores, 2-64 rows on tensor cores.
+    Auto,
     /// Tensor cores (`skinny_mma_kernel`).
     Mma,
     /// CUDA cores (`skinny_gemm_kernel`).
@@ -648,7 +651,11 @@ fn measure<B: KernelOps>(
         (target, draft)
     };
     #[cfg(feature = "cuda")]
-    dustin_kernels::cuda::set_skinny_mma(args.skinny_kernel == SkinnyKernel::Mma);
+    dustin_kernels::cuda::set_skinny_kernel(match args.skinny_kernel {
+        SkinnyKernel::Auto => dustin_kernels::cuda::SkinnyKernel::Auto,
+        SkinnyKernel::Mma => dustin_kernels::cuda::SkinnyKernel::Mma,
+        SkinnyKernel::Cores => dustin_kernels::cuda::SkinnyKernel::Cores,
+    });
     #[cfg(feature = "cuda")]
     dustin_kernels::cuda::set_verify_kernel(match args.verify_kernel {
         VerifyKernel::Auto => dustin_kernels::cuda::AttentionKernel::Auto,

@@ -246,8 +246,9 @@ pub fn check_elementwise<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<Ch
     // reads `w` through its row stride), as it does 1028 columns
     // on the CUDA-core kernel; then rows past its 16 (Burn's matmul by default) that the
     // opt-in tensor-core kernel takes when on (`dustin-kernels-gpu check` runs these rows a
-    // second time with it): 40 (batch 8 x gamma + 1), 128 (its most), 33 with a k of 64
-    let skinny: [(usize, usize, usize, bool); 9] = [
+    // second time with it): 40 (batch 8 x gamma + 1), 128 (its most), 33 with a k of 64, 72
+    // (two launches of its 64-row groups, the second of 8 rows)
+    let skinny: [(usize, usize, usize, bool); 10] = [
         (1, 896, 4864, true),
         (4, 896, 896, false),
         (15, 1000, 512, true),
@@ -257,6 +258,7 @@ pub fn check_elementwise<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<Ch
         (40, 3584, 512, true),
         (128, 256, 1040, false),
         (33, 64, 48, true),
+        (72, 896, 136, true),
     ];
     for (i, &(m, k, n, with_bias)) in skinny.iter().enumerate() {
         let seed = 7400 + i as u64;

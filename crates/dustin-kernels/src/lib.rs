@@ -380,8 +380,8 @@ pub trait KernelOps: Backend {
     /// [`SKINNY_MAX_ROWS`] and a contiguous `w` with `n` a multiple of 4, one split-K kernel
     /// that reads `w` once for all rows (memory-bound: the weight read is the cost) and one
     /// that sums the splits, adds the bias and rounds once (as PyTorch's `addmm` epilogue);
-    /// with the opt-in tensor-core kernel on (`cuda::set_skinny_mma`), up to 128 rows with
-    /// `k` and `n` multiples of 16 run on it instead; other shapes take Burn's matmul.
+    /// from 2 rows up to 64 rows (128 when forced) with `k` a multiple of 16 and `n` of 8, the tensor-core
+    /// kernel (`cuda::set_skinny_kernel`) instead; other shapes take Burn's matmul.
     ///
     /// # Errors
     /// [`KernelError::Shape`] naming `w` or `bias` when they do not fit `x`.
@@ -455,8 +455,8 @@ pub trait KernelOps: Backend {
     /// Most rows (`batch x new tokens`) [`KernelOps::skinny_linear`] and the grouped skinny
     /// GEMMs run as a skinny GEMM; the model sends larger products to Burn's matmul (or from
     /// [`PREFILL_GEMM_MIN_ROWS`] rows to [`KernelOps::prefill_linear`]). [`SKINNY_MAX_ROWS`]
-    /// by default; on CUDA 128 while the tensor-core kernel is on (`cuda::set_skinny_mma`;
-    /// off by default, since it is slower there).
+    /// by default; on CUDA 64 (`cuda::AUTO_MMA_MAX_ROWS`), 128 with the tensor-core kernel
+    /// forced, 16 with the CUDA-core kernel only (`cuda::set_skinny_kernel`).
     fn skinny_max_rows() -> usize {
         SKINNY_MAX_ROWS
     }

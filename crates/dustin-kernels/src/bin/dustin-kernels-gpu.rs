@@ -547,15 +547,23 @@ fn check(op: &str) -> usize {
         for r in dustin_kernels::check::check_elementwise::<B>(&dev(), BOUND) {
             rep.add(&r.case, r.op, r.err, r.bound);
         }
-        // the skinny GEMM rows (and the SwiGLU ones, two weights in one buffer) again on the
-        // tensor-core kernel (opt-in, off by default)
-        dustin_kernels::cuda::set_skinny_mma(true);
+        // the skinny GEMM rows (and the SwiGLU ones, two weights in one buffer) again with
+        // the tensor-core kernel wherever it takes the shape (the first pass ran the default
+        // choice: one row on CUDA cores, more on tensor cores)
+        dustin_kernels::cuda::set_skinny_kernel(dustin_kernels::cuda::SkinnyKernel::Mma);
         for r in dustin_kernels::check::check_elementwise::<B>(&dev(), BOUND) {
             if r.op.starts_with("skinny") || r.op == "swiglu" {
                 rep.add(&format!("{} (mma)", r.case), r.op, r.err, r.bound);
             }
         }
-        dustin_kernels::cuda::set_skinny_mma(false);
+        // and on CUDA cores only (the rows past 16 on Burn's matmul)
+        dustin_kernels::cuda::set_skinny_kernel(dustin_kernels::cuda::SkinnyKernel::Cores);
+        for r in dustin_kernels::check::check_elementwise::<B>(&dev(), BOUND) {
+            if r.op.starts_with("skinny") || r.op == "swiglu" {
+                rep.add(&format!("{} (cores)", r.case), r.op, r.err, r.bound);
+            }
+        }
+        dustin_kernels::cuda::set_skinny_kernel(dustin_kernels::cuda::SkinnyKernel::Auto);
     }
     dustin_kernels::cuda::set_poison_outputs(false);
     println!(
@@ -720,9 +728,9 @@ fn bench(json: Option<&str>, quick: bool, kern: AttentionKernel) {
 /// 10; beside each, `KernelOps::prefill_linear` (cuBLAS, `op` `cublas`: each call waits for
 /// cubecl's queue before and for cuBLAS after, as the model runs it); then the causal prefill
 /// attention of [`prefill_attention`]. With `no_burn`, neither Burn's matmul nor the attention
-/// (the cuBLAS and skinny rows only). One JSON line
-/// a shape; TFLOP/s count `2 m k n`, TB/s the weight read.
-fn gemm(json: Option<&str>, quick: bool, no_burn: bool) {
+/// (the cuBLAS and skinny rows only); with `decode_only`, the decode / verify rows only. One
+/// JSON line a shape; TFLOP/s count `2 m k n`, TB/s the weight read.
+fn gemm(json: Option<&str>, quick: bool, no_burn: bool, decode_only: bool) {
     let dev = Default::default();
     let mut out = json.and_then(|p| std::fs::File::create(p).ok());
     let mut emit = |v: String| {
@@ -731,7 +739,9 @@ fn gemm(json: Option<&str>, quick: bool, no_burn: bool) {
             let _ = writeln!(f, "{v}");
         }
     };
-    let prefill: &[usize] = if quick {
+    let prefill: &[usize] = if decode_only {
+        &[]
+    } else if quick {
         &[16384]
     } else {
         &[4096, 16384, 32768]
@@ -790,7 +800,11 @@ fn gemm(json: Option<&str>, quick: bool, no_burn: bool) {
                     if m > max {
                         continue;
                     }
-                    dustin_kernels::cuda::set_skinny_mma(mma);
+                    dustin_kernels::cuda::set_skinny_kernel(if mma {
+                        dustin_kernels::cuda::SkinnyKernel::Mma
+                    } else {
+                        dustin_kernels::cuda::SkinnyKernel::Cores
+                    });
                     let run = || B::skinny_linear(x.clone(), w.clone(), None);
                     match run() {
                         Ok(_) => {
@@ -808,11 +822,11 @@ fn gemm(json: Option<&str>, quick: bool, no_burn: bool) {
                         ),
                     }
                 }
-                dustin_kernels::cuda::set_skinny_mma(false);
+                dustin_kernels::cuda::set_skinny_kernel(dustin_kernels::cuda::SkinnyKernel::Auto);
             }
         }
     }
-    if !no_burn {
+    if !no_burn && !decode_only {
         prefill_attention(&mut emit, quick);
     }
 }
@@ -1090,7 +1104,12 @@ fn main() -> std::process::ExitCode {
     match args.get(1).map(String::as_str) {
         Some("check") => failures = check(op),
         Some("bench") => bench(json, quick, verify_kernel),
-        Some("gemm") => gemm(json, quick, args.iter().any(|a| a == "--no-burn")),
+        Some("gemm") => gemm(
+            json,
+            quick,
+            args.iter().any(|a| a == "--no-burn"),
+            args.iter().any(|a| a == "--decode-only"),
+        ),
         Some("prefill") => {
             let mut out = json.and_then(|p| std::fs::File::create(p).ok());
             let mut emit = |v: String| {
@@ -1117,7 +1136,7 @@ fn main() -> std::process::ExitCode {
             bench(json, quick, verify_kernel);
         }
         _ => {
-            eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise] | bench [--quick] [--verify-kernel auto|flash|split] [--flash-buffers 1|2|3] [--json PATH] | gemm [--quick] [--no-burn] [--json PATH] | prefill [--quick] [--json PATH] | ktime --op dense|sparse512|sparse1024|sparse2048|score [--model 7B|72B] | all; any of them [--score-buffers 1|2|3] [--sparse-waves 1..8] [--score-merge-once]");
+            eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise] | bench [--quick] [--verify-kernel auto|flash|split] [--flash-buffers 1|2|3] [--json PATH] | gemm [--quick] [--no-burn] [--decode-only] [--json PATH] | prefill [--quick] [--json PATH] | ktime --op dense|sparse512|sparse1024|sparse2048|score [--model 7B|72B] | all; any of them [--score-buffers 1|2|3] [--sparse-waves 1..8] [--score-merge-once]");
             return std::process::ExitCode::from(2);
         }
     }

@@ -1453,179 +1453,246 @@ pub fn skinny_gemm_kernel<F: Float>(
     }
 }
 
-/// Columns per block of the tensor-core skinny GEMM ([`skinny_mma_kernel`]): 4 warps x 16.
+/// Columns per block of the tensor-core skinny GEMM ([`skinny_mma_kernel`]): 8 lane groups
+/// of a warp x 8 columns (one 16-byte load each); the block's 4 warps share them.
 pub const MMA_TILE: usize = 64;
-/// Weight fragments (16 rows of `w` each) a warp of [`skinny_mma_kernel`] loads before it
-/// multiplies them: the loads in flight per warp.
-pub const MMA_UNROLL: usize = 4;
+/// Warps per block of [`skinny_mma_kernel`] (they interleave the block's 16-row steps).
+pub const MMA_WARPS: usize = 4;
+/// Most 16-row tiles of `x` one launch of [`skinny_mma_kernel`] takes (its accumulators are
+/// `32 mt` registers a thread); more rows take one launch per 64 rows.
+pub const MMA_ROW_TILES: usize = 4;
 
-/// Skinny GEMM on tensor cores: `x [m, k] . w [k, n]` (`m <= 16 mt`; `w` row-major with a row
-/// stride that is a multiple of 8, `n` and `k` multiples of 16), split over `k` as
-/// [`skinny_gemm_kernel`] and writing the same `part [splits, m, ldp]` (f32, columns
-/// `col_off ..`), so the same reduce kernels finish it. Block `(tile, split)`: 4 warps, warp
-/// `w` owns columns `tile * 64 + 16 w .. + 16` and all `mt` 16-row tiles of `x` (rows past
-/// `m` are zeros in shared memory). Per `chunk` rows of `w` the block stages that slice of
-/// `x` in shared memory (bf16/f16, as the WMMA A operand wants); each warp loads
-/// [`MMA_UNROLL`] 16 x 16 fragments of `w` straight from global memory (WMMA
-/// `load_matrix_sync`: each of the 16 rows a 32-byte sector) before it multiplies, so the
-/// weight is read once, by sectors, with several loads in flight. f32 accumulators. Memory
-/// bound by design: at `m = 16` the tensor cores do 16 MACs per weight element, far under
-/// their rate.
+/// The loads of [`skinny_mma_kernel`]'s `unroll` steps from step `s` (this warp's steps `s,
+/// s + 4, ..`; steps past `nsteps` read the last step again, and the caller zeroes them):
+/// rows `4t .. 4t + 4` of each step's `w` at this lane's 8 columns into `raw`, and this
+/// lane's 4 columns of each of its `x` rows into `xv`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn mma_load<F: Float, NX: Size, NW: Size>(
+    x: &Tensor<Vector<F, NX>>,
+    w: &Tensor<Vector<F, NW>>,
+    raw: &mut Array<Vector<F, NW>>,
+    xv: &mut Array<Vector<F, NX>>,
+    xrow: &Array<usize>,
+    s: usize,
+    nsteps: usize,
+    k0: usize,
+    t4: usize,
+    lcol: usize,
+    ldw: usize,
+    ldx: usize,
+    #[comptime] mt: usize,
+    #[comptime] unroll: usize,
+) {
+    #[unroll]
+    for u in 0..unroll {
+        let mut su = s + u * MMA_WARPS;
+        if su >= nsteps {
+            su = nsteps - 1;
+        }
+        let kr = k0 + su * 16usize + t4 * 4usize;
+        #[unroll]
+        for q in 0..4usize {
+            raw[u * 4 + q] = w[((kr + q) * ldw + lcol) / 8usize];
+        }
+        #[unroll]
+        for i in 0..comptime![mt * 2] {
+            xv[u * 2 * mt + i] = x[(xrow[i] * ldx + kr) / 4usize];
+        }
+    }
+}
+
+/// Skinny GEMM on tensor cores: `x [m, k] . w [k, n]` for rows `r0 .. r0 + 16 mt` of `x`
+/// (rows past `m` count as zeros), split over `k` as [`skinny_gemm_kernel`] and writing the
+/// same `part [splits, m, ldp]` (f32, columns `col_off ..`), so the same reduce kernels finish
+/// it. `x` is contiguous, read in 8-byte vectors of 4 (`nx`); `w` row-major, read in 16-byte
+/// vectors of 8 (`nw`); `n` and `w`'s row stride are multiples of 8, `k` and
+/// `rows_per_split` multiples of 16.
+///
+/// Block `(tile, split)`, 4 warps: the block owns columns `tile * 64 .. + 64` and rows
+/// `split * rows_per_split ..` of `w`; warp `wp` takes that range's 16-row steps `wp, wp + 4,
+/// ..`, `unroll` at a time; with `db` the loads of the next `unroll` steps (of `w` and of `x`)
+/// are in flight while these multiply (register double buffering; without it, each batch's
+/// loads are all issued before its multiplies). A
+/// step is one `mma.m16n8k16` per (16-row tile of `x`, 8 columns). Its 16 k-slots are
+/// mapped to rows so that each lane reads whole vectors: lane `(g, t)` (`g = lane / 4`,
+/// `t = lane % 4`) holds the B fragment `B[2t, 2t + 1][g]`, `B[2t + 8, 2t + 9][g]` (PTX ISA,
+/// "Matrix Fragments for mma.m16n8k16") and the A fragment of the same k-slots, so giving
+/// those four slots rows `4t .. 4t + 4` of the step makes its `x` read one 8-byte vector per
+/// row of `x`, and its `w` read rows `4t .. 4t + 4` at columns `8 g .. 8 g + 8` (four
+/// 16-byte loads; eight lanes cover a row's 128 bytes); n-tile `j` of the step is column `8 g
+/// + j` of lane group `g`. The sum over `k` does not depend on the order of its terms, so
+/// this is the product. The four warps' f32 sums meet in shared memory, one 16-row tile at a
+/// time, and go to `part`. Steps past the range and rows past `m` read clamped (valid)
+/// addresses and are zeroed, so the loop has no branches around its loads.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-pub fn skinny_mma_kernel<F: Float>(
-    x: &Tensor<F>,
-    w: &Tensor<F>,
+pub fn skinny_mma_kernel<F: Float, NX: Size, NW: Size>(
+    x: &Tensor<Vector<F, NX>>,
+    w: &Tensor<Vector<F, NW>>,
     part: &mut Tensor<f32>,
     m: u32,
+    r0: u32,
     k: u32,
     n: u32,
     rows_per_split: u32,
     ldp: u32,
     col_off: u32,
     #[comptime] mt: usize,
-    #[comptime] chunk: usize,
+    #[comptime] unroll: usize,
+    #[comptime] db: bool,
     #[define(F)] _dtype: StorageType,
 ) {
     let tid = UNIT_POS as usize;
     let warp = tid / 32usize;
     let lane = tid % 32usize;
+    let g = lane / 4usize;
+    let t4 = lane % 4usize;
     let rows = m as usize;
-    let col = CUBE_POS_X as usize * MMA_TILE + warp * 16usize;
-    let active = col < n as usize;
+    let rbase = r0 as usize;
+    let cbase = CUBE_POS_X as usize * MMA_TILE;
+    let col = cbase + g * 8usize;
+    // lanes past `n` load column 0 (their sums are never written) so the warp's `mma`s run
+    let mut lcol = col;
+    if col >= n as usize {
+        lcol = 0usize;
+    }
     let split = CUBE_POS_Y as usize;
     let k0 = split * rows_per_split as usize;
     let mut k1 = k0 + rows_per_split as usize;
     if k1 > k as usize {
         k1 = k as usize;
     }
+    let nsteps = (k1 - k0) / 16usize;
     let ldw = w.stride(0);
-    // rows of xs are `chunk + 8` apart: a 16-byte skew, so the 16 rows of an A fragment do
-    // not all start in the same shared-memory bank
-    let lds = comptime![chunk + 8];
-    let mut xs = SharedMemory::<F>::new(comptime![mt * 16usize * (chunk + 8)]);
-    let mut acc = Sequence::<cmma::Matrix<f32>>::new();
+    let ldx = x.stride(0);
+    let zero = F::new(0.0);
+    // the x rows of this lane's A fragments, clamped to `m - 1`, and whether each is real
+    let mut xrow = Array::<usize>::new(comptime![mt * 2]);
+    let mut xok = Array::<bool>::new(comptime![mt * 2]);
     #[unroll]
-    for _ in 0..mt {
-        acc.push(cmma::Matrix::<f32>::from_value(
-            MatrixIdent::Accumulator,
-            16usize,
-            16usize,
-            16usize,
-            MatrixLayout::Undefined,
-            0.0,
-        ));
+    for i in 0..comptime![mt * 2] {
+        let r = rbase + (i / 2) * 16usize + g + (i % 2) * 8usize;
+        xok[i] = r < rows;
+        let mut rc = r;
+        if rc >= rows {
+            rc = rows - 1;
+        }
+        xrow[i] = rc;
     }
-    let mut c0 = k0;
-    while c0 < k1 {
-        let mut c1 = c0 + chunk;
-        if c1 > k1 {
-            c1 = k1;
+    let def = cmma::MmaDefinition::<F, F, f32>::new(16usize, 8usize, 16usize);
+    // acc[(t * 8 + j) * 2 + h]: m-tile t, n-tile j, rows g (h 0) and g + 8 (h 1)
+    let mut acc = Array::<Vector<f32, Const<2>>>::new(comptime![mt * 16]);
+    #[unroll]
+    for i in 0..comptime![mt * 16] {
+        acc[i] = Vector::<f32, Const<2>>::cast_from(0.0f32);
+    }
+    // with `db`, register double buffering: the loads of the next `unroll` steps are in
+    // flight while this batch multiplies; without, each batch loads, then multiplies
+    let mut raw = Array::<Vector<F, NW>>::new(comptime![4 * unroll]);
+    let mut xv = Array::<Vector<F, NX>>::new(comptime![2 * mt * unroll]);
+    let mut nraw = Array::<Vector<F, NW>>::new(comptime![if db { 4 * unroll } else { 1 }]);
+    let mut nxv = Array::<Vector<F, NX>>::new(comptime![if db { 2 * mt * unroll } else { 1 }]);
+    let mut s = warp;
+    if comptime![db] {
+        mma_load::<F, NX, NW>(
+            x, w, &mut raw, &mut xv, &xrow, s, nsteps, k0, t4, lcol, ldw, ldx, mt, unroll,
+        );
+    }
+    while s < nsteps {
+        let sn = s + MMA_WARPS * unroll;
+        if comptime![db] {
+            mma_load::<F, NX, NW>(
+                x, w, &mut nraw, &mut nxv, &xrow, sn, nsteps, k0, t4, lcol, ldw, ldx, mt, unroll,
+            );
+        } else {
+            mma_load::<F, NX, NW>(
+                x, w, &mut raw, &mut xv, &xrow, s, nsteps, k0, t4, lcol, ldw, ldx, mt, unroll,
+            );
         }
-        let len = c1 - c0;
-        // stage x[:, c0 .. c1] (rows past m zero)
-        let mut e = tid;
-        while e < mt * 16usize * len {
-            let r = e / len;
-            let c = e % len;
-            let mut v = F::new(0.0);
-            if r < rows {
-                v = x[r * x.stride(0) + (c0 + c) * x.stride(1)];
-            }
-            xs[r * lds + c] = v;
-            e += 128usize;
-        }
-        sync_cube();
-        if active {
-            let mut kk = 0usize;
-            while kk + 16usize * MMA_UNROLL <= len {
-                let mut bs = Sequence::<cmma::Matrix<F>>::new();
+        #[unroll]
+        for u in 0..unroll {
+            let live = s + u * MMA_WARPS < nsteps;
+            // A fragments of every m-tile: a0 rows g, a1 rows g + 8 (slots 2t, 2t + 1 = this
+            // lane's columns 0, 1); a2, a3 the same rows (slots 2t + 8, 2t + 9 = columns 2, 3)
+            let mut xa = Array::<Vector<F, Const<2>>>::new(comptime![mt * 4]);
+            #[unroll]
+            for t in 0..mt {
                 #[unroll]
-                for u in 0..MMA_UNROLL {
-                    let st = (c0 + kk + 16usize * u) * ldw + col;
-                    bs.push(cmma::Matrix::<F>::from_slice(
-                        MatrixIdent::B,
-                        16usize,
-                        16usize,
-                        16usize,
-                        MatrixLayout::RowMajor,
-                        &w.slice(st, st + 15usize * ldw + 16usize),
-                        ldw as u32,
-                    ));
+                for h in 0..2usize {
+                    let ok = live && xok[t * 2 + h];
+                    let v = xv[u * 2 * mt + t * 2 + h];
+                    let mut lo = Vector::<F, Const<2>>::empty();
+                    lo[0] = select(ok, v[0], zero);
+                    lo[1] = select(ok, v[1], zero);
+                    let mut hi = Vector::<F, Const<2>>::empty();
+                    hi[0] = select(ok, v[2], zero);
+                    hi[1] = select(ok, v[3], zero);
+                    xa[t * 4 + h] = lo;
+                    xa[t * 4 + 2 + h] = hi;
                 }
-                #[unroll]
-                for u in 0..MMA_UNROLL {
-                    #[unroll]
-                    for t in 0..mt {
-                        let ast = t * 16usize * lds + kk + 16usize * u;
-                        let am = cmma::Matrix::<F>::from_slice(
-                            MatrixIdent::A,
-                            16usize,
-                            16usize,
-                            16usize,
-                            MatrixLayout::RowMajor,
-                            &xs.slice(ast, ast + 15usize * lds + 16usize),
-                            lds as u32,
-                        );
-                        let a = acc.index(t);
-                        cmma::execute::<F, F, f32, f32>(&am, bs.index(u), a, a);
-                    }
-                }
-                kk += 16usize * MMA_UNROLL;
             }
-            while kk < len {
-                let st = (c0 + kk) * ldw + col;
-                let bm = cmma::Matrix::<F>::from_slice(
-                    MatrixIdent::B,
-                    16usize,
-                    16usize,
-                    16usize,
-                    MatrixLayout::RowMajor,
-                    &w.slice(st, st + 15usize * ldw + 16usize),
-                    ldw as u32,
-                );
+            let w0 = raw[u * 4];
+            let w1 = raw[u * 4 + 1];
+            let w2 = raw[u * 4 + 2];
+            let w3 = raw[u * 4 + 3];
+            #[unroll]
+            for j in 0..8usize {
+                let mut b0 = Vector::<F, Const<2>>::empty();
+                b0[0] = w0[j];
+                b0[1] = w1[j];
+                let mut b1 = Vector::<F, Const<2>>::empty();
+                b1[0] = w2[j];
+                b1[1] = w3[j];
                 #[unroll]
                 for t in 0..mt {
-                    let ast = t * 16usize * lds + kk;
-                    let am = cmma::Matrix::<F>::from_slice(
-                        MatrixIdent::A,
-                        16usize,
-                        16usize,
-                        16usize,
-                        MatrixLayout::RowMajor,
-                        &xs.slice(ast, ast + 15usize * lds + 16usize),
-                        lds as u32,
-                    );
-                    let a = acc.index(t);
-                    cmma::execute::<F, F, f32, f32>(&am, &bm, a, a);
+                    mma_16816::<F>(def, &xa, t * 4, b0, b1, &mut acc, (t * 8 + j) * 2);
                 }
-                kk += 16usize;
             }
         }
-        sync_cube();
-        c0 = c1;
+        if comptime![db] {
+            #[unroll]
+            for i in 0..comptime![4 * unroll] {
+                raw[i] = nraw[i];
+            }
+            #[unroll]
+            for i in 0..comptime![2 * mt * unroll] {
+                xv[i] = nxv[i];
+            }
+        }
+        s = sn;
     }
-    // each warp's 16 x 16 tiles through shared memory, the rows below m into part
-    let mut os = SharedMemory::<f32>::new(4usize * 256usize);
+    // the warps' sums, one m-tile at a time: red[warp][row][col] (rows 68 apart), then each
+    // thread adds the four warps for 8 of the tile's 16 x 64 outputs
+    let mut red = SharedMemory::<f32>::new(comptime![MMA_WARPS * 16 * 68]);
     #[unroll]
     for t in 0..mt {
-        if active {
-            let o = warp * 256usize;
-            cmma::store(
-                &mut os.slice_mut(o, o + 256usize),
-                acc.index(t),
-                16u32,
-                MatrixLayout::RowMajor,
-            );
+        #[unroll]
+        for j in 0..8usize {
+            #[unroll]
+            for h in 0..2usize {
+                let v = acc[(t * 8 + j) * 2 + h];
+                let rr = g + h * 8usize;
+                let o = (warp * 16usize + rr) * 68usize + 16usize * t4 + j;
+                red[o] = v[0];
+                red[o + 8usize] = v[1];
+            }
         }
         sync_cube();
         #[unroll]
-        for j in 0..8usize {
-            let e = lane * 8usize + j;
-            let row = t * 16usize + e / 16usize;
-            if active && row < rows {
-                part[(split * rows + row) * ldp as usize + col_off as usize + col + e % 16usize] =
-                    os[warp * 256usize + e];
+        for e in 0..8usize {
+            let idx = tid + e * 128usize;
+            let rr = idx / 64usize;
+            let cc = idx % 64usize;
+            let row = rbase + t * 16usize + rr;
+            let c = cbase + cc;
+            if row < rows && c < n as usize {
+                let mut sum = 0.0f32;
+                #[unroll]
+                for wi in 0..MMA_WARPS {
+                    sum += red[(wi * 16usize + rr) * 68usize + cc];
+                }
+                part[(split * rows + row) * ldp as usize + col_off as usize + c] = sum;
             }
         }
         sync_cube();

@@ -19,7 +19,7 @@
 mod blas;
 mod kernels;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use burn_cubecl::{
     kernel::into_contiguous,
@@ -139,10 +139,11 @@ fn skinny_takes(m: usize, k: usize, w: &Ct) -> bool {
         && (k == 1 || st[0] >= n)
 }
 
-/// Most rows of `x` the tensor-core skinny GEMM takes (8 tiles of 16 rows).
+/// Most rows of `x` the tensor-core skinny GEMM takes (batch 16 x (gamma + 1) at gamma 7 is
+/// 128); above 64 rows it runs one launch per 64 rows.
 pub const MMA_MAX_ROWS: usize = 128;
 
-static SKINNY_MMA: AtomicBool = AtomicBool::new(false);
+static SKINNY_KERNEL: AtomicU8 = AtomicU8::new(SkinnyKernel::Auto as u8);
 
 /// Which kernel runs an attention call on CUDA: prefill chunks
 /// ([`KernelOps::prefill_attention`], [`set_prefill_kernel`]) and verification
@@ -283,15 +284,46 @@ fn use_flash(dims: &AttnDims) -> bool {
     })
 }
 
-/// Whether the skinny GEMMs may run on tensor cores (`skinny_mma_kernel`, up to
-/// [`MMA_MAX_ROWS`] rows) or only on the CUDA-core kernel (`skinny_gemm_kernel`, the
-/// default). The tensor-core kernel is correct (kernel-check on the H200) but took
-/// 0.95-2.4x the CUDA-core one's time at 8 rows and 7.9-23x cuBLAS's at 128 (2026-11-30,
-/// docs/perf.md: too few bytes in flight, and every block stages its own copy of `x`), so
-/// it is opt-in, for benchmarks (`dustin-kernels-gpu gemm`, `bench-e2e --skinny-kernel`)
-/// and further work.
-pub fn set_skinny_mma(on: bool) {
-    SKINNY_MMA.store(on, Ordering::Relaxed);
+/// Most rows [`SkinnyKernel::Auto`] sends to the tensor-core kernel: one launch (4 tiles of 16
+/// rows).
+/// Above, it reads the weight once per 64 rows, and at 128 rows it was slower than Burn's
+/// matmul for 4 of the 8 projections measured (7B gate/up: 252 against 144 us; docs/perf.md,
+/// 2026-12-01), so 65 or more rows keep Burn's matmul.
+pub const AUTO_MMA_MAX_ROWS: usize = 16 * kernels::MMA_ROW_TILES;
+
+/// Which kernel runs the skinny GEMMs (decode and verify rows) on CUDA
+/// ([`set_skinny_kernel`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum SkinnyKernel {
+    /// The CUDA-core kernel (`skinny_gemm_kernel`) only, up to [`crate::SKINNY_MAX_ROWS`]
+    /// rows; more rows take Burn's matmul (the default before 2026-12-01).
+    Cores = 0,
+    /// The default: one row on the CUDA-core kernel, 2 to [`AUTO_MMA_MAX_ROWS`] rows on the
+    /// tensor-core kernel (`skinny_mma_kernel`), each where its shape rules allow; more rows
+    /// on Burn's matmul. On the H200
+    /// (docs/perf.md, 2026-12-01) the tensor-core kernel took 70.7 against 105.0 us for
+    /// Qwen2.5-7B's gate projection at 8 rows, 172 against 308 us for 72B's, and 80 against
+    /// 200 us at 16 rows; at one row the CUDA-core kernel was as fast or faster (7B down: 70
+    /// against 104 us).
+    Auto = 1,
+    /// The tensor-core kernel wherever its shape rules allow, one row and up to
+    /// [`MMA_MAX_ROWS`] rows included (benchmarks).
+    Mma = 2,
+}
+
+/// Sets which kernel runs the skinny GEMMs ([`SkinnyKernel`], `Auto` by default).
+pub fn set_skinny_kernel(kernel: SkinnyKernel) {
+    SKINNY_KERNEL.store(kernel as u8, Ordering::Relaxed);
+}
+
+/// The kernel [`set_skinny_kernel`] chose.
+fn skinny_kernel() -> SkinnyKernel {
+    match SKINNY_KERNEL.load(Ordering::Relaxed) {
+        0 => SkinnyKernel::Cores,
+        2 => SkinnyKernel::Mma,
+        _ => SkinnyKernel::Auto,
+    }
 }
 
 /// Which kernel runs a skinny GEMM.
@@ -304,23 +336,27 @@ enum SkinnyPath {
 }
 
 /// Whether the tensor-core kernel takes `x [m, k] . w`: bf16 or f16, `1 <= m <=`
-/// [`MMA_MAX_ROWS`], `k` and `n` multiples of 16, `w` row-major with a row stride that is a
-/// multiple of 8 elements and a 32-byte aligned start (WMMA `load_matrix_sync` wants 256-bit
-/// aligned rows; rows 16 apart then are).
+/// [`MMA_MAX_ROWS`], `k` a multiple of 16 (whole `mma.m16n8k16` steps), `n` a multiple of 8
+/// and `w` row-major with a row stride that is a multiple of 8 elements and a 16-byte aligned
+/// start (each lane reads 8 columns of a row as one 16-byte vector).
 fn mma_takes(m: usize, k: usize, w: &Ct) -> bool {
     let n = w.meta.shape()[1];
     let st = w.meta.strides();
-    SKINNY_MMA.load(Ordering::Relaxed)
-        && matches!(w.dtype, DType::BF16 | DType::F16)
+    let on = match skinny_kernel() {
+        SkinnyKernel::Cores => false,
+        SkinnyKernel::Auto => (2..=AUTO_MMA_MAX_ROWS).contains(&m),
+        SkinnyKernel::Mma => true,
+    };
+    on && matches!(w.dtype, DType::BF16 | DType::F16)
         && (1..=MMA_MAX_ROWS).contains(&m)
         && k > 0
         && k.is_multiple_of(16)
         && n > 0
-        && n.is_multiple_of(16)
+        && n.is_multiple_of(8)
         && st[1] == 1
         && st[0] >= n
         && st[0].is_multiple_of(8)
-        && w.handle.offset_start.unwrap_or(0).is_multiple_of(32)
+        && w.handle.offset_start.unwrap_or(0).is_multiple_of(16)
 }
 
 /// The kernel for `x [m, k]` of `dtype` times every weight of `ws`, or `None` (Burn's matmul).
@@ -341,11 +377,12 @@ fn skinny_path(m: usize, k: usize, dtype: DType, ws: &[&Ct]) -> Option<SkinnyPat
 /// 128-column tiles; each split stages at most `SKINNY_CHUNK` rows of `x`, a
 /// multiple of the 8 warps.
 ///
-/// [`SkinnyPath::Mma`]: about 2 blocks per SM over the 64-column tiles, but no more splits
-/// than keep the partial sums (written, then read by the reduce: `2 splits m n` f32) under a
-/// quarter of the weight read (`k n` bf16), i.e. `splits <= k / (16 m)`; rows a multiple of 64
-/// (whole unrolled steps) or of 16 for small `k`.
-fn skinny_plan(k: usize, m: usize, ns: &[usize], path: SkinnyPath) -> (usize, usize) {
+/// [`SkinnyPath::Mma`]: over the 64-column tiles, the split count (rows a multiple of 16)
+/// whose blocks fill whole waves of `sms` SMs best ([`mma_blocks_per_sm`] each), but no more
+/// splits than keep the partial sums (written, then read by the reduce: `2 splits m n` f32)
+/// under a quarter of the weight read (`k n` bf16), i.e. `splits <= k / (16 m)`, nor than
+/// leave a split under 64 rows.
+fn skinny_plan(k: usize, m: usize, ns: &[usize], path: SkinnyPath, sms: usize) -> (usize, usize) {
     match path {
         SkinnyPath::Cores => {
             let tiles: usize = ns.iter().map(|n| n.div_ceil(kernels::SKINNY_TILE)).sum();
@@ -359,24 +396,39 @@ fn skinny_plan(k: usize, m: usize, ns: &[usize], path: SkinnyPath) -> (usize, us
             (rows, k.div_ceil(rows))
         }
         SkinnyPath::Mma => {
-            let tiles: usize = ns.iter().map(|n| n.div_ceil(kernels::MMA_TILE)).sum();
-            let cap = (k / (16 * m.max(1))).clamp(1, k.div_ceil(16));
-            let want = (2 * 132usize).div_ceil(tiles.max(1)).clamp(1, cap);
-            let step = if k >= 64 { 64 } else { 16 };
-            let rows = k.div_ceil(want).next_multiple_of(step);
-            (rows, k.div_ceil(rows))
+            let tiles: usize = ns
+                .iter()
+                .map(|n| n.div_ceil(kernels::MMA_TILE))
+                .sum::<usize>()
+                .max(1);
+            let mt = m.clamp(1, 16 * kernels::MMA_ROW_TILES).div_ceil(16);
+            let slots = mma_blocks_per_sm(mt) * sms.max(1);
+            let cap = (k / (16 * m.max(1))).clamp(1, k.div_ceil(64).max(1));
+            // the split count whose blocks fill their waves best (a 1.12-wave grid ran its
+            // second wave nearly empty: ncu, 2026-12-01), fewest splits on ties
+            let mut best = (k.div_ceil(16) * 16, 1usize, -1.0f64);
+            for want in 1..=cap {
+                let rows = k.div_ceil(want).next_multiple_of(16);
+                let splits = k.div_ceil(rows);
+                let blocks = tiles * splits;
+                let fill = blocks as f64 / (blocks.div_ceil(slots) * slots) as f64;
+                if fill > best.2 + 1e-9 {
+                    best = (rows, splits, fill);
+                }
+            }
+            (best.0, best.1)
         }
     }
 }
 
-/// Rows of `x` the tensor-core kernel stages per pass for `mt` 16-row tiles: about 34 KB of
-/// shared memory (bf16, rows skewed by 8 elements) at most, under the 48 KB a block gets by
-/// default.
-fn mma_chunk(mt: usize) -> usize {
-    match mt {
-        0..=2 => 512,
-        3..=4 => 256,
-        _ => 128,
+/// Blocks of the tensor-core skinny GEMM resident on one SM for `mt` 16-row tiles of `x`:
+/// registers decide it (the accumulators are `32 mt` a thread, the double-buffered loads
+/// 40-80 more; 65,536 registers an SM, 128 threads a block).
+fn mma_blocks_per_sm(mt: usize) -> usize {
+    if mt <= 2 {
+        3
+    } else {
+        2
     }
 }
 
@@ -413,25 +465,65 @@ fn skinny_gemm_into(
             xp.dtype.into(),
         ),
         SkinnyPath::Mma => {
-            let mt = m.div_ceil(16);
-            kernels::skinny_mma_kernel::launch::<CudaRuntime>(
-                &xp.client,
-                CubeCount::Static(n.div_ceil(kernels::MMA_TILE) as u32, splits as u32, 1),
-                CubeDim::new_1d(128),
-                xp.clone().into_tensor_arg(),
-                w.into_tensor_arg(),
-                part.clone().into_tensor_arg(),
-                m as u32,
-                k as u32,
-                n as u32,
-                rows as u32,
-                ldp as u32,
-                col_off as u32,
-                mt,
-                mma_chunk(mt),
-                xp.dtype.into(),
-            )
+            // `x` in 8-byte vectors: unit column stride, rows a multiple of 4 apart (a
+            // pitched row is), an 8-byte aligned start; otherwise a contiguous copy
+            let st = xp.meta.strides();
+            let xv = if st[1] == 1
+                && st[0].is_multiple_of(MMA_XVEC)
+                && xp.handle.offset_start.unwrap_or(0).is_multiple_of(8)
+            {
+                xp.clone()
+            } else {
+                burn_cubecl::kernel::into_contiguous(xp.clone())
+            };
+            // one launch per 64 rows of `x` (4 m-tiles: 128 accumulator registers a thread)
+            let group = 16 * kernels::MMA_ROW_TILES;
+            for r0 in (0..m).step_by(group) {
+                let mt = (m - r0).min(group).div_ceil(16);
+                kernels::skinny_mma_kernel::launch::<CudaRuntime>(
+                    &xp.client,
+                    CubeCount::Static(n.div_ceil(kernels::MMA_TILE) as u32, splits as u32, 1),
+                    CubeDim::new_1d((32 * kernels::MMA_WARPS) as u32),
+                    MMA_XVEC,
+                    MMA_VEC,
+                    xv.clone().into_tensor_arg(),
+                    w.clone().into_tensor_arg(),
+                    part.clone().into_tensor_arg(),
+                    m as u32,
+                    r0 as u32,
+                    k as u32,
+                    n as u32,
+                    rows as u32,
+                    ldp as u32,
+                    col_off as u32,
+                    mt,
+                    mma_unroll(mt).0,
+                    mma_unroll(mt).1,
+                    xp.dtype.into(),
+                )
+            }
         }
+    }
+}
+
+/// Elements of `x` per load of the tensor-core skinny GEMM: 4 bf16, 8 bytes (a lane's four
+/// k-slots of a step).
+const MMA_XVEC: usize = 4;
+
+/// Elements of `w` per load of the tensor-core skinny GEMM: 8 bf16, 16 bytes.
+const MMA_VEC: usize = 8;
+
+/// Steps (16 rows of `w`) a warp of the tensor-core skinny GEMM loads before it multiplies,
+/// and whether those loads are double-buffered: for one or two m-tiles (accumulators of
+/// 32-64 registers) 2 steps, double-buffered (8 16-byte loads a lane in flight while the
+/// previous 2 multiply; 7B gate/up at 8 rows: 76 to 45 us of GPU time, ncu 2026-12-01); for
+/// three or four, 2 steps loaded then multiplied (double-buffering 1 step measured 91 us
+/// against 70 at 40 rows: the registers allow no more).
+fn mma_unroll(mt: usize) -> (usize, bool) {
+    if mt <= 2 {
+        (2, true)
+    } else {
+        (2, false)
     }
 }
 
@@ -1663,7 +1755,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         };
         let xp = x.into_primitive().tensor();
         let fd = xp.dtype;
-        let (rows, splits) = skinny_plan(k, m, &[n], path);
+        let (rows, splits) = skinny_plan(k, m, &[n], path, sm_count(&xp));
         let part = empty(&xp, vec![splits, m, n], DType::F32);
         let out = empty(&xp, vec![m, n], fd);
         let client = xp.client.clone();
@@ -1727,7 +1819,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         let ldp: usize = ns.iter().sum();
         let xp = x.into_primitive().tensor();
         let fd = xp.dtype;
-        let (rows, splits) = skinny_plan(k, m, &ns, path);
+        let (rows, splits) = skinny_plan(k, m, &ns, path, sm_count(&xp));
         let part = empty(&xp, vec![splits, m, ldp], DType::F32);
         let outs = ns.map(|n| empty(&xp, vec![m, n], fd));
         let client = xp.client.clone();
@@ -1788,7 +1880,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         };
         let xp = x.into_primitive().tensor();
         let fd = xp.dtype;
-        let (rows, splits) = skinny_plan(k, m, &[n, n], path);
+        let (rows, splits) = skinny_plan(k, m, &[n, n], path, sm_count(&xp));
         let part = empty(&xp, vec![splits, m, 2 * n], DType::F32);
         let out = empty(&xp, vec![m, n], fd);
         let client = xp.client.clone();
@@ -1830,8 +1922,10 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
     }
 
     fn skinny_max_rows() -> usize {
-        if SKINNY_MMA.load(Ordering::Relaxed) {
+        if skinny_kernel() == SkinnyKernel::Mma {
             MMA_MAX_ROWS
+        } else if skinny_kernel() == SkinnyKernel::Auto {
+            AUTO_MMA_MAX_ROWS
         } else {
             crate::SKINNY_MAX_ROWS
         }
