@@ -53,6 +53,8 @@
 #   bash .device/gpu_prefill.sh skinny   # the skinny GEMMs (decode / verify rows 1..128): the
 #                                        # element-wise check rows, then gemm --decode-only (ours on
 #                                        # CUDA and tensor cores, Burn, cuBLAS) beside PyTorch
+#   bash .device/gpu_prefill.sh skinnyktime # the tensor-core skinny GEMM's GPU time per call
+#                                        # (ncu) at every decode / verify shape of MODEL
 #   bash .device/gpu_prefill.sh model    # the model rows of kernel-check alone (2-layer model through
 #                                        # every kernel against its plain path; needs more than 200 s
 #                                        # on a fresh machine)
@@ -259,6 +261,16 @@ s = open("/tmp/cubecl-src.log", errors="replace").read()
 i = s.find("skinny_mma_kernel")
 print(s[max(0, s.rfind("\n\n", 0, i)):i + 30000] if i >= 0 else "not found")
 EOF
+    ;;
+skinnyktime)
+    # the tensor-core skinny GEMM's own GPU time (ncu, one pass of gpu__time_duration, caches
+    # flushed) at every decode / verify shape of MODEL (default 7B): the kernel and its split
+    # reduction per call, summed by ncu_skinny.py
+    timeout 200 ncu --metrics gpu__time_duration.sum --csv --print-units base \
+        --clock-control none --cache-control all \
+        --kernel-name regex:'skinny_mma_kernel|skinny_reduce' \
+        "$D/dustin-kernels-gpu" gemm --decode-only --no-burn --model "${MODEL:-7B}" > /tmp/skt.csv 2> "$OUT/skinnyktime_err.txt"
+    python3 "$D/ncu_skinny.py" /tmp/skt.csv "${MODEL:-7B}" | tee "$OUT/skinnyktime.jsonl"
     ;;
 model)
     printf '[autotune]\nlevel = "minimal"\n' > cubecl.toml

@@ -125,7 +125,7 @@ pub struct E2eArgs {
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub grouped_gemm: OnOff,
     /// Which kernel runs the skinny GEMMs on CUDA (`dustin_kernels::cuda::set_skinny_kernel`):
-    /// `auto` (the default: one row on CUDA cores, 2-64 rows on tensor cores), `mma` (tensor
+    /// `auto` (the default: one row on CUDA cores, 2-48 rows on tensor cores), `mma` (tensor
     /// cores wherever the shape allows) or `cores` (the CUDA-core kernel up to 16 rows, Burn's
     /// matmul above: the default before 2026-12-01). No effect on the CPU.
     #[arg(long, value_enum, default_value_t = SkinnyKernel::Auto)]
@@ -174,7 +174,7 @@ pub enum OnOff {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SkinnyKernel {
-    /// One row on CUDA cores, 2-64 rows on tensor cores.
+    /// One row on CUDA cores, 2-48 rows on tensor cores.
     Auto,
     /// Tensor cores (`skinny_mma_kernel`).
     Mma,

@@ -247,7 +247,7 @@ pub fn check_elementwise<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<Ch
     // on the CUDA-core kernel; then rows past its 16 (Burn's matmul by default) that the
     // opt-in tensor-core kernel takes when on (`dustin-kernels-gpu check` runs these rows a
     // second time with it): 40 (batch 8 x gamma + 1), 128 (its most), 33 with a k of 64, 72
-    // (two launches of its 64-row groups, the second of 8 rows)
+    // (two launches of its 48-row groups, the second of 24 rows: two 16-row tiles)
     let skinny: [(usize, usize, usize, bool); 10] = [
         (1, 896, 4864, true),
         (4, 896, 896, false),

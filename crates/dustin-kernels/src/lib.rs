@@ -380,7 +380,8 @@ pub trait KernelOps: Backend {
     /// [`SKINNY_MAX_ROWS`] and a contiguous `w` with `n` a multiple of 4, one split-K kernel
     /// that reads `w` once for all rows (memory-bound: the weight read is the cost) and one
     /// that sums the splits, adds the bias and rounds once (as PyTorch's `addmm` epilogue);
-    /// from 2 rows up to 64 rows (128 when forced) with `k` a multiple of 16 and `n` of 8, the tensor-core
+    /// from 2 rows up to 48 rows (128 when forced) with `k` a multiple of 16 and `n` of 8, the
+    /// tensor-core
     /// kernel (`cuda::set_skinny_kernel`) instead; other shapes take Burn's matmul.
     ///
     /// # Errors
@@ -455,7 +456,7 @@ pub trait KernelOps: Backend {
     /// Most rows (`batch x new tokens`) [`KernelOps::skinny_linear`] and the grouped skinny
     /// GEMMs run as a skinny GEMM; the model sends larger products to Burn's matmul (or from
     /// [`PREFILL_GEMM_MIN_ROWS`] rows to [`KernelOps::prefill_linear`]). [`SKINNY_MAX_ROWS`]
-    /// by default; on CUDA 64 (`cuda::AUTO_MMA_MAX_ROWS`), 128 with the tensor-core kernel
+    /// by default; on CUDA 48 (`cuda::AUTO_MMA_MAX_ROWS`), 128 with the tensor-core kernel
     /// forced, 16 with the CUDA-core kernel only (`cuda::set_skinny_kernel`).
     fn skinny_max_rows() -> usize {
         SKINNY_MAX_ROWS

@@ -1,5 +1,6 @@
-//! How the CUDA flash kernel splits the keys of a verification call across thread blocks: a
-//! pure function of the shapes, kept outside the `cuda` module so CPU CI tests it.
+//! How the CUDA flash kernel splits the keys of a verification call across thread blocks, and
+//! how the tensor-core skinny GEMM splits its inner dimension: pure functions of the shapes,
+//! kept outside the `cuda` module so CPU CI tests them.
 
 /// Keys per shared-memory tile of the flash kernel; every split is a multiple of it.
 pub(crate) const FLASH_KEYS: usize = 64;
@@ -47,10 +48,86 @@ pub(crate) fn verify_splits(
     (max_keys.div_ceil(chunk), chunk)
 }
 
+/// Fewest rows of `w` per split of the tensor-core skinny GEMM (where `k` allows): 4 steps of
+/// 16 rows for each of a block's 4 warps.
+pub(crate) const MMA_MIN_SPLIT_ROWS: usize = 256;
+/// The share of their waves' slots a skinny GEMM grid's blocks must fill for the split count
+/// to be taken (the first count that does; else the best).
+pub(crate) const MMA_FILL: f64 = 0.95;
+
+/// `(rows, splits)` for the tensor-core skinny GEMM `x [m, k] . w [k, n]`: `tiles` 64-column
+/// tiles (over every weight sharing the partial-sum buffer), `slots` blocks resident on the
+/// GPU at once (blocks per SM x SMs). Rows per split are a multiple of 16 (whole `mma` steps),
+/// `splits = ceil(k / rows)`, and `splits` is the fewest whose grid (`tiles x splits` blocks)
+/// fills at least [`MMA_FILL`] of its waves (`ceil(blocks / slots) x slots`), else the one
+/// that fills them best, among at most `k / (16 m)` splits (the partial sums, `2 splits m n`
+/// f32 written then read, stay under a quarter of the `k n` bf16 weight read) and at most `k /`
+/// [`MMA_MIN_SPLIT_ROWS`]. The first rule, "best fill" alone, picked 99 splits for Qwen2.5-7B's
+/// down projection at 8 rows (56 tiles, 396 slots: its only exact fill), whose reduction then
+/// took 15.6 of the call's 90 us (ncu, docs/perf.md, 2026-12-01). `k`, `tiles`, `slots` of 0
+/// count as 1 (a `k` of 0 as 16).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn mma_splits(k: usize, m: usize, tiles: usize, slots: usize) -> (usize, usize) {
+    let k = k.max(1);
+    let (tiles, slots) = (tiles.max(1), slots.max(1));
+    let cap = (k / (16 * m.max(1))).clamp(1, (k / MMA_MIN_SPLIT_ROWS).max(1));
+    let mut best = (k.next_multiple_of(16), 1usize, -1.0f64);
+    for want in 1..=cap {
+        let rows = k.div_ceil(want).next_multiple_of(16);
+        let splits = k.div_ceil(rows);
+        let blocks = tiles * splits;
+        let fill = blocks as f64 / (blocks.div_ceil(slots) * slots) as f64;
+        if fill > best.2 + 1e-9 {
+            best = (rows, splits, fill);
+        }
+        if fill >= MMA_FILL {
+            break;
+        }
+    }
+    (best.0, best.1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Qwen2.5 projections on the H200 (132 SMs, 3 blocks an SM up to 32 rows: 396 slots;
+    /// 2 above: 264), worked by hand. 7B down (`k` 18944, 3584 columns = 56 tiles) at 8 rows:
+    /// 7 splits make 392 of 396 slots (99%), where "best fill" took 99 (5544 = 14 x 396);
+    /// ceil(18944 / 7) = 2707 -> 2720 rows. 7B gate/up (296 tiles): 1, 2, 3 splits fill 75%,
+    /// 4 make 1184 of 1188 (99.7%): 896 rows. 72B gate/up (462 tiles): 1-4 splits fill 58-93%,
+    /// 5 make 2310 of 2376 (97%): ceil(8192 / 5) = 1639 -> 1648 rows. 7B gate/up at 40 rows
+    /// (264 slots; at most 3584 / 640 = 5 splits): 5 make 1480 of 1584 (93%), under 95%, and the
+    /// best.
+    #[test]
+    fn qwen_projections() {
+        assert_eq!(mma_splits(18944, 8, 56, 396), (2720, 7));
+        assert_eq!(mma_splits(3584, 8, 296, 396), (896, 4));
+        assert_eq!(mma_splits(8192, 8, 462, 396), (1648, 5));
+        assert_eq!(mma_splits(3584, 40, 296, 264), (720, 5));
+        // 0.5B's k/v (896 -> 128 columns: 2 tiles) at one row: at most 896 / 256 = 3 splits
+        assert_eq!(mma_splits(896, 1, 2, 396), (304, 3));
+    }
+
+    proptest! {
+        #[test]
+        fn mma_splits_cover_k_within_their_caps(
+            k16 in 1usize..4000,
+            m in 1usize..129,
+            tiles in 1usize..5000,
+            slots in 1usize..2000,
+        ) {
+            let k = 16 * k16;
+            let (rows, splits) = mma_splits(k, m, tiles, slots);
+            prop_assert_eq!(rows % 16, 0);
+            prop_assert!(splits >= 1);
+            prop_assert!(rows * splits >= k, "k not covered");
+            prop_assert!((splits - 1) * rows < k, "an empty split");
+            let cap = (k / (16 * m)).clamp(1, (k / MMA_MIN_SPLIT_ROWS).max(1));
+            prop_assert!(splits <= cap, "{} splits over the cap {}", splits, cap);
+        }
+    }
 
     /// The benchmark shapes of docs/perf.md (B=8, 32k context + 5 new tokens, H200's 132
     /// SMs), worked by hand: 7B has 8 x 4 KV heads x 1 row block = 32 blocks a split, so

@@ -728,9 +728,10 @@ fn bench(json: Option<&str>, quick: bool, kern: AttentionKernel) {
 /// 10; beside each, `KernelOps::prefill_linear` (cuBLAS, `op` `cublas`: each call waits for
 /// cubecl's queue before and for cuBLAS after, as the model runs it); then the causal prefill
 /// attention of [`prefill_attention`]. With `no_burn`, neither Burn's matmul nor the attention
-/// (the cuBLAS and skinny rows only); with `decode_only`, the decode / verify rows only. One
-/// JSON line a shape; TFLOP/s count `2 m k n`, TB/s the weight read.
-fn gemm(json: Option<&str>, quick: bool, no_burn: bool, decode_only: bool) {
+/// (the cuBLAS and skinny rows only); with `decode_only`, the decode / verify rows only; with
+/// `model` (`7B` or `72B`), that model's shapes only. One JSON line a shape; TFLOP/s count
+/// `2 m k n`, TB/s the weight read.
+fn gemm(json: Option<&str>, quick: bool, no_burn: bool, decode_only: bool, model: Option<&str>) {
     let dev = Default::default();
     let mut out = json.and_then(|p| std::fs::File::create(p).ok());
     let mut emit = |v: String| {
@@ -752,6 +753,9 @@ fn gemm(json: Option<&str>, quick: bool, no_burn: bool, decode_only: bool) {
         ("7B", 3584usize, 18944usize, 3584usize, 512usize),
         ("72B", 8192, 29568, 8192, 1024),
     ] {
+        if model.is_some_and(|m| m != name) {
+            continue;
+        }
         for (k, n, what) in [
             (h, qo, "q/o"),
             (h, kvo, "k/v"),
@@ -1109,6 +1113,10 @@ fn main() -> std::process::ExitCode {
             quick,
             args.iter().any(|a| a == "--no-burn"),
             args.iter().any(|a| a == "--decode-only"),
+            args.iter()
+                .position(|a| a == "--model")
+                .and_then(|i| args.get(i + 1))
+                .map(String::as_str),
         ),
         Some("prefill") => {
             let mut out = json.and_then(|p| std::fs::File::create(p).ok());
@@ -1136,7 +1144,7 @@ fn main() -> std::process::ExitCode {
             bench(json, quick, verify_kernel);
         }
         _ => {
-            eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise] | bench [--quick] [--verify-kernel auto|flash|split] [--flash-buffers 1|2|3] [--json PATH] | gemm [--quick] [--no-burn] [--decode-only] [--json PATH] | prefill [--quick] [--json PATH] | ktime --op dense|sparse512|sparse1024|sparse2048|score [--model 7B|72B] | all; any of them [--score-buffers 1|2|3] [--sparse-waves 1..8] [--score-merge-once]");
+            eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise] | bench [--quick] [--verify-kernel auto|flash|split] [--flash-buffers 1|2|3] [--json PATH] | gemm [--quick] [--no-burn] [--decode-only] [--model 7B|72B] [--json PATH] | prefill [--quick] [--json PATH] | ktime --op dense|sparse512|sparse1024|sparse2048|score [--model 7B|72B] | all; any of them [--score-buffers 1|2|3] [--sparse-waves 1..8] [--score-merge-once]");
             return std::process::ExitCode::from(2);
         }
     }

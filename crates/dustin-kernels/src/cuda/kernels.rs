@@ -1459,8 +1459,11 @@ pub const MMA_TILE: usize = 64;
 /// Warps per block of [`skinny_mma_kernel`] (they interleave the block's 16-row steps).
 pub const MMA_WARPS: usize = 4;
 /// Most 16-row tiles of `x` one launch of [`skinny_mma_kernel`] takes (its accumulators are
-/// `32 mt` registers a thread); more rows take one launch per 64 rows.
-pub const MMA_ROW_TILES: usize = 4;
+/// `32 mt` registers a thread); more rows take one launch per 48 rows. Four tiles measured
+/// 2.5x slower per launch than three (7B q/o: 102.9 us for 128 rows in two launches of 64,
+/// 20.4 us for 40 rows in one; ncu, docs/perf.md, 2026-12-01), most likely from register
+/// spills (three tiles already use 219 registers).
+pub const MMA_ROW_TILES: usize = 3;
 
 /// The loads of [`skinny_mma_kernel`]'s `unroll` steps from step `s` (this warp's steps `s,
 /// s + 4, ..`; steps past `nsteps` read the last step again, and the caller zeroes them):

@@ -140,7 +140,7 @@ fn skinny_takes(m: usize, k: usize, w: &Ct) -> bool {
 }
 
 /// Most rows of `x` the tensor-core skinny GEMM takes (batch 16 x (gamma + 1) at gamma 7 is
-/// 128); above 64 rows it runs one launch per 64 rows.
+/// 128); above 48 rows it runs one launch per 48 rows ([`AUTO_MMA_MAX_ROWS`]).
 pub const MMA_MAX_ROWS: usize = 128;
 
 static SKINNY_KERNEL: AtomicU8 = AtomicU8::new(SkinnyKernel::Auto as u8);
@@ -284,11 +284,10 @@ fn use_flash(dims: &AttnDims) -> bool {
     })
 }
 
-/// Most rows [`SkinnyKernel::Auto`] sends to the tensor-core kernel: one launch (4 tiles of 16
-/// rows).
-/// Above, it reads the weight once per 64 rows, and at 128 rows it was slower than Burn's
-/// matmul for 4 of the 8 projections measured (7B gate/up: 252 against 144 us; docs/perf.md,
-/// 2026-12-01), so 65 or more rows keep Burn's matmul.
+/// Most rows [`SkinnyKernel::Auto`] sends to the tensor-core kernel: one launch (3 tiles of 16
+/// rows). Above, it reads the weight once per launch, and at 128 rows (then two launches of
+/// 64) it was slower than Burn's matmul for 4 of the 8 projections measured (7B gate/up: 252
+/// against 144 us; docs/perf.md, 2026-12-01), so more rows keep Burn's matmul.
 pub const AUTO_MMA_MAX_ROWS: usize = 16 * kernels::MMA_ROW_TILES;
 
 /// Which kernel runs the skinny GEMMs (decode and verify rows) on CUDA
@@ -381,7 +380,8 @@ fn skinny_path(m: usize, k: usize, dtype: DType, ws: &[&Ct]) -> Option<SkinnyPat
 /// whose blocks fill whole waves of `sms` SMs best ([`mma_blocks_per_sm`] each), but no more
 /// splits than keep the partial sums (written, then read by the reduce: `2 splits m n` f32)
 /// under a quarter of the weight read (`k n` bf16), i.e. `splits <= k / (16 m)`, nor than
-/// leave a split under 64 rows.
+/// leave a split under [`MMA_MIN_SPLIT_ROWS`] rows; the fewest splits that fill 95% of
+/// their waves.
 fn skinny_plan(k: usize, m: usize, ns: &[usize], path: SkinnyPath, sms: usize) -> (usize, usize) {
     match path {
         SkinnyPath::Cores => {
@@ -403,20 +403,7 @@ fn skinny_plan(k: usize, m: usize, ns: &[usize], path: SkinnyPath, sms: usize) -
                 .max(1);
             let mt = m.clamp(1, 16 * kernels::MMA_ROW_TILES).div_ceil(16);
             let slots = mma_blocks_per_sm(mt) * sms.max(1);
-            let cap = (k / (16 * m.max(1))).clamp(1, k.div_ceil(64).max(1));
-            // the split count whose blocks fill their waves best (a 1.12-wave grid ran its
-            // second wave nearly empty: ncu, 2026-12-01), fewest splits on ties
-            let mut best = (k.div_ceil(16) * 16, 1usize, -1.0f64);
-            for want in 1..=cap {
-                let rows = k.div_ceil(want).next_multiple_of(16);
-                let splits = k.div_ceil(rows);
-                let blocks = tiles * splits;
-                let fill = blocks as f64 / (blocks.div_ceil(slots) * slots) as f64;
-                if fill > best.2 + 1e-9 {
-                    best = (rows, splits, fill);
-                }
-            }
-            (best.0, best.1)
+            crate::split_plan::mma_splits(k, m, tiles, slots)
         }
     }
 }
@@ -476,7 +463,7 @@ fn skinny_gemm_into(
             } else {
                 burn_cubecl::kernel::into_contiguous(xp.clone())
             };
-            // one launch per 64 rows of `x` (4 m-tiles: 128 accumulator registers a thread)
+            // one launch per 48 rows of `x` (3 m-tiles: 96 accumulator registers a thread)
             let group = 16 * kernels::MMA_ROW_TILES;
             for r0 in (0..m).step_by(group) {
                 let mt = (m - r0).min(group).div_ceil(16);
