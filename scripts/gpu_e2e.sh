@@ -129,7 +129,7 @@ launch)
         --modes "${MODES:-ar,dense,dustin}")
     L=${LIMIT:-100}
     LIMIT=$L SKMMA=mma group 7b_mma "${T7[@]}"
-    LIMIT=$L group 7b_cores "${T7[@]}"
+    LIMIT=$L SKMMA=cores group 7b_cores "${T7[@]}"
     LIMIT=$L RESIDUAL=on group 7b_residual "${T7[@]}"
     LIMIT=$L RAGGED=on KVWRITE=off group 7b_ragged "${T7[@]}"
     LIMIT=$L RAGGED=on group 7b_ragged_kvwrite "${T7[@]}"

@@ -242,16 +242,19 @@ skinny)
     echo "torch rc=$?"
     ;;
 skinnyprof)
-    # ncu sections on single skinny-GEMM launches of `gemm --decode-only --no-burn` (7B
-    # gate/up: the tensor-core kernel at 8 and 40 rows, the CUDA-core one at 1 row), and the
-    # tensor-core kernel's generated CUDA source (cubecl's compilation log)
+    # ncu sections on single skinny-GEMM launches of `gemm --decode-only --no-burn --model 7B`
+    # (gate/up: the tensor-core kernel at 8 and 40 rows, the CUDA-core one at 1 row), and the
+    # tensor-core kernel's generated CUDA source (cubecl's compilation log). Launch counts:
+    # each shape is 16 calls; a tensor-core call is one launch per 48 rows (3 at 128), so a
+    # projection is 4 x 16 + 48 = 112 launches and gate/up's 8 and 40 rows start at 240 and
+    # 272; the CUDA-core kernel runs 1, 8 and 16 rows (48 launches a projection)
     printf '[compilation.logger]\nlevel = "full"\nfile = "/tmp/cubecl-src.log"\n' > cubecl.toml
-    for spec in "skinny_mma_kernel 215 mma_m8" "skinny_mma_kernel 250 mma_m40" "skinny_gemm_kernel 100 cores_m1"; do
+    for spec in "skinny_mma_kernel 247 mma_m8" "skinny_mma_kernel 279 mma_m40" "skinny_gemm_kernel 100 cores_m1"; do
         set -- $spec
         timeout 150 ncu --kernel-name regex:$1 --launch-skip $2 --launch-count 1 --clock-control none \
             --section LaunchStats --section Occupancy --section WarpStateStats \
             --section MemoryWorkloadAnalysis --section SpeedOfLight --section SourceCounters \
-            "$D/dustin-kernels-gpu" gemm --decode-only --no-burn > "$OUT/prof_$3.txt" 2>&1
+            "$D/dustin-kernels-gpu" gemm --decode-only --no-burn --model 7B > "$OUT/prof_$3.txt" 2>&1
         grep -E "Registers Per|Achieved Occupancy|Block Limit|Duration|DRAM Throughput|Warp Cycles Per Issued|Local Memory|Stall" "$OUT/prof_$3.txt" | head -24
     done
     rm -f cubecl.toml

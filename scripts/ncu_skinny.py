@@ -4,7 +4,7 @@
 --decode-only --no-burn --model MODEL` process captured with the kernel filter
 `skinny_mma_kernel|skinny_reduce` (`gpu_prefill.sh skinnyktime`).
 
-A call of the tensor-core path is its `skinny_mma_kernel` launches (one per 64 rows) and the
+A call of the tensor-core path is its `skinny_mma_kernel` launches (one per 48 rows) and the
 `skinny_reduce_kernel` after them; a reduce with no GEMM launch before it belongs to the
 CUDA-core path (its GEMM kernel is not captured) and is skipped. The process runs every shape
 (projections q/o, k/v, gate/up, down; rows 1, 8, 16, 40, 128, in that order) 16 times on the

@@ -244,9 +244,10 @@ pub fn check_elementwise<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<Ch
     // rows (the most the kernel takes), 17 rows and n = 302 (Burn's matmul), k not a multiple
     // of the split; 0.5B's o_proj, whose 1792-byte rows cubecl-cuda pads to 2048 (the kernel
     // reads `w` through its row stride), as it does 1028 columns
-    // on the CUDA-core kernel; then rows past its 16 (Burn's matmul by default) that the
-    // opt-in tensor-core kernel takes when on (`dustin-kernels-gpu check` runs these rows a
-    // second time with it): 40 (batch 8 x gamma + 1), 128 (its most), 33 with a k of 64, 72
+    // on the CUDA-core kernel; then rows past its 16 that the tensor-core kernel takes (by
+    // default up to 48 rows; `dustin-kernels-gpu check` runs these rows again with it forced
+    // and with the CUDA-core kernel only): 40 (batch 8 x gamma + 1), 128 (its most), 33 with
+    // a k of 64, 72
     // (two launches of its 48-row groups, the second of 24 rows: two 16-row tiles)
     let skinny: [(usize, usize, usize, bool); 10] = [
         (1, 896, 4864, true),

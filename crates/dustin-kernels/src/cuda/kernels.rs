@@ -1508,7 +1508,8 @@ fn mma_load<F: Float, NX: Size, NW: Size>(
 /// Skinny GEMM on tensor cores: `x [m, k] . w [k, n]` for rows `r0 .. r0 + 16 mt` of `x`
 /// (rows past `m` count as zeros), split over `k` as [`skinny_gemm_kernel`] and writing the
 /// same `part [splits, m, ldp]` (f32, columns `col_off ..`), so the same reduce kernels finish
-/// it. `x` is contiguous, read in 8-byte vectors of 4 (`nx`); `w` row-major, read in 16-byte
+/// it. `x` has a unit column stride and a row stride that is a multiple of 4, read in 8-byte
+/// vectors of 4 (`nx`); `w` row-major, read in 16-byte
 /// vectors of 8 (`nw`); `n` and `w`'s row stride are multiples of 8, `k` and
 /// `rows_per_split` multiples of 16.
 ///

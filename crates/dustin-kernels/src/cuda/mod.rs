@@ -301,9 +301,9 @@ pub enum SkinnyKernel {
     /// The default: one row on the CUDA-core kernel, 2 to [`AUTO_MMA_MAX_ROWS`] rows on the
     /// tensor-core kernel (`skinny_mma_kernel`), each where its shape rules allow; more rows
     /// on Burn's matmul. On the H200
-    /// (docs/perf.md, 2026-12-01) the tensor-core kernel took 70.7 against 105.0 us for
-    /// Qwen2.5-7B's gate projection at 8 rows, 172 against 308 us for 72B's, and 80 against
-    /// 200 us at 16 rows; at one row the CUDA-core kernel was as fast or faster (7B down: 70
+    /// (docs/perf.md, 2026-12-01, host-timed) the tensor-core kernel took 73.0 against 104.9
+    /// us for Qwen2.5-7B's gate projection at 8 rows, 169.8 against 310.5 us for 72B's, and
+    /// 72.8 against 202.2 us at 16 rows; at one row the CUDA-core kernel was as fast or faster (7B down: 70
     /// against 104 us).
     Auto = 1,
     /// The tensor-core kernel wherever its shape rules allow, one row and up to
@@ -358,9 +358,19 @@ fn mma_takes(m: usize, k: usize, w: &Ct) -> bool {
         && w.handle.offset_start.unwrap_or(0).is_multiple_of(16)
 }
 
-/// The kernel for `x [m, k]` of `dtype` times every weight of `ws`, or `None` (Burn's matmul).
-fn skinny_path(m: usize, k: usize, dtype: DType, ws: &[&Ct]) -> Option<SkinnyPath> {
-    if ws.iter().all(|w| w.dtype == dtype && mma_takes(m, k, w)) {
+/// Whether the tensor-core kernel can read `x` in 8-byte vectors, directly or after
+/// [`skinny_gemm_into`]'s contiguous copy: a start that is not 8-byte aligned with strides that
+/// need no copy (a column slice) cannot.
+fn mma_x_ok(x: &Ct) -> bool {
+    let st = x.meta.strides();
+    let needs_copy = !(st[1] == 1 && st[0].is_multiple_of(MMA_XVEC));
+    needs_copy || x.handle.offset_start.unwrap_or(0).is_multiple_of(8)
+}
+
+/// The kernel for `x [m, k]` of `dtype` (`x_ok`: [`mma_x_ok`]) times every weight of `ws`, or
+/// `None` (Burn's matmul).
+fn skinny_path(m: usize, k: usize, dtype: DType, x_ok: bool, ws: &[&Ct]) -> Option<SkinnyPath> {
+    if x_ok && ws.iter().all(|w| w.dtype == dtype && mma_takes(m, k, w)) {
         Some(SkinnyPath::Mma)
     } else if ws.iter().all(|w| skinny_takes(m, k, w)) {
         Some(SkinnyPath::Cores)
@@ -453,12 +463,10 @@ fn skinny_gemm_into(
         ),
         SkinnyPath::Mma => {
             // `x` in 8-byte vectors: unit column stride, rows a multiple of 4 apart (a
-            // pitched row is), an 8-byte aligned start; otherwise a contiguous copy
+            // pitched row is), otherwise a contiguous copy (a fresh allocation, so aligned;
+            // `skinny_path` took this path only if an uncopied `x` starts 8-byte aligned)
             let st = xp.meta.strides();
-            let xv = if st[1] == 1
-                && st[0].is_multiple_of(MMA_XVEC)
-                && xp.handle.offset_start.unwrap_or(0).is_multiple_of(8)
-            {
+            let xv = if st[1] == 1 && st[0].is_multiple_of(MMA_XVEC) {
                 xp.clone()
             } else {
                 burn_cubecl::kernel::into_contiguous(xp.clone())
@@ -504,7 +512,7 @@ const MMA_VEC: usize = 8;
 /// and whether those loads are double-buffered: for one or two m-tiles (accumulators of
 /// 32-64 registers) 2 steps, double-buffered (8 16-byte loads a lane in flight while the
 /// previous 2 multiply; 7B gate/up at 8 rows: 76 to 45 us of GPU time, ncu 2026-12-01); for
-/// three or four, 2 steps loaded then multiplied (double-buffering 1 step measured 91 us
+/// three, 2 steps loaded then multiplied (double-buffering 1 step measured 91 us
 /// against 70 at 40 rows: the registers allow no more).
 fn mma_unroll(mt: usize) -> (usize, bool) {
     if mt <= 2 {
@@ -1736,7 +1744,13 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         let ([m, k], [_, n]) = (x.dims(), w.dims());
         check_skinny([m, k], w.dims(), bias.as_ref().map(|b| b.dims()))?;
         let wp = w.into_primitive().tensor();
-        let Some(path) = skinny_path(m, k, x.dtype(), &[&wp]) else {
+        let Some(path) = skinny_path(
+            m,
+            k,
+            x.dtype(),
+            mma_x_ok(&x.clone().into_primitive().tensor()),
+            &[&wp],
+        ) else {
             let w = Tensor::from_primitive(TensorPrimitive::Float(wp));
             return crate::plain::skinny_linear(x, w, bias);
         };
@@ -1798,7 +1812,13 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
             w1.into_primitive().tensor(),
             w2.into_primitive().tensor(),
         ];
-        let Some(path) = skinny_path(m, k, x.dtype(), &[&wps[0], &wps[1], &wps[2]]) else {
+        let Some(path) = skinny_path(
+            m,
+            k,
+            x.dtype(),
+            mma_x_ok(&x.clone().into_primitive().tensor()),
+            &[&wps[0], &wps[1], &wps[2]],
+        ) else {
             let [w0, w1, w2] = wps.map(|w| Tensor::from_primitive(TensorPrimitive::Float(w)));
             return crate::skinny_linear3_each(x, [(w0, b0), (w1, b1), (w2, b2)]);
         };
@@ -1858,7 +1878,13 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
             w_gate.into_primitive().tensor(),
             w_up.into_primitive().tensor(),
         );
-        let Some(path) = skinny_path(m, k, x.dtype(), &[&g, &u]) else {
+        let Some(path) = skinny_path(
+            m,
+            k,
+            x.dtype(),
+            mma_x_ok(&x.clone().into_primitive().tensor()),
+            &[&g, &u],
+        ) else {
             let (g, u) = (
                 Tensor::from_primitive(TensorPrimitive::Float(g)),
                 Tensor::from_primitive(TensorPrimitive::Float(u)),
