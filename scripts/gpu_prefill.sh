@@ -211,7 +211,7 @@ kprof)
     # SourceCounters lists the most-stalled source lines (cubecl compiles with -lineinfo)
     for op in ${KPROF_OPS:-score sparse1024}; do
         timeout 120 ncu --launch-skip 4 --launch-count 2 --clock-control none \
-            --kernel-name regex:'flash_kernel|combine_kernel|score_reduce_kernel|score_merge_kernel' \
+            --kernel-name regex:'flash_kernel|combine_kernel|score_reduce_kernel' \
             --section LaunchStats --section Occupancy --section WarpStateStats \
             --section MemoryWorkloadAnalysis --section SpeedOfLight --section SourceCounters \
             "$D/dustin-kernels-gpu" ktime --op $op > "$OUT/kprof_$op.txt" 2>&1
@@ -225,7 +225,7 @@ ktime)
         for op in ${OPS:-dense sparse512 sparse1024 sparse2048 score}; do
             timeout 120 ncu --metrics gpu__time_duration.sum --csv --print-units base \
                 --clock-control none --cache-control all \
-                --kernel-name regex:'flash_kernel|split_kernel|combine_kernel|score_reduce_kernel|score_merge_kernel' \
+                --kernel-name regex:'flash_kernel|split_kernel|combine_kernel|score_reduce_kernel' \
                 "$D/dustin-kernels-gpu" ktime --op $op --model $model ${EXTRA:-} > /tmp/ktime.csv 2>> "$OUT/ktime_err.txt"
             python3 "$D/ncu_ktime.py" /tmp/ktime.csv "$model $op ${EXTRA:-}" | tee -a "$OUT/ktime.jsonl"
         done

@@ -14,9 +14,7 @@
 //! - `ktime --op OP [--model 7B|72B]`: one op of `bench` at B=8, 32k alone (2 warm-up calls,
 //!   then 5), for a trace of its kernels' GPU time (`scripts/gpu_prefill.sh ktime`).
 //! - `--score-buffers 1|2|3` and `--sparse-waves 1..8` (any command): the flash kernel's K tile
-//!   buffers in score mode, and the waves of blocks sparse verification's splits aim for;
-//!   `--score-merge-once`: scoring merges each row's partials in one extra launch
-//!   (`cuda::set_score_merge_once`, opt-in until measured).
+//!   buffers in score mode, and the waves of blocks sparse verification's splits aim for.
 
 use std::io::Write;
 use std::time::Instant;
@@ -1096,9 +1094,6 @@ fn main() -> std::process::ExitCode {
             }
         }
     }
-    if args.iter().any(|a| a == "--score-merge-once") {
-        dustin_kernels::cuda::set_score_merge_once(true);
-    }
     let op = args
         .iter()
         .position(|a| a == "--op")
@@ -1144,7 +1139,7 @@ fn main() -> std::process::ExitCode {
             bench(json, quick, verify_kernel);
         }
         _ => {
-            eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise] | bench [--quick] [--verify-kernel auto|flash|split] [--flash-buffers 1|2|3] [--json PATH] | gemm [--quick] [--no-burn] [--decode-only] [--model 7B|72B] [--json PATH] | prefill [--quick] [--json PATH] | ktime --op dense|sparse512|sparse1024|sparse2048|score [--model 7B|72B] | all; any of them [--score-buffers 1|2|3] [--sparse-waves 1..8] [--score-merge-once]");
+            eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise] | bench [--quick] [--verify-kernel auto|flash|split] [--flash-buffers 1|2|3] [--json PATH] | gemm [--quick] [--no-burn] [--decode-only] [--model 7B|72B] [--json PATH] | prefill [--quick] [--json PATH] | ktime --op dense|sparse512|sparse1024|sparse2048|score [--model 7B|72B] | all; any of them [--score-buffers 1|2|3] [--sparse-waves 1..8]");
             return std::process::ExitCode::from(2);
         }
     }

@@ -609,96 +609,6 @@ pub fn combine_kernel<F: Float, I: Int>(
     }
 }
 
-/// `(M, L)` of one score row over its `ns` partials `pm[base + s rpad]`, `pl[...]`, computed
-/// by one warp (`lane` its lane): each lane loads the maxima and sums of 4 partials 32 apart
-/// at once (128 a round), then an online merge across the warp. `M` is the mask value and
-/// `L` 0 where no partial saw a key. Every lane returns the result.
-#[cube]
-fn merge_row(
-    pm: &Tensor<f32>,
-    pl: &Tensor<f32>,
-    base: usize,
-    ns: usize,
-    rpad: usize,
-    lane: usize,
-) -> Vector<f32, Const<2>> {
-    let lowest = f32::new(f32::MIN);
-    let mut mmax = lowest;
-    let mut lsum = 0.0f32;
-    let mut s0 = 0usize;
-    while s0 < ns {
-        let mut ms = Array::<f32>::new(4usize);
-        let mut ls = Array::<f32>::new(4usize);
-        #[unroll]
-        for u in 0..4usize {
-            let sp = s0 + lane + u * 32;
-            let ok = sp < ns;
-            let at = base + select(ok, sp, 0usize) * rpad;
-            ms[u] = select(ok, pm[at], lowest);
-            ls[u] = pl[at];
-        }
-        let mut cm = lowest;
-        #[unroll]
-        for u in 0..4usize {
-            cm = select(ms[u] > cm, ms[u], cm);
-        }
-        cm = plane_max(cm);
-        let nm = select(cm > mmax, cm, mmax);
-        let mut add = 0.0f32;
-        #[unroll]
-        for u in 0..4usize {
-            add += select(ms[u] > lowest, ls[u] * (ms[u] - nm).exp(), 0.0f32);
-        }
-        add = plane_sum(add);
-        // the running sum was relative to mmax; 0 while no partial had a visible key
-        lsum = select(mmax > lowest, lsum * (mmax - nm).exp(), 0.0f32) + add;
-        mmax = nm;
-        s0 += 128;
-    }
-    let mut v = Vector::<f32, Const<2>>::empty();
-    v[0] = mmax;
-    v[1] = lsum;
-    v
-}
-
-/// `(M_r, L_r)` of every score row, once: block `(slot, sequence)`, 8 warps, a warp per row
-/// ([`merge_row`]), into `ml[b, slots, rpad, 2]`. With it, [`score_reduce_kernel`]'s blocks
-/// read two numbers a row instead of each merging every row's partials again
-/// ([`set_score_merge_once`](super::set_score_merge_once); opt-in until measured).
-#[cube(launch)]
-#[allow(clippy::too_many_arguments)]
-pub fn score_merge_kernel<I: Int>(
-    pm: &Tensor<f32>,
-    pl: &Tensor<f32>,
-    table: &Tensor<I>,
-    ml: &mut Tensor<f32>,
-    n_new: u32,
-    splits: u32,
-    rpad: u32,
-    slots: u32,
-    #[define(I)] _dtype: StorageType,
-) {
-    let slot = CUBE_POS_X as usize;
-    let b = CUBE_POS_Y as usize;
-    let tid = UNIT_POS as usize;
-    let warp = tid / 32;
-    let lane = tid % 32;
-    let rpad = rpad as usize;
-    let ns = splits as usize;
-    let rtot = u32::cast_from(table[slot * table.stride(0) + 1]) as usize * n_new as usize;
-    let mut r = warp;
-    while r < rtot {
-        let base = (b * slots as usize + slot) * ns * rpad + r;
-        let v = merge_row(pm, pl, base, ns, rpad, lane);
-        if lane == 0 {
-            let at = ((b * slots as usize + slot) * rpad + r) * 2;
-            ml[at] = v[0];
-            ml[at + 1] = v[1];
-        }
-        r += 8;
-    }
-}
-
 /// Positions of the score reduction one thread takes, 256 apart.
 pub const SCORE_POS_PER_THREAD: usize = 4;
 /// Positions of one block of [`score_reduce_kernel`]: 256 threads times
@@ -708,9 +618,7 @@ pub const SCORE_BLOCK_POSITIONS: usize = 256 * SCORE_POS_PER_THREAD;
 /// Scores from the logits the split or flash kernel wrote in `score` mode: per (sequence, KV head,
 /// position) `sum over the slot's rows of exp(logit - M_r) / L_r`, with `(M_r, L_r)` merged
 /// from the splits; with `per_row`, one sum per query `i` (rows `e * n + i`) into
-/// `out[b, kvh, i, pos]`. With `merged`, `(M_r, L_r)` come from `ml` (`[b, slots, rpad, 2]`,
-/// [`score_merge_kernel`]) and `pm`, `pl` are not read. One block of
-/// [`SCORE_BLOCK_POSITIONS`] positions (256 threads, 8
+/// `out[b, kvh, i, pos]`. One block of [`SCORE_BLOCK_POSITIONS`] positions (256 threads, 8
 /// warps, [`SCORE_POS_PER_THREAD`] positions each, 256 apart) per (block, KV head,
 /// sequence).
 #[cube(launch)]
@@ -718,7 +626,6 @@ pub const SCORE_BLOCK_POSITIONS: usize = 256 * SCORE_POS_PER_THREAD;
 pub fn score_reduce_kernel<I: Int>(
     pm: &Tensor<f32>,
     pl: &Tensor<f32>,
-    ml: &Tensor<f32>,
     logits: &Tensor<f32>,
     table: &Tensor<I>,
     kv2slot: &Tensor<I>,
@@ -732,7 +639,6 @@ pub fn score_reduce_kernel<I: Int>(
     width: u32,
     #[comptime] rmax: usize,
     #[comptime] per_row: bool,
-    #[comptime] merged: bool,
     #[define(I)] _dtype: StorageType,
 ) {
     let kvh = CUBE_POS_Y as usize;
@@ -750,33 +656,54 @@ pub fn score_reduce_kernel<I: Int>(
         slot = usize::cast_from(slot_i);
         rtot = u32::cast_from(table[slot * table.stride(0) + 1]) as usize * n;
     }
-    // (M_r, L_r) of each row: read from `ml` (`merged`), or merged here, a warp per row
-    // (`merge_row`; a first version merged each row's splits serially in one thread: 31 us
-    // of GPU time for 65 splits at 7B, B=8, 32k, ncu, eighth session)
+    // (M_r, L_r) of each row, a warp per row: each lane loads the maxima and sums of 4
+    // splits 32 apart at once (128 splits a round), then an online merge across the warp
+    // (a first version merged each row's splits serially in one thread: 31 us of GPU time
+    // for 65 splits at 7B, B=8, 32k, ncu, eighth session)
     let warp = tid / 32;
     let lane = tid % 32;
     let ns = splits as usize;
     let lowest = f32::new(f32::MIN);
-    if comptime![merged] {
-        // merged once per row by `score_merge_kernel`
-        let mut r = tid;
-        while r < rtot {
-            let at = ((b * slots as usize + slot) * rpad + r) * 2;
-            mrow[r] = ml[at];
-            lrow[r] = ml[at + 1];
-            r += 256;
-        }
-    } else {
-        let mut r = warp;
-        while r < rtot {
-            let base = (b * slots as usize + slot) * ns * rpad + r;
-            let v = merge_row(pm, pl, base, ns, rpad, lane);
-            if lane == 0 {
-                mrow[r] = v[0];
-                lrow[r] = v[1];
+    let mut r = warp;
+    while r < rtot {
+        let base = (b * slots as usize + slot) * ns * rpad + r;
+        let mut mmax = lowest;
+        let mut lsum = 0.0f32;
+        let mut s0 = 0usize;
+        while s0 < ns {
+            let mut ms = Array::<f32>::new(4usize);
+            let mut ls = Array::<f32>::new(4usize);
+            #[unroll]
+            for u in 0..4usize {
+                let sp = s0 + lane + u * 32;
+                let ok = sp < ns;
+                let at = base + select(ok, sp, 0usize) * rpad;
+                ms[u] = select(ok, pm[at], lowest);
+                ls[u] = pl[at];
             }
-            r += 8;
+            let mut cm = lowest;
+            #[unroll]
+            for u in 0..4usize {
+                cm = select(ms[u] > cm, ms[u], cm);
+            }
+            cm = plane_max(cm);
+            let nm = select(cm > mmax, cm, mmax);
+            let mut add = 0.0f32;
+            #[unroll]
+            for u in 0..4usize {
+                add += select(ms[u] > lowest, ls[u] * (ms[u] - nm).exp(), 0.0f32);
+            }
+            add = plane_sum(add);
+            // the running sum was relative to mmax; 0 while no split had a visible key
+            lsum = select(mmax > lowest, lsum * (mmax - nm).exp(), 0.0f32) + add;
+            mmax = nm;
+            s0 += 128;
         }
+        if lane == 0 {
+            mrow[r] = mmax;
+            lrow[r] = lsum;
+        }
+        r += 8;
     }
     sync_cube();
     let lmax = lmax as usize;

@@ -242,18 +242,6 @@ pub fn set_score_buffers(n: usize) {
     SCORE_BUFS.store(n.clamp(1, 3), Ordering::Relaxed);
 }
 
-static SCORE_MERGE_ONCE: AtomicBool = AtomicBool::new(false);
-
-/// Whether head-subset scoring merges each row's partial maxima and sums once, in
-/// `score_merge_kernel` (one more launch), rather than in every block of
-/// `score_reduce_kernel` (the default). Every reduction block re-merges all 4 x splits
-/// partials of its rows before it reads a logit, the chain ncu showed the reduction
-/// waiting on (docs/perf.md, eighth session). Off until measured on the GPU; for checks
-/// and benchmarks (`dustin-kernels-gpu --score-merge-once`).
-pub fn set_score_merge_once(on: bool) {
-    SCORE_MERGE_ONCE.store(on, Ordering::Relaxed);
-}
-
 /// Waves of resident blocks sparse verification's splits aim for by default (dense
 /// verification aims for `split_plan::FLASH_WAVES`, 2), in splits of at least one tile
 /// (`split_plan::SPARSE_MIN_CHUNK`).
@@ -367,10 +355,9 @@ fn mma_x_ok(x: &Ct) -> bool {
     needs_copy || x.handle.offset_start.unwrap_or(0).is_multiple_of(8)
 }
 
-/// The kernel for `x [m, k]` of `dtype` (`x_ok`: [`mma_x_ok`]) times every weight of `ws`, or
-/// `None` (Burn's matmul).
-fn skinny_path(m: usize, k: usize, dtype: DType, x_ok: bool, ws: &[&Ct]) -> Option<SkinnyPath> {
-    if x_ok && ws.iter().all(|w| w.dtype == dtype && mma_takes(m, k, w)) {
+/// The kernel for `x [m, k]` times every weight of `ws`, or `None` (Burn's matmul).
+fn skinny_path(m: usize, k: usize, x: &Ct, ws: &[&Ct]) -> Option<SkinnyPath> {
+    if mma_x_ok(x) && ws.iter().all(|w| w.dtype == x.dtype && mma_takes(m, k, w)) {
         Some(SkinnyPath::Mma)
     } else if ws.iter().all(|w| skinny_takes(m, k, w)) {
         Some(SkinnyPath::Cores)
@@ -475,6 +462,7 @@ fn skinny_gemm_into(
             let group = 16 * kernels::MMA_ROW_TILES;
             for r0 in (0..m).step_by(group) {
                 let mt = (m - r0).min(group).div_ceil(16);
+                let (unroll, db) = mma_unroll(mt);
                 kernels::skinny_mma_kernel::launch::<CudaRuntime>(
                     &xp.client,
                     CubeCount::Static(n.div_ceil(kernels::MMA_TILE) as u32, splits as u32, 1),
@@ -492,8 +480,8 @@ fn skinny_gemm_into(
                     ldp as u32,
                     col_off as u32,
                     mt,
-                    mma_unroll(mt).0,
-                    mma_unroll(mt).1,
+                    unroll,
+                    db,
                     xp.dtype.into(),
                 )
             }
@@ -1228,28 +1216,6 @@ fn subset_scores<F: FloatElement, I: IntElement, BT: BoolElement>(
     };
     let client = out.client.clone();
     let id = table.dtype;
-    // (M_r, L_r) merged once per row (opt-in), else by every block of the reduction
-    let merged = SCORE_MERGE_ONCE.load(Ordering::Relaxed);
-    let ml = if merged {
-        let ml = empty(&out, vec![b, nslots, parts.rpad, 2], DType::F32);
-        kernels::score_merge_kernel::launch::<CudaRuntime>(
-            &client,
-            CubeCount::Static(nslots as u32, b as u32, 1),
-            CubeDim::new_1d(256),
-            parts.pm.clone().into_tensor_arg(),
-            parts.pl.clone().into_tensor_arg(),
-            table.clone().into_tensor_arg(),
-            ml.clone().into_tensor_arg(),
-            dims.n_new as u32,
-            parts.splits as u32,
-            parts.rpad as u32,
-            nslots as u32,
-            id.into(),
-        );
-        ml
-    } else {
-        parts.pm.clone()
-    };
     kernels::score_reduce_kernel::launch::<CudaRuntime>(
         &client,
         CubeCount::Static(
@@ -1260,7 +1226,6 @@ fn subset_scores<F: FloatElement, I: IntElement, BT: BoolElement>(
         CubeDim::new_1d(256),
         parts.pm.into_tensor_arg(),
         parts.pl.into_tensor_arg(),
-        ml.into_tensor_arg(),
         parts.logits.into_tensor_arg(),
         table.into_tensor_arg(),
         kv2slot.into_tensor_arg(),
@@ -1274,7 +1239,6 @@ fn subset_scores<F: FloatElement, I: IntElement, BT: BoolElement>(
         dims.capacity as u32,
         parts.rpad,
         per_row,
-        merged,
         id.into(),
     );
     Ok(out)
@@ -1744,17 +1708,12 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         let ([m, k], [_, n]) = (x.dims(), w.dims());
         check_skinny([m, k], w.dims(), bias.as_ref().map(|b| b.dims()))?;
         let wp = w.into_primitive().tensor();
-        let Some(path) = skinny_path(
-            m,
-            k,
-            x.dtype(),
-            mma_x_ok(&x.clone().into_primitive().tensor()),
-            &[&wp],
-        ) else {
+        let xp = x.into_primitive().tensor();
+        let Some(path) = skinny_path(m, k, &xp, &[&wp]) else {
+            let x = Tensor::from_primitive(TensorPrimitive::Float(xp));
             let w = Tensor::from_primitive(TensorPrimitive::Float(wp));
             return crate::plain::skinny_linear(x, w, bias);
         };
-        let xp = x.into_primitive().tensor();
         let fd = xp.dtype;
         let (rows, splits) = skinny_plan(k, m, &[n], path, sm_count(&xp));
         let part = empty(&xp, vec![splits, m, n], DType::F32);
@@ -1812,19 +1771,14 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
             w1.into_primitive().tensor(),
             w2.into_primitive().tensor(),
         ];
-        let Some(path) = skinny_path(
-            m,
-            k,
-            x.dtype(),
-            mma_x_ok(&x.clone().into_primitive().tensor()),
-            &[&wps[0], &wps[1], &wps[2]],
-        ) else {
+        let xp = x.into_primitive().tensor();
+        let Some(path) = skinny_path(m, k, &xp, &[&wps[0], &wps[1], &wps[2]]) else {
+            let x = Tensor::from_primitive(TensorPrimitive::Float(xp));
             let [w0, w1, w2] = wps.map(|w| Tensor::from_primitive(TensorPrimitive::Float(w)));
             return crate::skinny_linear3_each(x, [(w0, b0), (w1, b1), (w2, b2)]);
         };
         let ns = wps.clone().map(|w| w.meta.shape()[1]);
         let ldp: usize = ns.iter().sum();
-        let xp = x.into_primitive().tensor();
         let fd = xp.dtype;
         let (rows, splits) = skinny_plan(k, m, &ns, path, sm_count(&xp));
         let part = empty(&xp, vec![splits, m, ldp], DType::F32);
@@ -1878,20 +1832,15 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
             w_gate.into_primitive().tensor(),
             w_up.into_primitive().tensor(),
         );
-        let Some(path) = skinny_path(
-            m,
-            k,
-            x.dtype(),
-            mma_x_ok(&x.clone().into_primitive().tensor()),
-            &[&g, &u],
-        ) else {
+        let xp = x.into_primitive().tensor();
+        let Some(path) = skinny_path(m, k, &xp, &[&g, &u]) else {
+            let x = Tensor::from_primitive(TensorPrimitive::Float(xp));
             let (g, u) = (
                 Tensor::from_primitive(TensorPrimitive::Float(g)),
                 Tensor::from_primitive(TensorPrimitive::Float(u)),
             );
             return crate::skinny_swiglu_each(x, g, u);
         };
-        let xp = x.into_primitive().tensor();
         let fd = xp.dtype;
         let (rows, splits) = skinny_plan(k, m, &[n, n], path, sm_count(&xp));
         let part = empty(&xp, vec![splits, m, 2 * n], DType::F32);
@@ -1935,12 +1884,10 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
     }
 
     fn skinny_max_rows() -> usize {
-        if skinny_kernel() == SkinnyKernel::Mma {
-            MMA_MAX_ROWS
-        } else if skinny_kernel() == SkinnyKernel::Auto {
-            AUTO_MMA_MAX_ROWS
-        } else {
-            crate::SKINNY_MAX_ROWS
+        match skinny_kernel() {
+            SkinnyKernel::Mma => MMA_MAX_ROWS,
+            SkinnyKernel::Auto => AUTO_MMA_MAX_ROWS,
+            SkinnyKernel::Cores => crate::SKINNY_MAX_ROWS,
         }
     }
 
