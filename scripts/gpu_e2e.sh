@@ -23,6 +23,8 @@
 #   bash .device/gpu_e2e.sh s7    # ragged acceptance, ar/dense/dustin: 7B 32k B 1/8, 72B (20
 #                                 # layers) 32k B 8
 #   bash .device/gpu_e2e.sh next  # elementwise, then trace, in one call
+#   bash .device/gpu_e2e.sh draftncu # every kernel of a speculative iteration in order, with its
+#                                 # GPU time (ncu; 7B cut to 1 layer, 0.5B draft, 32k, B 8)
 #   bash .device/gpu_e2e.sh where # GPU utilization while decoding, and every kernel's GPU time
 #                                 # (ncu) in a small run
 #   bash .device/gpu_e2e.sh trace # cubecl's autotune log of `dustin` at B 1 and 8, then a
@@ -30,7 +32,9 @@
 #   bash .device/gpu_e2e.sh elementwise # `dustin kernel-check --device cuda`, then 7B at 32k,
 #                                 # B 1/8 per CONFIGS (default: skinny GEMM without and with
 #                                 # the grouped q/k/v and gate/up GEMMs)
-# Env: OUT (results folder), TAU (mean acceptance length of every speculative mode, default
+#   bash .device/gpu_e2e.sh ab    # 7B 32k B 8: $D/dustin-base (staged by hand) against $D/dustin,
+#                                 # then $D/dustin with the fused residual
+# Env: OUT (results folder), BIN (the binary `group` runs; default $D/dustin), TAU (mean acceptance length of every speculative mode, default
 # 1.36: dense and dustin on SmolLM2 at 4096 tokens, docs/fidelity.md), LIMIT (seconds per
 # group), PROFILE (non-empty: `--profile`, the phase times of every mode, slower runs),
 # ELEMENTWISE (`fused`, the default, or `plain`: `--elementwise`), SKINNY (`on`, the default,
@@ -54,7 +58,7 @@ group() {
     local name=$1
     shift
     mem_watch "$name"
-    timeout "${LIMIT:-240}" "$D/dustin" bench-e2e --device cuda --json "$OUT/e2e.jsonl" \
+    timeout "${LIMIT:-240}" "${BIN:-$D/dustin}" bench-e2e --device cuda --json "$OUT/e2e.jsonl" \
         --accept "default=$TAU" --draft "$DRAFT" --warmup 2 --iters 6 ${PROFILE:+--profile} --elementwise "${ELEMENTWISE:-fused}" --skinny-gemm "${SKINNY:-on}" --grouped-gemm "${GROUPED:-on}" --fused-residual "${RESIDUAL:-off}" --ragged-accept "${RAGGED:-off}" --kv-write-kernel "${KVWRITE:-on}" --skinny-kernel "${SKMMA:-auto}" --verify-kernel "${VERIFYK:-auto}" "$@" 2>&1 | tee "$OUT/$name.txt"
     echo "{\"group\":\"$name\",\"peak_mib\":$(mem_peak_max "$name")}" | tee -a "$OUT/mem.jsonl"
 }
@@ -120,6 +124,15 @@ skinny)
         LIMIT=${LIMIT:-100} SKMMA=$k group "72b_32768_b8_$k" --target "$C/Qwen2.5-72B-Instruct.config.json" \
             --target-layers 20 --ctx 32768 --batch 8 --modes ar,dense,dustin
     done
+    ;;
+ab)
+    # 2026-12-01: the binary of the previous commit ($D/dustin-base, staged by hand) against
+    # this one, then this one with the fused residual; 7B, 32k, B=8, ar/dense/dustin, one
+    # process each
+    T7=(--target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 32768 --batch 8 --modes "${MODES:-ar,dense,dustin}")
+    LIMIT=${LIMIT:-110} BIN=$D/dustin-base group 7b_base "${T7[@]}"
+    LIMIT=${LIMIT:-110} group 7b_new "${T7[@]}"
+    LIMIT=${LIMIT:-110} RESIDUAL=on group 7b_new_residual "${T7[@]}"
     ;;
 launch)
     # session 24, side by side at 7B, 32k, B 1 and 8 (MODES, default ar,dense,dustin), one
@@ -200,6 +213,22 @@ where)
         "${SMALL[@]}" > /tmp/ncu.csv 2> "$OUT/ncu_err.txt"
     echo "ncu rc=$? lines $(wc -l < /tmp/ncu.csv)"
     gzip -c /tmp/ncu.csv > "$OUT/ncu.csv.gz"
+    ;;
+draftncu)
+    # every kernel of a speculative iteration, in order, with its own GPU time (ncu, one pass
+    # of gpu__time_duration): 7B target cut to 1 layer, 0.5B draft, CTX (32k) context, B (8), `dense`,
+    # 1 warm-up and 1 timed iteration, first timed without ncu; launches per draft layer and
+    # their GPU time are counted from the CSV by scripts/ncu_steps.py
+    SMALL=(bench-e2e --device cuda --accept "default=$TAU" --draft "$DRAFT" --target
+        "$C/Qwen2.5-7B-Instruct.config.json" --target-layers 1 --ctx "${CTX:-32768}" --batch "${B:-8}"
+        --modes dense --warmup 1 --iters "${ITERS:-1}")
+    timeout 100 "$D/dustin" "${SMALL[@]}" 2>&1 | grep "^|" | tee "$OUT/draft_small_run.txt"
+    timeout "${NCU_LIMIT:-300}" ncu --metrics gpu__time_duration.sum --csv --print-units base \
+        "$D/dustin" "${SMALL[@]}" > /tmp/ncu_draft.csv 2> "$OUT/draftncu_err.txt"
+    echo "ncu rc=$? lines $(wc -l < /tmp/ncu_draft.csv)"
+    python3 "$D/ncu_steps.py" /tmp/ncu_draft.csv > "$OUT/draft_steps.txt"
+    head -45 "$OUT/draft_steps.txt"
+    gzip -c /tmp/ncu_draft.csv > "$OUT/ncu_draft.csv.gz"
     ;;
 hf)
     PYTHONUNBUFFERED=1 timeout "${HF_LIMIT:-540}" python3 "$D/hf_e2e_bench.py" "$C" 2>&1 | tee "$OUT/hf.jsonl"

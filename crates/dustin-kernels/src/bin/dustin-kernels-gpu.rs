@@ -1040,6 +1040,60 @@ fn ktime(op: &str, model: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Host time per launch (`launchcost`): streams of launches timed from the first to the
+/// GPU's last completion, so a figure is the host's cost per launch unless the GPU is slower.
+/// The draft's shapes (Qwen2.5-0.5B: hidden 896, 8 rows): the probe kernel with tensor
+/// arguments (shapes and strides uploaded per launch) and with array arguments (none), Burn's
+/// own add (an allocation and a tensor-argument kernel), and the q projection through
+/// `KernelOps::skinny_linear` (2 launches and 2 allocations a call).
+fn launch_cost(json: Option<&str>) {
+    use dustin_kernels::cuda::{launch_probe, LaunchProbe};
+    let dev = dev();
+    let mut out = json.and_then(|p| std::fs::File::create(p).ok());
+    let mut emit = |v: String| {
+        println!("{v}");
+        if let Some(f) = out.as_mut() {
+            let _ = writeln!(f, "{v}");
+        }
+    };
+    let (m, h) = (8usize, 896usize);
+    // flat: CUDA allocations of 2-d tensors are pitched (896 bf16 rows 1024 apart), and the
+    // probe kernels index flat
+    let a = Tensor::<B, 1>::random([m * h], Distribution::Normal(0.0, 1.0), &dev);
+    let b = Tensor::<B, 1>::random([m * h], Distribution::Normal(0.0, 1.0), &dev);
+    let o = Tensor::<B, 1>::zeros([m * h], &dev);
+    let x = Tensor::<B, 2>::random([m, h], Distribution::Normal(0.0, 1.0), &dev);
+    let w = Tensor::<B, 2>::random([h, h], Distribution::Normal(0.0, 0.02), &dev);
+    let bias = Tensor::<B, 1>::random([h], Distribution::Normal(0.0, 0.02), &dev);
+    let n = 20_000;
+    for round in 0..2 {
+        for probe in [LaunchProbe::Tensor, LaunchProbe::Array] {
+            let us = time_us(1, 1, || {
+                if let Err(e) = launch_probe(&a, &b, &o, probe, n) {
+                    eprintln!("launch_probe: {e}");
+                }
+            });
+            emit(format!(
+                "{{\"op\":\"launch_probe\",\"args\":\"{probe:?}\",\"round\":{round},\"launches\":{n},\"us_per_launch\":{:.2}}}",
+                us / n as f64
+            ));
+        }
+        let us = time_us(200, n, || {
+            let _ = a.clone() + b.clone();
+        });
+        emit(format!(
+            "{{\"op\":\"burn_add\",\"round\":{round},\"launches\":{n},\"us_per_launch\":{us:.2}}}"
+        ));
+        let calls = n / 4;
+        let us = time_us(200, calls, || {
+            let _ = B::skinny_linear(x.clone(), w.clone(), Some(bias.clone()));
+        });
+        emit(format!(
+            "{{\"op\":\"skinny_linear\",\"m\":{m},\"k\":{h},\"n\":{h},\"round\":{round},\"calls\":{calls},\"us_per_call\":{us:.2}}}"
+        ));
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let json = args
@@ -1123,6 +1177,7 @@ fn main() -> std::process::ExitCode {
             };
             prefill_attention(&mut emit, quick);
         }
+        Some("launchcost") => launch_cost(json),
         Some("ktime") => {
             let model = args
                 .iter()
@@ -1139,7 +1194,7 @@ fn main() -> std::process::ExitCode {
             bench(json, quick, verify_kernel);
         }
         _ => {
-            eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise] | bench [--quick] [--verify-kernel auto|flash|split] [--flash-buffers 1|2|3] [--json PATH] | gemm [--quick] [--no-burn] [--decode-only] [--model 7B|72B] [--json PATH] | prefill [--quick] [--json PATH] | ktime --op dense|sparse512|sparse1024|sparse2048|score [--model 7B|72B] | all; any of them [--score-buffers 1|2|3] [--sparse-waves 1..8]");
+            eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise] | bench [--quick] [--verify-kernel auto|flash|split] [--flash-buffers 1|2|3] [--json PATH] | gemm [--quick] [--no-burn] [--decode-only] [--model 7B|72B] [--json PATH] | prefill [--quick] [--json PATH] | ktime --op dense|sparse512|sparse1024|sparse2048|score [--model 7B|72B] | launchcost [--json PATH] | all; any of them [--score-buffers 1|2|3] [--sparse-waves 1..8]");
             return std::process::ExitCode::from(2);
         }
     }

@@ -1077,18 +1077,57 @@ pub fn fill_kernel<F: Float>(
     }
 }
 
+/// Launch-cost probe, tensor arguments: `out[i] = a[i] + b[i]` for `i < len`. Each tensor
+/// argument's shape and strides are dynamic metadata, which cubecl-cuda 0.10 uploads to the
+/// device before every launch (`launch_checked`: `create_with_data`); for
+/// [`crate::cuda::launch_probe`].
+#[cube(launch)]
+pub fn probe_tensor_kernel<F: Float>(
+    a: &Tensor<F>,
+    b: &Tensor<F>,
+    out: &mut Tensor<F>,
+    len: u32,
+    #[define(F)] _dtype: StorageType,
+) {
+    let i = ABSOLUTE_POS as usize;
+    if i < len as usize {
+        out[i] = a[i] + b[i];
+    }
+}
+
+/// Launch-cost probe, array arguments: the same sum as [`probe_tensor_kernel`], with only
+/// static metadata (buffer lengths, passed as kernel parameters: no upload).
+#[cube(launch)]
+pub fn probe_array_kernel<F: Float>(
+    a: &Array<F>,
+    b: &Array<F>,
+    out: &mut Array<F>,
+    len: u32,
+    #[define(F)] _dtype: StorageType,
+) {
+    let i = ABSOLUTE_POS as usize;
+    if i < len as usize {
+        out[i] = a[i] + b[i];
+    }
+}
+
 /// Threads per block of the element-wise and row kernels below.
 pub const ELEM_THREADS: usize = 256;
 
-/// RMSNorm, one block per row of `x` `[rows, hidden]` (any strides): the sum of squares in
+/// RMSNorm, one block per row of `x` `[rows, hidden]` (any strides: element `(r, c)` at `r
+/// ldx0 + c ldx1`; array arguments with the strides as scalars, as the skinny GEMMs, which
+/// saves the per-launch upload of tensor metadata): the sum of squares in
 /// f32 (each warp's partial sums added across its lanes, then the 8 warp sums in shared
 /// memory), then
 /// `out = dtype(x * inv) * weight` in the dtype (HF `Qwen2RMSNorm`'s order).
 #[cube(launch)]
 pub fn rms_norm_kernel<F: Float>(
-    x: &Tensor<F>,
-    w: &Tensor<F>,
-    out: &mut Tensor<F>,
+    x: &Array<F>,
+    w: &Array<F>,
+    out: &mut Array<F>,
+    ldx0: u32,
+    ldx1: u32,
+    ldw: u32,
     eps: f32,
     inv_hidden: f32,
     #[comptime] hidden: usize,
@@ -1097,11 +1136,11 @@ pub fn rms_norm_kernel<F: Float>(
     let row = CUBE_POS_X as usize;
     let tid = UNIT_POS as usize;
     let mut part = SharedMemory::<f32>::new(ELEM_THREADS / 32);
-    let base = row * x.stride(0);
+    let base = row * ldx0 as usize;
     let mut s = 0.0f32;
     let mut c = tid;
     while c < hidden {
-        let v = f32::cast_from(x[base + c * x.stride(1)]);
+        let v = f32::cast_from(x[base + c * ldx1 as usize]);
         s += v * v;
         c += ELEM_THREADS;
     }
@@ -1119,9 +1158,9 @@ pub fn rms_norm_kernel<F: Float>(
     let inv = 1.0f32 / (total * inv_hidden + eps).sqrt();
     let mut c = tid;
     while c < hidden {
-        let v = f32::cast_from(x[base + c * x.stride(1)]);
+        let v = f32::cast_from(x[base + c * ldx1 as usize]);
         let t = F::cast_from(v * inv);
-        out[row * hidden + c] = t * w[c * w.stride(0)];
+        out[row * hidden + c] = t * w[c * ldw as usize];
         c += ELEM_THREADS;
     }
 }
@@ -1153,15 +1192,21 @@ pub fn kv_write_kernel<F: Float, I: Int>(
 /// Residual add and RMSNorm of one row (one block per row): `s = a + x` rounded to `F` and
 /// written to `sum`, then `out = F(s * inv) * w` with `inv` from the mean of the rounded
 /// `s^2` in f32 (as [`rms_norm_kernel`] over the stored sum). Each thread reads back only the
-/// sums it wrote itself.
+/// sums it wrote itself. `a`, `x` rows and columns `lda0`, `lda1` and `ldx0`, `ldx1` apart;
+/// array arguments (as [`rms_norm_kernel`]).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub fn add_rms_norm_kernel<F: Float>(
-    a: &Tensor<F>,
-    x: &Tensor<F>,
-    w: &Tensor<F>,
-    sum: &mut Tensor<F>,
-    out: &mut Tensor<F>,
+    a: &Array<F>,
+    x: &Array<F>,
+    w: &Array<F>,
+    sum: &mut Array<F>,
+    out: &mut Array<F>,
+    lda0: u32,
+    lda1: u32,
+    ldx0: u32,
+    ldx1: u32,
+    ldw: u32,
     eps: f32,
     inv_hidden: f32,
     #[comptime] hidden: usize,
@@ -1170,12 +1215,12 @@ pub fn add_rms_norm_kernel<F: Float>(
     let row = CUBE_POS_X as usize;
     let tid = UNIT_POS as usize;
     let mut part = SharedMemory::<f32>::new(ELEM_THREADS / 32);
-    let abase = row * a.stride(0);
-    let xbase = row * x.stride(0);
+    let abase = row * lda0 as usize;
+    let xbase = row * ldx0 as usize;
     let mut s = 0.0f32;
     let mut c = tid;
     while c < hidden {
-        let t = a[abase + c * a.stride(1)] + x[xbase + c * x.stride(1)];
+        let t = a[abase + c * lda1 as usize] + x[xbase + c * ldx1 as usize];
         sum[row * hidden + c] = t;
         let v = f32::cast_from(t);
         s += v * v;
@@ -1196,7 +1241,7 @@ pub fn add_rms_norm_kernel<F: Float>(
     while c < hidden {
         let v = f32::cast_from(sum[row * hidden + c]);
         let t = F::cast_from(v * inv);
-        out[row * hidden + c] = t * w[c * w.stride(0)];
+        out[row * hidden + c] = t * w[c * ldw as usize];
         c += ELEM_THREADS;
     }
 }
@@ -1221,14 +1266,26 @@ pub fn silu_mul_kernel<F: Float>(
 }
 
 /// Rotate-half RoPE element-wise: `out[b, h, t, i] = x[i] cos[i] + x[i +- d/2] sin[i]` in the
-/// dtype, `x` `[batch, heads, n, d]` (any strides), `cos` / `sin` `[batch, 1, n, d]` (`sin`
-/// signed), `out` contiguous.
+/// dtype, `x` `[batch, heads, n, d]` (any strides: `x0 .. x3`), `cos` / `sin` `[batch, 1, n,
+/// d]` (`sin` signed; strides of dims 0, 2, 3 given), `out` contiguous. Array arguments with
+/// the strides as scalars (as [`rms_norm_kernel`]).
 #[cube(launch)]
+#[allow(clippy::too_many_arguments)]
 pub fn rope_kernel<F: Float>(
-    x: &Tensor<F>,
-    cos: &Tensor<F>,
-    sin: &Tensor<F>,
-    out: &mut Tensor<F>,
+    x: &Array<F>,
+    cos: &Array<F>,
+    sin: &Array<F>,
+    out: &mut Array<F>,
+    x0: u32,
+    x1: u32,
+    x2: u32,
+    x3: u32,
+    cos0: u32,
+    cos2: u32,
+    cos3: u32,
+    sin0: u32,
+    sin2: u32,
+    sin3: u32,
     total: u32,
     heads: u32,
     n: u32,
@@ -1242,15 +1299,15 @@ pub fn rope_kernel<F: Float>(
         let t = (i / d) % (n as usize);
         let h = (i / (d * n as usize)) % (heads as usize);
         let b = i / (d * n as usize * heads as usize);
-        let xb = b * x.stride(0) + h * x.stride(1) + t * x.stride(2);
+        let xb = b * x0 as usize + h * x1 as usize + t * x2 as usize;
         let mut other = c + half;
         if c >= half {
             other = c - half;
         }
-        let tb = b * cos.stride(0) + t * cos.stride(2) + c * cos.stride(3);
-        let sb = b * sin.stride(0) + t * sin.stride(2) + c * sin.stride(3);
-        let a = x[xb + c * x.stride(3)] * cos[tb];
-        let r = x[xb + other * x.stride(3)] * sin[sb];
+        let tb = b * cos0 as usize + t * cos2 as usize + c * cos3 as usize;
+        let sb = b * sin0 as usize + t * sin2 as usize + c * sin3 as usize;
+        let a = x[xb + c * x3 as usize] * cos[tb];
+        let r = x[xb + other * x3 as usize] * sin[sb];
         out[i] = a + r;
     }
 }
@@ -1295,8 +1352,11 @@ pub const SKINNY_COLS: usize = 4;
 /// Most rows of `w` (and columns of `x`) one block of the skinny GEMM stages.
 pub const SKINNY_CHUNK: usize = 512;
 
-/// Skinny GEMM `x [mt, k] . w [k, n]` (w row-major, rows `w.stride(0) >= n` apart: a
-/// pitched allocation pads them), split over `k`: block
+/// Skinny GEMM `x [mt, k] . w [k, n]` (`x` element `(m, j)` at `m ldx0 + j ldx1`; `w`
+/// row-major, rows `ldw >= n` apart: a pitched allocation pads them), split over `k`. Array
+/// arguments with the strides as scalars: a tensor argument's shape and strides are uploaded
+/// before every launch, 4.4-4.8 us more host time a launch (`dustin-kernels-gpu launchcost`,
+/// H200, docs/perf.md, 2026-12-01). Block
 /// `(tile, split)` takes columns `tile * 128 ..` and rows `split * rows_per_split ..` of `w`;
 /// its 8 warps take every eighth row of that range, lane `l` four consecutive columns, all
 /// `mt` rows of `x` (staged in shared memory as f32) at once, f32 accumulators; the warps'
@@ -1306,9 +1366,12 @@ pub const SKINNY_CHUNK: usize = 512;
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub fn skinny_gemm_kernel<F: Float>(
-    x: &Tensor<F>,
-    w: &Tensor<F>,
-    part: &mut Tensor<f32>,
+    x: &Array<F>,
+    w: &Array<F>,
+    part: &mut Array<f32>,
+    ldx0: u32,
+    ldx1: u32,
+    ldw: u32,
     k: u32,
     n: u32,
     rows_per_split: u32,
@@ -1333,7 +1396,7 @@ pub fn skinny_gemm_kernel<F: Float>(
     while e < mt * len {
         let m = e / len;
         let r = e % len;
-        xs[m * SKINNY_CHUNK + r] = f32::cast_from(x[m * x.stride(0) + (k0 + r) * x.stride(1)]);
+        xs[m * SKINNY_CHUNK + r] = f32::cast_from(x[m * ldx0 as usize + (k0 + r) * ldx1 as usize]);
         e += 256usize;
     }
     sync_cube();
@@ -1345,7 +1408,7 @@ pub fn skinny_gemm_kernel<F: Float>(
     if c < n as usize {
         let mut r = k0 + warp;
         while r < k1 {
-            let base = r * w.stride(0) + c;
+            let base = r * ldw as usize + c;
             let w0 = f32::cast_from(w[base]);
             let w1 = f32::cast_from(w[base + 1]);
             let w2 = f32::cast_from(w[base + 2]);
@@ -1399,8 +1462,8 @@ pub const MMA_ROW_TILES: usize = 3;
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn mma_load<F: Float, NX: Size, NW: Size>(
-    x: &Tensor<Vector<F, NX>>,
-    w: &Tensor<Vector<F, NW>>,
+    x: &Array<Vector<F, NX>>,
+    w: &Array<Vector<F, NW>>,
     raw: &mut Array<Vector<F, NW>>,
     xv: &mut Array<Vector<F, NX>>,
     xrow: &Array<usize>,
@@ -1432,36 +1495,17 @@ fn mma_load<F: Float, NX: Size, NW: Size>(
     }
 }
 
-/// Skinny GEMM on tensor cores: `x [m, k] . w [k, n]` for rows `r0 .. r0 + 16 mt` of `x`
-/// (rows past `m` count as zeros), split over `k` as [`skinny_gemm_kernel`] and writing the
-/// same `part [splits, m, ldp]` (f32, columns `col_off ..`), so the same reduce kernels finish
-/// it. `x` has a unit column stride and a row stride that is a multiple of 4, read in 8-byte
-/// vectors of 4 (`nx`); `w` row-major, read in 16-byte
-/// vectors of 8 (`nw`); `n` and `w`'s row stride are multiples of 8, `k` and
-/// `rows_per_split` multiples of 16.
-///
-/// Block `(tile, split)`, 4 warps: the block owns columns `tile * 64 .. + 64` and rows
-/// `split * rows_per_split ..` of `w`; warp `wp` takes that range's 16-row steps `wp, wp + 4,
-/// ..`, `unroll` at a time; with `db` the loads of the next `unroll` steps (of `w` and of `x`)
-/// are in flight while these multiply (register double buffering; without it, each batch's
-/// loads are all issued before its multiplies). A
-/// step is one `mma.m16n8k16` per (16-row tile of `x`, 8 columns). Its 16 k-slots are
-/// mapped to rows so that each lane reads whole vectors: lane `(g, t)` (`g = lane / 4`,
-/// `t = lane % 4`) holds the B fragment `B[2t, 2t + 1][g]`, `B[2t + 8, 2t + 9][g]` (PTX ISA,
-/// "Matrix Fragments for mma.m16n8k16") and the A fragment of the same k-slots, so giving
-/// those four slots rows `4t .. 4t + 4` of the step makes its `x` read one 8-byte vector per
-/// row of `x`, and its `w` read rows `4t .. 4t + 4` at columns `8 g .. 8 g + 8` (four
-/// 16-byte loads; eight lanes cover a row's 128 bytes); n-tile `j` of the step is column `8 g
-/// + j` of lane group `g`. The sum over `k` does not depend on the order of its terms, so
-/// this is the product. The four warps' f32 sums meet in shared memory, one 16-row tile at a
-/// time, and go to `part`. Steps past the range and rows past `m` read clamped (valid)
-/// addresses and are zeroed, so the loop has no branches around its loads.
-#[cube(launch)]
+/// One block's work of [`skinny_mma_kernel`] on one weight: column tile `tile` of `w`
+/// (`ldw` elements a row), `x` rows `ldx` elements apart; `red` is the block's
+/// `MMA_WARPS x 16 x 68` f32 shared buffer for the warps' sums.
+#[cube]
 #[allow(clippy::too_many_arguments)]
-pub fn skinny_mma_kernel<F: Float, NX: Size, NW: Size>(
-    x: &Tensor<Vector<F, NX>>,
-    w: &Tensor<Vector<F, NW>>,
-    part: &mut Tensor<f32>,
+fn mma_tile<F: Float, NX: Size, NW: Size>(
+    x: &Array<Vector<F, NX>>,
+    w: &Array<Vector<F, NW>>,
+    part: &mut Array<f32>,
+    red: &mut SharedMemory<f32>,
+    tile: usize,
     m: u32,
     r0: u32,
     k: u32,
@@ -1469,10 +1513,11 @@ pub fn skinny_mma_kernel<F: Float, NX: Size, NW: Size>(
     rows_per_split: u32,
     ldp: u32,
     col_off: u32,
+    ldw: usize,
+    ldx: usize,
     #[comptime] mt: usize,
     #[comptime] unroll: usize,
     #[comptime] db: bool,
-    #[define(F)] _dtype: StorageType,
 ) {
     let tid = UNIT_POS as usize;
     let warp = tid / 32usize;
@@ -1481,7 +1526,7 @@ pub fn skinny_mma_kernel<F: Float, NX: Size, NW: Size>(
     let t4 = lane % 4usize;
     let rows = m as usize;
     let rbase = r0 as usize;
-    let cbase = CUBE_POS_X as usize * MMA_TILE;
+    let cbase = tile * MMA_TILE;
     let col = cbase + g * 8usize;
     // lanes past `n` load column 0 (their sums are never written) so the warp's `mma`s run
     let mut lcol = col;
@@ -1495,8 +1540,6 @@ pub fn skinny_mma_kernel<F: Float, NX: Size, NW: Size>(
         k1 = k as usize;
     }
     let nsteps = (k1 - k0) / 16usize;
-    let ldw = w.stride(0);
-    let ldx = x.stride(0);
     let zero = F::new(0.0);
     // the x rows of this lane's A fragments, clamped to `m - 1`, and whether each is real
     let mut xrow = Array::<usize>::new(comptime![mt * 2]);
@@ -1595,7 +1638,6 @@ pub fn skinny_mma_kernel<F: Float, NX: Size, NW: Size>(
     }
     // the warps' sums, one m-tile at a time: red[warp][row][col] (rows 68 apart), then each
     // thread adds the four warps for 8 of the tile's 16 x 64 outputs
-    let mut red = SharedMemory::<f32>::new(comptime![MMA_WARPS * 16 * 68]);
     #[unroll]
     for t in 0..mt {
         #[unroll]
@@ -1630,13 +1672,203 @@ pub fn skinny_mma_kernel<F: Float, NX: Size, NW: Size>(
     }
 }
 
+/// Skinny GEMM on tensor cores: `x [m, k] . w_i [k, n_i]` for up to three weights of one `x`
+/// (`weights`; the q, k and v projections take one launch), rows `r0 .. r0 + 16 mt` of `x`
+/// (rows past `m` count as zeros), split over `k` as [`skinny_gemm_kernel`] and writing the
+/// same `part [splits, m, ldp]` (f32, weight `i` at columns `col_off_i ..`), so the same reduce
+/// kernels finish it. Column tiles `first_tile_i ..` of the grid belong to weight `i`
+/// (`first_tile_0 = 0`); unused weight slots repeat `w0`. Array arguments with the row strides
+/// as scalars (`ldx`, `ldw_i`), as [`skinny_gemm_kernel`]. `x` has a unit column stride and a row stride that is a multiple of 4, read in 8-byte
+/// vectors of 4 (`nx`); `w` row-major, read in 16-byte
+/// vectors of 8 (`nw`); `n` and `w`'s row stride are multiples of 8, `k` and
+/// `rows_per_split` multiples of 16.
+///
+/// Block `(tile, split)`, 4 warps: the block owns columns `tile * 64 .. + 64` and rows
+/// `split * rows_per_split ..` of `w`; warp `wp` takes that range's 16-row steps `wp, wp + 4,
+/// ..`, `unroll` at a time; with `db` the loads of the next `unroll` steps (of `w` and of `x`)
+/// are in flight while these multiply (register double buffering; without it, each batch's
+/// loads are all issued before its multiplies). A
+/// step is one `mma.m16n8k16` per (16-row tile of `x`, 8 columns). Its 16 k-slots are
+/// mapped to rows so that each lane reads whole vectors: lane `(g, t)` (`g = lane / 4`,
+/// `t = lane % 4`) holds the B fragment `B[2t, 2t + 1][g]`, `B[2t + 8, 2t + 9][g]` (PTX ISA,
+/// "Matrix Fragments for mma.m16n8k16") and the A fragment of the same k-slots, so giving
+/// those four slots rows `4t .. 4t + 4` of the step makes its `x` read one 8-byte vector per
+/// row of `x`, and its `w` read rows `4t .. 4t + 4` at columns `8 g .. 8 g + 8` (four
+/// 16-byte loads; eight lanes cover a row's 128 bytes); n-tile `j` of the step is column `8 g
+/// + j` of lane group `g`. The sum over `k` does not depend on the order of its terms, so
+/// this is the product. The four warps' f32 sums meet in shared memory, one 16-row tile at a
+/// time, and go to `part`. Steps past the range and rows past `m` read clamped (valid)
+/// addresses and are zeroed, so the loop has no branches around its loads.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub fn skinny_mma_kernel<F: Float, NX: Size, NW: Size>(
+    x: &Array<Vector<F, NX>>,
+    w0: &Array<Vector<F, NW>>,
+    w1: &Array<Vector<F, NW>>,
+    w2: &Array<Vector<F, NW>>,
+    part: &mut Array<f32>,
+    m: u32,
+    r0: u32,
+    k: u32,
+    ldx: u32,
+    rows_per_split: u32,
+    ldp: u32,
+    n0: u32,
+    n1: u32,
+    n2: u32,
+    ldw0: u32,
+    ldw1: u32,
+    ldw2: u32,
+    col_off0: u32,
+    col_off1: u32,
+    col_off2: u32,
+    first_tile1: u32,
+    first_tile2: u32,
+    #[comptime] weights: usize,
+    #[comptime] mt: usize,
+    #[comptime] unroll: usize,
+    #[comptime] db: bool,
+    #[define(F)] _dtype: StorageType,
+) {
+    let mut red = SharedMemory::<f32>::new(comptime![MMA_WARPS * 16 * 68]);
+    let tile = CUBE_POS_X as usize;
+    let ldx = ldx as usize;
+    let (t1, t2) = (first_tile1 as usize, first_tile2 as usize);
+    // the weight is chosen per block (uniform, no divergence); the weight count is a
+    // compile-time choice, so a one-weight launch compiles one call
+    if comptime![weights == 1] {
+        mma_tile::<F, NX, NW>(
+            x,
+            w0,
+            part,
+            &mut red,
+            tile,
+            m,
+            r0,
+            k,
+            n0,
+            rows_per_split,
+            ldp,
+            col_off0,
+            ldw0 as usize,
+            ldx,
+            mt,
+            unroll,
+            db,
+        );
+    } else if comptime![weights == 2] {
+        if tile >= t1 {
+            mma_tile::<F, NX, NW>(
+                x,
+                w1,
+                part,
+                &mut red,
+                tile - t1,
+                m,
+                r0,
+                k,
+                n1,
+                rows_per_split,
+                ldp,
+                col_off1,
+                ldw1 as usize,
+                ldx,
+                mt,
+                unroll,
+                db,
+            );
+        } else {
+            mma_tile::<F, NX, NW>(
+                x,
+                w0,
+                part,
+                &mut red,
+                tile,
+                m,
+                r0,
+                k,
+                n0,
+                rows_per_split,
+                ldp,
+                col_off0,
+                ldw0 as usize,
+                ldx,
+                mt,
+                unroll,
+                db,
+            );
+        }
+    } else if tile >= t2 {
+        mma_tile::<F, NX, NW>(
+            x,
+            w2,
+            part,
+            &mut red,
+            tile - t2,
+            m,
+            r0,
+            k,
+            n2,
+            rows_per_split,
+            ldp,
+            col_off2,
+            ldw2 as usize,
+            ldx,
+            mt,
+            unroll,
+            db,
+        );
+    } else if tile >= t1 {
+        mma_tile::<F, NX, NW>(
+            x,
+            w1,
+            part,
+            &mut red,
+            tile - t1,
+            m,
+            r0,
+            k,
+            n1,
+            rows_per_split,
+            ldp,
+            col_off1,
+            ldw1 as usize,
+            ldx,
+            mt,
+            unroll,
+            db,
+        );
+    } else {
+        mma_tile::<F, NX, NW>(
+            x,
+            w0,
+            part,
+            &mut red,
+            tile,
+            m,
+            r0,
+            k,
+            n0,
+            rows_per_split,
+            ldp,
+            col_off0,
+            ldw0 as usize,
+            ldx,
+            mt,
+            unroll,
+            db,
+        );
+    }
+}
+
 /// Sum of the skinny GEMM's partial products over the splits, plus the bias, rounded once:
-/// `out[m, c] = dtype(sum_s part[s, m, c] + bias[c])`, one thread per output element.
+/// `out[m, c] = dtype(sum_s part[s, m, c] + bias[c])`, one thread per output element. All
+/// contiguous, passed as arrays (no per-launch metadata upload; [`skinny_gemm_kernel`]).
 #[cube(launch)]
 pub fn skinny_reduce_kernel<F: Float>(
-    part: &Tensor<f32>,
-    bias: &Tensor<F>,
-    out: &mut Tensor<F>,
+    part: &Array<f32>,
+    bias: &Array<F>,
+    out: &mut Array<F>,
     total: u32,
     n: u32,
     splits: u32,
@@ -1680,13 +1912,13 @@ pub fn broadcast_rows_kernel<F: Float>(
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub fn skinny_reduce3_kernel<F: Float>(
-    part: &Tensor<f32>,
-    b0: &Tensor<F>,
-    b1: &Tensor<F>,
-    b2: &Tensor<F>,
-    out0: &mut Tensor<F>,
-    out1: &mut Tensor<F>,
-    out2: &mut Tensor<F>,
+    part: &Array<f32>,
+    b0: &Array<F>,
+    b1: &Array<F>,
+    b2: &Array<F>,
+    out0: &mut Array<F>,
+    out1: &mut Array<F>,
+    out2: &mut Array<F>,
     total: u32,
     ldp: u32,
     n0: u32,
@@ -1735,8 +1967,8 @@ pub fn skinny_reduce3_kernel<F: Float>(
 /// silu in f32 (as [`skinny_reduce_kernel`] then [`silu_mul_kernel`]); one thread per output.
 #[cube(launch)]
 pub fn skinny_reduce_swiglu_kernel<F: Float>(
-    part: &Tensor<f32>,
-    out: &mut Tensor<F>,
+    part: &Array<f32>,
+    out: &mut Array<F>,
     total: u32,
     inter: u32,
     splits: u32,

@@ -101,6 +101,80 @@ fn poison(t: &Ct) {
     );
 }
 
+/// How [`launch_probe`] launches its kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LaunchProbe {
+    /// Three tensor arguments (shapes and strides uploaded per launch).
+    Tensor,
+    /// Three array arguments (no per-launch upload).
+    Array,
+}
+
+/// Launches `a + b` into `out` `launches` times with the argument kind of `probe`, without
+/// waiting for the GPU (`dustin-kernels-gpu launchcost` times it; a measuring tool for the
+/// host cost of a launch). `a`, `b`, `out`: any shape, the same number of elements,
+/// contiguous, one float dtype.
+///
+/// # Errors
+/// [`KernelError::InvalidInput`] when the element counts or dtypes differ or a tensor is not
+/// contiguous.
+pub fn launch_probe<F: FloatElement, I: IntElement, BT: BoolElement, const D: usize>(
+    a: &Tensor<Cube<F, I, BT>, D>,
+    b: &Tensor<Cube<F, I, BT>, D>,
+    out: &Tensor<Cube<F, I, BT>, D>,
+    probe: LaunchProbe,
+    launches: usize,
+) -> Result<()> {
+    let [a, b, out] = [a, b, out].map(|t| t.clone().into_primitive().tensor());
+    let len = a.meta.shape().num_elements();
+    for (name, t) in [("b", &b), ("out", &out)] {
+        let found = (t.meta.shape().num_elements(), t.dtype);
+        if found != (len, a.dtype) {
+            return Err(KernelError::invalid(
+                name,
+                format!("a's element count and dtype {:?}", (len, a.dtype)),
+                format!("{found:?}"),
+            ));
+        }
+    }
+    for (name, t) in [("a", &a), ("b", &b), ("out", &out)] {
+        if !t.is_contiguous() {
+            return Err(KernelError::invalid(
+                name,
+                "a contiguous tensor",
+                format!("strides {:?}", t.meta.strides()),
+            ));
+        }
+    }
+    let count = elementwise_count(len)?;
+    let dim = CubeDim::new_1d(kernels::ELEM_THREADS as u32);
+    for _ in 0..launches {
+        match probe {
+            LaunchProbe::Tensor => kernels::probe_tensor_kernel::launch::<CudaRuntime>(
+                &a.client,
+                count.clone(),
+                dim,
+                a.clone().into_tensor_arg(),
+                b.clone().into_tensor_arg(),
+                out.clone().into_tensor_arg(),
+                len as u32,
+                a.dtype.into(),
+            ),
+            LaunchProbe::Array => kernels::probe_array_kernel::launch::<CudaRuntime>(
+                &a.client,
+                count.clone(),
+                dim,
+                a.clone().into_array_arg(),
+                b.clone().into_array_arg(),
+                out.clone().into_array_arg(),
+                len as u32,
+                a.dtype.into(),
+            ),
+        }
+    }
+    Ok(())
+}
+
 /// Blocks of `ELEM_THREADS` threads for `total` elements, one thread each.
 ///
 /// # Errors
@@ -416,38 +490,46 @@ fn mma_blocks_per_sm(mt: usize) -> usize {
     }
 }
 
-/// Launches the skinny GEMM of `x [m, k]` and `w [k, n]` into columns `col_off .. col_off +
-/// n` of `part [splits, m, ldp]`.
+/// Launches the skinny GEMMs of `x [m, k]` and each `(w [k, n], col_off)` of `ws` (one to
+/// three weights) into columns `col_off .. col_off + n` of `part [splits, m, ldp]`: on the
+/// tensor cores one launch per 48 rows for all of them, on the CUDA cores one per weight.
 #[allow(clippy::too_many_arguments)]
 fn skinny_gemm_into(
     xp: &Ct,
-    w: Ct,
+    ws: &[(Ct, usize)],
     part: &Ct,
     k: usize,
-    n: usize,
     ldp: usize,
-    col_off: usize,
     rows: usize,
     splits: usize,
     path: SkinnyPath,
 ) {
     let m = xp.meta.shape()[0];
     match path {
-        SkinnyPath::Cores => kernels::skinny_gemm_kernel::launch::<CudaRuntime>(
-            &xp.client,
-            CubeCount::Static(n.div_ceil(kernels::SKINNY_TILE) as u32, splits as u32, 1),
-            CubeDim::new_1d(256),
-            xp.clone().into_tensor_arg(),
-            w.into_tensor_arg(),
-            part.clone().into_tensor_arg(),
-            k as u32,
-            n as u32,
-            rows as u32,
-            ldp as u32,
-            col_off as u32,
-            m,
-            xp.dtype.into(),
-        ),
+        SkinnyPath::Cores => {
+            let st = xp.meta.strides();
+            for (w, col_off) in ws {
+                let n = w.meta.shape()[1];
+                kernels::skinny_gemm_kernel::launch::<CudaRuntime>(
+                    &xp.client,
+                    CubeCount::Static(n.div_ceil(kernels::SKINNY_TILE) as u32, splits as u32, 1),
+                    CubeDim::new_1d(256),
+                    xp.clone().into_array_arg(),
+                    w.clone().into_array_arg(),
+                    part.clone().into_array_arg(),
+                    st[0] as u32,
+                    st[1] as u32,
+                    w.meta.strides()[0] as u32,
+                    k as u32,
+                    n as u32,
+                    rows as u32,
+                    ldp as u32,
+                    *col_off as u32,
+                    m,
+                    xp.dtype.into(),
+                )
+            }
+        }
         SkinnyPath::Mma => {
             // `x` in 8-byte vectors: unit column stride, rows a multiple of 4 apart (a
             // pitched row is), otherwise a contiguous copy (a fresh allocation, so aligned;
@@ -458,34 +540,70 @@ fn skinny_gemm_into(
             } else {
                 burn_cubecl::kernel::into_contiguous(xp.clone())
             };
-            // one launch per 48 rows of `x` (3 m-tiles: 96 accumulator registers a thread)
-            let group = 16 * kernels::MMA_ROW_TILES;
-            for r0 in (0..m).step_by(group) {
-                let mt = (m - r0).min(group).div_ceil(16);
-                let (unroll, db) = mma_unroll(mt);
-                kernels::skinny_mma_kernel::launch::<CudaRuntime>(
-                    &xp.client,
-                    CubeCount::Static(n.div_ceil(kernels::MMA_TILE) as u32, splits as u32, 1),
-                    CubeDim::new_1d((32 * kernels::MMA_WARPS) as u32),
-                    MMA_XVEC,
-                    MMA_VEC,
-                    xv.clone().into_tensor_arg(),
-                    w.clone().into_tensor_arg(),
-                    part.clone().into_tensor_arg(),
-                    m as u32,
-                    r0 as u32,
-                    k as u32,
-                    n as u32,
-                    rows as u32,
-                    ldp as u32,
-                    col_off as u32,
-                    mt,
-                    unroll,
-                    db,
-                    xp.dtype.into(),
-                )
+            let ldx = xv.meta.strides()[0];
+            // up to three weights a launch; unused slots repeat the first (never read)
+            for chunk in ws.chunks(3) {
+                let pick = |i: usize| &chunk[i.min(chunk.len() - 1)];
+                let n = |i: usize| pick(i).0.meta.shape()[1];
+                let tiles = |i: usize| {
+                    if i < chunk.len() {
+                        n(i).div_ceil(kernels::MMA_TILE)
+                    } else {
+                        0
+                    }
+                };
+                let (t0, t1, t2) = (tiles(0), tiles(1), tiles(2));
+                // one launch per 48 rows of `x` (3 m-tiles: 96 accumulator registers a thread)
+                let group = 16 * kernels::MMA_ROW_TILES;
+                for r0 in (0..m).step_by(group) {
+                    let mt = (m - r0).min(group).div_ceil(16);
+                    let (unroll, db) = mma_unroll(mt);
+                    kernels::skinny_mma_kernel::launch::<CudaRuntime>(
+                        &xp.client,
+                        CubeCount::Static((t0 + t1 + t2) as u32, splits as u32, 1),
+                        CubeDim::new_1d((32 * kernels::MMA_WARPS) as u32),
+                        MMA_XVEC,
+                        MMA_VEC,
+                        xv.clone().into_array_arg(),
+                        pick(0).0.clone().into_array_arg(),
+                        pick(1).0.clone().into_array_arg(),
+                        pick(2).0.clone().into_array_arg(),
+                        part.clone().into_array_arg(),
+                        m as u32,
+                        r0 as u32,
+                        k as u32,
+                        ldx as u32,
+                        rows as u32,
+                        ldp as u32,
+                        n(0) as u32,
+                        n(1) as u32,
+                        n(2) as u32,
+                        pick(0).0.meta.strides()[0] as u32,
+                        pick(1).0.meta.strides()[0] as u32,
+                        pick(2).0.meta.strides()[0] as u32,
+                        pick(0).1 as u32,
+                        pick(1).1 as u32,
+                        pick(2).1 as u32,
+                        t0 as u32,
+                        (t0 + t1) as u32,
+                        chunk.len(),
+                        mt,
+                        unroll,
+                        db,
+                        xp.dtype.into(),
+                    )
+                }
             }
         }
+    }
+}
+
+/// `t` as a contiguous tensor (itself when it is one): the reduce kernels index biases flat.
+fn contiguous(t: Ct) -> Ct {
+    if t.is_contiguous() {
+        t
+    } else {
+        into_contiguous(t)
     }
 }
 
@@ -1505,9 +1623,12 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
                 &client,
                 CubeCount::Static(rows as u32, 1, 1),
                 CubeDim::new_1d(kernels::ELEM_THREADS as u32),
-                x.into_tensor_arg(),
-                w.into_tensor_arg(),
-                out.clone().into_tensor_arg(),
+                x.clone().into_array_arg(),
+                w.clone().into_array_arg(),
+                out.clone().into_array_arg(),
+                x.meta.strides()[0] as u32,
+                x.meta.strides()[1] as u32,
+                w.meta.strides()[0] as u32,
                 eps as f32,
                 1.0 / hidden as f32,
                 hidden,
@@ -1585,11 +1706,16 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
                 &client,
                 CubeCount::Static(rows as u32, 1, 1),
                 CubeDim::new_1d(kernels::ELEM_THREADS as u32),
-                a.into_tensor_arg(),
-                x.into_tensor_arg(),
-                w.into_tensor_arg(),
-                sum.clone().into_tensor_arg(),
-                out.clone().into_tensor_arg(),
+                a.clone().into_array_arg(),
+                x.clone().into_array_arg(),
+                w.clone().into_array_arg(),
+                sum.clone().into_array_arg(),
+                out.clone().into_array_arg(),
+                a.meta.strides()[0] as u32,
+                a.meta.strides()[1] as u32,
+                x.meta.strides()[0] as u32,
+                x.meta.strides()[1] as u32,
+                w.meta.strides()[0] as u32,
                 eps as f32,
                 1.0 / hidden as f32,
                 hidden,
@@ -1643,14 +1769,25 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         let out = empty(&x, vec![b, h, n, d], fd);
         if total > 0 {
             let client = x.client.clone();
+            let (xs, cs, ss) = (x.meta.strides(), cos.meta.strides(), sin.meta.strides());
             kernels::rope_kernel::launch::<CudaRuntime>(
                 &client,
                 elementwise_count(total)?,
                 CubeDim::new_1d(kernels::ELEM_THREADS as u32),
-                x.into_tensor_arg(),
-                cos.into_tensor_arg(),
-                sin.into_tensor_arg(),
-                out.clone().into_tensor_arg(),
+                x.clone().into_array_arg(),
+                cos.clone().into_array_arg(),
+                sin.clone().into_array_arg(),
+                out.clone().into_array_arg(),
+                xs[0] as u32,
+                xs[1] as u32,
+                xs[2] as u32,
+                xs[3] as u32,
+                cs[0] as u32,
+                cs[2] as u32,
+                cs[3] as u32,
+                ss[0] as u32,
+                ss[2] as u32,
+                ss[3] as u32,
                 total as u32,
                 h as u32,
                 n as u32,
@@ -1719,20 +1856,20 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         let part = empty(&xp, vec![splits, m, n], DType::F32);
         let out = empty(&xp, vec![m, n], fd);
         let client = xp.client.clone();
-        skinny_gemm_into(&xp, wp, &part, k, n, n, 0, rows, splits, path);
+        skinny_gemm_into(&xp, &[(wp, 0)], &part, k, n, rows, splits, path);
         let has_bias = bias.is_some();
         // without a bias the kernel reads none; x stands in for the binding
         let b = match bias {
-            Some(b) => b.into_primitive().tensor(),
+            Some(b) => contiguous(b.into_primitive().tensor()),
             None => xp,
         };
         kernels::skinny_reduce_kernel::launch::<CudaRuntime>(
             &client,
             elementwise_count(m * n)?,
             CubeDim::new_1d(kernels::ELEM_THREADS as u32),
-            part.into_tensor_arg(),
-            b.into_tensor_arg(),
-            out.clone().into_tensor_arg(),
+            part.into_array_arg(),
+            b.into_array_arg(),
+            out.clone().into_array_arg(),
             (m * n) as u32,
             n as u32,
             splits as u32,
@@ -1784,15 +1921,13 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         let part = empty(&xp, vec![splits, m, ldp], DType::F32);
         let outs = ns.map(|n| empty(&xp, vec![m, n], fd));
         let client = xp.client.clone();
-        let mut off = 0;
-        for (w, &n) in wps.into_iter().zip(&ns) {
-            skinny_gemm_into(&xp, w, &part, k, n, ldp, off, rows, splits, path);
-            off += n;
-        }
+        let offs = [0, ns[0], ns[0] + ns[1]];
+        let ws: Vec<(Ct, usize)> = wps.into_iter().zip(offs).collect();
+        skinny_gemm_into(&xp, &ws, &part, k, ldp, rows, splits, path);
         let has = [b0.is_some(), b1.is_some(), b2.is_some()];
         // a missing bias is not read; x stands in for its binding
         let bias = |b: Option<Tensor<Self, 1>>| match b {
-            Some(b) => b.into_primitive().tensor(),
+            Some(b) => contiguous(b.into_primitive().tensor()),
             None => xp.clone(),
         };
         let (b0, b1, b2) = (bias(b0), bias(b1), bias(b2));
@@ -1800,13 +1935,13 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
             &client,
             elementwise_count(m * ldp)?,
             CubeDim::new_1d(kernels::ELEM_THREADS as u32),
-            part.into_tensor_arg(),
-            b0.into_tensor_arg(),
-            b1.into_tensor_arg(),
-            b2.into_tensor_arg(),
-            outs[0].clone().into_tensor_arg(),
-            outs[1].clone().into_tensor_arg(),
-            outs[2].clone().into_tensor_arg(),
+            part.into_array_arg(),
+            b0.into_array_arg(),
+            b1.into_array_arg(),
+            b2.into_array_arg(),
+            outs[0].clone().into_array_arg(),
+            outs[1].clone().into_array_arg(),
+            outs[2].clone().into_array_arg(),
             (m * ldp) as u32,
             ldp as u32,
             ns[0] as u32,
@@ -1846,14 +1981,13 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         let part = empty(&xp, vec![splits, m, 2 * n], DType::F32);
         let out = empty(&xp, vec![m, n], fd);
         let client = xp.client.clone();
-        skinny_gemm_into(&xp, g, &part, k, n, 2 * n, 0, rows, splits, path);
-        skinny_gemm_into(&xp, u, &part, k, n, 2 * n, n, rows, splits, path);
+        skinny_gemm_into(&xp, &[(g, 0), (u, n)], &part, k, 2 * n, rows, splits, path);
         kernels::skinny_reduce_swiglu_kernel::launch::<CudaRuntime>(
             &client,
             elementwise_count(m * n)?,
             CubeDim::new_1d(kernels::ELEM_THREADS as u32),
-            part.into_tensor_arg(),
-            out.clone().into_tensor_arg(),
+            part.into_array_arg(),
+            out.clone().into_array_arg(),
             (m * n) as u32,
             n as u32,
             splits as u32,
