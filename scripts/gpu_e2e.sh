@@ -33,13 +33,13 @@
 #                                 # B 1/8 per CONFIGS (default: skinny GEMM without and with
 #                                 # the grouped q/k/v and gate/up GEMMs)
 #   bash .device/gpu_e2e.sh ab    # 7B 32k B 8: $D/dustin-base (staged by hand) against $D/dustin,
-#                                 # then $D/dustin with the fused residual
+#                                 # which runs each mode with the fused residual off and on
 # Env: OUT (results folder), BIN (the binary `group` runs; default $D/dustin), TAU (mean acceptance length of every speculative mode, default
 # 1.36: dense and dustin on SmolLM2 at 4096 tokens, docs/fidelity.md), LIMIT (seconds per
 # group), PROFILE (non-empty: `--profile`, the phase times of every mode, slower runs),
 # ELEMENTWISE (`fused`, the default, or `plain`: `--elementwise`), SKINNY (`on`, the default,
 # or `off`: `--skinny-gemm`), GROUPED (`on`, the default, or `off`: `--grouped-gemm`),
-# RESIDUAL (`off`, the default, or `on`: `--fused-residual`), RAGGED (`off`, the default, or
+# RESIDUAL (`off`, the default, `on`, or `off,on`: `--fused-residual`, a list runs both side by side), RAGGED (`off`, the default, or
 # `on`: `--ragged-accept`, per-sequence shifted schedules), KVWRITE (`on`, the default, or
 # `off`: `--kv-write-kernel`), SKMMA (`auto`, the default, `mma` or `cores`: `--skinny-kernel`),
 # VERIFYK (`auto`, the default, `flash` or `split`: `--verify-kernel`). Each
@@ -126,13 +126,12 @@ skinny)
     done
     ;;
 ab)
-    # 2026-12-01: the binary of the previous commit ($D/dustin-base, staged by hand) against
-    # this one, then this one with the fused residual; 7B, 32k, B=8, ar/dense/dustin, one
-    # process each
+    # 2026-12-01: the binary of an earlier commit ($D/dustin-base, staged by hand) against
+    # this one, which runs every mode with the fused residual off and on side by side in its
+    # process (RESIDUAL=off,on); 7B, 32k, B=8, ar/dense/dustin
     T7=(--target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 32768 --batch 8 --modes "${MODES:-ar,dense,dustin}")
     LIMIT=${LIMIT:-110} BIN=$D/dustin-base group 7b_base "${T7[@]}"
-    LIMIT=${LIMIT:-110} group 7b_new "${T7[@]}"
-    LIMIT=${LIMIT:-110} RESIDUAL=on group 7b_new_residual "${T7[@]}"
+    LIMIT=${LIMIT2:-200} RESIDUAL=off,on group 7b_new "${T7[@]}"
     ;;
 launch)
     # session 24, side by side at 7B, 32k, B 1 and 8 (MODES, default ar,dense,dustin), one

@@ -138,10 +138,11 @@ pub struct E2eArgs {
     pub verify_kernel: VerifyKernel,
     /// Each residual add fused with the RMSNorm after it (`on`, `Qwen2::with_fused_residual`:
     /// one `KernelOps::add_rms_norm` launch where the add and the norm take two) or not
-    /// (`off`, the default: its GPU check passed, but it showed no gain). Needs
-    /// `--elementwise fused`; the same values either way.
-    #[arg(long, value_enum, default_value_t = OnOff::Off)]
-    pub fused_residual: OnOff,
+    /// (`off`, the default). Needs `--elementwise fused`; the same values either way. A
+    /// list (`off,on`) runs every mode once per setting, side by side in one process (the
+    /// table's mode then says `+res` for `on`).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "off")]
+    pub fused_residual: Vec<OnOff>,
     /// Shift the acceptance schedule per sequence (`on`,
     /// `SpeculativeDecoder::set_forced_ragged`): the same mean tau for every sequence, but
     /// they accept at different iterations, so their cached lengths differ as in real batched
@@ -662,26 +663,32 @@ fn measure<B: KernelOps>(
         VerifyKernel::Flash => dustin_kernels::cuda::AttentionKernel::Flash,
         VerifyKernel::Split => dustin_kernels::cuda::AttentionKernel::Split,
     });
-    let (fused, skinny, grouped, residual, kv_write) = (
+    let (fused, skinny, grouped, kv_write) = (
         args.elementwise == Elementwise::Fused,
         args.skinny_gemm == OnOff::On,
         args.grouped_gemm == OnOff::On,
-        args.fused_residual == OnOff::On,
         args.kv_write_kernel == OnOff::On,
     );
     // always set: the models' own default is on where the backend has fused kernels, so
     // `plain` / `off` must be asked for explicitly
-    let with = |m: &Qwen2<B>| {
+    let with = |m: &Qwen2<B>, residual: OnOff| {
         Arc::new(
             m.clone()
                 .with_fused_elementwise(fused)
                 .with_skinny_gemm(skinny)
                 .with_grouped_gemm(grouped)
-                .with_fused_residual(residual)
+                .with_fused_residual(residual == OnOff::On)
                 .with_kv_write_kernel(kv_write),
         )
     };
-    let (target, draft) = (with(&target), with(&draft));
+    // one (target, draft) pair per `--fused-residual` setting (clones share the weights)
+    type Pair<B> = (OnOff, Arc<Qwen2<B>>, Arc<Qwen2<B>>);
+    let pairs: Vec<Pair<B>> = args
+        .fused_residual
+        .iter()
+        .map(|&r| (r, with(&target, r), with(&draft, r)))
+        .collect();
+    let target = &pairs[0].1;
     let world = target.tp().map_or(1, |(_, w)| w) as f64;
     let vocab = tcfg.vocab_size.min(dcfg.vocab_size);
     // per rank: 1/world of the target's layers and KV (the replicated LM head is counted
@@ -699,195 +706,201 @@ fn measure<B: KernelOps>(
     for &ctx in &args.ctx {
         for &batch in &args.batch {
             for mode in &args.modes {
-                let tau = accept_of(args, mode)?;
-                let prompts: Vec<Vec<TokenId>> = (0..batch)
-                    .map(|b| {
-                        (0..ctx)
-                            .map(|i| ((i * 7919 + b * 104_729 + 13) % vocab) as TokenId)
-                            .collect()
-                    })
-                    .collect();
-                let capacity = ctx + extra;
-                let pre = ctx - args.tail;
-                // one random prefix shared by every sequence (clones share storage until the
-                // prefill writes each sequence's tail, one sequence at a time)
-                let tprefix =
-                    vec![
-                        random_prefix(&target, capacity, pre, tcfg.num_hidden_layers, dev)?;
-                        batch
-                    ];
-                let cfg = SpecConfig {
-                    gamma: if mode == "ar" { 1 } else { args.gamma },
-                    max_new_tokens: if mode == "ar" {
-                        args.warmup + args.iters + 1
-                    } else {
-                        ((args.warmup + args.iters + 1) as f64 * tau).ceil() as usize + 1
-                    },
-                    ..SpecConfig::default()
-                };
-                // the first call for sequence 0 follows the prefill, then one per iteration:
-                // the profiles (phase and host) start once the warm-up iterations are done
-                // and are read when the timed iterations are done
-                let mut seen = 0usize;
-                let mut window: Option<Vec<dustin_qwen::profile::PhaseTime>> = None;
-                let (warmup, iters) = (args.warmup, args.iters);
-                let mut host: Option<crate::host_profile::HostProfile> = None;
-                let mut host_err: Option<CliError> = None;
-                let host_name = format!(
-                    "host-{mode}-{ctx}-b{batch}-l{}{}",
-                    tcfg.num_hidden_layers,
-                    if world > 1.0 {
-                        format!("-tp{world}")
-                    } else {
-                        String::new()
-                    }
-                );
-                let mut on_tokens = |seq: usize, _: &[TokenId]| {
-                    if seq != 0 || !report {
-                        return;
-                    }
-                    seen += 1;
-                    if let Some(dir) = &args.host_profile {
-                        let r = if seen == warmup + 1 {
-                            crate::host_profile::HostProfile::start(dir, &host_name)
-                                .map(|p| host = Some(p))
-                        } else if seen == warmup + iters + 1 {
-                            host.take().map_or(Ok(()), |p| {
-                                p.finish(&format!("{host_name}, {iters} iterations"))
-                                    .map(|path| eprintln!("host profile: {}", path.display()))
-                            })
-                        } else {
-                            Ok(())
-                        };
-                        if let Err(e) = r {
-                            host_err.get_or_insert(e);
-                        }
-                    }
-                    if args.profile {
-                        if seen == warmup + 1 {
-                            dustin_qwen::profile::reset();
-                        } else if seen == warmup + iters + 1 {
-                            window = Some(dustin_qwen::profile::snapshot());
-                        }
-                    }
-                };
-                let out = if mode == "ar" {
-                    let mut v = ModelVerifier::new(target.clone(), DenseHook, extra, vocab)
-                        .with_prefix(tprefix);
-                    autoregressive(&mut v, &prompts, &cfg, None, &mut on_tokens)?
-                } else {
-                    let dprefix =
+                for (residual, target, draft) in &pairs {
+                    let residual = *residual;
+                    let tau = accept_of(args, mode)?;
+                    let prompts: Vec<Vec<TokenId>> = (0..batch)
+                        .map(|b| {
+                            (0..ctx)
+                                .map(|i| ((i * 7919 + b * 104_729 + 13) % vocab) as TokenId)
+                                .collect()
+                        })
+                        .collect();
+                    let capacity = ctx + extra;
+                    let pre = ctx - args.tail;
+                    // one random prefix shared by every sequence (clones share storage until the
+                    // prefill writes each sequence's tail, one sequence at a time)
+                    let tprefix =
                         vec![
-                            random_prefix(&draft, capacity, pre, dcfg.num_hidden_layers, dev)?;
+                            random_prefix(target, capacity, pre, tcfg.num_hidden_layers, dev)?;
                             batch
                         ];
-                    let policy = build_policy::<B>(mode, args.budget, &FileConfig::default())?;
-                    let drafter =
-                        ModelDrafter::new(draft.clone(), None, extra).with_prefix(dprefix);
-                    let verifier = ModelVerifier::new(target.clone(), policy, extra, vocab)
-                        .with_prefix(tprefix);
-                    let mut dec = SpeculativeDecoder::new(drafter, verifier);
-                    dec.set_forced_acceptance(Some(tau - 1.0))?;
-                    dec.set_forced_ragged(args.ragged_accept == OnOff::On);
-                    dec.generate(&prompts, &cfg, None, &mut on_tokens)?
-                };
-                if let Some(e) = host_err {
-                    return Err(e);
-                }
-                // the generation ended before the timed window did: report what was sampled
-                if let Some(p) = host.take() {
-                    let path = p.finish(&format!(
+                    let cfg = SpecConfig {
+                        gamma: if mode == "ar" { 1 } else { args.gamma },
+                        max_new_tokens: if mode == "ar" {
+                            args.warmup + args.iters + 1
+                        } else {
+                            ((args.warmup + args.iters + 1) as f64 * tau).ceil() as usize + 1
+                        },
+                        ..SpecConfig::default()
+                    };
+                    // the first call for sequence 0 follows the prefill, then one per iteration:
+                    // the profiles (phase and host) start once the warm-up iterations are done
+                    // and are read when the timed iterations are done
+                    let mut seen = 0usize;
+                    let mut window: Option<Vec<dustin_qwen::profile::PhaseTime>> = None;
+                    let (warmup, iters) = (args.warmup, args.iters);
+                    let mut host: Option<crate::host_profile::HostProfile> = None;
+                    let mut host_err: Option<CliError> = None;
+                    let host_name = format!(
+                        "host-{mode}-{ctx}-b{batch}-l{}{}",
+                        tcfg.num_hidden_layers,
+                        if world > 1.0 {
+                            format!("-tp{world}")
+                        } else {
+                            String::new()
+                        }
+                    );
+                    let mut on_tokens = |seq: usize, _: &[TokenId]| {
+                        if seq != 0 || !report {
+                            return;
+                        }
+                        seen += 1;
+                        if let Some(dir) = &args.host_profile {
+                            let r = if seen == warmup + 1 {
+                                crate::host_profile::HostProfile::start(dir, &host_name)
+                                    .map(|p| host = Some(p))
+                            } else if seen == warmup + iters + 1 {
+                                host.take().map_or(Ok(()), |p| {
+                                    p.finish(&format!("{host_name}, {iters} iterations"))
+                                        .map(|path| eprintln!("host profile: {}", path.display()))
+                                })
+                            } else {
+                                Ok(())
+                            };
+                            if let Err(e) = r {
+                                host_err.get_or_insert(e);
+                            }
+                        }
+                        if args.profile {
+                            if seen == warmup + 1 {
+                                dustin_qwen::profile::reset();
+                            } else if seen == warmup + iters + 1 {
+                                window = Some(dustin_qwen::profile::snapshot());
+                            }
+                        }
+                    };
+                    let out = if mode == "ar" {
+                        let mut v = ModelVerifier::new(target.clone(), DenseHook, extra, vocab)
+                            .with_prefix(tprefix);
+                        autoregressive(&mut v, &prompts, &cfg, None, &mut on_tokens)?
+                    } else {
+                        let dprefix =
+                            vec![
+                                random_prefix(draft, capacity, pre, dcfg.num_hidden_layers, dev)?;
+                                batch
+                            ];
+                        let policy = build_policy::<B>(mode, args.budget, &FileConfig::default())?;
+                        let drafter =
+                            ModelDrafter::new(draft.clone(), None, extra).with_prefix(dprefix);
+                        let verifier = ModelVerifier::new(target.clone(), policy, extra, vocab)
+                            .with_prefix(tprefix);
+                        let mut dec = SpeculativeDecoder::new(drafter, verifier);
+                        dec.set_forced_acceptance(Some(tau - 1.0))?;
+                        dec.set_forced_ragged(args.ragged_accept == OnOff::On);
+                        dec.generate(&prompts, &cfg, None, &mut on_tokens)?
+                    };
+                    if let Some(e) = host_err {
+                        return Err(e);
+                    }
+                    // the generation ended before the timed window did: report what was sampled
+                    if let Some(p) = host.take() {
+                        let path = p.finish(&format!(
                         "{host_name}, {} iterations (the run ended before the window's {iters})",
                         seen.saturating_sub(warmup + 1)
                     ))?;
-                    eprintln!("host profile (partial window): {}", path.display());
-                }
-                // the generation stops within a few iterations of the timed window's end, so
-                // the window is complete; otherwise the profile covers what ran after warm-up
-                let profiled = window.take().map_or_else(
-                    || {
-                        (
-                            dustin_qwen::profile::snapshot(),
-                            out.iterations.len().saturating_sub(args.warmup),
-                        )
-                    },
-                    |w| (w, args.iters),
-                );
-                let setup_secs = out.summary.prefill_secs;
-                let w = timed_window(&out.iterations, args.warmup, args.iters, mode)?;
-                let (draft_ms, verify_ms, accept_ms, commit_ms) =
-                    (w.draft_ms, w.verify_ms, w.accept_ms, w.commit_ms);
-                let iter_ms = draft_ms + verify_ms + accept_ms + commit_ms;
-                let tau_run = w.tau_measured;
-                let timed = w.iterations;
-                let kv_read = mean(
-                    timed
-                        .iter()
-                        .flat_map(|i| i.kv_read_fraction.iter().copied()),
-                );
-                let est = mean(
-                    timed
-                        .iter()
-                        .flat_map(|i| i.estimation_read_fraction.iter().copied()),
-                );
-                let (b, c) = (batch as f64, ctx as f64);
-                let g = if mode == "ar" { 0.0 } else { args.gamma as f64 };
-                let floor_bytes = wt + g * wd + g * b * c * kvd + (kv_read + est) * b * c * kvt;
-                let floor_ms = 1e3 * floor_bytes / HBM_BYTES_PER_SEC;
-                let row = Row {
-                    mode: mode.clone(),
-                    ctx,
-                    batch,
-                    target_layers: tcfg.num_hidden_layers,
-                    tp: world as usize,
-                    gamma: g as usize,
-                    tau,
-                    tau_measured: tau_run,
-                    draft_ms,
-                    verify_ms,
-                    accept_ms,
-                    commit_ms,
-                    iter_ms,
-                    tokens_per_sec: b * tau / (iter_ms / 1e3),
-                    kv_read,
-                    estimation_read: est,
-                    floor_bytes,
-                    floor_ms,
-                    over_floor: iter_ms / floor_ms,
-                    setup_secs,
-                    elementwise: if B::FUSED {
-                        args.elementwise
-                    } else {
-                        Elementwise::Plain
-                    },
-                    skinny_gemm: if B::FUSED {
-                        args.skinny_gemm
-                    } else {
-                        OnOff::Off
-                    },
-                    grouped_gemm: if B::FUSED && skinny {
-                        args.grouped_gemm
-                    } else {
-                        OnOff::Off
-                    },
-                    fused_residual: if B::FUSED && fused {
-                        args.fused_residual
-                    } else {
-                        OnOff::Off
-                    },
-                    ragged_accept: if mode == "ar" {
-                        OnOff::Off
-                    } else {
-                        args.ragged_accept
-                    },
-                    kv_write_kernel: args.kv_write_kernel,
-                    skinny_kernel: args.skinny_kernel,
-                    verify_kernel: args.verify_kernel,
-                };
-                if !report {
-                    continue;
-                }
-                println!(
+                        eprintln!("host profile (partial window): {}", path.display());
+                    }
+                    // the generation stops within a few iterations of the timed window's end, so
+                    // the window is complete; otherwise the profile covers what ran after warm-up
+                    let profiled = window.take().map_or_else(
+                        || {
+                            (
+                                dustin_qwen::profile::snapshot(),
+                                out.iterations.len().saturating_sub(args.warmup),
+                            )
+                        },
+                        |w| (w, args.iters),
+                    );
+                    let setup_secs = out.summary.prefill_secs;
+                    let w = timed_window(&out.iterations, args.warmup, args.iters, mode)?;
+                    let (draft_ms, verify_ms, accept_ms, commit_ms) =
+                        (w.draft_ms, w.verify_ms, w.accept_ms, w.commit_ms);
+                    let iter_ms = draft_ms + verify_ms + accept_ms + commit_ms;
+                    let tau_run = w.tau_measured;
+                    let timed = w.iterations;
+                    let kv_read = mean(
+                        timed
+                            .iter()
+                            .flat_map(|i| i.kv_read_fraction.iter().copied()),
+                    );
+                    let est = mean(
+                        timed
+                            .iter()
+                            .flat_map(|i| i.estimation_read_fraction.iter().copied()),
+                    );
+                    let (b, c) = (batch as f64, ctx as f64);
+                    let g = if mode == "ar" { 0.0 } else { args.gamma as f64 };
+                    let floor_bytes = wt + g * wd + g * b * c * kvd + (kv_read + est) * b * c * kvt;
+                    let floor_ms = 1e3 * floor_bytes / HBM_BYTES_PER_SEC;
+                    let row = Row {
+                        mode: if pairs.len() > 1 && residual == OnOff::On {
+                            format!("{mode}+res")
+                        } else {
+                            mode.clone()
+                        },
+                        ctx,
+                        batch,
+                        target_layers: tcfg.num_hidden_layers,
+                        tp: world as usize,
+                        gamma: g as usize,
+                        tau,
+                        tau_measured: tau_run,
+                        draft_ms,
+                        verify_ms,
+                        accept_ms,
+                        commit_ms,
+                        iter_ms,
+                        tokens_per_sec: b * tau / (iter_ms / 1e3),
+                        kv_read,
+                        estimation_read: est,
+                        floor_bytes,
+                        floor_ms,
+                        over_floor: iter_ms / floor_ms,
+                        setup_secs,
+                        elementwise: if B::FUSED {
+                            args.elementwise
+                        } else {
+                            Elementwise::Plain
+                        },
+                        skinny_gemm: if B::FUSED {
+                            args.skinny_gemm
+                        } else {
+                            OnOff::Off
+                        },
+                        grouped_gemm: if B::FUSED && skinny {
+                            args.grouped_gemm
+                        } else {
+                            OnOff::Off
+                        },
+                        fused_residual: if B::FUSED && fused {
+                            residual
+                        } else {
+                            OnOff::Off
+                        },
+                        ragged_accept: if mode == "ar" {
+                            OnOff::Off
+                        } else {
+                            args.ragged_accept
+                        },
+                        kv_write_kernel: args.kv_write_kernel,
+                        skinny_kernel: args.skinny_kernel,
+                        verify_kernel: args.verify_kernel,
+                    };
+                    if !report {
+                        continue;
+                    }
+                    println!(
                     "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {:.3} (+{:.3}) | {:.2} | {:.1}x |",
                     row.mode,
                     row.ctx,
@@ -903,11 +916,12 @@ fn measure<B: KernelOps>(
                     row.floor_ms,
                     row.over_floor
                 );
-                if let Some(p) = &args.json {
-                    append_json(p, &row)?;
-                }
-                if args.profile {
-                    report_profile(args, mode, ctx, batch, profiled)?;
+                    if let Some(p) = &args.json {
+                        append_json(p, &row)?;
+                    }
+                    if args.profile {
+                        report_profile(args, mode, ctx, batch, profiled)?;
+                    }
                 }
             }
         }

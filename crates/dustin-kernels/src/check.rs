@@ -3,7 +3,8 @@
 //! skinny GEMMs
 //! ([`KernelOps::skinny_linear`], [`KernelOps::skinny_linear3`], [`KernelOps::skinny_swiglu`]),
 //! the prefill GEMM ([`KernelOps::prefill_linear`]),
-//! and the KV-cache view [`KernelOps::kv_prefix`] and write [`KernelOps::kv_write`]
+//! and the KV-cache view [`KernelOps::kv_prefix`] and writes [`KernelOps::kv_write`],
+//! [`KernelOps::kv_write_pair`]
 //! against the float64 references of [`crate::reference`], on fresh
 //! random inputs rounded to bf16 (so a bf16 device copy holds them exactly), odd sizes, and a
 //! strided RoPE input (the model's `[batch, n, heads, d]` projection viewed as `[batch,
@@ -427,8 +428,8 @@ pub fn check_elementwise<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<Ch
                 }
             }
         }
-        let ct = Tensor::<B, 4>::from_data(up(cache, vec![b, h, cap, d]), device);
-        let nt = Tensor::<B, 4>::from_data(up(new, vec![b, h, n, d]), device);
+        let ct = Tensor::<B, 4>::from_data(up(cache.clone(), vec![b, h, cap, d]), device);
+        let nt = Tensor::<B, 4>::from_data(up(new.clone(), vec![b, h, n, d]), device);
         rows_out.push(row(
             format!("[{b}, {h}, {cap}, {d}] + {n} at {starts:?}"),
             "kv_write",
@@ -436,6 +437,36 @@ pub fn check_elementwise<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<Ch
             &want,
             bound,
         ));
+        // the pair (KernelOps::kv_write_pair, one launch on CUDA): keys as above, values a
+        // second cache whose new rows come strided, `[b, n, h, d]` with heads and positions
+        // swapped (as the model's projections give them)
+        let vcache = reference::random_bf16(b * h * cap * d, 2.0, seed + 2);
+        let vnew_bnhd = reference::random_bf16(b * n * h * d, 2.0, seed + 3);
+        let mut vwant: Vec<f64> = vcache.iter().map(|&v| f64::from(v)).collect();
+        for (bb, &st) in starts.iter().enumerate() {
+            for hh in 0..h {
+                for r in 0..n {
+                    let to = ((bb * h + hh) * cap + st + r) * d;
+                    let from = ((bb * n + r) * h + hh) * d;
+                    for c in 0..d {
+                        vwant[to + c] = f64::from(vnew_bnhd[from + c]);
+                    }
+                }
+            }
+        }
+        let ct = Tensor::<B, 4>::from_data(up(cache, vec![b, h, cap, d]), device);
+        let nt = Tensor::<B, 4>::from_data(up(new, vec![b, h, n, d]), device);
+        let vct = Tensor::<B, 4>::from_data(up(vcache, vec![b, h, cap, d]), device);
+        let vnt =
+            Tensor::<B, 4>::from_data(up(vnew_bnhd, vec![b, n, h, d]), device).swap_dims(1, 2);
+        let case = format!("[{b}, {h}, {cap}, {d}] + {n} at {starts:?}, v strided");
+        match B::kv_write_pair(ct, vct, nt, vnt, &starts) {
+            Ok((kt, vt)) => {
+                rows_out.push(row(case.clone(), "kv_write_pair k", Ok(kt), &want, bound));
+                rows_out.push(row(case, "kv_write_pair v", Ok(vt), &vwant, bound));
+            }
+            Err(e) => rows_out.push(row::<B, 4>(case, "kv_write_pair", Err(e), &want, bound)),
+        }
     }
     rows_out
 }

@@ -292,6 +292,29 @@ pub trait KernelOps: Backend {
         plain::kv_write(dst, src, starts)
     }
 
+    /// [`KernelOps::kv_write`] of a layer's keys and values together:
+    /// `k_dst[b, h, starts[b] + i, :] = k_src[b, h, i, :]` and the same for `v`, shapes as
+    /// there. Returns the updated `(k_dst, v_dst)`. The default is two `kv_write` calls; on
+    /// CUDA it is one launch for both, equal starts included (where `kv_write` takes two of Burn's slice-assigns, each
+    /// with its tensors' metadata uploaded: 9-10 us of host time a launch against 4.5-5.4 for
+    /// a kernel with array arguments, `dustin-kernels-gpu launchcost`, docs/perf.md).
+    ///
+    /// # Errors
+    /// As [`KernelOps::kv_write`], for either pair (`v_dst` must match `k_dst`'s shape).
+    fn kv_write_pair(
+        k_dst: Tensor<Self, 4>,
+        v_dst: Tensor<Self, 4>,
+        k_src: Tensor<Self, 4>,
+        v_src: Tensor<Self, 4>,
+        starts: &[usize],
+    ) -> Result<(Tensor<Self, 4>, Tensor<Self, 4>)> {
+        check_same("v_dst", k_dst.dims(), v_dst.dims())?;
+        Ok((
+            Self::kv_write(k_dst, k_src, starts)?,
+            Self::kv_write(v_dst, v_src, starts)?,
+        ))
+    }
+
     /// The residual add and the RMSNorm after it in one op: returns `(s, rms_norm(s))` with
     /// `s = a + x` (`a`, `x` `[batch, n, hidden]`, `s` in their dtype, rounded once as Burn's
     /// add rounds it) and the RMSNorm of [`KernelOps::rms_norm`] over `s`. A decoder layer

@@ -363,12 +363,13 @@ fn bad_input_is_an_error_not_a_panic() {
 /// RMSNorm (alone and after a residual add), the SwiGLU product, RoPE (strided input, ragged large positions) and packed
 /// dequantization (4 and 3 bits, a short last group), the skinny GEMM (1 to 128 rows, with
 /// and without bias) and its grouped forms (three weights of one `x`: 9 rows; SwiGLU: 3),
-/// the prefill GEMM (4 rows, a transposed weight view among them) of the plain path against
+/// the prefill GEMM (4 rows, a transposed weight view among them), the cache writes (2 rows
+/// of `kv_write`, 4 of `kv_write_pair`) of the plain path against
 /// float64 loops; f32, so within 1e-5.
 #[test]
 fn elementwise_ops_match_float64() {
     let rows = dustin_kernels::check::check_elementwise::<Flex>(&dev(), 1e-5);
-    assert_eq!(rows.len(), 50, "{rows:?}");
+    assert_eq!(rows.len(), 54, "{rows:?}");
     assert_eq!(rows.iter().filter(|r| r.op == "prefill_gemm").count(), 4);
     for op in [
         "skinny3",
@@ -376,6 +377,8 @@ fn elementwise_ops_match_float64() {
         "add_rms_norm",
         "add_rms_norm sum",
         "kv_write",
+        "kv_write_pair k",
+        "kv_write_pair v",
     ] {
         assert!(rows.iter().any(|r| r.op == op), "no {op} rows");
     }
@@ -384,7 +387,15 @@ fn elementwise_ops_match_float64() {
         assert!(r.ok(), "{r}");
         // a bf16 scale times a code of at most 8 bits, plus a bf16 min, is exact in f32, so
         // is the sum of two bf16 values, and a cache write is a copy
-        if !["dequant", "add_rms_norm sum", "kv_write"].contains(&r.op) {
+        if ![
+            "dequant",
+            "add_rms_norm sum",
+            "kv_write",
+            "kv_write_pair k",
+            "kv_write_pair v",
+        ]
+        .contains(&r.op)
+        {
             assert!(r.err > 0.0, "f32 rounding leaves some error: {r}");
         }
     }

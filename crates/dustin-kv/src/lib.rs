@@ -333,6 +333,44 @@ impl<B: Backend> DenseKvCache<B> {
         Ok(())
     }
 
+    /// As [`DenseKvCache::append_with`], with one `write(k_dst, v_dst, k, v, lens)` for the
+    /// keys and the values together, returning the updated `(k_dst, v_dst)`: for a backend's
+    /// one-launch write of both (`dustin_kernels::KernelOps::kv_write_pair`).
+    ///
+    /// # Errors
+    /// As [`KvStore::append`] (checked before anything is written). An error of `write`
+    /// itself is returned as is, and that layer's cache is then lost (later reads of it fail
+    /// with [`CoreError::Model`]); `write` should only fail where `append`'s own checks would.
+    #[allow(clippy::type_complexity)]
+    pub fn append_pair_with(
+        &mut self,
+        layer: usize,
+        k: Tensor<B, 4>,
+        v: Tensor<B, 4>,
+        write: impl Fn(
+            Tensor<B, 4>,
+            Tensor<B, 4>,
+            Tensor<B, 4>,
+            Tensor<B, 4>,
+            &[usize],
+        ) -> Result<(Tensor<B, 4>, Tensor<B, 4>)>,
+    ) -> Result<()> {
+        self.check_append(layer, &k, &v)?;
+        let poisoned = || CoreError::Model("KV cache layer poisoned".into());
+        let kd = self.k[layer].take().ok_or_else(poisoned)?;
+        let vd = match self.v[layer].take() {
+            Some(t) => t,
+            None => {
+                self.k[layer] = Some(kd);
+                return Err(poisoned());
+            }
+        };
+        let (kd, vd) = write(kd, vd, k, v, &self.lens)?;
+        self.k[layer] = Some(kd);
+        self.v[layer] = Some(vd);
+        Ok(())
+    }
+
     /// The checks of [`KvStore::append`]: the layer, `k` and `v` `[batch, kv_heads, n,
     /// head_dim]`, room for `n` more positions in every sequence.
     fn check_append(&self, layer: usize, k: &Tensor<B, 4>, v: &Tensor<B, 4>) -> Result<()> {

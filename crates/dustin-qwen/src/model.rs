@@ -887,13 +887,14 @@ impl<B: Backend> Qwen2<B> {
     }
 
     /// Writes each layer's new keys and values into the cache through
-    /// [`KernelOps::kv_write`] (`true`) instead of Burn's slice-assigns. They differ for a
-    /// ragged batch (sequences that accepted different numbers of drafts): the slice-assigns
-    /// take one or two launches per sequence, tensor and layer (32-64 per layer at batch 16:
-    /// a slice-assign, and the slice of the sequence's rows where Burn copies it), the CUDA
-    /// kernel one per tensor. Equal lengths take one slice-assign either way, so `bench-e2e`'s
-    /// forced acceptance (the same for every sequence) does not see it unless asked to
-    /// (`--ragged-accept on`). On by default where the backend has fused kernels (CUDA):
+    /// [`KernelOps::kv_write_pair`] (`true`) instead of Burn's slice-assigns. For a ragged
+    /// batch (sequences that accepted different numbers of drafts) the slice-assigns take one
+    /// or two launches per sequence, tensor and layer (32-64 per layer at batch 16: a
+    /// slice-assign, and the slice of the sequence's rows where Burn copies it), the CUDA
+    /// kernel one per layer for keys and values together; equal lengths take two
+    /// slice-assigns against the kernel's one launch (since 2026-12-01; before, the kernel
+    /// wrote one tensor a launch and left equal lengths to the slice-assigns). On by default
+    /// where the backend has fused kernels (CUDA):
     /// `dustin kernel-check --device cuda` passed its `kv_write` rows and the model rows
     /// (whose decode step is ragged) on the H200, and a ragged batch of 8 at 7B, 32k decoded
     /// 1.35-1.55x faster with it (docs/perf.md, 2026-11-30). The same cache either way (a
@@ -1561,9 +1562,9 @@ impl<B: KernelOps> Qwen2<B> {
         })?;
         timer.time("kv_append", || {
             if self.kv_write_kernel.unwrap_or(B::FUSED) {
-                cache.append_with(li, k.clone(), v.clone(), |dst, src, lens| {
-                    B::kv_write(dst, src, lens)
-                        .map_err(|e| dustin_core::CoreError::Model(format!("kv_write: {e}")))
+                cache.append_pair_with(li, k.clone(), v.clone(), |kd, vd, ks, vs, lens| {
+                    B::kv_write_pair(kd, vd, ks, vs, lens)
+                        .map_err(|e| dustin_core::CoreError::Model(format!("kv_write_pair: {e}")))
                 })
             } else {
                 cache.append(li, k.clone(), v.clone())

@@ -489,14 +489,21 @@ pub fn split_kernel<F: Float, I: Int, N: Size>(
 /// looped over the splits serially in every thread: 12.5 us of GPU time at 7B, B=8, 32k,
 /// ncu, eighth session). A split with no visible key (`m_s` the mask value) or a weight
 /// that underflows to 0 adds nothing, and its `acc_s` (possibly never written) is not used.
+/// Arguments are arrays, `out` written through its strides `o0 .. o3` (`[b, heads, n, d]`)
+/// and `table` rows `tstride` apart: no per-launch upload of tensor metadata.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub fn combine_kernel<F: Float, I: Int>(
-    pm: &Tensor<f32>,
-    pl: &Tensor<f32>,
-    pacc: &Tensor<f32>,
-    table: &Tensor<I>,
-    out: &mut Tensor<F>,
+    pm: &Array<f32>,
+    pl: &Array<f32>,
+    pacc: &Array<f32>,
+    table: &Array<I>,
+    out: &mut Array<F>,
+    tstride: u32,
+    o0: u32,
+    o1: u32,
+    o2: u32,
+    o3: u32,
     n_new: u32,
     splits: u32,
     rpad: u32,
@@ -513,7 +520,7 @@ pub fn combine_kernel<F: Float, I: Int>(
     let n = n_new as usize;
     let ns = splits as usize;
     let lowest = f32::new(f32::MIN);
-    let tstride = table.stride(0);
+    let tstride = tstride as usize;
     let hcount = u32::cast_from(table[slot * tstride + 1]) as usize;
     let mut red = SharedMemory::<f32>::new(comptime![d / 32]);
     let mut wsh = SharedMemory::<f32>::new(d);
@@ -604,7 +611,7 @@ pub fn combine_kernel<F: Float, I: Int>(
         }
         let h = u32::cast_from(table[slot * tstride + 2 + rg / n]) as usize;
         let i = rg % n;
-        out[b * out.stride(0) + h * out.stride(1) + i * out.stride(2) + c * out.stride(3)] =
+        out[b * o0 as usize + h * o1 as usize + i * o2 as usize + c * o3 as usize] =
             F::cast_from(acc / l);
     }
 }
@@ -1186,6 +1193,68 @@ pub fn kv_write_kernel<F: Float, I: Int>(
         let p = u32::cast_from(starts[b]) as usize + i;
         dst[b * dst.stride(0) + h * dst.stride(1) + p * dst.stride(2) + c * dst.stride(3)] =
             src[b * src.stride(0) + h * src.stride(1) + i * src.stride(2) + c * src.stride(3)];
+    }
+}
+
+/// Element strides of [`kv_write_pair_kernel`]'s four tensors, `[batch, kv_heads, seq,
+/// head_dim]` each (`sk`, `sv` the new keys and values, `dk`, `dv` the caches).
+#[derive(CubeLaunch, CubeType)]
+pub struct KvPairStrides {
+    pub sk0: u32,
+    pub sk1: u32,
+    pub sk2: u32,
+    pub sk3: u32,
+    pub sv0: u32,
+    pub sv1: u32,
+    pub sv2: u32,
+    pub sv3: u32,
+    pub dk0: u32,
+    pub dk1: u32,
+    pub dk2: u32,
+    pub dk3: u32,
+    pub dv0: u32,
+    pub dv1: u32,
+    pub dv2: u32,
+    pub dv3: u32,
+}
+
+/// Cache write of a layer's keys and values in one launch: one block per (new row `i`, KV
+/// head `h`, sequence `b`), one thread per column: `dk[b, h, p + i, c] = sk[b, h, i, c]` and
+/// `dv[..] = sv[..]` with `p = starts[b]` (`ragged`) or `start` (every sequence at the same
+/// length: no `starts` upload). Array arguments, strides in `st` (no per-launch metadata
+/// upload); the caches are written in place.
+#[cube(launch)]
+pub fn kv_write_pair_kernel<F: Float, I: Int>(
+    sk: &Array<F>,
+    sv: &Array<F>,
+    starts: &Array<I>,
+    dk: &mut Array<F>,
+    dv: &mut Array<F>,
+    st: &KvPairStrides,
+    start: u32,
+    #[comptime] ragged: bool,
+    #[comptime] d: usize,
+    #[define(F, I)] _dtypes: [StorageType; 2],
+) {
+    let i = CUBE_POS_X as usize;
+    let h = CUBE_POS_Y as usize;
+    let b = CUBE_POS_Z as usize;
+    let c = UNIT_POS as usize;
+    if c < d {
+        let mut p = start as usize + i;
+        if comptime![ragged] {
+            p = u32::cast_from(starts[b]) as usize + i;
+        }
+        dk[b * st.dk0 as usize + h * st.dk1 as usize + p * st.dk2 as usize + c * st.dk3 as usize] =
+            sk[b * st.sk0 as usize
+                + h * st.sk1 as usize
+                + i * st.sk2 as usize
+                + c * st.sk3 as usize];
+        dv[b * st.dv0 as usize + h * st.dv1 as usize + p * st.dv2 as usize + c * st.dv3 as usize] =
+            sv[b * st.sv0 as usize
+                + h * st.sv1 as usize
+                + i * st.sv2 as usize
+                + c * st.sv3 as usize];
     }
 }
 
@@ -2040,20 +2109,24 @@ fn mma_16816<F: Float>(
 /// stores. A key's slot is `j` itself (dense), or for a selection the listed position
 /// (`j < vctx`; an entry outside `0 .. ctx_b` reads slot 0 and is flagged unlisted in `kok`,
 /// which the caller masks) and then the new tokens `ctx_b + j - vctx`. Without `with_v`
-/// (score mode), K only. Every thread of the block takes part.
+/// (score mode), K only. Every thread of the block takes part. `kb`, `vb`, `ib`: the
+/// sequence's and KV head's first element of `k`, `v` and the selection `idx`; `k2s`, `v2s`,
+/// `i2s`: their strides along positions.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn flash_stage<F: Float, I: Int, N: Size>(
-    k: &Tensor<Vector<F, N>>,
-    v: &Tensor<Vector<F, N>>,
-    idx: &Tensor<I>,
+    k: &Array<Vector<F, N>>,
+    v: &Array<Vector<F, N>>,
+    idx: &Array<I>,
+    ib: usize,
+    i2s: usize,
+    k2s: usize,
+    v2s: usize,
     ks: &mut SharedMemory<Vector<F, N>>,
     vs: &mut SharedMemory<Vector<F, N>>,
     kok: &mut SharedMemory<u32>,
     kb: usize,
     vb: usize,
-    b: usize,
-    kvh: usize,
     vctx: usize,
     ctx_b: usize,
     t0: usize,
@@ -2087,9 +2160,7 @@ fn flash_stage<F: Float, I: Int, N: Size>(
         let mut p = j;
         if comptime![sparse] {
             if j < vctx {
-                let ix = i32::cast_from(
-                    idx[b * idx.stride(0) + kvh * idx.stride(1) + j * idx.stride(2)],
-                );
+                let ix = i32::cast_from(idx[ib + j * i2s]);
                 // negative entries and entries past the context are both unlisted
                 let listed = ix >= 0 && usize::cast_from(ix) < ctx_b;
                 p = select(listed, usize::cast_from(ix), 0usize);
@@ -2111,8 +2182,8 @@ fn flash_stage<F: Float, I: Int, N: Size>(
         let t = e / vpr;
         let c = e % vpr;
         let p = slots[it] as usize;
-        let kx = (kb + p * k.stride(2)) / nv + c;
-        let vx = (vb + p * v.stride(2)) / nv + c;
+        let kx = (kb + p * k2s) / nv + c;
+        let vx = (vb + p * v2s) / nv + c;
         let o = base + t * sqv + c;
         if comptime![async_copy] {
             copy_async(&k.slice(kx, kx + 1), &mut ks.slice_mut(o, o + 1), nv as u32);
@@ -2126,6 +2197,32 @@ fn flash_stage<F: Float, I: Int, N: Size>(
             }
         }
     }
+}
+
+/// Element strides of [`flash_kernel`]'s tensors, passed as scalars: its arguments are arrays
+/// (a tensor argument's shape and strides are uploaded before every launch, 4.4-4.8 us of
+/// host time; `dustin-kernels-gpu launchcost`, docs/perf.md, 2026-12-01). `q` `[b, heads, n,
+/// d]`, `k` / `v` `[b, kv_heads, capacity, d]` (dims 0-2), `idx` `[b, kv_heads, width]`,
+/// `out` `[b, heads, n, d]` (dims 0-2; prefill), `table` (its row stride).
+#[derive(CubeLaunch, CubeType)]
+pub struct FlashStrides {
+    pub q0: u32,
+    pub q1: u32,
+    pub q2: u32,
+    pub q3: u32,
+    pub k0: u32,
+    pub k1: u32,
+    pub k2: u32,
+    pub v0: u32,
+    pub v1: u32,
+    pub v2: u32,
+    pub idx0: u32,
+    pub idx1: u32,
+    pub idx2: u32,
+    pub out0: u32,
+    pub out1: u32,
+    pub out2: u32,
+    pub table0: u32,
 }
 
 /// GQA attention with the scores in registers, flash-attention-2 style (Dao,
@@ -2181,18 +2278,19 @@ fn flash_stage<F: Float, I: Int, N: Size>(
 )]
 #[allow(clippy::too_many_arguments, unused_assignments)]
 pub fn flash_kernel<F: Float, I: Int, N: Size>(
-    q: &Tensor<F>,
-    k: &Tensor<Vector<F, N>>,
-    v: &Tensor<Vector<F, N>>,
-    ctx: &Tensor<I>,
-    idx: &Tensor<I>,
-    counts: &Tensor<I>,
-    table: &Tensor<I>,
-    out: &mut Tensor<F>,
-    pm: &mut Tensor<f32>,
-    pl: &mut Tensor<f32>,
-    pacc: &mut Tensor<f32>,
-    logits: &mut Tensor<f32>,
+    q: &Array<F>,
+    k: &Array<Vector<F, N>>,
+    v: &Array<Vector<F, N>>,
+    ctx: &Array<I>,
+    idx: &Array<I>,
+    counts: &Array<I>,
+    table: &Array<I>,
+    out: &mut Array<F>,
+    pm: &mut Array<f32>,
+    pl: &mut Array<f32>,
+    pacc: &mut Array<f32>,
+    logits: &mut Array<f32>,
+    st: &FlashStrides,
     scale: f32,
     n_new: u32,
     group: u32,
@@ -2230,7 +2328,7 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
     let mut kvh = 0usize;
     let mut qh = 0usize;
     let slot = CUBE_POS_Y as usize;
-    let tb = slot * table.stride(0);
+    let tb = slot * st.table0 as usize;
     let mut hcount = 0usize;
     if comptime![verify] {
         rb = CUBE_POS_X as usize % rowblocks;
@@ -2361,9 +2459,9 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
                 tt = ic;
             }
             if ok {
-                let base = b * q.stride(0) + hh * q.stride(1) + tt * q.stride(2);
-                x0 = q[base + col * q.stride(3)];
-                x1 = q[base + (col + 1) * q.stride(3)];
+                let base = b * st.q0 as usize + hh * st.q1 as usize + tt * st.q2 as usize;
+                x0 = q[base + col * st.q3 as usize];
+                x1 = q[base + (col + 1) * st.q3 as usize];
             }
             let mut vv = Vector::<F, Const<2>>::empty();
             vv[0] = x0;
@@ -2383,8 +2481,10 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
     let mut l0 = 0.0f32;
     let mut l1 = 0.0f32;
 
-    let kb = b * k.stride(0) + kvh * k.stride(1);
-    let vb = b * v.stride(0) + kvh * v.stride(1);
+    let kb = b * st.k0 as usize + kvh * st.k1 as usize;
+    let vb = b * st.v0 as usize + kvh * st.v1 as usize;
+    let ib = b * st.idx0 as usize + kvh * st.idx1 as usize;
+    let (i2s, k2s, v2s) = (st.idx2 as usize, st.k2 as usize, st.v2 as usize);
     if comptime![nbuf > 1] {
         // prologue: the first nbuf - 1 tiles into buffers 0 .. nbuf - 1
         #[unroll]
@@ -2392,8 +2492,8 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
             let tp = kstart + pre * FLASH_KEYS;
             if tp < kend {
                 flash_stage::<F, I, N>(
-                    k, v, idx, &mut ks, &mut vs, &mut kok, kb, vb, b, kvh, vctx, ctx_b, tp, kend,
-                    pre, tid, d, nv, true, sparse, !score,
+                    k, v, idx, ib, i2s, k2s, v2s, &mut ks, &mut vs, &mut kok, kb, vb, vctx, ctx_b,
+                    tp, kend, pre, tid, d, nv, true, sparse, !score,
                 );
                 if pre == 0 {
                     bar0.commit_copy_async();
@@ -2417,8 +2517,8 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
             if tn < kend {
                 let nb = (tile + nbuf - 1) % nbuf;
                 flash_stage::<F, I, N>(
-                    k, v, idx, &mut ks, &mut vs, &mut kok, kb, vb, b, kvh, vctx, ctx_b, tn, kend,
-                    nb, tid, d, nv, true, sparse, !score,
+                    k, v, idx, ib, i2s, k2s, v2s, &mut ks, &mut vs, &mut kok, kb, vb, vctx, ctx_b,
+                    tn, kend, nb, tid, d, nv, true, sparse, !score,
                 );
                 if nb == 0 {
                     bar0.commit_copy_async();
@@ -2443,8 +2543,8 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
         } else {
             // stage the tile with plain 16-byte loads and stores between two barriers
             flash_stage::<F, I, N>(
-                k, v, idx, &mut ks, &mut vs, &mut kok, kb, vb, b, kvh, vctx, ctx_b, t0, kend, 0,
-                tid, d, nv, false, sparse, !score,
+                k, v, idx, ib, i2s, k2s, v2s, &mut ks, &mut vs, &mut kok, kb, vb, vctx, ctx_b, t0,
+                kend, 0, tid, d, nv, false, sparse, !score,
             );
             sync_cube();
         }
@@ -2678,19 +2778,19 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
         // O / l, rows inside the chunk only
         let inv0 = 1.0f32 / l0;
         let inv1 = 1.0f32 / l1;
-        let ob = b * out.stride(0) + qh * out.stride(1);
+        let ob = b * st.out0 as usize + qh * st.out1 as usize;
         #[unroll]
         for j in 0..comptime![d / 8] {
             let col = j * 8 + t4 * 2;
             let o0 = oacc[2 * j];
             let o1 = oacc[2 * j + 1];
             if va {
-                let base = ob + ra * out.stride(2) + col;
+                let base = ob + ra * st.out2 as usize + col;
                 out[base] = F::cast_from(o0[0] * inv0);
                 out[base + 1] = F::cast_from(o0[1] * inv0);
             }
             if vc {
-                let base = ob + rc * out.stride(2) + col;
+                let base = ob + rc * st.out2 as usize + col;
                 out[base] = F::cast_from(o1[0] * inv1);
                 out[base + 1] = F::cast_from(o1[1] * inv1);
             }

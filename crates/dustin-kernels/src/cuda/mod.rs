@@ -941,11 +941,16 @@ fn attention<F: FloatElement, I: IntElement, BT: BoolElement>(
         &client,
         CubeCount::Static((g * dims.n_new) as u32, dims.kv_heads as u32, b as u32),
         CubeDim::new_1d(dims.head_dim as u32),
-        parts.pm.into_tensor_arg(),
-        parts.pl.into_tensor_arg(),
-        parts.pacc.into_tensor_arg(),
-        table.into_tensor_arg(),
-        out.clone().into_tensor_arg(),
+        parts.pm.into_array_arg(),
+        parts.pl.into_array_arg(),
+        parts.pacc.into_array_arg(),
+        table.clone().into_array_arg(),
+        out.clone().into_array_arg(),
+        table.meta.strides()[0] as u32,
+        out.meta.strides()[0] as u32,
+        out.meta.strides()[1] as u32,
+        out.meta.strides()[2] as u32,
+        out.meta.strides()[3] as u32,
         dims.n_new as u32,
         parts.plan.splits as u32,
         parts.rpad as u32,
@@ -989,6 +994,28 @@ fn launch_flash(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32, a: Fl
     let client = q.client.clone();
     let (fd, id) = (q.dtype, ctx.dtype);
     let (gx, gy, gz) = a.grid;
+    // element strides of the first dims (a tensor of lower rank than the kernel reads, as
+    // prefill's unused `idx` and `table`, has zeros there: never read)
+    let sd = |t: &Ct, i: usize| t.meta.strides().get(i).copied().unwrap_or(0) as u32;
+    let st = kernels::FlashStridesLaunch::new(
+        sd(&q, 0),
+        sd(&q, 1),
+        sd(&q, 2),
+        sd(&q, 3),
+        sd(&k, 0),
+        sd(&k, 1),
+        sd(&k, 2),
+        sd(&v, 0),
+        sd(&v, 1),
+        sd(&v, 2),
+        sd(&a.idx, 0),
+        sd(&a.idx, 1),
+        sd(&a.idx, 2),
+        sd(&a.out, 0),
+        sd(&a.out, 1),
+        sd(&a.out, 2),
+        sd(&a.table, 0),
+    );
     // SAFETY: every key the kernel reads is a virtual key below `vctx + n_new` of its
     // sequence (clamped), mapped to a slot below `ctx + n_new <= capacity` (selections:
     // listed positions outside the context read slot 0); rows written are below
@@ -1001,18 +1028,19 @@ fn launch_flash(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32, a: Fl
             CubeCount::Static(gx as u32, gy as u32, gz as u32),
             CubeDim::new_1d(kernels::FLASH_THREADS as u32),
             NV,
-            q.into_tensor_arg(),
-            k.into_tensor_arg(),
-            v.into_tensor_arg(),
-            ctx.into_tensor_arg(),
-            a.idx.into_tensor_arg(),
-            a.counts.into_tensor_arg(),
-            a.table.into_tensor_arg(),
-            a.out.into_tensor_arg(),
-            a.pm.into_tensor_arg(),
-            a.pl.into_tensor_arg(),
-            a.pacc.into_tensor_arg(),
-            a.logits.into_tensor_arg(),
+            q.clone().into_array_arg(),
+            k.clone().into_array_arg(),
+            v.clone().into_array_arg(),
+            ctx.into_array_arg(),
+            a.idx.clone().into_array_arg(),
+            a.counts.into_array_arg(),
+            a.table.clone().into_array_arg(),
+            a.out.clone().into_array_arg(),
+            a.pm.into_array_arg(),
+            a.pl.into_array_arg(),
+            a.pacc.into_array_arg(),
+            a.logits.into_array_arg(),
+            st,
             scale,
             dims.n_new as u32,
             dims.group() as u32,
@@ -1145,11 +1173,16 @@ fn flash_verify(
         &client,
         CubeCount::Static(rows as u32, dims.kv_heads as u32, b as u32),
         CubeDim::new_1d(dims.head_dim as u32),
-        pm.into_tensor_arg(),
-        pl.into_tensor_arg(),
-        pacc.into_tensor_arg(),
-        table.into_tensor_arg(),
-        out.clone().into_tensor_arg(),
+        pm.into_array_arg(),
+        pl.into_array_arg(),
+        pacc.into_array_arg(),
+        table.clone().into_array_arg(),
+        out.clone().into_array_arg(),
+        table.meta.strides()[0] as u32,
+        out.meta.strides()[0] as u32,
+        out.meta.strides()[1] as u32,
+        out.meta.strides()[2] as u32,
+        out.meta.strides()[3] as u32,
         dims.n_new as u32,
         splits as u32,
         rpad as u32,
@@ -1677,6 +1710,80 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
             [fd.into(), id.into()],
         );
         Ok(Tensor::from_primitive(TensorPrimitive::Float(dst)))
+    }
+
+    fn kv_write_pair(
+        k_dst: Tensor<Self, 4>,
+        v_dst: Tensor<Self, 4>,
+        k_src: Tensor<Self, 4>,
+        v_src: Tensor<Self, 4>,
+        starts: &[usize],
+    ) -> Result<(Tensor<Self, 4>, Tensor<Self, 4>)> {
+        check_same("v_dst", k_dst.dims(), v_dst.dims())?;
+        check_kv_write(k_dst.dims(), k_src.dims(), starts)?;
+        check_kv_write(v_dst.dims(), v_src.dims(), starts)?;
+        let [b, h, n, d] = k_src.dims();
+        if n == 0 || d > 1024 {
+            return Ok((
+                crate::plain::kv_write(k_dst, k_src, starts)?,
+                crate::plain::kv_write(v_dst, v_src, starts)?,
+            ));
+        }
+        let device = k_dst.device();
+        let [dk, dv, sk, sv] = [k_dst, v_dst, k_src, v_src].map(|t| float_prim(t).tensor());
+        if [&dv, &sk, &sv].iter().any(|t| t.dtype != dk.dtype) {
+            return Err(KernelError::Unsupported(
+                "kv_write_pair of tensors of different dtypes".into(),
+            ));
+        }
+        // in place, as Burn's slice-assign: a shared or overlapping cache is copied first
+        let own = |t: Ct| {
+            if t.can_mut() && t.is_nonoverlapping() {
+                t
+            } else {
+                t.copy()
+            }
+        };
+        let (dk, dv) = (own(dk), own(dv));
+        let ragged = !starts.windows(2).all(|w| w[0] == w[1]);
+        // equal starts go as one scalar (`sk` stands in for the unread `starts` binding); a
+        // ragged batch uploads its starts
+        let st = if ragged {
+            ctx_tensor::<F, I, BT>(starts, &device)
+        } else {
+            sk.clone()
+        };
+        let id: DType = <I as burn_tensor::Element>::dtype();
+        let s4 = |t: &Ct| {
+            let s = t.meta.strides();
+            [s[0] as u32, s[1] as u32, s[2] as u32, s[3] as u32]
+        };
+        let ([a0, a1, a2, a3], [b0, b1, b2, b3]) = (s4(&sk), s4(&sv));
+        let ([c0, c1, c2, c3], [e0, e1, e2, e3]) = (s4(&dk), s4(&dv));
+        let strides = kernels::KvPairStridesLaunch::new(
+            a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3, e0, e1, e2, e3,
+        );
+        let fd = dk.dtype;
+        let client = dk.client.clone();
+        kernels::kv_write_pair_kernel::launch::<CudaRuntime>(
+            &client,
+            CubeCount::Static(n as u32, h as u32, b as u32),
+            CubeDim::new_1d(d as u32),
+            sk.into_array_arg(),
+            sv.into_array_arg(),
+            st.into_array_arg(),
+            dk.clone().into_array_arg(),
+            dv.clone().into_array_arg(),
+            strides,
+            starts.first().copied().unwrap_or(0) as u32,
+            ragged,
+            d,
+            [fd.into(), id.into()],
+        );
+        Ok((
+            Tensor::from_primitive(TensorPrimitive::Float(dk)),
+            Tensor::from_primitive(TensorPrimitive::Float(dv)),
+        ))
     }
 
     fn add_rms_norm(
