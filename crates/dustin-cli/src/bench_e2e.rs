@@ -708,6 +708,13 @@ fn measure<B: KernelOps>(
             for mode in &args.modes {
                 for (residual, target, draft) in &pairs {
                     let residual = *residual;
+                    // the mode's name in the table, profiles and JSON rows: `+res` where a list of
+                    // settings ran it with the fused residual in effect
+                    let label = if pairs.len() > 1 && residual == OnOff::On && B::FUSED && fused {
+                        format!("{mode}+res")
+                    } else {
+                        mode.clone()
+                    };
                     let tau = accept_of(args, mode)?;
                     let prompts: Vec<Vec<TokenId>> = (0..batch)
                         .map(|b| {
@@ -743,7 +750,7 @@ fn measure<B: KernelOps>(
                     let mut host: Option<crate::host_profile::HostProfile> = None;
                     let mut host_err: Option<CliError> = None;
                     let host_name = format!(
-                        "host-{mode}-{ctx}-b{batch}-l{}{}",
+                        "host-{label}-{ctx}-b{batch}-l{}{}",
                         tcfg.num_hidden_layers,
                         if world > 1.0 {
                             format!("-tp{world}")
@@ -844,11 +851,7 @@ fn measure<B: KernelOps>(
                     let floor_bytes = wt + g * wd + g * b * c * kvd + (kv_read + est) * b * c * kvt;
                     let floor_ms = 1e3 * floor_bytes / HBM_BYTES_PER_SEC;
                     let row = Row {
-                        mode: if pairs.len() > 1 && residual == OnOff::On {
-                            format!("{mode}+res")
-                        } else {
-                            mode.clone()
-                        },
+                        mode: label.clone(),
                         ctx,
                         batch,
                         target_layers: tcfg.num_hidden_layers,
@@ -920,7 +923,7 @@ fn measure<B: KernelOps>(
                         append_json(p, &row)?;
                     }
                     if args.profile {
-                        report_profile(args, mode, ctx, batch, profiled)?;
+                        report_profile(args, &label, ctx, batch, profiled)?;
                     }
                 }
             }

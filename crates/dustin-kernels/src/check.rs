@@ -405,9 +405,10 @@ pub fn check_elementwise<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<Ch
             bound,
         ));
     }
-    // Cache writes (KernelOps::kv_write): a ragged batch (the CUDA kernel) and equal starts
-    // (Burn's slice-assign); the whole cache is compared, so a write past its rows or into
-    // another sequence fails as well as a missing one
+    // Cache writes: a ragged batch and equal starts (KernelOps::kv_write: the CUDA kernel,
+    // then Burn's slice-assign; kv_write_pair: the CUDA kernel both times); the whole cache
+    // is compared, so a write past its rows or into another sequence fails as well as a
+    // missing one
     for (i, starts) in [vec![0usize, 17, 35], vec![9, 9, 9]]
         .into_iter()
         .enumerate()

@@ -300,7 +300,9 @@ pub trait KernelOps: Backend {
     /// a kernel with array arguments, `dustin-kernels-gpu launchcost`, docs/perf.md).
     ///
     /// # Errors
-    /// As [`KernelOps::kv_write`], for either pair (`v_dst` must match `k_dst`'s shape).
+    /// As [`KernelOps::kv_write`], for either pair; [`KernelError::Shape`] when `v_dst` or
+    /// `v_src` does not match its key counterpart's shape. Checked before anything is
+    /// written.
     fn kv_write_pair(
         k_dst: Tensor<Self, 4>,
         v_dst: Tensor<Self, 4>,
@@ -309,6 +311,8 @@ pub trait KernelOps: Backend {
         starts: &[usize],
     ) -> Result<(Tensor<Self, 4>, Tensor<Self, 4>)> {
         check_same("v_dst", k_dst.dims(), v_dst.dims())?;
+        check_same("v_src", k_src.dims(), v_src.dims())?;
+        check_kv_write(k_dst.dims(), k_src.dims(), starts)?;
         Ok((
             Self::kv_write(k_dst, k_src, starts)?,
             Self::kv_write(v_dst, v_src, starts)?,

@@ -429,6 +429,26 @@ fn elementwise_ops_name_bad_shapes() {
         matches!(err, KernelError::Shape { name: "cos", .. }),
         "{err}"
     );
+    // the cache-write pair: values of another length than the keys, a value cache of another
+    // shape, a start past the capacity
+    let cache = || Tensor::<Flex, 4>::zeros([2, 1, 8, 4], &dev());
+    let rows = |n: usize| Tensor::<Flex, 4>::ones([2, 1, n, 4], &dev());
+    let err = Flex::kv_write_pair(cache(), cache(), rows(2), rows(3), &[0, 0]).unwrap_err();
+    assert!(
+        matches!(err, KernelError::Shape { name: "v_src", .. }),
+        "{err}"
+    );
+    let small = Tensor::<Flex, 4>::zeros([2, 1, 6, 4], &dev());
+    let err = Flex::kv_write_pair(cache(), small, rows(2), rows(2), &[0, 0]).unwrap_err();
+    assert!(
+        matches!(err, KernelError::Shape { name: "v_dst", .. }),
+        "{err}"
+    );
+    let err = Flex::kv_write_pair(cache(), cache(), rows(2), rows(2), &[0, 7]).unwrap_err();
+    assert!(
+        matches!(err, KernelError::InvalidInput { name: "starts", .. }),
+        "{err}"
+    );
 }
 
 #[test]

@@ -1746,7 +1746,7 @@ fn mma_tile<F: Float, NX: Size, NW: Size>(
 /// (rows past `m` count as zeros), split over `k` as [`skinny_gemm_kernel`] and writing the
 /// same `part [splits, m, ldp]` (f32, weight `i` at columns `col_off_i ..`), so the same reduce
 /// kernels finish it. Column tiles `first_tile_i ..` of the grid belong to weight `i`
-/// (`first_tile_0 = 0`); unused weight slots repeat `w0`. Array arguments with the row strides
+/// (`first_tile_0 = 0`); unused weight slots repeat the last weight (never read). Array arguments with the row strides
 /// as scalars (`ldx`, `ldw_i`), as [`skinny_gemm_kernel`]. `x` has a unit column stride and a row stride that is a multiple of 4, read in 8-byte
 /// vectors of 4 (`nx`); `w` row-major, read in 16-byte
 /// vectors of 8 (`nw`); `n` and `w`'s row stride are multiples of 8, `k` and

@@ -541,7 +541,7 @@ fn skinny_gemm_into(
                 burn_cubecl::kernel::into_contiguous(xp.clone())
             };
             let ldx = xv.meta.strides()[0];
-            // up to three weights a launch; unused slots repeat the first (never read)
+            // up to three weights a launch; unused slots repeat the last (never read)
             for chunk in ws.chunks(3) {
                 let pick = |i: usize| &chunk[i.min(chunk.len() - 1)];
                 let n = |i: usize| pick(i).0.meta.shape()[1];
@@ -1720,8 +1720,17 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         starts: &[usize],
     ) -> Result<(Tensor<Self, 4>, Tensor<Self, 4>)> {
         check_same("v_dst", k_dst.dims(), v_dst.dims())?;
+        check_same("v_src", k_src.dims(), v_src.dims())?;
         check_kv_write(k_dst.dims(), k_src.dims(), starts)?;
-        check_kv_write(v_dst.dims(), v_src.dims(), starts)?;
+        // before anything is consumed: the caches come back unchanged on an error
+        if [v_dst.dtype(), k_src.dtype(), v_src.dtype()]
+            .iter()
+            .any(|&t| t != k_dst.dtype())
+        {
+            return Err(KernelError::Unsupported(
+                "kv_write_pair of tensors of different dtypes".into(),
+            ));
+        }
         let [b, h, n, d] = k_src.dims();
         if n == 0 || d > 1024 {
             return Ok((
@@ -1731,11 +1740,6 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         }
         let device = k_dst.device();
         let [dk, dv, sk, sv] = [k_dst, v_dst, k_src, v_src].map(|t| float_prim(t).tensor());
-        if [&dv, &sk, &sv].iter().any(|t| t.dtype != dk.dtype) {
-            return Err(KernelError::Unsupported(
-                "kv_write_pair of tensors of different dtypes".into(),
-            ));
-        }
         // in place, as Burn's slice-assign: a shared or overlapping cache is copied first
         let own = |t: Ct| {
             if t.can_mut() && t.is_nonoverlapping() {
