@@ -42,6 +42,7 @@
 #                                        # decode shape included
 #   bash .device/gpu_prefill.sh flashcheck # the check's dense, sparse, prefill and score rows,
 #                                        # one op per process
+#   bash .device/gpu_prefill.sh checkall # every op of the check, one process per op
 #   bash .device/gpu_prefill.sh ktime    # every kernel's own GPU time (Nsight Compute, one pass of
 #                                        # gpu__time_duration, clocks not locked, caches flushed
 #                                        # before each kernel as in decoding, where each layer
@@ -205,6 +206,13 @@ flashcheck)
         timeout "${CHECK_LIMIT:-120}" "$D/dustin-kernels-gpu" check --op $op 2>&1 | tee -a "$OUT/check.txt" | grep -E "FAIL|error|check:"
     done
     ;;
+checkall)
+    # every op of the check, one process per op (the whole check in one process took more
+    # than 240 s on 2026-12-01, tenth session): a limit cuts one group only
+    for op in dense sparse prefill scores quest topk elementwise; do
+        timeout "${CHECK_LIMIT:-150}" "$D/dustin-kernels-gpu" check --op $op 2>&1 | tee -a "$OUT/check.txt" | grep -E "FAIL|error|check:"
+    done
+    ;;
 kprof)
     # ncu's sections on one launch of each kernel of KPROF_OPS (default: score sparse1024) at
     # 7B, B=8, 32k (the third call's, after two warm-up calls of two kernels each);
@@ -288,7 +296,7 @@ check)
     rm -f cubecl.toml
     ;;
 *)
-    echo "usage: gpu_prefill.sh kernels|ttft|blas|check|flash|flashprof|ttft2|verify|vbench|flashcheck|kprof|ktime|skinny|final|model" >&2
+    echo "usage: gpu_prefill.sh kernels|ttft|blas|check|flash|flashprof|ttft2|verify|vbench|flashcheck|checkall|kprof|ktime|skinny|skinnyprof|skinnyktime|final|model" >&2
     exit 2
     ;;
 esac
