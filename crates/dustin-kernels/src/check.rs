@@ -417,18 +417,23 @@ pub fn check_elementwise<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<Ch
         let seed = 7800 + 10 * i as u64;
         let cache = reference::random_bf16(b * h * cap * d, 2.0, seed);
         let new = reference::random_bf16(b * h * n * d, 2.0, seed + 1);
-        let mut want: Vec<f64> = cache.iter().map(|&v| f64::from(v)).collect();
-        for (bb, &st) in starts.iter().enumerate() {
-            for hh in 0..h {
-                for r in 0..n {
-                    let to = ((bb * h + hh) * cap + st + r) * d;
-                    let from = ((bb * h + hh) * n + r) * d;
-                    for c in 0..d {
-                        want[to + c] = f64::from(new[from + c]);
+        // the cache with row `r` of sequence `bb`, head `hh` (at `from(bb, hh, r)` of `new`)
+        // written at position `starts[bb] + r`
+        let written = |cache: &[f32], new: &[f32], from: &dyn Fn(usize, usize, usize) -> usize| {
+            let mut want: Vec<f64> = cache.iter().map(|&v| f64::from(v)).collect();
+            for (bb, &st) in starts.iter().enumerate() {
+                for hh in 0..h {
+                    for r in 0..n {
+                        let (to, from) = (((bb * h + hh) * cap + st + r) * d, from(bb, hh, r));
+                        for c in 0..d {
+                            want[to + c] = f64::from(new[from + c]);
+                        }
                     }
                 }
             }
-        }
+            want
+        };
+        let want = written(&cache, &new, &|bb, hh, r| ((bb * h + hh) * n + r) * d);
         let ct = Tensor::<B, 4>::from_data(up(cache.clone(), vec![b, h, cap, d]), device);
         let nt = Tensor::<B, 4>::from_data(up(new.clone(), vec![b, h, n, d]), device);
         rows_out.push(row(
@@ -443,18 +448,9 @@ pub fn check_elementwise<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<Ch
         // swapped (as the model's projections give them)
         let vcache = reference::random_bf16(b * h * cap * d, 2.0, seed + 2);
         let vnew_bnhd = reference::random_bf16(b * n * h * d, 2.0, seed + 3);
-        let mut vwant: Vec<f64> = vcache.iter().map(|&v| f64::from(v)).collect();
-        for (bb, &st) in starts.iter().enumerate() {
-            for hh in 0..h {
-                for r in 0..n {
-                    let to = ((bb * h + hh) * cap + st + r) * d;
-                    let from = ((bb * n + r) * h + hh) * d;
-                    for c in 0..d {
-                        vwant[to + c] = f64::from(vnew_bnhd[from + c]);
-                    }
-                }
-            }
-        }
+        let vwant = written(&vcache, &vnew_bnhd, &|bb, hh, r| {
+            ((bb * n + r) * h + hh) * d
+        });
         let ct = Tensor::<B, 4>::from_data(up(cache, vec![b, h, cap, d]), device);
         let nt = Tensor::<B, 4>::from_data(up(new, vec![b, h, n, d]), device);
         let vct = Tensor::<B, 4>::from_data(up(vcache, vec![b, h, cap, d]), device);

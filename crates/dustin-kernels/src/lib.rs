@@ -310,9 +310,11 @@ pub trait KernelOps: Backend {
         v_src: Tensor<Self, 4>,
         starts: &[usize],
     ) -> Result<(Tensor<Self, 4>, Tensor<Self, 4>)> {
-        check_same("v_dst", k_dst.dims(), v_dst.dims())?;
-        check_same("v_src", k_src.dims(), v_src.dims())?;
-        check_kv_write(k_dst.dims(), k_src.dims(), starts)?;
+        check_kv_write_pair(
+            [k_dst.dims(), v_dst.dims()],
+            [k_src.dims(), v_src.dims()],
+            starts,
+        )?;
         Ok((
             Self::kv_write(k_dst, k_src, starts)?,
             Self::kv_write(v_dst, v_src, starts)?,
@@ -730,6 +732,21 @@ pub fn check_kv_write(dst: [usize; 4], src: [usize; 4], starts: &[usize]) -> Res
         ));
     }
     Ok(())
+}
+
+/// Checks [`KernelOps::kv_write_pair`]'s inputs: `dst` `[k, v]` caches of one shape, `src`
+/// `[k, v]` new rows of one shape, and those as [`check_kv_write`] wants them.
+///
+/// # Errors
+/// [`KernelError::Shape`] naming `v_dst` or `v_src`, else as [`check_kv_write`].
+pub fn check_kv_write_pair(
+    dst: [[usize; 4]; 2],
+    src: [[usize; 4]; 2],
+    starts: &[usize],
+) -> Result<()> {
+    check_same("v_dst", dst[0], dst[1])?;
+    check_same("v_src", src[0], src[1])?;
+    check_kv_write(dst[0], src[0], starts)
 }
 
 /// Checks a sparse selection `[batch, kv_heads, budget]` and its counts against `dims`.

@@ -24,11 +24,11 @@ fn rows(base: f32, n: usize) -> Tensor<Flex, 4> {
     Tensor::from_data(TensorData::new(v, [2, 1, n, 2]), &FlexDevice)
 }
 
-#[test]
-fn append_with_hands_the_writer_the_lengths_and_keeps_its_result() {
+/// Two caches of a ragged batch (sequence 0 holds 1 position, sequence 1 holds 3), the first
+/// with two more positions appended the plain way; the second is for the writer under test.
+fn ragged_pair() -> (DenseKvCache<Flex>, DenseKvCache<Flex>) {
     let mut a = DenseKvCache::<Flex>::try_new(shape(), &FlexDevice).unwrap();
     let mut b = DenseKvCache::<Flex>::try_new(shape(), &FlexDevice).unwrap();
-    // a ragged batch: sequence 0 holds 1 position, sequence 1 holds 3
     for c in [&mut a, &mut b] {
         for l in 0..2 {
             c.append(l, rows(100.0, 3), rows(200.0, 3)).unwrap();
@@ -38,6 +38,26 @@ fn append_with_hands_the_writer_the_lengths_and_keeps_its_result() {
     for l in 0..2 {
         a.append(l, rows(1.0, 2), rows(50.0, 2)).unwrap();
     }
+    (a, b)
+}
+
+/// Every layer's keys and values of `a` and `b` are equal.
+fn assert_same(a: &DenseKvCache<Flex>, b: &DenseKvCache<Flex>) {
+    for l in 0..2 {
+        let (va, vb) = (a.view(l, 6), b.view(l, 6));
+        for (x, y) in [(va.k, vb.k), (va.v, vb.v)] {
+            let (x, y) = (
+                x.into_data().to_vec::<f32>().unwrap(),
+                y.into_data().to_vec::<f32>().unwrap(),
+            );
+            assert_eq!(x, y, "layer {l}");
+        }
+    }
+}
+
+#[test]
+fn append_with_hands_the_writer_the_lengths_and_keeps_its_result() {
+    let (a, mut b) = ragged_pair();
     let calls = Cell::new(0);
     for l in 0..2 {
         b.append_with(l, rows(1.0, 2), rows(50.0, 2), |dst, src, lens| {
@@ -56,16 +76,7 @@ fn append_with_hands_the_writer_the_lengths_and_keeps_its_result() {
         .unwrap();
     }
     assert_eq!(calls.get(), 4, "keys and values of two layers");
-    for l in 0..2 {
-        let (va, vb) = (a.view(l, 6), b.view(l, 6));
-        for (x, y) in [(va.k, vb.k), (va.v, vb.v)] {
-            let (x, y) = (
-                x.into_data().to_vec::<f32>().unwrap(),
-                y.into_data().to_vec::<f32>().unwrap(),
-            );
-            assert_eq!(x, y, "layer {l}");
-        }
-    }
+    assert_same(&a, &b);
     // sequence 1's new keys went to positions 3 and 4 of layer 0
     let k = b.view(0, 6).k.into_data().to_vec::<f32>().unwrap();
     assert_eq!(&k[12 + 6..12 + 10], &[5.0, 6.0, 7.0, 8.0]);
@@ -94,17 +105,7 @@ fn append_with_refuses_bad_input_before_writing() {
 
 #[test]
 fn append_pair_with_writes_keys_and_values_in_one_call() {
-    let mut a = DenseKvCache::<Flex>::try_new(shape(), &FlexDevice).unwrap();
-    let mut b = DenseKvCache::<Flex>::try_new(shape(), &FlexDevice).unwrap();
-    for c in [&mut a, &mut b] {
-        for l in 0..2 {
-            c.append(l, rows(100.0, 3), rows(200.0, 3)).unwrap();
-        }
-        c.set_lens(&[1, 3]).unwrap();
-    }
-    for l in 0..2 {
-        a.append(l, rows(1.0, 2), rows(50.0, 2)).unwrap();
-    }
+    let (a, mut b) = ragged_pair();
     let calls = Cell::new(0);
     for l in 0..2 {
         b.append_pair_with(l, rows(1.0, 2), rows(50.0, 2), |kd, vd, ks, vs, lens| {
@@ -123,16 +124,7 @@ fn append_pair_with_writes_keys_and_values_in_one_call() {
         .unwrap();
     }
     assert_eq!(calls.get(), 2, "one call per layer");
-    for l in 0..2 {
-        let (va, vb) = (a.view(l, 6), b.view(l, 6));
-        for (x, y) in [(va.k, vb.k), (va.v, vb.v)] {
-            let (x, y) = (
-                x.into_data().to_vec::<f32>().unwrap(),
-                y.into_data().to_vec::<f32>().unwrap(),
-            );
-            assert_eq!(x, y, "layer {l}");
-        }
-    }
+    assert_same(&a, &b);
     // sequence 1's new values went to positions 3 and 4 of layer 1
     let v = b.view(1, 6).v.into_data().to_vec::<f32>().unwrap();
     assert_eq!(&v[12 + 6..12 + 10], &[54.0, 55.0, 56.0, 57.0]);

@@ -573,6 +573,18 @@ fn check(op: &str) -> usize {
 }
 
 /// Microseconds per call, averaged over `iters` after `warm` warm-up calls.
+/// Prints each JSON line it is given, and appends it to `json` when given (a file that
+/// cannot be created is skipped: the lines still print).
+fn emitter(json: Option<&str>) -> impl FnMut(String) {
+    let mut out = json.and_then(|p| std::fs::File::create(p).ok());
+    move |v: String| {
+        println!("{v}");
+        if let Some(f) = out.as_mut() {
+            let _ = writeln!(f, "{v}");
+        }
+    }
+}
+
 fn time_us(warm: usize, iters: usize, mut f: impl FnMut()) -> f64 {
     for _ in 0..warm {
         f();
@@ -731,13 +743,7 @@ fn bench(json: Option<&str>, quick: bool, kern: AttentionKernel) {
 /// `2 m k n`, TB/s the weight read.
 fn gemm(json: Option<&str>, quick: bool, no_burn: bool, decode_only: bool, model: Option<&str>) {
     let dev = Default::default();
-    let mut out = json.and_then(|p| std::fs::File::create(p).ok());
-    let mut emit = |v: String| {
-        println!("{v}");
-        if let Some(f) = out.as_mut() {
-            let _ = writeln!(f, "{v}");
-        }
-    };
+    let mut emit = emitter(json);
     let prefill: &[usize] = if decode_only {
         &[]
     } else if quick {
@@ -1049,13 +1055,7 @@ fn ktime(op: &str, model: &str) -> Result<(), String> {
 fn launch_cost(json: Option<&str>) {
     use dustin_kernels::cuda::{launch_probe, LaunchProbe};
     let dev = dev();
-    let mut out = json.and_then(|p| std::fs::File::create(p).ok());
-    let mut emit = |v: String| {
-        println!("{v}");
-        if let Some(f) = out.as_mut() {
-            let _ = writeln!(f, "{v}");
-        }
-    };
+    let mut emit = emitter(json);
     let (m, h) = (8usize, 896usize);
     // flat: CUDA allocations of 2-d tensors are pitched (896 bf16 rows 1024 apart), and the
     // probe kernels index flat
@@ -1168,13 +1168,7 @@ fn main() -> std::process::ExitCode {
                 .map(String::as_str),
         ),
         Some("prefill") => {
-            let mut out = json.and_then(|p| std::fs::File::create(p).ok());
-            let mut emit = |v: String| {
-                println!("{v}");
-                if let Some(f) = out.as_mut() {
-                    let _ = writeln!(f, "{v}");
-                }
-            };
+            let mut emit = emitter(json);
             prefill_attention(&mut emit, quick);
         }
         Some("launchcost") => launch_cost(json),

@@ -32,9 +32,10 @@ use cubecl::cuda::CudaRuntime;
 use cubecl::prelude::*;
 
 use crate::{
-    check_attn, check_attn_upto, check_heads, check_kv_write, check_packed, check_pages,
-    check_rms_norm, check_rope, check_same, check_selection, check_skinny, check_top_k, AttnDims,
-    Keep, KernelError, KernelOps, Positions, Result, MAX_NEW, MAX_PREFILL_NEW,
+    check_attn, check_attn_upto, check_heads, check_kv_write, check_kv_write_pair, check_packed,
+    check_pages, check_rms_norm, check_rope, check_same, check_selection, check_skinny,
+    check_top_k, AttnDims, Keep, KernelError, KernelOps, Positions, Result, MAX_NEW,
+    MAX_PREFILL_NEW,
 };
 
 pub use kernels::{RESCALE_SLACK, THREADS, TILE};
@@ -1719,9 +1720,11 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         v_src: Tensor<Self, 4>,
         starts: &[usize],
     ) -> Result<(Tensor<Self, 4>, Tensor<Self, 4>)> {
-        check_same("v_dst", k_dst.dims(), v_dst.dims())?;
-        check_same("v_src", k_src.dims(), v_src.dims())?;
-        check_kv_write(k_dst.dims(), k_src.dims(), starts)?;
+        check_kv_write_pair(
+            [k_dst.dims(), v_dst.dims()],
+            [k_src.dims(), v_src.dims()],
+            starts,
+        )?;
         // before anything is consumed: the caches come back unchanged on an error
         if [v_dst.dtype(), k_src.dtype(), v_src.dtype()]
             .iter()
