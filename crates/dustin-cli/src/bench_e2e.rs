@@ -27,7 +27,8 @@ use dustin_kernels::KernelOps;
 use dustin_kv::DenseKvCache;
 use dustin_qwen::{Qwen2, QwenConfig, TpGroup, TpRank};
 use dustin_spec::{
-    autoregressive, IterationStats, ModelDrafter, ModelVerifier, SpecConfig, SpeculativeDecoder,
+    autoregressive, IterationStats, LookaheadConfig, LookaheadScoring, ModelDrafter, ModelVerifier,
+    SpecConfig, SpeculativeDecoder,
 };
 
 use crate::backend::DeviceKind;
@@ -143,6 +144,15 @@ pub struct E2eArgs {
     /// table's mode then says `+res` for `on`).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "off")]
     pub fused_residual: Vec<OnOff>,
+    /// When the draft scores its lookahead (`dustin_spec::LookaheadScoring`): `deferred`
+    /// (the default: every draft step's queries against the draft cache in one call per
+    /// layer after drafting) or `per-step` (each draft step scores its own rows in its pass,
+    /// the default before 2026-12-01). The same signal either way. A list
+    /// (`deferred,per-step`) runs every mode whose selector reads the lookahead once per
+    /// setting, side by side in one process (the table's mode then says `+step` for
+    /// `per-step`); the other modes run once.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "deferred")]
+    pub lookahead_scoring: Vec<Scoring>,
     /// Shift the acceptance schedule per sequence (`on`,
     /// `SpeculativeDecoder::set_forced_ragged`): the same mean tau for every sequence, but
     /// they accept at different iterations, so their cached lengths differ as in real batched
@@ -169,6 +179,25 @@ pub enum OnOff {
     On,
     /// Off.
     Off,
+}
+
+/// `--lookahead-scoring`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scoring {
+    /// `dustin_spec::LookaheadScoring::Deferred`.
+    Deferred,
+    /// `dustin_spec::LookaheadScoring::PerStep`.
+    PerStep,
+}
+
+impl From<Scoring> for LookaheadScoring {
+    fn from(s: Scoring) -> Self {
+        match s {
+            Scoring::Deferred => LookaheadScoring::Deferred,
+            Scoring::PerStep => LookaheadScoring::PerStep,
+        }
+    }
 }
 
 /// `--skinny-kernel`.
@@ -435,6 +464,8 @@ pub struct Row {
     pub grouped_gemm: OnOff,
     /// `--fused-residual` (with the fused element-wise ops only).
     pub fused_residual: OnOff,
+    /// `--lookahead-scoring` (`null` where the mode reads no lookahead).
+    pub lookahead_scoring: Option<Scoring>,
     /// `--ragged-accept` (speculative modes).
     pub ragged_accept: OnOff,
     /// `--kv-write-kernel`.
@@ -706,204 +737,234 @@ fn measure<B: KernelOps>(
     for &ctx in &args.ctx {
         for &batch in &args.batch {
             for mode in &args.modes {
+                // whether the mode's selector reads the draft's lookahead (the scoring
+                // settings after the first run only such modes)
+                let reads_lookahead = mode != "ar"
+                    && build_policy::<B>(mode, args.budget, &FileConfig::default())?
+                        .wants_lookahead();
                 for (residual, target, draft) in &pairs {
-                    let residual = *residual;
-                    // the mode's name in the table, profiles and JSON rows: `+res` where a list of
-                    // settings ran it with the fused residual in effect
-                    let label = if pairs.len() > 1 && residual == OnOff::On && B::FUSED && fused {
-                        format!("{mode}+res")
-                    } else {
-                        mode.clone()
-                    };
-                    let tau = accept_of(args, mode)?;
-                    let prompts: Vec<Vec<TokenId>> = (0..batch)
-                        .map(|b| {
-                            (0..ctx)
-                                .map(|i| ((i * 7919 + b * 104_729 + 13) % vocab) as TokenId)
-                                .collect()
-                        })
-                        .collect();
-                    let capacity = ctx + extra;
-                    let pre = ctx - args.tail;
-                    // one random prefix shared by every sequence (clones share storage until the
-                    // prefill writes each sequence's tail, one sequence at a time)
-                    let tprefix =
-                        vec![
-                            random_prefix(target, capacity, pre, tcfg.num_hidden_layers, dev)?;
-                            batch
-                        ];
-                    let cfg = SpecConfig {
-                        gamma: if mode == "ar" { 1 } else { args.gamma },
-                        max_new_tokens: if mode == "ar" {
-                            args.warmup + args.iters + 1
-                        } else {
-                            ((args.warmup + args.iters + 1) as f64 * tau).ceil() as usize + 1
-                        },
-                        ..SpecConfig::default()
-                    };
-                    // the first call for sequence 0 follows the prefill, then one per iteration:
-                    // the profiles (phase and host) start once the warm-up iterations are done
-                    // and are read when the timed iterations are done
-                    let mut seen = 0usize;
-                    let mut window: Option<Vec<dustin_qwen::profile::PhaseTime>> = None;
-                    let (warmup, iters) = (args.warmup, args.iters);
-                    let mut host: Option<crate::host_profile::HostProfile> = None;
-                    let mut host_err: Option<CliError> = None;
-                    let host_name = format!(
-                        "host-{label}-{ctx}-b{batch}-l{}{}",
-                        tcfg.num_hidden_layers,
-                        if world > 1.0 {
-                            format!("-tp{world}")
-                        } else {
-                            String::new()
+                    for (si, &scoring) in args.lookahead_scoring.iter().enumerate() {
+                        if si > 0 && !reads_lookahead {
+                            continue;
                         }
-                    );
-                    let mut on_tokens = |seq: usize, _: &[TokenId]| {
-                        if seq != 0 || !report {
-                            return;
-                        }
-                        seen += 1;
-                        if let Some(dir) = &args.host_profile {
-                            let r = if seen == warmup + 1 {
-                                crate::host_profile::HostProfile::start(dir, &host_name)
-                                    .map(|p| host = Some(p))
-                            } else if seen == warmup + iters + 1 {
-                                host.take().map_or(Ok(()), |p| {
-                                    p.finish(&format!("{host_name}, {iters} iterations"))
-                                        .map(|path| eprintln!("host profile: {}", path.display()))
-                                })
+                        let residual = *residual;
+                        // the mode's name in the table, profiles and JSON rows: `+res` where a list of
+                        // settings ran it with the fused residual in effect
+                        let mut label =
+                            if pairs.len() > 1 && residual == OnOff::On && B::FUSED && fused {
+                                format!("{mode}+res")
                             } else {
-                                Ok(())
+                                mode.clone()
                             };
-                            if let Err(e) = r {
-                                host_err.get_or_insert(e);
-                            }
+                        // `+step` where a list of scoring settings ran it with per-step scoring
+                        if args.lookahead_scoring.len() > 1
+                            && reads_lookahead
+                            && scoring == Scoring::PerStep
+                        {
+                            label.push_str("+step");
                         }
-                        if args.profile {
-                            if seen == warmup + 1 {
-                                dustin_qwen::profile::reset();
-                            } else if seen == warmup + iters + 1 {
-                                window = Some(dustin_qwen::profile::snapshot());
-                            }
-                        }
-                    };
-                    let out = if mode == "ar" {
-                        let mut v = ModelVerifier::new(target.clone(), DenseHook, extra, vocab)
-                            .with_prefix(tprefix);
-                        autoregressive(&mut v, &prompts, &cfg, None, &mut on_tokens)?
-                    } else {
-                        let dprefix =
+                        let tau = accept_of(args, mode)?;
+                        let prompts: Vec<Vec<TokenId>> = (0..batch)
+                            .map(|b| {
+                                (0..ctx)
+                                    .map(|i| ((i * 7919 + b * 104_729 + 13) % vocab) as TokenId)
+                                    .collect()
+                            })
+                            .collect();
+                        let capacity = ctx + extra;
+                        let pre = ctx - args.tail;
+                        // one random prefix shared by every sequence (clones share storage until the
+                        // prefill writes each sequence's tail, one sequence at a time)
+                        let tprefix =
                             vec![
-                                random_prefix(draft, capacity, pre, dcfg.num_hidden_layers, dev)?;
+                                random_prefix(target, capacity, pre, tcfg.num_hidden_layers, dev)?;
                                 batch
                             ];
-                        let policy = build_policy::<B>(mode, args.budget, &FileConfig::default())?;
-                        let drafter =
-                            ModelDrafter::new(draft.clone(), None, extra).with_prefix(dprefix);
-                        let verifier = ModelVerifier::new(target.clone(), policy, extra, vocab)
-                            .with_prefix(tprefix);
-                        let mut dec = SpeculativeDecoder::new(drafter, verifier);
-                        dec.set_forced_acceptance(Some(tau - 1.0))?;
-                        dec.set_forced_ragged(args.ragged_accept == OnOff::On);
-                        dec.generate(&prompts, &cfg, None, &mut on_tokens)?
-                    };
-                    if let Some(e) = host_err {
-                        return Err(e);
-                    }
-                    // the generation ended before the timed window did: report what was sampled
-                    if let Some(p) = host.take() {
-                        let path = p.finish(&format!(
+                        let cfg = SpecConfig {
+                            gamma: if mode == "ar" { 1 } else { args.gamma },
+                            max_new_tokens: if mode == "ar" {
+                                args.warmup + args.iters + 1
+                            } else {
+                                ((args.warmup + args.iters + 1) as f64 * tau).ceil() as usize + 1
+                            },
+                            ..SpecConfig::default()
+                        };
+                        // the first call for sequence 0 follows the prefill, then one per iteration:
+                        // the profiles (phase and host) start once the warm-up iterations are done
+                        // and are read when the timed iterations are done
+                        let mut seen = 0usize;
+                        let mut window: Option<Vec<dustin_qwen::profile::PhaseTime>> = None;
+                        let (warmup, iters) = (args.warmup, args.iters);
+                        let mut host: Option<crate::host_profile::HostProfile> = None;
+                        let mut host_err: Option<CliError> = None;
+                        let host_name = format!(
+                            "host-{label}-{ctx}-b{batch}-l{}{}",
+                            tcfg.num_hidden_layers,
+                            if world > 1.0 {
+                                format!("-tp{world}")
+                            } else {
+                                String::new()
+                            }
+                        );
+                        let mut on_tokens = |seq: usize, _: &[TokenId]| {
+                            if seq != 0 || !report {
+                                return;
+                            }
+                            seen += 1;
+                            if let Some(dir) = &args.host_profile {
+                                let r = if seen == warmup + 1 {
+                                    crate::host_profile::HostProfile::start(dir, &host_name)
+                                        .map(|p| host = Some(p))
+                                } else if seen == warmup + iters + 1 {
+                                    host.take().map_or(Ok(()), |p| {
+                                        p.finish(&format!("{host_name}, {iters} iterations")).map(
+                                            |path| eprintln!("host profile: {}", path.display()),
+                                        )
+                                    })
+                                } else {
+                                    Ok(())
+                                };
+                                if let Err(e) = r {
+                                    host_err.get_or_insert(e);
+                                }
+                            }
+                            if args.profile {
+                                if seen == warmup + 1 {
+                                    dustin_qwen::profile::reset();
+                                } else if seen == warmup + iters + 1 {
+                                    window = Some(dustin_qwen::profile::snapshot());
+                                }
+                            }
+                        };
+                        let out = if mode == "ar" {
+                            let mut v = ModelVerifier::new(target.clone(), DenseHook, extra, vocab)
+                                .with_prefix(tprefix);
+                            autoregressive(&mut v, &prompts, &cfg, None, &mut on_tokens)?
+                        } else {
+                            let dprefix = vec![
+                                random_prefix(
+                                    draft,
+                                    capacity,
+                                    pre,
+                                    dcfg.num_hidden_layers,
+                                    dev
+                                )?;
+                                batch
+                            ];
+                            let policy =
+                                build_policy::<B>(mode, args.budget, &FileConfig::default())?;
+                            let drafter = ModelDrafter::new(draft.clone(), None, extra)
+                                .with_prefix(dprefix)
+                                .with_lookahead(LookaheadConfig {
+                                    layers: None,
+                                    scoring: scoring.into(),
+                                });
+                            let verifier = ModelVerifier::new(target.clone(), policy, extra, vocab)
+                                .with_prefix(tprefix);
+                            let mut dec = SpeculativeDecoder::new(drafter, verifier);
+                            dec.set_forced_acceptance(Some(tau - 1.0))?;
+                            dec.set_forced_ragged(args.ragged_accept == OnOff::On);
+                            dec.generate(&prompts, &cfg, None, &mut on_tokens)?
+                        };
+                        if let Some(e) = host_err {
+                            return Err(e);
+                        }
+                        // the generation ended before the timed window did: report what was sampled
+                        if let Some(p) = host.take() {
+                            let path = p.finish(&format!(
                         "{host_name}, {} iterations (the run ended before the window's {iters})",
                         seen.saturating_sub(warmup + 1)
                     ))?;
-                        eprintln!("host profile (partial window): {}", path.display());
-                    }
-                    // the generation stops within a few iterations of the timed window's end, so
-                    // the window is complete; otherwise the profile covers what ran after warm-up
-                    let profiled = window.take().map_or_else(
-                        || {
-                            (
-                                dustin_qwen::profile::snapshot(),
-                                out.iterations.len().saturating_sub(args.warmup),
-                            )
-                        },
-                        |w| (w, args.iters),
-                    );
-                    let setup_secs = out.summary.prefill_secs;
-                    let w = timed_window(&out.iterations, args.warmup, args.iters, mode)?;
-                    let (draft_ms, verify_ms, accept_ms, commit_ms) =
-                        (w.draft_ms, w.verify_ms, w.accept_ms, w.commit_ms);
-                    let iter_ms = draft_ms + verify_ms + accept_ms + commit_ms;
-                    let tau_run = w.tau_measured;
-                    let timed = w.iterations;
-                    let kv_read = mean(
-                        timed
-                            .iter()
-                            .flat_map(|i| i.kv_read_fraction.iter().copied()),
-                    );
-                    let est = mean(
-                        timed
-                            .iter()
-                            .flat_map(|i| i.estimation_read_fraction.iter().copied()),
-                    );
-                    let (b, c) = (batch as f64, ctx as f64);
-                    let g = if mode == "ar" { 0.0 } else { args.gamma as f64 };
-                    let floor_bytes = wt + g * wd + g * b * c * kvd + (kv_read + est) * b * c * kvt;
-                    let floor_ms = 1e3 * floor_bytes / HBM_BYTES_PER_SEC;
-                    let row = Row {
-                        mode: label.clone(),
-                        ctx,
-                        batch,
-                        target_layers: tcfg.num_hidden_layers,
-                        tp: world as usize,
-                        gamma: g as usize,
-                        tau,
-                        tau_measured: tau_run,
-                        draft_ms,
-                        verify_ms,
-                        accept_ms,
-                        commit_ms,
-                        iter_ms,
-                        tokens_per_sec: b * tau / (iter_ms / 1e3),
-                        kv_read,
-                        estimation_read: est,
-                        floor_bytes,
-                        floor_ms,
-                        over_floor: iter_ms / floor_ms,
-                        setup_secs,
-                        elementwise: if B::FUSED {
-                            args.elementwise
-                        } else {
-                            Elementwise::Plain
-                        },
-                        skinny_gemm: if B::FUSED {
-                            args.skinny_gemm
-                        } else {
-                            OnOff::Off
-                        },
-                        grouped_gemm: if B::FUSED && skinny {
-                            args.grouped_gemm
-                        } else {
-                            OnOff::Off
-                        },
-                        fused_residual: if B::FUSED && fused {
-                            residual
-                        } else {
-                            OnOff::Off
-                        },
-                        ragged_accept: if mode == "ar" {
-                            OnOff::Off
-                        } else {
-                            args.ragged_accept
-                        },
-                        kv_write_kernel: args.kv_write_kernel,
-                        skinny_kernel: args.skinny_kernel,
-                        verify_kernel: args.verify_kernel,
-                    };
-                    if !report {
-                        continue;
-                    }
-                    println!(
+                            eprintln!("host profile (partial window): {}", path.display());
+                        }
+                        // the generation stops within a few iterations of the timed window's end, so
+                        // the window is complete; otherwise the profile covers what ran after warm-up
+                        let profiled = window.take().map_or_else(
+                            || {
+                                (
+                                    dustin_qwen::profile::snapshot(),
+                                    out.iterations.len().saturating_sub(args.warmup),
+                                )
+                            },
+                            |w| (w, args.iters),
+                        );
+                        let setup_secs = out.summary.prefill_secs;
+                        let w = timed_window(&out.iterations, args.warmup, args.iters, mode)?;
+                        let (draft_ms, verify_ms, accept_ms, commit_ms) =
+                            (w.draft_ms, w.verify_ms, w.accept_ms, w.commit_ms);
+                        let iter_ms = draft_ms + verify_ms + accept_ms + commit_ms;
+                        let tau_run = w.tau_measured;
+                        let timed = w.iterations;
+                        let kv_read = mean(
+                            timed
+                                .iter()
+                                .flat_map(|i| i.kv_read_fraction.iter().copied()),
+                        );
+                        let est = mean(
+                            timed
+                                .iter()
+                                .flat_map(|i| i.estimation_read_fraction.iter().copied()),
+                        );
+                        let (b, c) = (batch as f64, ctx as f64);
+                        let g = if mode == "ar" { 0.0 } else { args.gamma as f64 };
+                        let floor_bytes =
+                            wt + g * wd + g * b * c * kvd + (kv_read + est) * b * c * kvt;
+                        let floor_ms = 1e3 * floor_bytes / HBM_BYTES_PER_SEC;
+                        let row = Row {
+                            mode: label.clone(),
+                            ctx,
+                            batch,
+                            target_layers: tcfg.num_hidden_layers,
+                            tp: world as usize,
+                            gamma: g as usize,
+                            tau,
+                            tau_measured: tau_run,
+                            draft_ms,
+                            verify_ms,
+                            accept_ms,
+                            commit_ms,
+                            iter_ms,
+                            tokens_per_sec: b * tau / (iter_ms / 1e3),
+                            kv_read,
+                            estimation_read: est,
+                            floor_bytes,
+                            floor_ms,
+                            over_floor: iter_ms / floor_ms,
+                            setup_secs,
+                            elementwise: if B::FUSED {
+                                args.elementwise
+                            } else {
+                                Elementwise::Plain
+                            },
+                            skinny_gemm: if B::FUSED {
+                                args.skinny_gemm
+                            } else {
+                                OnOff::Off
+                            },
+                            grouped_gemm: if B::FUSED && skinny {
+                                args.grouped_gemm
+                            } else {
+                                OnOff::Off
+                            },
+                            fused_residual: if B::FUSED && fused {
+                                residual
+                            } else {
+                                OnOff::Off
+                            },
+                            lookahead_scoring: reads_lookahead.then_some(scoring),
+                            ragged_accept: if mode == "ar" {
+                                OnOff::Off
+                            } else {
+                                args.ragged_accept
+                            },
+                            kv_write_kernel: args.kv_write_kernel,
+                            skinny_kernel: args.skinny_kernel,
+                            verify_kernel: args.verify_kernel,
+                        };
+                        if !report {
+                            continue;
+                        }
+                        println!(
                     "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {:.3} (+{:.3}) | {:.2} | {:.1}x |",
                     row.mode,
                     row.ctx,
@@ -919,11 +980,12 @@ fn measure<B: KernelOps>(
                     row.floor_ms,
                     row.over_floor
                 );
-                    if let Some(p) = &args.json {
-                        append_json(p, &row)?;
-                    }
-                    if args.profile {
-                        report_profile(args, &label, ctx, batch, profiled)?;
+                        if let Some(p) = &args.json {
+                            append_json(p, &row)?;
+                        }
+                        if args.profile {
+                            report_profile(args, &label, ctx, batch, profiled)?;
+                        }
                     }
                 }
             }

@@ -106,6 +106,51 @@ fn every_mode_runs_under_the_schedule() {
     }
 }
 
+/// `--lookahead-scoring deferred,per-step`: a mode whose selector reads the draft's
+/// lookahead (`dustin`) runs once per setting, `+step` marking the per-step run; a mode that
+/// reads none (`dense`) runs once and says so (`null`).
+#[test]
+fn lookahead_scoring_list_runs_lookahead_modes_side_by_side() {
+    let rows = bench_rows(
+        "scoring",
+        &[
+            "--ctx",
+            "180",
+            "--batch",
+            "2",
+            "--modes",
+            "dense,dustin",
+            "--warmup",
+            "1",
+            "--iters",
+            "2",
+            "--tail",
+            "40",
+            "--budget",
+            "90",
+            "--lookahead-scoring",
+            "deferred,per-step",
+        ],
+    );
+    let got: Vec<(&str, Option<&str>)> = rows
+        .iter()
+        .map(|r| (r["mode"].as_str().unwrap(), r["lookahead_scoring"].as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("dense", None),
+            ("dustin", Some("deferred")),
+            ("dustin+step", Some("per-step")),
+        ]
+    );
+    for r in &rows[1..] {
+        // 90 of 180-odd context tokens either way
+        let kv = r["kv_read"].as_f64().unwrap();
+        assert!(kv > 0.4 && kv < 0.6, "{r}");
+    }
+}
+
 /// `--ragged-accept on`: sequence 1 of 2 runs the schedule half a period later (0.5
 /// accepted: sequence 0 accepts 0, 1, 0, 1, sequence 1 accepts 1, 0, 1, 0), so the two
 /// sequences' lengths differ at every other step, through the dense and the sparse

@@ -1225,6 +1225,118 @@ impl<B: KernelOps> Qwen2<B> {
         Ok(rope.apply(x))
     }
 
+    /// The attention mass per key of `layer` for queries already run through it: what
+    /// [`AttentionHook::on_key_mass`] would have received, had the rows been the new tokens
+    /// of one forward pass at that layer, computed from the keys `cache` holds now.
+    ///
+    /// `q` `[batch, heads, n, head_dim]`: queries after RoPE (as
+    /// [`LayerAttnCtx::q`] shows them), row `i` of sequence `b` at position
+    /// `ctx_lens[b] + i`, whose key and every earlier one are in `cache` (so
+    /// `ctx_lens[b] + n <= cache.lens()[b]`). Row `i` attends to keys `0 ..= ctx_lens[b] + i`
+    /// (the causal rule of a forward pass). Returns f32 `[batch, kv_heads, width]`, entry
+    /// `(b, h, j)` the softmax probability of key `j` summed over the query heads of KV head
+    /// `h` and over the `n` rows (0 past a row's visible keys); `width` is
+    /// `max(ctx_lens) + n` rounded up to [`KV_VIEW_MULTIPLE`], at most the capacity, as in a
+    /// forward pass. Scale `1 / sqrt(head_dim)` (Vaswani et al. 2017).
+    ///
+    /// A drafter uses this to score all of its steps' queries against its cache once after
+    /// drafting, instead of once per step (docs/decisions.md, session 30): the keys are
+    /// read once per layer, not once per draft step. Rows beyond
+    /// [`dustin_kernels::MAX_NEW`] are scored in chunks of that many.
+    ///
+    /// # Errors
+    /// [`dustin_core::CoreError::InvalidInput`] (as [`QwenError::Core`]) for a layer outside
+    /// the cache, a shape other than the model's heads and head width, a batch other than the
+    /// cache's, no rows, or a row whose key is not in the cache; kernel errors.
+    pub fn key_mass(
+        &self,
+        cache: &DenseKvCache<B>,
+        layer: usize,
+        q: Tensor<B, 4>,
+        ctx_lens: &[usize],
+    ) -> Result<Tensor<B, 3>> {
+        let [b, nh, n, hd] = q.dims();
+        let ((heads, _), head_dim) = (self.local_heads(), self.config.head_dim());
+        let layers = cache.num_layers().min(self.layers.len());
+        if layer >= layers {
+            return Err(dustin_core::CoreError::invalid(
+                "layer",
+                format!("a layer below {layers}"),
+                layer,
+            )
+            .into());
+        }
+        if b != cache.batch() || nh != heads || hd != head_dim || n == 0 {
+            return Err(dustin_core::CoreError::invalid(
+                "q",
+                format!(
+                    "[{}, {heads}, n >= 1, {head_dim}] (batch, heads, rows, head_dim)",
+                    cache.batch()
+                ),
+                format!("{:?}", [b, nh, n, hd]),
+            )
+            .into());
+        }
+        if ctx_lens.len() != b {
+            return Err(dustin_core::CoreError::invalid(
+                "ctx_lens",
+                format!("{b} lengths"),
+                ctx_lens.len(),
+            )
+            .into());
+        }
+        if let Some((s, (&l, &have))) = ctx_lens
+            .iter()
+            .zip(cache.lens())
+            .enumerate()
+            .find(|(_, (&l, &have))| l + n > have)
+        {
+            return Err(dustin_core::CoreError::invalid(
+                format!("ctx_lens[{s}]"),
+                format!(
+                    "at most {} (the cache holds {have} keys, {n} rows)",
+                    have.saturating_sub(n)
+                ),
+                l,
+            )
+            .into());
+        }
+        let keys_len = (ctx_lens.iter().max().copied().unwrap_or(0) + n)
+            .next_multiple_of(KV_VIEW_MULTIPLE)
+            .min(cache.capacity());
+        let k = B::kv_prefix(cache.view(layer, cache.capacity()).k, keys_len);
+        let scale = 1.0 / (hd as f32).sqrt();
+        let all: Vec<usize> = (0..nh).collect();
+        let mut mass: Option<Tensor<B, 3>> = None;
+        for r0 in (0..n).step_by(MAX_NEW) {
+            let rows = MAX_NEW.min(n - r0);
+            let qc = if rows == n {
+                q.clone()
+            } else {
+                q.clone().slice([0..b, 0..nh, r0..r0 + rows, 0..hd])
+            };
+            let lens: Vec<usize> = ctx_lens.iter().map(|&l| l + r0).collect();
+            let part = match fallback(B::head_subset_scores(
+                qc.clone(),
+                k.clone(),
+                &lens,
+                &all,
+                scale,
+            ))? {
+                Some(m) => m,
+                None => {
+                    dustin_kernels::plain::head_subset_scores(qc, k.clone(), &lens, &all, scale)?
+                }
+            };
+            mass = Some(match mass {
+                Some(m) => m + part,
+                None => part,
+            });
+        }
+        // n >= 1, so the loop ran
+        mass.ok_or_else(|| dustin_core::CoreError::Model("key_mass: no rows".into()).into())
+    }
+
     /// Runs `tokens` (`[batch][n]`, the same `n` for every sequence) at each sequence's
     /// positions `cache.lens()[b] ..`, appends their K/V to `cache` and advances it by `n`.
     ///

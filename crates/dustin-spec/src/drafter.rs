@@ -92,12 +92,35 @@ fn greedy_on_device<B: Backend>(
 }
 
 /// Which draft layers feed the lookahead signal (DESIGN.md step 1: "configured draft
-/// layers/heads").
+/// layers/heads"), and when their attention mass is computed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LookaheadConfig {
     /// Draft layers whose attention is summed; `None` = all of the draft's layers (the
     /// paper's default of averaging the draft's attention).
     pub layers: Option<Vec<usize>>,
+    /// When the mass is computed; the same signal either way.
+    #[serde(default)]
+    pub scoring: LookaheadScoring,
+}
+
+/// When a [`ModelDrafter`] computes the attention mass of its draft steps' queries.
+///
+/// The signal is the same either way (each query's softmax over the keys visible at its
+/// position, summed): the keys a step's query sees are in the draft cache from that step on
+/// and are not changed by later steps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LookaheadScoring {
+    /// Each layer keeps its queries; after the last draft step one scoring call per layer
+    /// ([`Qwen2::key_mass`]) covers every step's rows, so the draft's keys are read once per
+    /// layer for the lookahead instead of once per step, with one set of launches. The
+    /// first step's rows join them when every sequence fed the same number of tokens; else
+    /// they are scored in the first step's pass.
+    #[default]
+    Deferred,
+    /// Every draft step's pass scores its own rows at every layer (the attention
+    /// probabilities on the plain path, the scoring kernel with fused kernels).
+    PerStep,
 }
 
 /// Records the draft's attention mass per position during drafting.
@@ -105,19 +128,37 @@ pub struct LookaheadConfig {
 struct LookaheadHook<B: Backend> {
     on: bool,
     layers: Option<Vec<usize>>,
-    /// per forward step: `[batch, keys_len]`
+    /// whether this pass's queries are kept for [`Qwen2::key_mass`] after drafting instead
+    /// of being scored in the pass
+    keep: bool,
+    /// per forward step or deferred scoring: `[batch, keys_len]`
     parts: Vec<Tensor<B, 2>>,
+    /// kept queries per layer, one `[batch, heads, n, head_dim]` per kept pass
+    queries: std::collections::BTreeMap<usize, Vec<Tensor<B, 4>>>,
+}
+
+impl<B: Backend> LookaheadHook<B> {
+    /// Whether `layer`'s attention feeds the signal in a pass of `phase`.
+    fn records(&self, layer: usize, phase: Phase) -> bool {
+        self.on && phase == Phase::Decode && self.layers.as_ref().is_none_or(|l| l.contains(&layer))
+    }
 }
 
 impl<B: Backend> AttentionHook<B> for LookaheadHook<B> {
     fn on_layer(
         &mut self,
-        _ctx: &LayerAttnCtx<'_, B>,
+        ctx: &LayerAttnCtx<'_, B>,
     ) -> dustin_core::Result<Option<LayerSelection<B>>> {
+        if self.keep && self.records(ctx.layer, ctx.phase) {
+            self.queries
+                .entry(ctx.layer)
+                .or_default()
+                .push(ctx.q.clone());
+        }
         Ok(None)
     }
     fn wants_probs(&self, layer: usize, phase: Phase) -> bool {
-        self.on && phase == Phase::Decode && self.layers.as_ref().is_none_or(|l| l.contains(&layer))
+        !self.keep && self.records(layer, phase)
     }
     fn on_probs(
         &mut self,
@@ -311,10 +352,13 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
             top_k: ctx.top_k,
         };
         let mut rngs: Vec<_> = (0..batch).map(|s| seq_rng(ctx.seed, s)).collect();
+        let deferred = self.lookahead.scoring == LookaheadScoring::Deferred;
         let mut hook = LookaheadHook::<B> {
             on: ctx.want_lookahead,
             layers: self.lookahead.layers.clone(),
+            keep: false,
             parts: Vec::new(),
+            queries: Default::default(),
         };
         if let Some(target) = self.adopt_target_kv()? {
             // the target's cache holds every committed token but the pending one
@@ -339,7 +383,20 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
         let mut tokens: Vec<Vec<TokenId>> = vec![Vec::with_capacity(ctx.gamma); batch];
         let mut qs: Vec<Vec<Vec<f32>>> = vec![Vec::new(); batch];
         let mut input = feed;
+        // deferred scoring keeps the first step's rows too when every sequence feeds the
+        // same count (no padded rows); the kept rows then start at `base`, else after the
+        // pending tokens
+        let uniform = pending.iter().all(|p| p.len() == n0);
+        let kept_from: Vec<usize> = if uniform {
+            base.clone()
+        } else {
+            base.iter()
+                .zip(&pending)
+                .map(|(b, p)| b + p.len())
+                .collect()
+        };
         for step in 0..ctx.gamma {
+            hook.keep = deferred && (step > 0 || uniform);
             let out = model.forward(
                 &input,
                 cache,
@@ -391,6 +448,24 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
             // the last draft token is not fed: it is verified by the target first
             if step + 1 == ctx.gamma {
                 break;
+            }
+        }
+        // deferred scoring: one call per layer over every kept row
+        let kept = std::mem::take(&mut hook.queries);
+        if !kept.is_empty() {
+            let mut acc: Option<Tensor<B, 3>> = None;
+            for (layer, qs) in kept {
+                let q = Tensor::cat(qs, 2);
+                let mass = model.key_mass(cache, layer, q, &kept_from)?;
+                acc = Some(match acc {
+                    Some(a) => a + mass,
+                    None => mass,
+                });
+            }
+            if let Some(acc) = acc {
+                let [b, _, l] = acc.dims();
+                // sum over KV heads: [batch, keys_len]
+                hook.parts.push(acc.sum_dim(1).reshape([b, l]));
             }
         }
         let lookahead = if ctx.want_lookahead && !hook.parts.is_empty() {
