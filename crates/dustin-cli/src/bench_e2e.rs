@@ -13,8 +13,10 @@
 //!
 //! Next to every row: a bandwidth floor, the bytes the mode must read per iteration over the
 //! H200's 4.3 TB/s (`../shared/docs/GPU.md`): target weights once per verification, draft
-//! weights once per draft step, the draft's dense KV per draft step, the target's KV read by
-//! the verification (dense, or the selection as the engine counts it) and by the estimator.
+//! weights once per draft step, the draft's dense KV per draft step (a draft with a selection,
+//! `--draft-budget`: its budget's K and V per step and its keys once per iteration for its
+//! mass), the target's KV read by the verification (dense, or the selection as the engine
+//! counts it) and by the estimator.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -153,6 +155,13 @@ pub struct E2eArgs {
     /// `per-step`); the other modes run once.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "deferred")]
     pub lookahead_scoring: Vec<Scoring>,
+    /// Tokens the draft attends to per layer and KV head (`ModelDrafter::with_draft_selection`:
+    /// sinks and window as the selectors' defaults, the rest the top of the draft's last
+    /// lookahead), or 0 (the default) for dense drafting. A list (`0,1024`) runs every
+    /// speculative mode once per value, side by side in one process (the table's mode then
+    /// says `+db1024`).
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    pub draft_budget: Vec<usize>,
     /// Shift the acceptance schedule per sequence (`on`,
     /// `SpeculativeDecoder::set_forced_ragged`): the same mean tau for every sequence, but
     /// they accept at different iterations, so their cached lengths differ as in real batched
@@ -466,6 +475,8 @@ pub struct Row {
     pub fused_residual: OnOff,
     /// `--lookahead-scoring` (`null` where the mode reads no lookahead).
     pub lookahead_scoring: Option<Scoring>,
+    /// `--draft-budget` (0: dense drafting, and for `ar`).
+    pub draft_budget: usize,
     /// `--ragged-accept` (speculative modes).
     pub ragged_accept: OnOff,
     /// `--kv-write-kernel`.
@@ -742,229 +753,251 @@ fn measure<B: KernelOps>(
                 let reads_lookahead = mode != "ar"
                     && build_policy::<B>(mode, args.budget, &FileConfig::default())?
                         .wants_lookahead();
-                for (residual, target, draft) in &pairs {
-                    for (si, &scoring) in args.lookahead_scoring.iter().enumerate() {
-                        if si > 0 && !reads_lookahead {
-                            continue;
-                        }
-                        let residual = *residual;
-                        // the mode's name in the table, profiles and JSON rows: `+res` where a list of
-                        // settings ran it with the fused residual in effect
-                        let mut label =
-                            if pairs.len() > 1 && residual == OnOff::On && B::FUSED && fused {
-                                format!("{mode}+res")
-                            } else {
-                                mode.clone()
-                            };
-                        // `+step` where a list of scoring settings ran it with per-step scoring
-                        if args.lookahead_scoring.len() > 1
-                            && reads_lookahead
-                            && scoring == Scoring::PerStep
-                        {
-                            label.push_str("+step");
-                        }
-                        let tau = accept_of(args, mode)?;
-                        let prompts: Vec<Vec<TokenId>> = (0..batch)
-                            .map(|b| {
-                                (0..ctx)
-                                    .map(|i| ((i * 7919 + b * 104_729 + 13) % vocab) as TokenId)
-                                    .collect()
-                            })
-                            .collect();
-                        let capacity = ctx + extra;
-                        let pre = ctx - args.tail;
-                        // one random prefix shared by every sequence (clones share storage until the
-                        // prefill writes each sequence's tail, one sequence at a time)
-                        let tprefix =
-                            vec![
-                                random_prefix(target, capacity, pre, tcfg.num_hidden_layers, dev)?;
-                                batch
-                            ];
-                        let cfg = SpecConfig {
-                            gamma: if mode == "ar" { 1 } else { args.gamma },
-                            max_new_tokens: if mode == "ar" {
-                                args.warmup + args.iters + 1
-                            } else {
-                                ((args.warmup + args.iters + 1) as f64 * tau).ceil() as usize + 1
-                            },
-                            ..SpecConfig::default()
-                        };
-                        // the first call for sequence 0 follows the prefill, then one per iteration:
-                        // the profiles (phase and host) start once the warm-up iterations are done
-                        // and are read when the timed iterations are done
-                        let mut seen = 0usize;
-                        let mut window: Option<Vec<dustin_qwen::profile::PhaseTime>> = None;
-                        let (warmup, iters) = (args.warmup, args.iters);
-                        let mut host: Option<crate::host_profile::HostProfile> = None;
-                        let mut host_err: Option<CliError> = None;
-                        let host_name = format!(
-                            "host-{label}-{ctx}-b{batch}-l{}{}",
-                            tcfg.num_hidden_layers,
-                            if world > 1.0 {
-                                format!("-tp{world}")
-                            } else {
-                                String::new()
-                            }
-                        );
-                        let mut on_tokens = |seq: usize, _: &[TokenId]| {
-                            if seq != 0 || !report {
-                                return;
-                            }
-                            seen += 1;
-                            if let Some(dir) = &args.host_profile {
-                                let r = if seen == warmup + 1 {
-                                    crate::host_profile::HostProfile::start(dir, &host_name)
-                                        .map(|p| host = Some(p))
-                                } else if seen == warmup + iters + 1 {
-                                    host.take().map_or(Ok(()), |p| {
-                                        p.finish(&format!("{host_name}, {iters} iterations")).map(
-                                            |path| eprintln!("host profile: {}", path.display()),
-                                        )
-                                    })
-                                } else {
-                                    Ok(())
-                                };
-                                if let Err(e) = r {
-                                    host_err.get_or_insert(e);
-                                }
-                            }
-                            if args.profile {
-                                if seen == warmup + 1 {
-                                    dustin_qwen::profile::reset();
-                                } else if seen == warmup + iters + 1 {
-                                    window = Some(dustin_qwen::profile::snapshot());
-                                }
-                            }
-                        };
-                        let out = if mode == "ar" {
-                            let mut v = ModelVerifier::new(target.clone(), DenseHook, extra, vocab)
-                                .with_prefix(tprefix);
-                            autoregressive(&mut v, &prompts, &cfg, None, &mut on_tokens)?
+                // every setting of the lists, but for the scoring only modes that read the
+                // lookahead, and for the draft budget only speculative modes
+                let variants = pairs.iter().flat_map(|pair| {
+                    args.lookahead_scoring
+                        .iter()
+                        .enumerate()
+                        .flat_map(move |(si, &scoring)| {
+                            args.draft_budget
+                                .iter()
+                                .enumerate()
+                                .map(move |(bi, &db)| (pair, si, scoring, bi, db))
+                        })
+                });
+                for ((residual, target, draft), si, scoring, bi, draft_budget) in variants {
+                    if (si > 0 && !reads_lookahead) || (bi > 0 && mode == "ar") {
+                        continue;
+                    }
+                    let residual = *residual;
+                    // the mode's name in the table, profiles and JSON rows: `+res` where a list of
+                    // settings ran it with the fused residual in effect
+                    let mut label = if pairs.len() > 1 && residual == OnOff::On && B::FUSED && fused
+                    {
+                        format!("{mode}+res")
+                    } else {
+                        mode.clone()
+                    };
+                    // `+db<n>` where the draft attends to a selection of n tokens
+                    if mode != "ar" && draft_budget > 0 {
+                        label.push_str(&format!("+db{draft_budget}"));
+                    }
+                    // `+step` where a list of scoring settings ran it with per-step scoring
+                    if args.lookahead_scoring.len() > 1
+                        && reads_lookahead
+                        && scoring == Scoring::PerStep
+                    {
+                        label.push_str("+step");
+                    }
+                    let tau = accept_of(args, mode)?;
+                    let prompts: Vec<Vec<TokenId>> = (0..batch)
+                        .map(|b| {
+                            (0..ctx)
+                                .map(|i| ((i * 7919 + b * 104_729 + 13) % vocab) as TokenId)
+                                .collect()
+                        })
+                        .collect();
+                    let capacity = ctx + extra;
+                    let pre = ctx - args.tail;
+                    // one random prefix shared by every sequence (clones share storage until the
+                    // prefill writes each sequence's tail, one sequence at a time)
+                    let tprefix =
+                        vec![
+                            random_prefix(target, capacity, pre, tcfg.num_hidden_layers, dev)?;
+                            batch
+                        ];
+                    let cfg = SpecConfig {
+                        gamma: if mode == "ar" { 1 } else { args.gamma },
+                        max_new_tokens: if mode == "ar" {
+                            args.warmup + args.iters + 1
                         } else {
-                            let dprefix = vec![
-                                random_prefix(
-                                    draft,
-                                    capacity,
-                                    pre,
-                                    dcfg.num_hidden_layers,
-                                    dev
-                                )?;
+                            ((args.warmup + args.iters + 1) as f64 * tau).ceil() as usize + 1
+                        },
+                        ..SpecConfig::default()
+                    };
+                    // the first call for sequence 0 follows the prefill, then one per iteration:
+                    // the profiles (phase and host) start once the warm-up iterations are done
+                    // and are read when the timed iterations are done
+                    let mut seen = 0usize;
+                    let mut window: Option<Vec<dustin_qwen::profile::PhaseTime>> = None;
+                    let (warmup, iters) = (args.warmup, args.iters);
+                    let mut host: Option<crate::host_profile::HostProfile> = None;
+                    let mut host_err: Option<CliError> = None;
+                    let host_name = format!(
+                        "host-{label}-{ctx}-b{batch}-l{}{}",
+                        tcfg.num_hidden_layers,
+                        if world > 1.0 {
+                            format!("-tp{world}")
+                        } else {
+                            String::new()
+                        }
+                    );
+                    let mut on_tokens = |seq: usize, _: &[TokenId]| {
+                        if seq != 0 || !report {
+                            return;
+                        }
+                        seen += 1;
+                        if let Some(dir) = &args.host_profile {
+                            let r = if seen == warmup + 1 {
+                                crate::host_profile::HostProfile::start(dir, &host_name)
+                                    .map(|p| host = Some(p))
+                            } else if seen == warmup + iters + 1 {
+                                host.take().map_or(Ok(()), |p| {
+                                    p.finish(&format!("{host_name}, {iters} iterations"))
+                                        .map(|path| eprintln!("host profile: {}", path.display()))
+                                })
+                            } else {
+                                Ok(())
+                            };
+                            if let Err(e) = r {
+                                host_err.get_or_insert(e);
+                            }
+                        }
+                        if args.profile {
+                            if seen == warmup + 1 {
+                                dustin_qwen::profile::reset();
+                            } else if seen == warmup + iters + 1 {
+                                window = Some(dustin_qwen::profile::snapshot());
+                            }
+                        }
+                    };
+                    let out = if mode == "ar" {
+                        let mut v = ModelVerifier::new(target.clone(), DenseHook, extra, vocab)
+                            .with_prefix(tprefix);
+                        autoregressive(&mut v, &prompts, &cfg, None, &mut on_tokens)?
+                    } else {
+                        let dprefix =
+                            vec![
+                                random_prefix(draft, capacity, pre, dcfg.num_hidden_layers, dev)?;
                                 batch
                             ];
-                            let policy =
-                                build_policy::<B>(mode, args.budget, &FileConfig::default())?;
-                            let drafter = ModelDrafter::new(draft.clone(), None, extra)
-                                .with_prefix(dprefix)
-                                .with_lookahead(LookaheadConfig {
-                                    layers: None,
-                                    scoring: scoring.into(),
-                                });
-                            let verifier = ModelVerifier::new(target.clone(), policy, extra, vocab)
-                                .with_prefix(tprefix);
-                            let mut dec = SpeculativeDecoder::new(drafter, verifier);
-                            dec.set_forced_acceptance(Some(tau - 1.0))?;
-                            dec.set_forced_ragged(args.ragged_accept == OnOff::On);
-                            dec.generate(&prompts, &cfg, None, &mut on_tokens)?
-                        };
-                        if let Some(e) = host_err {
-                            return Err(e);
-                        }
-                        // the generation ended before the timed window did: report what was sampled
-                        if let Some(p) = host.take() {
-                            let path = p.finish(&format!(
+                        let policy = build_policy::<B>(mode, args.budget, &FileConfig::default())?;
+                        let drafter = ModelDrafter::new(draft.clone(), None, extra)
+                            .with_prefix(dprefix)
+                            .with_lookahead(LookaheadConfig {
+                                layers: None,
+                                scoring: scoring.into(),
+                            })
+                            .with_draft_selection((draft_budget > 0).then_some(
+                                dustin_select::KeepRule {
+                                    budget: draft_budget,
+                                    ..dustin_select::SelectConfig::default().keep()
+                                },
+                            ))?;
+                        let verifier = ModelVerifier::new(target.clone(), policy, extra, vocab)
+                            .with_prefix(tprefix);
+                        let mut dec = SpeculativeDecoder::new(drafter, verifier);
+                        dec.set_forced_acceptance(Some(tau - 1.0))?;
+                        dec.set_forced_ragged(args.ragged_accept == OnOff::On);
+                        dec.generate(&prompts, &cfg, None, &mut on_tokens)?
+                    };
+                    if let Some(e) = host_err {
+                        return Err(e);
+                    }
+                    // the generation ended before the timed window did: report what was sampled
+                    if let Some(p) = host.take() {
+                        let path = p.finish(&format!(
                         "{host_name}, {} iterations (the run ended before the window's {iters})",
                         seen.saturating_sub(warmup + 1)
                     ))?;
-                            eprintln!("host profile (partial window): {}", path.display());
-                        }
-                        // the generation stops within a few iterations of the timed window's end, so
-                        // the window is complete; otherwise the profile covers what ran after warm-up
-                        let profiled = window.take().map_or_else(
-                            || {
-                                (
-                                    dustin_qwen::profile::snapshot(),
-                                    out.iterations.len().saturating_sub(args.warmup),
-                                )
-                            },
-                            |w| (w, args.iters),
-                        );
-                        let setup_secs = out.summary.prefill_secs;
-                        let w = timed_window(&out.iterations, args.warmup, args.iters, mode)?;
-                        let (draft_ms, verify_ms, accept_ms, commit_ms) =
-                            (w.draft_ms, w.verify_ms, w.accept_ms, w.commit_ms);
-                        let iter_ms = draft_ms + verify_ms + accept_ms + commit_ms;
-                        let tau_run = w.tau_measured;
-                        let timed = w.iterations;
-                        let kv_read = mean(
-                            timed
-                                .iter()
-                                .flat_map(|i| i.kv_read_fraction.iter().copied()),
-                        );
-                        let est = mean(
-                            timed
-                                .iter()
-                                .flat_map(|i| i.estimation_read_fraction.iter().copied()),
-                        );
-                        let (b, c) = (batch as f64, ctx as f64);
-                        let g = if mode == "ar" { 0.0 } else { args.gamma as f64 };
-                        let floor_bytes =
-                            wt + g * wd + g * b * c * kvd + (kv_read + est) * b * c * kvt;
-                        let floor_ms = 1e3 * floor_bytes / HBM_BYTES_PER_SEC;
-                        let row = Row {
-                            mode: label.clone(),
-                            ctx,
-                            batch,
-                            target_layers: tcfg.num_hidden_layers,
-                            tp: world as usize,
-                            gamma: g as usize,
-                            tau,
-                            tau_measured: tau_run,
-                            draft_ms,
-                            verify_ms,
-                            accept_ms,
-                            commit_ms,
-                            iter_ms,
-                            tokens_per_sec: b * tau / (iter_ms / 1e3),
-                            kv_read,
-                            estimation_read: est,
-                            floor_bytes,
-                            floor_ms,
-                            over_floor: iter_ms / floor_ms,
-                            setup_secs,
-                            elementwise: if B::FUSED {
-                                args.elementwise
-                            } else {
-                                Elementwise::Plain
-                            },
-                            skinny_gemm: if B::FUSED {
-                                args.skinny_gemm
-                            } else {
-                                OnOff::Off
-                            },
-                            grouped_gemm: if B::FUSED && skinny {
-                                args.grouped_gemm
-                            } else {
-                                OnOff::Off
-                            },
-                            fused_residual: if B::FUSED && fused {
-                                residual
-                            } else {
-                                OnOff::Off
-                            },
-                            lookahead_scoring: reads_lookahead.then_some(scoring),
-                            ragged_accept: if mode == "ar" {
-                                OnOff::Off
-                            } else {
-                                args.ragged_accept
-                            },
-                            kv_write_kernel: args.kv_write_kernel,
-                            skinny_kernel: args.skinny_kernel,
-                            verify_kernel: args.verify_kernel,
-                        };
-                        if !report {
-                            continue;
-                        }
-                        println!(
+                        eprintln!("host profile (partial window): {}", path.display());
+                    }
+                    // the generation stops within a few iterations of the timed window's end, so
+                    // the window is complete; otherwise the profile covers what ran after warm-up
+                    let profiled = window.take().map_or_else(
+                        || {
+                            (
+                                dustin_qwen::profile::snapshot(),
+                                out.iterations.len().saturating_sub(args.warmup),
+                            )
+                        },
+                        |w| (w, args.iters),
+                    );
+                    let setup_secs = out.summary.prefill_secs;
+                    let w = timed_window(&out.iterations, args.warmup, args.iters, mode)?;
+                    let (draft_ms, verify_ms, accept_ms, commit_ms) =
+                        (w.draft_ms, w.verify_ms, w.accept_ms, w.commit_ms);
+                    let iter_ms = draft_ms + verify_ms + accept_ms + commit_ms;
+                    let tau_run = w.tau_measured;
+                    let timed = w.iterations;
+                    let kv_read = mean(
+                        timed
+                            .iter()
+                            .flat_map(|i| i.kv_read_fraction.iter().copied()),
+                    );
+                    let est = mean(
+                        timed
+                            .iter()
+                            .flat_map(|i| i.estimation_read_fraction.iter().copied()),
+                    );
+                    let (b, c) = (batch as f64, ctx as f64);
+                    let g = if mode == "ar" { 0.0 } else { args.gamma as f64 };
+                    // the draft's KV: dense per step, or its selection per step plus its keys
+                    // (half of K and V) once for the mass
+                    let draft_kv = if mode != "ar" && draft_budget > 0 {
+                        g * b * c.min(draft_budget as f64) * kvd + b * c * kvd / 2.0
+                    } else {
+                        g * b * c * kvd
+                    };
+                    let floor_bytes = wt + g * wd + draft_kv + (kv_read + est) * b * c * kvt;
+                    let floor_ms = 1e3 * floor_bytes / HBM_BYTES_PER_SEC;
+                    let row = Row {
+                        mode: label.clone(),
+                        ctx,
+                        batch,
+                        target_layers: tcfg.num_hidden_layers,
+                        tp: world as usize,
+                        gamma: g as usize,
+                        tau,
+                        tau_measured: tau_run,
+                        draft_ms,
+                        verify_ms,
+                        accept_ms,
+                        commit_ms,
+                        iter_ms,
+                        tokens_per_sec: b * tau / (iter_ms / 1e3),
+                        kv_read,
+                        estimation_read: est,
+                        floor_bytes,
+                        floor_ms,
+                        over_floor: iter_ms / floor_ms,
+                        setup_secs,
+                        elementwise: if B::FUSED {
+                            args.elementwise
+                        } else {
+                            Elementwise::Plain
+                        },
+                        skinny_gemm: if B::FUSED {
+                            args.skinny_gemm
+                        } else {
+                            OnOff::Off
+                        },
+                        grouped_gemm: if B::FUSED && skinny {
+                            args.grouped_gemm
+                        } else {
+                            OnOff::Off
+                        },
+                        fused_residual: if B::FUSED && fused {
+                            residual
+                        } else {
+                            OnOff::Off
+                        },
+                        lookahead_scoring: reads_lookahead.then_some(scoring),
+                        draft_budget: if mode == "ar" { 0 } else { draft_budget },
+                        ragged_accept: if mode == "ar" {
+                            OnOff::Off
+                        } else {
+                            args.ragged_accept
+                        },
+                        kv_write_kernel: args.kv_write_kernel,
+                        skinny_kernel: args.skinny_kernel,
+                        verify_kernel: args.verify_kernel,
+                    };
+                    if !report {
+                        continue;
+                    }
+                    println!(
                     "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {:.3} (+{:.3}) | {:.2} | {:.1}x |",
                     row.mode,
                     row.ctx,
@@ -980,12 +1013,11 @@ fn measure<B: KernelOps>(
                     row.floor_ms,
                     row.over_floor
                 );
-                        if let Some(p) = &args.json {
-                            append_json(p, &row)?;
-                        }
-                        if args.profile {
-                            report_profile(args, &label, ctx, batch, profiled)?;
-                        }
+                    if let Some(p) = &args.json {
+                        append_json(p, &row)?;
+                    }
+                    if args.profile {
+                        report_profile(args, &label, ctx, batch, profiled)?;
                     }
                 }
             }

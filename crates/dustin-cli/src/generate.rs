@@ -68,6 +68,12 @@ pub struct GenerateArgs {
     /// recent window included).
     #[arg(long, default_value_t = 2048)]
     pub budget: usize,
+    /// Tokens the draft attends to per layer and KV head (needs --draft): the sinks and
+    /// recent window of the selectors' defaults (4 and 64) plus the top of the draft's own
+    /// last lookahead (`ModelDrafter::with_draft_selection`); 0 (the default) drafts densely.
+    /// The draft's tokens change, the output does not (the target verifies them).
+    #[arg(long, default_value_t = 0)]
+    pub draft_budget: usize,
     /// TOML or JSON file with everything else: `[select]` (n_sink, window, refresh,
     /// refresh_on_accept_drop) and `[estimator]` (the selector's own knobs, e.g. alpha, beta,
     /// heads_per_layer for dustin). Command-line --budget wins over the file.
@@ -580,6 +586,24 @@ fn run_on<B: KernelOps>(
             args.selector
         )));
     }
+    if args.draft_budget > 0 {
+        if args.draft.is_none() {
+            return Err(CliError::Usage(format!(
+                "--draft-budget {} needs speculative decoding: add --draft <path | self:layers=N | substitute>",
+                args.draft_budget
+            )));
+        }
+        let k = dustin_select::SelectConfig::default().keep();
+        if args.draft_budget <= k.n_sink + k.window {
+            return Err(CliError::Usage(format!(
+                "--draft-budget {}: expected more than the sinks and window ({} + {} = {}), or 0 for a dense draft",
+                args.draft_budget,
+                k.n_sink,
+                k.window,
+                k.n_sink + k.window
+            )));
+        }
+    }
     // check the selector name and knobs before loading the model
     build_policy::<B>(&args.selector, args.budget, &file)?;
     let path = model_path(&args.model)?;
@@ -712,6 +736,12 @@ fn run_on<B: KernelOps>(
                     }
                 }
             };
+            let drafter = drafter
+                .with_draft_selection((args.draft_budget > 0).then_some(dustin_select::KeepRule {
+                    budget: args.draft_budget,
+                    ..dustin_select::SelectConfig::default().keep()
+                }))
+                .map_err(|e| CliError::Usage(format!("--draft-budget: {e}")))?;
             let policy = build_policy::<B>(&args.selector, args.budget, &file)?;
             let verifier = ModelVerifier::new(model.clone(), policy, extra, vocab);
             let verifier = match target_kv {

@@ -151,6 +151,67 @@ fn lookahead_scoring_list_runs_lookahead_modes_side_by_side() {
     }
 }
 
+/// `--draft-budget 0,80`: every speculative mode runs with a dense draft and with a draft
+/// that attends to 80 tokens (`+db80`), `ar` once; the sparse draft's floor is lower (it
+/// reads 80 of the 180-odd draft positions per step, plus its keys once).
+#[test]
+fn draft_budget_list_runs_dense_and_sparse_drafts_side_by_side() {
+    let rows = bench_rows(
+        "draftbudget",
+        &[
+            "--ctx",
+            "180",
+            "--batch",
+            "2",
+            "--modes",
+            "ar,dense,dustin",
+            "--warmup",
+            "1",
+            "--iters",
+            "3",
+            "--tail",
+            "40",
+            "--budget",
+            "90",
+            "--draft-budget",
+            "0,80",
+        ],
+    );
+    let got: Vec<(&str, u64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["mode"].as_str().unwrap(),
+                r["draft_budget"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("ar", 0),
+            ("dense", 0),
+            ("dense+db80", 80),
+            ("dustin", 0),
+            ("dustin+db80", 80),
+        ]
+    );
+    for pair in [(1, 2), (3, 4)] {
+        let (d, s) = (&rows[pair.0], &rows[pair.1]);
+        let (fd, fs) = (
+            d["floor_bytes"].as_f64().unwrap(),
+            s["floor_bytes"].as_f64().unwrap(),
+        );
+        assert!(
+            fs < fd,
+            "{}: sparse draft floor {fs} vs dense {fd}",
+            d["mode"]
+        );
+        // the target's verification is the same either way
+        assert_eq!(d["kv_read"], s["kv_read"], "{}", d["mode"]);
+    }
+}
+
 /// `--ragged-accept on`: sequence 1 of 2 runs the schedule half a period later (0.5
 /// accepted: sequence 0 accepts 0, 1, 0, 1, sequence 1 accepts 1, 0, 1, 0), so the two
 /// sequences' lengths differ at every other step, through the dense and the sparse

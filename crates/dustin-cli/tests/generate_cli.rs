@@ -178,6 +178,21 @@ fn substitute_draft_matches_autoregressive() {
                 .expect("KV fraction");
             assert!(frac < 0.9, "{draft} {sel}: sparse, read {frac}");
         }
+        // a draft that attends to 72 of the 120-odd tokens: the same output as dense
+        // drafting (the target verifies every token)
+        let (dense_draft, _) = run(&["--prompt", &long, "--draft", draft, "--selector", "dustin"]);
+        let (sparse_draft, err) = run(&[
+            "--prompt",
+            &long,
+            "--draft",
+            draft,
+            "--selector",
+            "dustin",
+            "--draft-budget",
+            "72",
+        ]);
+        assert_eq!(sparse_draft, dense_draft, "{draft}: --draft-budget 72");
+        assert!(err.contains("mean acceptance length"), "{err}");
     }
     let (_, err) = run(&["--draft", "substitute:layers=1"]);
     assert!(
@@ -254,6 +269,16 @@ type Case<'a> = (&'a [&'a str], Option<&'a [u8]>, &'a str);
 fn bad_inputs_exit_1_with_a_message() {
     let cases: &[Case] = &[
         (&["--prompt", "  "], None, "prompt 0 is empty"),
+        (
+            &["--prompt", "t1 t2", "--draft-budget", "100"],
+            None,
+            "--draft-budget 100 needs speculative decoding",
+        ),
+        (
+            &["--prompt", "t1 t2", "--draft", "self:layers=1", "--draft-budget", "68"],
+            None,
+            "--draft-budget 68: expected more than the sinks and window (4 + 64 = 68)",
+        ),
         (
             &[],
             Some(b"t1 t2 \xff\xfe t3"),

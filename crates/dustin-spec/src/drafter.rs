@@ -9,6 +9,7 @@ use dustin_kernels::KernelOps;
 use dustin_kv::DenseKvCache;
 use dustin_qwen::generate::{prefill_from, rows_to_host, seq_rng, AUTO_PREFILL_CHUNK};
 use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2};
+use dustin_select::{extend_selection, select_top_k, KeepRule};
 use rand::Rng;
 
 /// Row `last[s]` of each sequence `s` of `logits` `[batch, n, vocab]`, as `[batch, vocab]`:
@@ -91,6 +92,41 @@ fn greedy_on_device<B: Backend>(
         .collect()
 }
 
+/// `t` `[batch, kv_heads, w]` widened to `width >= w` with zeros.
+fn pad_width<B: Backend>(t: Tensor<B, 3>, width: usize) -> Tensor<B, 3> {
+    let [b, h, w] = t.dims();
+    if w >= width {
+        return t;
+    }
+    let dev = t.device();
+    Tensor::cat(vec![t, Tensor::zeros([b, h, width - w], &dev)], 2)
+}
+
+/// A sparse draft's selection at a proposal's start, for contexts `base`: sinks, window and
+/// the top of `scores` (`[batch, width]`, the last proposal's mass; zero past its width) by
+/// [`select_top_k`], the same positions for each of the `kv_heads` KV heads.
+fn draft_selection<B: KernelOps>(
+    scores: Tensor<B, 2>,
+    base: &[usize],
+    keep: KeepRule,
+    kv_heads: usize,
+) -> dustin_core::Result<LayerSelection<B>> {
+    let [b, w] = scores.dims();
+    let need = base.iter().copied().max().unwrap_or(0);
+    let scores = if w < need {
+        let dev = scores.device();
+        Tensor::cat(vec![scores, Tensor::zeros([b, need - w], &dev)], 1)
+    } else {
+        scores
+    };
+    let w = scores.dims()[1];
+    let sel = select_top_k(scores.reshape([b, 1, w]), base, keep)?;
+    Ok(LayerSelection {
+        indices: sel.indices.repeat_dim(1, kv_heads),
+        counts: sel.counts,
+    })
+}
+
 /// Which draft layers feed the lookahead signal (DESIGN.md step 1: "configured draft
 /// layers/heads"), and when their attention mass is computed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -123,7 +159,8 @@ pub enum LookaheadScoring {
     PerStep,
 }
 
-/// Records the draft's attention mass per position during drafting.
+/// Records the draft's attention mass per position during drafting, and hands the draft's
+/// own selection (if any) to every layer.
 #[derive(Debug)]
 struct LookaheadHook<B: Backend> {
     on: bool,
@@ -131,10 +168,17 @@ struct LookaheadHook<B: Backend> {
     /// whether this pass's queries are kept for [`Qwen2::key_mass`] after drafting instead
     /// of being scored in the pass
     keep: bool,
+    /// whether only this pass's first query row is kept (a sparse draft's first step with
+    /// unequal pending counts: row 0 is every sequence's first pending token)
+    keep_first_row: bool,
     /// per forward step or deferred scoring: `[batch, keys_len]`
     parts: Vec<Tensor<B, 2>>,
     /// kept queries per layer, one `[batch, heads, n, head_dim]` per kept pass
     queries: std::collections::BTreeMap<usize, Vec<Tensor<B, 4>>>,
+    /// kept first rows per layer, `[batch, heads, 1, head_dim]`
+    first_rows: std::collections::BTreeMap<usize, Tensor<B, 4>>,
+    /// what every layer of this pass attends to (a sparse draft), `None` = dense
+    selection: Option<LayerSelection<B>>,
 }
 
 impl<B: Backend> LookaheadHook<B> {
@@ -149,16 +193,25 @@ impl<B: Backend> AttentionHook<B> for LookaheadHook<B> {
         &mut self,
         ctx: &LayerAttnCtx<'_, B>,
     ) -> dustin_core::Result<Option<LayerSelection<B>>> {
-        if self.keep && self.records(ctx.layer, ctx.phase) {
-            self.queries
-                .entry(ctx.layer)
-                .or_default()
-                .push(ctx.q.clone());
+        if self.records(ctx.layer, ctx.phase) {
+            if self.keep {
+                self.queries
+                    .entry(ctx.layer)
+                    .or_default()
+                    .push(ctx.q.clone());
+            } else if self.keep_first_row {
+                let [b, h, _, d] = ctx.q.dims();
+                self.first_rows
+                    .insert(ctx.layer, ctx.q.clone().slice([0..b, 0..h, 0..1, 0..d]));
+            }
         }
-        Ok(None)
+        Ok(match ctx.phase {
+            Phase::Decode => self.selection.clone(),
+            Phase::Prefill { .. } => None,
+        })
     }
     fn wants_probs(&self, layer: usize, phase: Phase) -> bool {
-        !self.keep && self.records(layer, phase)
+        !self.keep && !self.keep_first_row && self.records(layer, phase)
     }
     fn on_probs(
         &mut self,
@@ -206,6 +259,13 @@ pub struct ModelDrafter<B: Backend> {
     last: Vec<Vec<TokenId>>,
     extra_capacity: usize,
     lookahead: LookaheadConfig,
+    /// the draft's own selection rule ([`ModelDrafter::with_draft_selection`])
+    draft_keep: Option<KeepRule>,
+    /// the last proposal's attention mass per position, normalised, `[batch, width]`
+    /// (kept with a draft selection rule only)
+    scores: Option<Tensor<B, 2>>,
+    /// the selection the last proposal's first step attended to (a sparse draft)
+    last_selection: Option<LayerSelection<B>>,
     prefill_chunk: usize,
     prefix: Option<Vec<DenseKvCache<B>>>,
     target_kv: Option<crate::TargetKv<B>>,
@@ -225,6 +285,9 @@ impl<B: Backend> ModelDrafter<B> {
             last: Vec::new(),
             extra_capacity,
             lookahead: LookaheadConfig::default(),
+            draft_keep: None,
+            scores: None,
+            last_selection: None,
             prefill_chunk: AUTO_PREFILL_CHUNK,
             prefix: None,
             target_kv: None,
@@ -287,6 +350,49 @@ impl<B: Backend> ModelDrafter<B> {
         self
     }
 
+    /// Makes the draft attend to a selection of its context instead of all of it (DESIGN.md
+    /// step 1: "offer a draft that reads a selection too (sinks + window + its own top-k)").
+    /// At every proposal after the first, each draft layer and KV head attends to the sinks
+    /// `[0, n_sink)`, the window `[ctx - window, ctx)` and the top `budget - n_sink - window`
+    /// positions of the previous proposal's attention mass (its queries against all its
+    /// keys, summed over the lookahead layers, KV heads and rows: the lookahead signal), plus
+    /// every token that entered the context since (the pending and draft tokens). The first
+    /// proposal, and one where no sequence's context exceeds `budget`, attends densely.
+    ///
+    /// The draft then reads `budget` positions of K and V per layer and step instead of the
+    /// whole context, and the keys once per layer and proposal for the mass (scored after
+    /// drafting, as [`LookaheadScoring::Deferred`], whatever the scoring setting). `None`
+    /// restores dense drafting.
+    ///
+    /// # Errors
+    /// [`dustin_core::CoreError::InvalidInput`] naming `budget` when it does not exceed
+    /// `n_sink + window` (nothing would be left to choose).
+    pub fn with_draft_selection(mut self, keep: Option<KeepRule>) -> dustin_core::Result<Self> {
+        if let Some(k) = keep {
+            if k.budget <= k.n_sink + k.window {
+                return Err(dustin_core::CoreError::invalid(
+                    "budget",
+                    format!(
+                        "more than n_sink + window = {} + {} = {}",
+                        k.n_sink,
+                        k.window,
+                        k.n_sink + k.window
+                    ),
+                    k.budget,
+                ));
+            }
+        }
+        self.draft_keep = keep;
+        self.scores = None;
+        Ok(self)
+    }
+
+    /// The selection the last proposal's first step attended to, `indices`
+    /// `[batch, kv_heads, k]` (see [`LayerSelection`]); `None` when it drafted densely.
+    pub fn last_selection(&self) -> Option<&LayerSelection<B>> {
+        self.last_selection.as_ref()
+    }
+
     /// The draft model.
     pub fn model(&self) -> &Qwen2<B> {
         &self.model
@@ -308,6 +414,8 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
                 first.len(),
             ));
         }
+        self.scores = None;
+        self.last_selection = None;
         if let Some(cache) = self.adopt_target_kv()? {
             if cache.batch() != prompts.len() {
                 return Err(dustin_core::CoreError::invalid(
@@ -354,19 +462,34 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
         let mut rngs: Vec<_> = (0..batch).map(|s| seq_rng(ctx.seed, s)).collect();
         let deferred = self.lookahead.scoring == LookaheadScoring::Deferred;
         let mut hook = LookaheadHook::<B> {
-            on: ctx.want_lookahead,
+            // a draft selection rule needs the mass for the next proposal's top-k
+            on: ctx.want_lookahead || self.draft_keep.is_some(),
             layers: self.lookahead.layers.clone(),
             keep: false,
+            keep_first_row: false,
             parts: Vec::new(),
             queries: Default::default(),
+            first_rows: Default::default(),
+            selection: None,
         };
         if let Some(target) = self.adopt_target_kv()? {
             // the target's cache holds every committed token but the pending one
             self.cache = Some(target);
         }
         let pending = self.pending.clone();
+        let keep_rule = self.draft_keep;
+        let scores = self.scores.take();
         let cache = self.cache()?;
         let base: Vec<usize> = cache.lens().to_vec();
+        // the draft's own selection at the proposal's start (a sparse draft with the last
+        // proposal's mass, and a context longer than the budget somewhere)
+        let sel0 = match (keep_rule, scores) {
+            (Some(rule), Some(sc)) if base.iter().any(|&l| l > rule.budget) => {
+                Some(draft_selection(sc, &base, rule, cache.shape().kv_heads)?)
+            }
+            _ => None,
+        };
+        let sparse = sel0.is_some();
         // step 0 feeds the pending tokens; a sequence with fewer is padded by repeating its
         // last pending token, whose cache entry is dropped right after
         let n0 = pending.iter().map(Vec::len).max().unwrap_or(1);
@@ -396,7 +519,15 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
                 .collect()
         };
         for step in 0..ctx.gamma {
-            hook.keep = deferred && (step > 0 || uniform);
+            // a sparse draft's passes score nothing themselves (their attention sees only
+            // the selection): their rows are kept, the first step's only row 0 when the
+            // pending counts differ
+            hook.keep = (deferred || sparse) && (step > 0 || uniform);
+            hook.keep_first_row = sparse && step == 0 && !uniform;
+            if let Some(sel) = &sel0 {
+                // the selection plus every position that entered the context since
+                hook.selection = Some(extend_selection(sel, &base, cache.lens())?);
+            }
             let out = model.forward(
                 &input,
                 cache,
@@ -450,25 +581,37 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
                 break;
             }
         }
-        // deferred scoring: one call per layer over every kept row
-        let kept = std::mem::take(&mut hook.queries);
-        if !kept.is_empty() {
-            let mut acc: Option<Tensor<B, 3>> = None;
-            for (layer, qs) in kept {
-                let q = Tensor::cat(qs, 2);
-                let mass = model.key_mass(cache, layer, q, &kept_from)?;
-                acc = Some(match acc {
-                    Some(a) => a + mass,
-                    None => mass,
-                });
+        // deferred scoring: one call per layer over every kept row (and one more for kept
+        // first rows, which start at `base`)
+        let mut kept = std::mem::take(&mut hook.queries);
+        let mut firsts = std::mem::take(&mut hook.first_rows);
+        let layers_kept: std::collections::BTreeSet<usize> =
+            kept.keys().chain(firsts.keys()).copied().collect();
+        let mut acc: Option<Tensor<B, 3>> = None;
+        // the first rows' calls can be narrower (their view ends earlier): pad to the wider
+        let mut add = |m: Tensor<B, 3>| {
+            acc = Some(match acc.take() {
+                Some(a) => {
+                    let (wa, wm) = (a.dims()[2], m.dims()[2]);
+                    pad_width(a, wa.max(wm)) + pad_width(m, wa.max(wm))
+                }
+                None => m,
+            });
+        };
+        for layer in layers_kept {
+            if let Some(qs) = kept.remove(&layer) {
+                add(model.key_mass(cache, layer, Tensor::cat(qs, 2), &kept_from)?);
             }
-            if let Some(acc) = acc {
-                let [b, _, l] = acc.dims();
-                // sum over KV heads: [batch, keys_len]
-                hook.parts.push(acc.sum_dim(1).reshape([b, l]));
+            if let Some(q) = firsts.remove(&layer) {
+                add(model.key_mass(cache, layer, q, &base)?);
             }
         }
-        let lookahead = if ctx.want_lookahead && !hook.parts.is_empty() {
+        if let Some(acc) = acc {
+            let [b, _, l] = acc.dims();
+            // sum over KV heads: [batch, keys_len]
+            hook.parts.push(acc.sum_dim(1).reshape([b, l]));
+        }
+        let mass = if !hook.parts.is_empty() {
             let lmax = hook.parts.iter().map(|p| p.dims()[1]).max().unwrap_or(0);
             let dev = model.device().clone();
             let mut acc = Tensor::<B, 2>::zeros([batch, lmax], &dev);
@@ -486,6 +629,13 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
         } else {
             None
         };
+        self.scores = if keep_rule.is_some() {
+            mass.clone()
+        } else {
+            None
+        };
+        self.last_selection = sel0;
+        let lookahead = if ctx.want_lookahead { mass } else { None };
         self.base = base;
         self.fed = pending.iter().map(Vec::len).collect();
         self.last = tokens.clone();
@@ -539,6 +689,16 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
 
     fn retain(&mut self, keep: &[usize]) -> dustin_core::Result<()> {
         self.cache()?.retain(keep)?;
+        // the kept sequences' rows of the last mass (their positions are unchanged)
+        if let Some(sc) = self.scores.take().filter(|_| !keep.is_empty()) {
+            let idx: Vec<i64> = keep.iter().map(|&k| k as i64).collect();
+            let idx = Tensor::<B, 1, burn_tensor::Int>::from_data(
+                burn_tensor::TensorData::new(idx, [keep.len()]),
+                &sc.device(),
+            );
+            self.scores = Some(sc.select(0, idx));
+        }
+        self.last_selection = None;
         let pick = |v: &Vec<_>| keep.iter().map(|&k| v[k]).collect::<Vec<_>>();
         self.pending = keep.iter().map(|&k| self.pending[k].clone()).collect();
         self.last = keep.iter().map(|&k| self.last[k].clone()).collect();

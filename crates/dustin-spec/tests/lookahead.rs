@@ -4,14 +4,23 @@
 //! op of the kernel path), on tiny random models (the HF parity fixtures of `dustin-qwen`),
 //! CPU: equal and unequal pending counts (the first step's rows are kept or scored in their
 //! pass), gamma 1 to 5, a ragged batch.
+//!
+//! A draft that attends to a selection of its context (`ModelDrafter::with_draft_selection`):
+//! its selection is the sinks, the window and the top of the previous proposal's lookahead
+//! (checked against a host top-k of that lookahead), and greedy speculative decoding with it
+//! still emits the target's own greedy tokens.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use burn_flex::{Flex, FlexDevice};
-use dustin_core::{DraftCtx, Drafter};
+use dustin_core::{DenseHook, DraftCtx, Drafter};
+use dustin_qwen::generate::{generate, GenerateConfig};
 use dustin_qwen::{Qwen2, QwenConfig, SafetensorsDir};
-use dustin_spec::{LookaheadConfig, LookaheadScoring, ModelDrafter};
+use dustin_select::KeepRule;
+use dustin_spec::{
+    LookaheadConfig, LookaheadScoring, ModelDrafter, ModelVerifier, SpecConfig, SpeculativeDecoder,
+};
 
 type B = Flex;
 
@@ -124,5 +133,209 @@ fn deferred_lookahead_equals_per_step_lookahead() {
                 }
             }
         }
+    }
+}
+
+const KEEP: KeepRule = KeepRule {
+    budget: 20,
+    n_sink: 2,
+    window: 6,
+};
+
+/// Prompts longer than [`KEEP`]'s budget (the draft then selects), of different lengths.
+fn long_prompts() -> Vec<Vec<u32>> {
+    vec![
+        (0..47).map(|i| ((i * 13 + 5) % 96) as u32).collect(),
+        (0..33).map(|i| ((i * 7 + 40) % 96) as u32).collect(),
+    ]
+}
+
+/// The host's sparse selection for a context of `ctx` tokens from the last lookahead row
+/// `la`: sinks, window, and the best `budget - n_sink - window` of the rest (no ties among
+/// random floats), ascending.
+fn host_selection(la: &[f32], ctx: usize, k: KeepRule) -> Vec<usize> {
+    let (lo, hi) = (k.n_sink, ctx - k.window);
+    let mut free: Vec<usize> = (lo..hi).collect();
+    free.sort_by(|&a, &b| {
+        let (x, y) = (
+            la.get(a).copied().unwrap_or(0.0),
+            la.get(b).copied().unwrap_or(0.0),
+        );
+        y.partial_cmp(&x).unwrap()
+    });
+    let mut keep: Vec<usize> = (0..lo).chain(hi..ctx).collect();
+    keep.extend(free.into_iter().take(k.budget - k.n_sink - k.window));
+    keep.sort_unstable();
+    keep
+}
+
+#[test]
+fn sparse_draft_selects_sinks_window_and_the_top_of_its_last_lookahead() {
+    for kernels in [false, true] {
+        let m = model("qwen2-gqa7", kernels);
+        let kvh = m.config.kv_heads();
+        let mut d = drafter(&m, LookaheadScoring::Deferred, None)
+            .with_draft_selection(Some(KEEP))
+            .unwrap();
+        // the same draft, dense throughout
+        let mut dense = drafter(&m, LookaheadScoring::Deferred, None);
+        let prompts = long_prompts();
+        d.prefill(&prompts, &[1, 2]).unwrap();
+        dense.prefill(&prompts, &[1, 2]).unwrap();
+        let gamma = 3;
+        // the first proposal drafts densely and yields the lookahead the next one selects by
+        let p1 = d.propose(&ctx(gamma)).unwrap();
+        let p1_dense = dense.propose(&ctx(gamma)).unwrap();
+        assert_eq!(
+            p1.tokens, p1_dense.tokens,
+            "the first proposals are both dense"
+        );
+        assert!(d.last_selection().is_none(), "first proposal is dense");
+        let la = p1.lookahead.unwrap();
+        let width = la.dims()[1];
+        let la: Vec<f32> = la.into_data().to_vec().unwrap();
+        // sequence 0 accepts 1 draft token, sequence 1 none
+        d.commit(&[1, 0], &[7, 8]).unwrap();
+        dense.commit(&[1, 0], &[7, 8]).unwrap();
+        // contexts at the next proposal: prompt + first pending + accepted
+        let ctxs = [47 + 1 + 1, 33 + 1];
+        let p2 = d.propose(&ctx(gamma)).unwrap();
+        let p2_dense = dense.propose(&ctx(gamma)).unwrap();
+        // the layers attended to the selection: from the second layer on, their queries
+        // (and so the mass) differ from the dense draft's
+        let a: Vec<f32> = p2.lookahead.unwrap().into_data().to_vec().unwrap();
+        let b: Vec<f32> = p2_dense.lookahead.unwrap().into_data().to_vec().unwrap();
+        let diff = a
+            .iter()
+            .zip(&b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0f32, f32::max);
+        assert!(
+            diff > 1e-4,
+            "kernels {kernels}: the sparse draft attended densely ({diff})"
+        );
+        let sel = d.last_selection().expect("second proposal selects");
+        assert_eq!(sel.counts, vec![KEEP.budget, KEEP.budget]);
+        let [b, h, k] = sel.indices.dims();
+        assert_eq!((b, h), (2, kvh));
+        let idx: Vec<i64> = sel
+            .indices
+            .clone()
+            .into_data()
+            .convert::<i64>()
+            .to_vec()
+            .unwrap();
+        for (s, &c) in ctxs.iter().enumerate() {
+            let want = host_selection(&la[s * width..(s + 1) * width], c, KEEP);
+            for head in 0..kvh {
+                let row = &idx[(s * kvh + head) * k..][..KEEP.budget];
+                let got: Vec<usize> = row.iter().map(|&i| i as usize).collect();
+                assert_eq!(got, want, "kernels {kernels}, sequence {s}, KV head {head}");
+            }
+        }
+    }
+}
+
+#[test]
+fn greedy_speculative_with_a_sparse_draft_equals_autoregressive() {
+    let target = model("qwen2-tied", false);
+    let other = model("qwen2-gqa7", false);
+    let prompts = long_prompts();
+    let max_new = 14;
+    let cfg = GenerateConfig {
+        max_new_tokens: max_new,
+        ..GenerateConfig::default()
+    };
+    let reference = generate(&target, &prompts, &cfg, None, &mut |_, _| {})
+        .unwrap()
+        .tokens;
+    // an EOS id sequence 1 emits mid-way: it leaves the batch (the draft keeps sequence 0's
+    // row of its last lookahead)
+    // (applied by hand to the autoregressive output: without a tokenizer it knows no EOS)
+    let eos = (3..max_new - 2)
+        .map(|p| reference[1][p])
+        .find(|t| !reference[0].contains(t))
+        .expect("a token of sequence 1 that sequence 0 never emits");
+    let reference_eos: Vec<Vec<u32>> = reference
+        .iter()
+        .map(|t| match t.iter().position(|&x| x == eos) {
+            Some(p) => t[..=p].to_vec(),
+            None => t.clone(),
+        })
+        .collect();
+    assert!(reference_eos[1].len() < max_new && reference_eos[0].len() == max_new);
+    for (gamma, eos) in [(2usize, vec![]), (4, vec![]), (3, vec![eos])] {
+        let want = if eos.is_empty() {
+            &reference
+        } else {
+            &reference_eos
+        };
+        for (label, draft) in [("self", target.clone()), ("other", other.clone())] {
+            let extra = max_new + 2 * (gamma + 2);
+            let drafter = ModelDrafter::new(draft, None, extra)
+                .with_draft_selection(Some(KEEP))
+                .unwrap();
+            let verifier = ModelVerifier::new(target.clone(), DenseHook, extra, 96);
+            let mut dec = SpeculativeDecoder::new(drafter, verifier);
+            let scfg = SpecConfig {
+                gamma,
+                max_new_tokens: max_new,
+                eos: eos.clone(),
+                ..SpecConfig::default()
+            };
+            let out = dec.generate(&prompts, &scfg, None, &mut |_, _| {}).unwrap();
+            assert_eq!(
+                &out.tokens, want,
+                "gamma {gamma}, draft {label}, eos {eos:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_draft_budget_without_room_to_choose_is_named() {
+    let m = model("llama", false);
+    let bad = KeepRule {
+        budget: 8,
+        n_sink: 2,
+        window: 6,
+    };
+    let e = ModelDrafter::new(m, None, 8)
+        .with_draft_selection(Some(bad))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("budget") && e.contains("n_sink + window = 2 + 6 = 8"),
+        "{e}"
+    );
+}
+
+/// A sparse draft whose first step feeds unequal pending counts scores the first rows and
+/// the later rows in two calls whose key views end on different sides of a 64-position
+/// boundary (63 + 1 against 65 + 2 keys): the masses of different widths are summed.
+#[test]
+fn sparse_draft_sums_masses_of_different_widths() {
+    let m = model("llama", false);
+    let mut d = drafter(&m, LookaheadScoring::Deferred, None)
+        .with_draft_selection(Some(KEEP))
+        .unwrap();
+    let prompts: Vec<Vec<u32>> = vec![
+        (0..60).map(|i| ((i * 5 + 1) % 96) as u32).collect(),
+        (0..33).map(|i| ((i * 3 + 2) % 96) as u32).collect(),
+    ];
+    d.prefill(&prompts, &[4, 5]).unwrap();
+    let gamma = 3;
+    d.propose(&ctx(gamma)).unwrap();
+    // sequence 0 accepts all three: its context is 63 with 2 pending tokens
+    d.commit(&[gamma, 0], &[6, 7]).unwrap();
+    let p = d.propose(&ctx(gamma)).unwrap();
+    assert!(d.last_selection().is_some());
+    let la = p.lookahead.unwrap();
+    let [_, w] = la.dims();
+    assert!(w >= 67, "width {w}");
+    let v: Vec<f32> = la.into_data().to_vec().unwrap();
+    for row in v.chunks(w) {
+        let total: f32 = row.iter().sum();
+        assert!((total - 1.0).abs() < 1e-4, "{total}");
     }
 }
