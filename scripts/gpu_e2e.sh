@@ -32,6 +32,8 @@
 #   bash .device/gpu_e2e.sh elementwise # `dustin kernel-check --device cuda`, then 7B at 32k,
 #                                 # B 1/8 per CONFIGS (default: skinny GEMM without and with
 #                                 # the grouped q/k/v and gate/up GEMMs)
+#   bash .device/gpu_e2e.sh draft # 7B 32k B 8, dense/dustin: lookahead scoring deferred vs
+#                                 # per step, then dense draft vs one of DRAFT_BUDGETS tokens
 #   bash .device/gpu_e2e.sh ab    # 7B 32k B 8: $D/dustin-base (staged by hand) against $D/dustin,
 #                                 # which runs each mode with the fused residual off and on
 # Env: OUT (results folder), BIN (the binary `group` runs; default $D/dustin), TAU (mean acceptance length of every speculative mode, default
@@ -124,6 +126,16 @@ skinny)
         LIMIT=${LIMIT:-100} SKMMA=$k group "72b_32768_b8_$k" --target "$C/Qwen2.5-72B-Instruct.config.json" \
             --target-layers 20 --ctx 32768 --batch 8 --modes ar,dense,dustin
     done
+    ;;
+draft)
+    # session 30, side by side in one process each: the draft's lookahead scored after
+    # drafting (the default) and in every step, and a dense draft against one that attends
+    # to DRAFT_BUDGETS (default 0,1024) tokens; 7B, 32k, B 8 (BATCH), MODES default
+    # dense,dustin
+    T7=(--target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 32768 --batch "${BATCH:-8}"
+        --modes "${MODES:-dense,dustin}")
+    LIMIT=${LIMIT:-200} group 7b_scoring "${T7[@]}" --lookahead-scoring deferred,per-step
+    LIMIT=${LIMIT2:-200} group 7b_draft_budget "${T7[@]}" --draft-budget "${DRAFT_BUDGETS:-0,1024}"
     ;;
 ab)
     # 2026-12-01: the binary of an earlier commit ($D/dustin-base, staged by hand) against

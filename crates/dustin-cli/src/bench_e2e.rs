@@ -155,9 +155,10 @@ pub struct E2eArgs {
     /// `per-step`); the other modes run once.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "deferred")]
     pub lookahead_scoring: Vec<Scoring>,
-    /// Tokens the draft attends to per layer and KV head (`ModelDrafter::with_draft_selection`:
-    /// sinks and window as the selectors' defaults, the rest the top of the draft's last
-    /// lookahead), or 0 (the default) for dense drafting. A list (`0,1024`) runs every
+    /// Tokens the draft attends to per layer and KV head (`ModelDrafter::with_draft_selection`,
+    /// `DraftSelection::new`: sinks and window as the selectors' defaults, the rest the top of
+    /// each draft layer's own attention mass in the last proposal), or 0 (the default) for
+    /// dense drafting. A list (`0,1024`) runs every
     /// speculative mode once per value, side by side in one process (the table's mode then
     /// says `+db1024`).
     #[arg(long, value_delimiter = ',', default_value = "0")]
@@ -879,12 +880,12 @@ fn measure<B: KernelOps>(
                                 layers: None,
                                 scoring: scoring.into(),
                             })
-                            .with_draft_selection((draft_budget > 0).then_some(
-                                dustin_select::KeepRule {
+                            .with_draft_selection((draft_budget > 0).then(|| {
+                                dustin_spec::DraftSelection::new(dustin_select::KeepRule {
                                     budget: draft_budget,
                                     ..dustin_select::SelectConfig::default().keep()
-                                },
-                            ))?;
+                                })
+                            }))?;
                         let verifier = ModelVerifier::new(target.clone(), policy, extra, vocab)
                             .with_prefix(tprefix);
                         let mut dec = SpeculativeDecoder::new(drafter, verifier);

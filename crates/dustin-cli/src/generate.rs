@@ -69,8 +69,9 @@ pub struct GenerateArgs {
     #[arg(long, default_value_t = 2048)]
     pub budget: usize,
     /// Tokens the draft attends to per layer and KV head (needs --draft): the sinks and
-    /// recent window of the selectors' defaults (4 and 64) plus the top of the draft's own
-    /// last lookahead (`ModelDrafter::with_draft_selection`); 0 (the default) drafts densely.
+    /// recent window of the selectors' defaults (4 and 64) plus the top of each draft
+    /// layer's own attention mass in the last proposal (`ModelDrafter::with_draft_selection`,
+    /// `DraftSelection::new`); 0 (the default) drafts densely.
     /// The draft's tokens change, the output does not (the target verifies them).
     #[arg(long, default_value_t = 0)]
     pub draft_budget: usize,
@@ -737,9 +738,11 @@ fn run_on<B: KernelOps>(
                 }
             };
             let drafter = drafter
-                .with_draft_selection((args.draft_budget > 0).then_some(dustin_select::KeepRule {
-                    budget: args.draft_budget,
-                    ..dustin_select::SelectConfig::default().keep()
+                .with_draft_selection((args.draft_budget > 0).then(|| {
+                    dustin_spec::DraftSelection::new(dustin_select::KeepRule {
+                        budget: args.draft_budget,
+                        ..dustin_select::SelectConfig::default().keep()
+                    })
                 }))
                 .map_err(|e| CliError::Usage(format!("--draft-budget: {e}")))?;
             let policy = build_policy::<B>(&args.selector, args.budget, &file)?;

@@ -102,29 +102,71 @@ fn pad_width<B: Backend>(t: Tensor<B, 3>, width: usize) -> Tensor<B, 3> {
     Tensor::cat(vec![t, Tensor::zeros([b, h, width - w], &dev)], 2)
 }
 
-/// A sparse draft's selection at a proposal's start, for contexts `base`: sinks, window and
-/// the top of `scores` (`[batch, width]`, the last proposal's mass; zero past its width) by
-/// [`select_top_k`], the same positions for each of the `kv_heads` KV heads.
+/// How a sparse draft ([`ModelDrafter::with_draft_selection`]) chooses the positions it
+/// attends to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DraftSelection {
+    /// Budget, sinks and window per layer and KV head ([`KeepRule`]).
+    pub keep: KeepRule,
+    /// Whether each draft layer and KV head ranks positions by its own attention mass
+    /// (`true`, [`DraftSelection::new`]'s choice) or every layer and KV head shares the mass
+    /// summed over them (`false`). Measured on SmolLM2-135M (docs/perf.md, 2026-12-01): the
+    /// shared ranking cost a fifth of the acceptance length at a budget of 256, the
+    /// per-layer one a twentieth.
+    pub per_layer: bool,
+}
+
+impl DraftSelection {
+    /// Per-layer selection under `keep`.
+    pub fn new(keep: KeepRule) -> Self {
+        Self {
+            keep,
+            per_layer: true,
+        }
+    }
+}
+
+/// A sparse draft's selections at a proposal's start, for contexts `base`: sinks, window and
+/// the top of `scores` by [`select_top_k`], in one call. `scores` is `[groups * batch, h,
+/// width]` (group-major: a group is a draft layer, or one group for all), the last
+/// proposal's mass (zero past its width); `h` is 1 (one ranking for every KV head) or
+/// `kv_heads`. Returns `[groups * batch, kv_heads, k]` with counts per row.
 fn draft_selection<B: KernelOps>(
-    scores: Tensor<B, 2>,
+    scores: Tensor<B, 3>,
     base: &[usize],
     keep: KeepRule,
     kv_heads: usize,
 ) -> dustin_core::Result<LayerSelection<B>> {
-    let [b, w] = scores.dims();
+    let [rows, h, w] = scores.dims();
+    let groups = rows / base.len().max(1);
     let need = base.iter().copied().max().unwrap_or(0);
-    let scores = if w < need {
-        let dev = scores.device();
-        Tensor::cat(vec![scores, Tensor::zeros([b, need - w], &dev)], 1)
+    let scores = pad_width(scores, need.max(w));
+    let sel = select_top_k(scores, &repeat_lens(base, groups), keep)?;
+    Ok(if h == kv_heads {
+        sel
     } else {
-        scores
-    };
-    let w = scores.dims()[1];
-    let sel = select_top_k(scores.reshape([b, 1, w]), base, keep)?;
-    Ok(LayerSelection {
-        indices: sel.indices.repeat_dim(1, kv_heads),
-        counts: sel.counts,
+        LayerSelection {
+            indices: sel.indices.repeat_dim(1, kv_heads),
+            counts: sel.counts,
+        }
     })
+}
+
+/// `lens` repeated `groups` times (group-major), for the rows of a stacked selection.
+fn repeat_lens(lens: &[usize], groups: usize) -> Vec<usize> {
+    (0..groups).flat_map(|_| lens.iter().copied()).collect()
+}
+
+/// Group `g`'s rows of a stacked selection `[groups * batch, kv_heads, k]`.
+fn group_rows<B: Backend>(sel: &LayerSelection<B>, g: usize, batch: usize) -> LayerSelection<B> {
+    let [_, h, k] = sel.indices.dims();
+    LayerSelection {
+        indices: sel
+            .indices
+            .clone()
+            .slice([g * batch..(g + 1) * batch, 0..h, 0..k]),
+        counts: sel.counts[g * batch..(g + 1) * batch].to_vec(),
+    }
 }
 
 /// Which draft layers feed the lookahead signal (DESIGN.md step 1: "configured draft
@@ -177,8 +219,9 @@ struct LookaheadHook<B: Backend> {
     queries: std::collections::BTreeMap<usize, Vec<Tensor<B, 4>>>,
     /// kept first rows per layer, `[batch, heads, 1, head_dim]`
     first_rows: std::collections::BTreeMap<usize, Tensor<B, 4>>,
-    /// what every layer of this pass attends to (a sparse draft), `None` = dense
-    selection: Option<LayerSelection<B>>,
+    /// what the layers of this pass attend to (a sparse draft): one selection for every
+    /// layer, or one per layer; empty = dense
+    selections: Vec<LayerSelection<B>>,
 }
 
 impl<B: Backend> LookaheadHook<B> {
@@ -205,9 +248,10 @@ impl<B: Backend> AttentionHook<B> for LookaheadHook<B> {
                     .insert(ctx.layer, ctx.q.clone().slice([0..b, 0..h, 0..1, 0..d]));
             }
         }
-        Ok(match ctx.phase {
-            Phase::Decode => self.selection.clone(),
-            Phase::Prefill { .. } => None,
+        Ok(match (ctx.phase, self.selections.len()) {
+            (Phase::Prefill { .. }, _) | (_, 0) => None,
+            (Phase::Decode, 1) => Some(self.selections[0].clone()),
+            (Phase::Decode, _) => self.selections.get(ctx.layer).cloned(),
         })
     }
     fn wants_probs(&self, layer: usize, phase: Phase) -> bool {
@@ -260,12 +304,14 @@ pub struct ModelDrafter<B: Backend> {
     extra_capacity: usize,
     lookahead: LookaheadConfig,
     /// the draft's own selection rule ([`ModelDrafter::with_draft_selection`])
-    draft_keep: Option<KeepRule>,
-    /// the last proposal's attention mass per position, normalised, `[batch, width]`
-    /// (kept with a draft selection rule only)
-    scores: Option<Tensor<B, 2>>,
-    /// the selection the last proposal's first step attended to (a sparse draft)
-    last_selection: Option<LayerSelection<B>>,
+    draft_keep: Option<DraftSelection>,
+    /// the last proposal's attention mass per position for the next selection: `[layers *
+    /// batch, kv_heads, width]` (per layer, layer-major) or `[batch, 1, width]` (shared);
+    /// kept with a draft selection rule only
+    scores: Option<Tensor<B, 3>>,
+    /// the selections the last proposal's first step attended to (a sparse draft): one, or
+    /// one per layer
+    last_selection: Vec<LayerSelection<B>>,
     prefill_chunk: usize,
     prefix: Option<Vec<DenseKvCache<B>>>,
     target_kv: Option<crate::TargetKv<B>>,
@@ -287,7 +333,7 @@ impl<B: Backend> ModelDrafter<B> {
             lookahead: LookaheadConfig::default(),
             draft_keep: None,
             scores: None,
-            last_selection: None,
+            last_selection: Vec::new(),
             prefill_chunk: AUTO_PREFILL_CHUNK,
             prefix: None,
             target_kv: None,
@@ -355,9 +401,13 @@ impl<B: Backend> ModelDrafter<B> {
     /// At every proposal after the first, each draft layer and KV head attends to the sinks
     /// `[0, n_sink)`, the window `[ctx - window, ctx)` and the top `budget - n_sink - window`
     /// positions of the previous proposal's attention mass (its queries against all its
-    /// keys, summed over the lookahead layers, KV heads and rows: the lookahead signal), plus
-    /// every token that entered the context since (the pending and draft tokens). The first
-    /// proposal, and one where no sequence's context exceeds `budget`, attends densely.
+    /// keys, summed over the rows: the lookahead signal before the sum over layers and KV
+    /// heads), plus every token that entered the context since (the pending and draft
+    /// tokens). With [`DraftSelection::per_layer`] each layer and KV head ranks by its own
+    /// mass (a layer outside [`LookaheadConfig::layers`] by the sum over those inside),
+    /// else all share the sum. One top-k call makes every layer's selection, and one
+    /// extension per step keeps them current. The first proposal, and one where no
+    /// sequence's context exceeds `budget`, attends densely.
     ///
     /// The draft then reads `budget` positions of K and V per layer and step instead of the
     /// whole context, and the keys once per layer and proposal for the mass (scored after
@@ -367,8 +417,11 @@ impl<B: Backend> ModelDrafter<B> {
     /// # Errors
     /// [`dustin_core::CoreError::InvalidInput`] naming `budget` when it does not exceed
     /// `n_sink + window` (nothing would be left to choose).
-    pub fn with_draft_selection(mut self, keep: Option<KeepRule>) -> dustin_core::Result<Self> {
-        if let Some(k) = keep {
+    pub fn with_draft_selection(
+        mut self,
+        sel: Option<DraftSelection>,
+    ) -> dustin_core::Result<Self> {
+        if let Some(DraftSelection { keep: k, .. }) = sel {
             if k.budget <= k.n_sink + k.window {
                 return Err(dustin_core::CoreError::invalid(
                     "budget",
@@ -382,15 +435,16 @@ impl<B: Backend> ModelDrafter<B> {
                 ));
             }
         }
-        self.draft_keep = keep;
+        self.draft_keep = sel;
         self.scores = None;
         Ok(self)
     }
 
-    /// The selection the last proposal's first step attended to, `indices`
-    /// `[batch, kv_heads, k]` (see [`LayerSelection`]); `None` when it drafted densely.
-    pub fn last_selection(&self) -> Option<&LayerSelection<B>> {
-        self.last_selection.as_ref()
+    /// The selections the last proposal's first step attended to, `indices`
+    /// `[batch, kv_heads, k]` each (see [`LayerSelection`]): one per draft layer
+    /// ([`DraftSelection::per_layer`]) or one for all; empty when it drafted densely.
+    pub fn last_selection(&self) -> &[LayerSelection<B>] {
+        &self.last_selection
     }
 
     /// The draft model.
@@ -415,7 +469,7 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
             ));
         }
         self.scores = None;
-        self.last_selection = None;
+        self.last_selection.clear();
         if let Some(cache) = self.adopt_target_kv()? {
             if cache.batch() != prompts.len() {
                 return Err(dustin_core::CoreError::invalid(
@@ -470,7 +524,7 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
             parts: Vec::new(),
             queries: Default::default(),
             first_rows: Default::default(),
-            selection: None,
+            selections: Vec::new(),
         };
         if let Some(target) = self.adopt_target_kv()? {
             // the target's cache holds every committed token but the pending one
@@ -484,12 +538,13 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
         // the draft's own selection at the proposal's start (a sparse draft with the last
         // proposal's mass, and a context longer than the budget somewhere)
         let sel0 = match (keep_rule, scores) {
-            (Some(rule), Some(sc)) if base.iter().any(|&l| l > rule.budget) => {
-                Some(draft_selection(sc, &base, rule, cache.shape().kv_heads)?)
-            }
+            (Some(rule), Some(sc)) if base.iter().any(|&l| l > rule.keep.budget) => Some(
+                draft_selection(sc, &base, rule.keep, cache.shape().kv_heads)?,
+            ),
             _ => None,
         };
         let sparse = sel0.is_some();
+        let groups = sel0.as_ref().map_or(0, |s| s.counts.len() / batch.max(1));
         // step 0 feeds the pending tokens; a sequence with fewer is padded by repeating its
         // last pending token, whose cache entry is dropped right after
         let n0 = pending.iter().map(Vec::len).max().unwrap_or(1);
@@ -518,6 +573,7 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
                 .map(|(b, p)| b + p.len())
                 .collect()
         };
+        let mut self_last: Vec<LayerSelection<B>> = Vec::new();
         for step in 0..ctx.gamma {
             // a sparse draft's passes score nothing themselves (their attention sees only
             // the selection): their rows are kept, the first step's only row 0 when the
@@ -525,8 +581,17 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
             hook.keep = (deferred || sparse) && (step > 0 || uniform);
             hook.keep_first_row = sparse && step == 0 && !uniform;
             if let Some(sel) = &sel0 {
-                // the selection plus every position that entered the context since
-                hook.selection = Some(extend_selection(sel, &base, cache.lens())?);
+                // the selections plus every position that entered the context since, in one
+                // extension of the stacked rows, then split per layer
+                let ext = extend_selection(
+                    sel,
+                    &repeat_lens(&base, groups),
+                    &repeat_lens(cache.lens(), groups),
+                )?;
+                hook.selections = (0..groups).map(|g| group_rows(&ext, g, batch)).collect();
+                if step == 0 {
+                    self_last = hook.selections.clone();
+                }
             }
             let out = model.forward(
                 &input,
@@ -598,14 +663,56 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
                 None => m,
             });
         };
+        // per-layer masses `[batch, kv_heads, width]`, for a per-layer draft selection
+        let per_layer = keep_rule.is_some_and(|r| r.per_layer);
+        let mut by_layer: std::collections::BTreeMap<usize, Tensor<B, 3>> = Default::default();
         for layer in layers_kept {
-            if let Some(qs) = kept.remove(&layer) {
-                add(model.key_mass(cache, layer, Tensor::cat(qs, 2), &kept_from)?);
+            let mut m: Option<Tensor<B, 3>> = None;
+            for part in [
+                kept.remove(&layer)
+                    .map(|qs| model.key_mass(cache, layer, Tensor::cat(qs, 2), &kept_from))
+                    .transpose()?,
+                firsts
+                    .remove(&layer)
+                    .map(|q| model.key_mass(cache, layer, q, &base))
+                    .transpose()?,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                m = Some(match m {
+                    Some(a) => {
+                        let w = a.dims()[2].max(part.dims()[2]);
+                        pad_width(a, w) + pad_width(part, w)
+                    }
+                    None => part,
+                });
             }
-            if let Some(q) = firsts.remove(&layer) {
-                add(model.key_mass(cache, layer, q, &base)?);
+            if let Some(m) = m {
+                if per_layer {
+                    by_layer.insert(layer, m.clone());
+                }
+                add(m);
             }
         }
+        // the next selection's scores: every layer's own mass (the sum for a layer without
+        // one), stacked layer-major
+        let stacked = match (&acc, per_layer) {
+            (Some(sum), true) => {
+                let layers = cache.num_layers();
+                let w = by_layer
+                    .values()
+                    .map(|m| m.dims()[2])
+                    .chain([sum.dims()[2]])
+                    .max()
+                    .unwrap_or(0);
+                let rows: Vec<Tensor<B, 3>> = (0..layers)
+                    .map(|l| pad_width(by_layer.remove(&l).unwrap_or_else(|| sum.clone()), w))
+                    .collect();
+                Some(Tensor::cat(rows, 0))
+            }
+            _ => None,
+        };
         if let Some(acc) = acc {
             let [b, _, l] = acc.dims();
             // sum over KV heads: [batch, keys_len]
@@ -629,12 +736,15 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
         } else {
             None
         };
-        self.scores = if keep_rule.is_some() {
-            mass.clone()
-        } else {
-            None
+        self.scores = match keep_rule {
+            Some(r) if r.per_layer => stacked,
+            Some(_) => mass.clone().map(|m| {
+                let [b, w] = m.dims();
+                m.reshape([b, 1, w])
+            }),
+            None => None,
         };
-        self.last_selection = sel0;
+        self.last_selection = self_last;
         let lookahead = if ctx.want_lookahead { mass } else { None };
         self.base = base;
         self.fed = pending.iter().map(Vec::len).collect();
@@ -691,14 +801,20 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
         self.cache()?.retain(keep)?;
         // the kept sequences' rows of the last mass (their positions are unchanged)
         if let Some(sc) = self.scores.take().filter(|_| !keep.is_empty()) {
-            let idx: Vec<i64> = keep.iter().map(|&k| k as i64).collect();
+            // rows are group-major: each group keeps its rows of the kept sequences
+            let batch = self.pending.len().max(1);
+            let groups = sc.dims()[0] / batch;
+            let idx: Vec<i64> = (0..groups)
+                .flat_map(|g| keep.iter().map(move |&k| (g * batch + k) as i64))
+                .collect();
+            let n = idx.len();
             let idx = Tensor::<B, 1, burn_tensor::Int>::from_data(
-                burn_tensor::TensorData::new(idx, [keep.len()]),
+                burn_tensor::TensorData::new(idx, [n]),
                 &sc.device(),
             );
             self.scores = Some(sc.select(0, idx));
         }
-        self.last_selection = None;
+        self.last_selection.clear();
         let pick = |v: &Vec<_>| keep.iter().map(|&k| v[k]).collect::<Vec<_>>();
         self.pending = keep.iter().map(|&k| self.pending[k].clone()).collect();
         self.last = keep.iter().map(|&k| self.last[k].clone()).collect();

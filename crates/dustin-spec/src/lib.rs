@@ -20,7 +20,7 @@ pub use decoder::{
     autoregressive, IterationStats, NoDraft, SpecConfig, SpecOutput, SpecSummary,
     SpeculativeDecoder, MAX_GAMMA,
 };
-pub use drafter::{LookaheadConfig, LookaheadScoring, ModelDrafter};
+pub use drafter::{DraftSelection, LookaheadConfig, LookaheadScoring, ModelDrafter};
 pub use dustin_core::{Drafter, SelectionPolicy, Verifier};
 pub use error::{Result, SpecError};
 pub use verifier::{ModelVerifier, TargetKv};

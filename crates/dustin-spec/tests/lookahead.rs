@@ -6,9 +6,9 @@
 //! pass), gamma 1 to 5, a ragged batch.
 //!
 //! A draft that attends to a selection of its context (`ModelDrafter::with_draft_selection`):
-//! its selection is the sinks, the window and the top of the previous proposal's lookahead
-//! (checked against a host top-k of that lookahead), and greedy speculative decoding with it
-//! still emits the target's own greedy tokens.
+//! its selection is the sinks, the window and the top of the previous proposal's mass
+//! (checked against a host top-k of that lookahead, shared and per layer), and greedy
+//! speculative decoding with it still emits the target's own greedy tokens.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -19,7 +19,8 @@ use dustin_qwen::generate::{generate, GenerateConfig};
 use dustin_qwen::{Qwen2, QwenConfig, SafetensorsDir};
 use dustin_select::KeepRule;
 use dustin_spec::{
-    LookaheadConfig, LookaheadScoring, ModelDrafter, ModelVerifier, SpecConfig, SpeculativeDecoder,
+    DraftSelection, LookaheadConfig, LookaheadScoring, ModelDrafter, ModelVerifier, SpecConfig,
+    SpeculativeDecoder,
 };
 
 type B = Flex;
@@ -169,71 +170,136 @@ fn host_selection(la: &[f32], ctx: usize, k: KeepRule) -> Vec<usize> {
     keep
 }
 
+/// Two proposals of a sparse draft (the first dense) beside the same draft dense
+/// throughout, sequence 0 accepting one draft token in between: the first proposal's
+/// lookahead `[batch * width]` and width, the sparse draft after its second proposal, and
+/// whether the second proposals' lookaheads differ (the layers attended to something else).
+fn two_proposals(
+    m: &Arc<Qwen2<B>>,
+    sel: DraftSelection,
+    layers: Option<Vec<usize>>,
+) -> (Vec<f32>, usize, ModelDrafter<B>, f32) {
+    let mut d = drafter(m, LookaheadScoring::Deferred, layers.clone())
+        .with_draft_selection(Some(sel))
+        .unwrap();
+    let mut dense = drafter(m, LookaheadScoring::Deferred, layers);
+    let prompts = long_prompts();
+    d.prefill(&prompts, &[1, 2]).unwrap();
+    dense.prefill(&prompts, &[1, 2]).unwrap();
+    let gamma = 3;
+    let p1 = d.propose(&ctx(gamma)).unwrap();
+    let p1_dense = dense.propose(&ctx(gamma)).unwrap();
+    assert_eq!(
+        p1.tokens, p1_dense.tokens,
+        "the first proposals are both dense"
+    );
+    assert!(d.last_selection().is_empty(), "first proposal is dense");
+    let la = p1.lookahead.unwrap();
+    let width = la.dims()[1];
+    let la: Vec<f32> = la.into_data().to_vec().unwrap();
+    d.commit(&[1, 0], &[7, 8]).unwrap();
+    dense.commit(&[1, 0], &[7, 8]).unwrap();
+    let p2 = d.propose(&ctx(gamma)).unwrap();
+    let p2_dense = dense.propose(&ctx(gamma)).unwrap();
+    let a: Vec<f32> = p2.lookahead.unwrap().into_data().to_vec().unwrap();
+    let b: Vec<f32> = p2_dense.lookahead.unwrap().into_data().to_vec().unwrap();
+    let diff = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f32, f32::max);
+    (la, width, d, diff)
+}
+
+/// Contexts at the second proposal: prompt + first pending token + accepted draft tokens.
+const CTXS: [usize; 2] = [47 + 1 + 1, 33 + 1];
+
+/// The kept positions of `sel` `[batch, kv_heads, k]`, per (sequence, KV head).
+fn rows_of(sel: &dustin_core::LayerSelection<B>) -> Vec<Vec<Vec<usize>>> {
+    let [b, h, k] = sel.indices.dims();
+    let idx: Vec<i64> = sel
+        .indices
+        .clone()
+        .into_data()
+        .convert::<i64>()
+        .to_vec()
+        .unwrap();
+    (0..b)
+        .map(|s| {
+            (0..h)
+                .map(|j| {
+                    idx[(s * h + j) * k..][..sel.counts[s]]
+                        .iter()
+                        .map(|&i| i as usize)
+                        .collect()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Shared ranking, and per-layer ranking where only layer 1 feeds the mass (qwen2-gqa7 has
+/// one KV head, so layer 1's mass is the lookahead up to its normalisation): every layer's
+/// selection is the host's top-k of the first proposal's lookahead with sinks and window.
 #[test]
 fn sparse_draft_selects_sinks_window_and_the_top_of_its_last_lookahead() {
     for kernels in [false, true] {
         let m = model("qwen2-gqa7", kernels);
         let kvh = m.config.kv_heads();
-        let mut d = drafter(&m, LookaheadScoring::Deferred, None)
-            .with_draft_selection(Some(KEEP))
-            .unwrap();
-        // the same draft, dense throughout
-        let mut dense = drafter(&m, LookaheadScoring::Deferred, None);
-        let prompts = long_prompts();
-        d.prefill(&prompts, &[1, 2]).unwrap();
-        dense.prefill(&prompts, &[1, 2]).unwrap();
-        let gamma = 3;
-        // the first proposal drafts densely and yields the lookahead the next one selects by
-        let p1 = d.propose(&ctx(gamma)).unwrap();
-        let p1_dense = dense.propose(&ctx(gamma)).unwrap();
-        assert_eq!(
-            p1.tokens, p1_dense.tokens,
-            "the first proposals are both dense"
-        );
-        assert!(d.last_selection().is_none(), "first proposal is dense");
-        let la = p1.lookahead.unwrap();
-        let width = la.dims()[1];
-        let la: Vec<f32> = la.into_data().to_vec().unwrap();
-        // sequence 0 accepts 1 draft token, sequence 1 none
-        d.commit(&[1, 0], &[7, 8]).unwrap();
-        dense.commit(&[1, 0], &[7, 8]).unwrap();
-        // contexts at the next proposal: prompt + first pending + accepted
-        let ctxs = [47 + 1 + 1, 33 + 1];
-        let p2 = d.propose(&ctx(gamma)).unwrap();
-        let p2_dense = dense.propose(&ctx(gamma)).unwrap();
-        // the layers attended to the selection: from the second layer on, their queries
-        // (and so the mass) differ from the dense draft's
-        let a: Vec<f32> = p2.lookahead.unwrap().into_data().to_vec().unwrap();
-        let b: Vec<f32> = p2_dense.lookahead.unwrap().into_data().to_vec().unwrap();
-        let diff = a
-            .iter()
-            .zip(&b)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0.0f32, f32::max);
-        assert!(
-            diff > 1e-4,
-            "kernels {kernels}: the sparse draft attended densely ({diff})"
-        );
-        let sel = d.last_selection().expect("second proposal selects");
-        assert_eq!(sel.counts, vec![KEEP.budget, KEEP.budget]);
-        let [b, h, k] = sel.indices.dims();
-        assert_eq!((b, h), (2, kvh));
-        let idx: Vec<i64> = sel
-            .indices
-            .clone()
-            .into_data()
-            .convert::<i64>()
-            .to_vec()
-            .unwrap();
-        for (s, &c) in ctxs.iter().enumerate() {
-            let want = host_selection(&la[s * width..(s + 1) * width], c, KEEP);
-            for head in 0..kvh {
-                let row = &idx[(s * kvh + head) * k..][..KEEP.budget];
-                let got: Vec<usize> = row.iter().map(|&i| i as usize).collect();
-                assert_eq!(got, want, "kernels {kernels}, sequence {s}, KV head {head}");
+        let cases = [
+            (false, None, 1usize),
+            (true, Some(vec![1usize]), m.config.num_hidden_layers),
+        ];
+        for (per_layer, layers, groups) in cases {
+            let what = format!("kernels {kernels}, per layer {per_layer}");
+            let sel = DraftSelection {
+                keep: KEEP,
+                per_layer,
+            };
+            let (la, width, d, diff) = two_proposals(&m, sel, layers);
+            assert!(
+                diff > 1e-4,
+                "{what}: the sparse draft attended densely ({diff})"
+            );
+            assert_eq!(d.last_selection().len(), groups, "{what}");
+            for sel in d.last_selection() {
+                assert_eq!(sel.counts, vec![KEEP.budget, KEEP.budget], "{what}");
+                assert_eq!(sel.indices.dims()[..2], [2, kvh], "{what}");
+                for (s, heads) in rows_of(sel).iter().enumerate() {
+                    let want = host_selection(&la[s * width..(s + 1) * width], CTXS[s], KEEP);
+                    for got in heads {
+                        assert_eq!(got, &want, "{what}, sequence {s}");
+                    }
+                }
             }
         }
     }
+}
+
+/// Per-layer ranking with every layer feeding the mass (llama: 2 layers, 2 KV heads): each
+/// row keeps the sinks and the window, ascending positions below its context, and the two
+/// layers choose differently.
+#[test]
+fn per_layer_sparse_draft_ranks_each_layer_by_its_own_mass() {
+    let m = model("llama", false);
+    let (_, _, d, diff) = two_proposals(&m, DraftSelection::new(KEEP), None);
+    assert!(diff > 1e-4, "the sparse draft attended densely ({diff})");
+    let sels = d.last_selection();
+    assert_eq!(sels.len(), 2);
+    let rows: Vec<_> = sels.iter().map(rows_of).collect();
+    for layer in &rows {
+        for (s, heads) in layer.iter().enumerate() {
+            for row in heads {
+                assert_eq!(row.len(), KEEP.budget);
+                assert!(row.windows(2).all(|w| w[0] < w[1]), "{row:?}");
+                assert!(row.iter().all(|&p| p < CTXS[s]), "{row:?}");
+                for p in (0..KEEP.n_sink).chain(CTXS[s] - KEEP.window..CTXS[s]) {
+                    assert!(row.contains(&p), "sequence {s}: {p} missing from {row:?}");
+                }
+            }
+        }
+    }
+    assert_ne!(rows[0], rows[1], "both layers chose the same positions");
 }
 
 #[test]
@@ -273,7 +339,7 @@ fn greedy_speculative_with_a_sparse_draft_equals_autoregressive() {
         for (label, draft) in [("self", target.clone()), ("other", other.clone())] {
             let extra = max_new + 2 * (gamma + 2);
             let drafter = ModelDrafter::new(draft, None, extra)
-                .with_draft_selection(Some(KEEP))
+                .with_draft_selection(Some(DraftSelection::new(KEEP)))
                 .unwrap();
             let verifier = ModelVerifier::new(target.clone(), DenseHook, extra, 96);
             let mut dec = SpeculativeDecoder::new(drafter, verifier);
@@ -301,7 +367,7 @@ fn a_draft_budget_without_room_to_choose_is_named() {
         window: 6,
     };
     let e = ModelDrafter::new(m, None, 8)
-        .with_draft_selection(Some(bad))
+        .with_draft_selection(Some(DraftSelection::new(bad)))
         .unwrap_err()
         .to_string();
     assert!(
@@ -317,7 +383,7 @@ fn a_draft_budget_without_room_to_choose_is_named() {
 fn sparse_draft_sums_masses_of_different_widths() {
     let m = model("llama", false);
     let mut d = drafter(&m, LookaheadScoring::Deferred, None)
-        .with_draft_selection(Some(KEEP))
+        .with_draft_selection(Some(DraftSelection::new(KEEP)))
         .unwrap();
     let prompts: Vec<Vec<u32>> = vec![
         (0..60).map(|i| ((i * 5 + 1) % 96) as u32).collect(),
@@ -329,7 +395,7 @@ fn sparse_draft_sums_masses_of_different_widths() {
     // sequence 0 accepts all three: its context is 63 with 2 pending tokens
     d.commit(&[gamma, 0], &[6, 7]).unwrap();
     let p = d.propose(&ctx(gamma)).unwrap();
-    assert!(d.last_selection().is_some());
+    assert_eq!(d.last_selection().len(), 2);
     let la = p.lookahead.unwrap();
     let [_, w] = la.dims();
     assert!(w >= 67, "width {w}");
