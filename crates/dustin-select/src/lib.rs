@@ -18,4 +18,4 @@ pub use error::SelectError;
 pub use pyramid::{pyramid_budgets, Pyramid, PyramidConfig};
 pub use registry::{build, build_with, names};
 pub use selector::{BudgetedPolicy, Selector};
-pub use topk::{extend_selection, select_top_k, SELECTION_MULTIPLE};
+pub use topk::{extend_selection, extend_selection_grouped, select_top_k, SELECTION_MULTIPLE};

@@ -128,12 +128,45 @@ pub fn extend_selection<B: Backend>(
     old_lens: &[usize],
     new_lens: &[usize],
 ) -> Result<LayerSelection<B>> {
-    let [b, h, k_old] = sel.indices.dims();
-    if old_lens.len() != b || new_lens.len() != b || sel.counts.len() != b {
+    extend_selection_grouped(sel, 1, old_lens, new_lens)
+}
+
+/// [`extend_selection`] of a stack of `groups` selections of one batch, `sel.indices`
+/// `[groups * batch, kv_heads, k]` group-major (as several layers' selections made in one
+/// top-k call), for contexts `old_lens` -> `new_lens` of that batch (`batch` lengths each).
+/// The index tables come from the host once for the batch, not once per group, when every
+/// group keeps the same counts (as [`select_top_k`] makes them); otherwise row by row.
+///
+/// # Errors
+/// As [`extend_selection`]; [`CoreError::InvalidInput`] naming `groups` when the rows are
+/// not `groups` times the batch.
+pub fn extend_selection_grouped<B: Backend>(
+    sel: &LayerSelection<B>,
+    groups: usize,
+    old_lens: &[usize],
+    new_lens: &[usize],
+) -> Result<LayerSelection<B>> {
+    let [rows, h, k_old] = sel.indices.dims();
+    let b = new_lens.len();
+    if groups == 1 && (rows != b || sel.counts.len() != rows) {
+        return Err(CoreError::invalid(
+            "ctx_lens",
+            format!("{rows} sequences"),
+            b,
+        ));
+    }
+    if groups == 0 || rows != groups * b || sel.counts.len() != rows {
+        return Err(CoreError::invalid(
+            "groups",
+            format!("{rows} selection rows = groups x {b} sequences"),
+            groups,
+        ));
+    }
+    if old_lens.len() != b {
         return Err(CoreError::invalid(
             "ctx_lens",
             format!("{b} sequences"),
-            new_lens.len(),
+            old_lens.len(),
         ));
     }
     if let Some(i) = (0..b).find(|&i| new_lens[i] < old_lens[i]) {
@@ -148,6 +181,12 @@ pub fn extend_selection<B: Backend>(
     }
     if old_lens == new_lens {
         return Ok(sel.clone());
+    }
+    let same = (0..rows).all(|r| sel.counts[r] == sel.counts[r % b]);
+    if !same {
+        // row by row: every group's rows with the batch's lengths
+        let rep = |l: &[usize]| -> Vec<usize> { (0..groups).flat_map(|_| l.to_vec()).collect() };
+        return extend_selection_grouped(sel, 1, &rep(old_lens), &rep(new_lens));
     }
     let counts: Vec<usize> = (0..b)
         .map(|i| sel.counts[i] + new_lens[i] - old_lens[i])
@@ -175,18 +214,25 @@ pub fn extend_selection<B: Backend>(
     }
     let device = sel.indices.device();
     let old = if k_old == 0 {
-        Tensor::<B, 3, Int>::zeros([b, h, 1], &device)
+        Tensor::<B, 4, Int>::zeros([groups, b, h, 1], &device)
     } else {
-        sel.indices.clone()
+        sel.indices.clone().reshape([groups, b, h, k_old])
     };
+    let shape = [groups, b, h, k];
     let src =
-        Tensor::<B, 3, Int>::from_data(TensorData::new(src, [b, 1, k]), &device).expand([b, h, k]);
+        Tensor::<B, 4, Int>::from_data(TensorData::new(src, [1, b, 1, k]), &device).expand(shape);
     let val =
-        Tensor::<B, 3, Int>::from_data(TensorData::new(val, [b, 1, k]), &device).expand([b, h, k]);
-    let fresh = Tensor::<B, 3, Bool>::from_data(TensorData::new(fresh, [b, 1, k]), &device)
-        .expand([b, h, k]);
-    let indices = old.gather(2, src).mask_where(fresh, val);
-    Ok(LayerSelection { indices, counts })
+        Tensor::<B, 4, Int>::from_data(TensorData::new(val, [1, b, 1, k]), &device).expand(shape);
+    let fresh = Tensor::<B, 4, Bool>::from_data(TensorData::new(fresh, [1, b, 1, k]), &device)
+        .expand(shape);
+    let indices = old
+        .gather(3, src)
+        .mask_where(fresh, val)
+        .reshape([groups * b, h, k]);
+    Ok(LayerSelection {
+        indices,
+        counts: (0..groups).flat_map(|_| counts.iter().copied()).collect(),
+    })
 }
 
 /// Context lengths as an `Int` tensor `[batch]`.

@@ -9,7 +9,7 @@ use dustin_kernels::KernelOps;
 use dustin_kv::DenseKvCache;
 use dustin_qwen::generate::{prefill_from, rows_to_host, seq_rng, AUTO_PREFILL_CHUNK};
 use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2};
-use dustin_select::{extend_selection, select_top_k, KeepRule};
+use dustin_select::{extend_selection_grouped, select_top_k, KeepRule};
 use rand::Rng;
 
 /// Row `last[s]` of each sequence `s` of `logits` `[batch, n, vocab]`, as `[batch, vocab]`:
@@ -582,12 +582,9 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
             hook.keep_first_row = sparse && step == 0 && !uniform;
             if let Some(sel) = &sel0 {
                 // the selections plus every position that entered the context since, in one
-                // extension of the stacked rows, then split per layer
-                let ext = extend_selection(
-                    sel,
-                    &repeat_lens(&base, groups),
-                    &repeat_lens(cache.lens(), groups),
-                )?;
+                // extension of the stacked rows (index tables uploaded once for the batch),
+                // then split per layer
+                let ext = extend_selection_grouped(sel, groups, &base, cache.lens())?;
                 hook.selections = (0..groups).map(|g| group_rows(&ext, g, batch)).collect();
                 if step == 0 {
                     self_last = hook.selections.clone();

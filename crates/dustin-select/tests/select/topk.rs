@@ -4,7 +4,9 @@
 use burn_tensor::{Tensor, TensorData};
 use dustin_core::SelectionPolicy;
 use dustin_select::estimators::Streaming;
-use dustin_select::{extend_selection, select_top_k, KeepRule, SelectConfig, Selector};
+use dustin_select::{
+    extend_selection, extend_selection_grouped, select_top_k, KeepRule, SelectConfig, Selector,
+};
 use proptest::prelude::*;
 
 use crate::common::{check_selection, dev, rows, Synth, B};
@@ -166,6 +168,52 @@ fn extension_appends_new_positions() {
     assert!(
         extend_selection(&sel, &old_lens, &[19, 9]).is_err(),
         "a context cannot shrink"
+    );
+}
+
+/// A stack of 3 groups' selections of a batch of 2 (2 KV heads), extended in one call, row
+/// for row what the rows extend to one by one; groups with unequal counts take the
+/// row-by-row path and still agree; a row count that is not groups x batch is named.
+#[test]
+fn grouped_extension_equals_row_by_row_extension() {
+    let keep = KeepRule {
+        budget: 6,
+        n_sink: 1,
+        window: 2,
+    };
+    let (groups, batch, h, w) = (3usize, 2usize, 2usize, 30usize);
+    let v: Vec<f32> = (0..groups * batch * h * w)
+        .map(|i| ((i * 37 + 11) % 101) as f32)
+        .collect();
+    let scores = Tensor::<B, 3>::from_data(TensorData::new(v, [groups * batch, h, w]), &dev());
+    let old_lens = [30usize, 12];
+    let rep = |l: &[usize]| -> Vec<usize> { (0..groups).flat_map(|_| l.to_vec()).collect() };
+    let sel = select_top_k(scores.clone(), &rep(&old_lens), keep).unwrap();
+    let new_lens = [33usize, 14];
+    let got = extend_selection_grouped(&sel, groups, &old_lens, &new_lens).unwrap();
+    let want = extend_selection(&sel, &rep(&old_lens), &rep(&new_lens)).unwrap();
+    assert_eq!(got.counts, want.counts);
+    assert_eq!(got.counts, rep(&[6 + 3, 6 + 2]));
+    assert_eq!(rows(&got), rows(&want));
+    // unequal counts between groups (group 1 made at a budget of 4)
+    let small = KeepRule { budget: 4, ..keep };
+    let mut counts = sel.counts.clone();
+    let s1 = select_top_k(scores, &rep(&old_lens), small).unwrap();
+    counts[batch..2 * batch].copy_from_slice(&s1.counts[batch..2 * batch]);
+    let mixed = dustin_core::LayerSelection {
+        indices: sel.indices.clone(),
+        counts,
+    };
+    let got = extend_selection_grouped(&mixed, groups, &old_lens, &new_lens).unwrap();
+    let want = extend_selection(&mixed, &rep(&old_lens), &rep(&new_lens)).unwrap();
+    assert_eq!(got.counts, want.counts);
+    assert_eq!(rows(&got), rows(&want));
+    let err = extend_selection_grouped(&sel, 2, &old_lens, &new_lens)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`groups`") && err.contains("6 selection rows"),
+        "{err}"
     );
 }
 
