@@ -194,6 +194,16 @@ fn substitute_draft_matches_autoregressive() {
         assert_eq!(sparse_draft, dense_draft, "{draft}: --draft-budget 72");
         assert!(err.contains("mean acceptance length"), "{err}");
     }
+    // a sparse draft on the target's KV cache and as an early-exit self-draft: the same
+    // output as autoregressive decoding
+    let long: Vec<String> = (0..120).map(|i| format!("t{}", (i * 5) % 96)).collect();
+    let long = long.join(" ");
+    let (ar_long, _) = run(&["--prompt", &long]);
+    for draft in ["substitute:kv=target", "self:layers=1"] {
+        let (out, err) = run(&["--prompt", &long, "--draft", draft, "--draft-budget", "80"]);
+        assert_eq!(out, ar_long, "{draft} --draft-budget 80");
+        assert!(err.contains("mean acceptance length"), "{err}");
+    }
     let (_, err) = run(&["--draft", "substitute:layers=1"]);
     assert!(
         err.contains("substitute draft: 1 of 2 layers (1) at 4 bits, group 64"),
