@@ -573,7 +573,7 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
                 .map(|(b, p)| b + p.len())
                 .collect()
         };
-        let mut self_last: Vec<LayerSelection<B>> = Vec::new();
+        let mut first_step_selections: Vec<LayerSelection<B>> = Vec::new();
         for step in 0..ctx.gamma {
             // a sparse draft's passes score nothing themselves (their attention sees only
             // the selection): their rows are kept, the first step's only row 0 when the
@@ -587,7 +587,7 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
                 let ext = extend_selection_grouped(sel, groups, &base, cache.lens())?;
                 hook.selections = (0..groups).map(|g| group_rows(&ext, g, batch)).collect();
                 if step == 0 {
-                    self_last = hook.selections.clone();
+                    first_step_selections = hook.selections.clone();
                 }
             }
             let out = model.forward(
@@ -741,7 +741,7 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
             }),
             None => None,
         };
-        self.last_selection = self_last;
+        self.last_selection = first_step_selections;
         let lookahead = if ctx.want_lookahead { mass } else { None };
         self.base = base;
         self.fed = pending.iter().map(Vec::len).collect();
