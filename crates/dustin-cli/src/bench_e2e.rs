@@ -309,6 +309,19 @@ fn validate(a: &E2eArgs) -> Result<(), CliError> {
             .validate()
             .map_err(|e| CliError::Usage(format!("--budget {}: {e}", a.budget)))?;
     }
+    let k = dustin_select::SelectConfig::default().keep();
+    if let Some(&db) = a
+        .draft_budget
+        .iter()
+        .find(|&&d| d > 0 && d <= k.n_sink + k.window)
+    {
+        return Err(CliError::Usage(format!(
+            "--draft-budget {db}: expected more than the sinks and window ({} + {} = {}), or 0 for a dense draft",
+            k.n_sink,
+            k.window,
+            k.n_sink + k.window
+        )));
+    }
     Ok(())
 }
 

@@ -267,6 +267,11 @@ fn bad_schedule_and_modes_are_named() {
         ),
         // dense too, before the `ar` rows run
         (vec!["--budget", "16", "--modes", "ar,dense"], "--budget 16"),
+        // a draft budget with no room beside the sinks and window, before any row runs
+        (
+            vec!["--draft-budget", "0,68", "--modes", "ar,dense"],
+            "--draft-budget 68: expected more than the sinks and window (4 + 64 = 68)",
+        ),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_dustin"))
             .args(["bench-e2e", "--target", &f, "--draft", &f])

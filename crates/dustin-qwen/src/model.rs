@@ -1316,13 +1316,19 @@ impl<B: KernelOps> Qwen2<B> {
                 q.clone().slice([0..b, 0..nh, r0..r0 + rows, 0..hd])
             };
             let lens: Vec<usize> = ctx_lens.iter().map(|&l| l + r0).collect();
-            let part = match fallback(B::head_subset_scores(
-                qc.clone(),
-                k.clone(),
-                &lens,
-                &all,
-                scale,
-            ))? {
+            // the scoring kernel where the model runs its kernels, else the plain ops
+            let kernel = if self.kernels.unwrap_or(B::FUSED) {
+                fallback(B::head_subset_scores(
+                    qc.clone(),
+                    k.clone(),
+                    &lens,
+                    &all,
+                    scale,
+                ))?
+            } else {
+                None
+            };
+            let part = match kernel {
                 Some(m) => m,
                 None => {
                     dustin_kernels::plain::head_subset_scores(qc, k.clone(), &lens, &all, scale)?
