@@ -110,9 +110,9 @@ pub struct DraftSelection {
     pub keep: KeepRule,
     /// Whether each draft layer and KV head ranks positions by its own attention mass
     /// (`true`, [`DraftSelection::new`]'s choice) or every layer and KV head shares the mass
-    /// summed over them (`false`). Measured on SmolLM2-135M (docs/perf.md, 2026-12-01): the
-    /// shared ranking cost a fifth of the acceptance length at a budget of 256, the
-    /// per-layer one a twentieth.
+    /// summed over them (`false`). Measured on SmolLM2-135M (docs/perf.md, 2026-12-01): at a
+    /// budget of 256 of 1,949 tokens the shared ranking cost 20% of the acceptance length,
+    /// the per-layer one 7%.
     pub per_layer: bool,
 }
 
@@ -411,8 +411,9 @@ impl<B: Backend> ModelDrafter<B> {
     ///
     /// The draft then reads `budget` positions of K and V per layer and step instead of the
     /// whole context, and the keys once per layer and proposal for the mass (scored after
-    /// drafting, as [`LookaheadScoring::Deferred`], whatever the scoring setting). `None`
-    /// restores dense drafting.
+    /// drafting, as [`LookaheadScoring::Deferred`], whatever the scoring setting, in dense
+    /// proposals too; with unequal pending counts the first step's rows count only each
+    /// sequence's first pending token). `None` restores dense drafting.
     ///
     /// # Errors
     /// [`dustin_core::CoreError::InvalidInput`] naming `budget` when it does not exceed
@@ -543,7 +544,10 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
             ),
             _ => None,
         };
-        let sparse = sel0.is_some();
+        // a draft selection rule keeps its rows for `key_mass` in every proposal, dense ones
+        // included (their per-layer masses make the next selection), whatever the scoring
+        // setting; with unequal pending counts the first step keeps row 0 only
+        let own = keep_rule.is_some();
         let groups = sel0.as_ref().map_or(0, |s| s.counts.len() / batch.max(1));
         // step 0 feeds the pending tokens; a sequence with fewer is padded by repeating its
         // last pending token, whose cache entry is dropped right after
@@ -575,11 +579,11 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
         };
         let mut first_step_selections: Vec<LayerSelection<B>> = Vec::new();
         for step in 0..ctx.gamma {
-            // a sparse draft's passes score nothing themselves (their attention sees only
-            // the selection): their rows are kept, the first step's only row 0 when the
-            // pending counts differ
-            hook.keep = (deferred || sparse) && (step > 0 || uniform);
-            hook.keep_first_row = sparse && step == 0 && !uniform;
+            // a draft with a selection rule scores nothing in its passes (a sparse pass's
+            // attention sees only the selection): its rows are kept, the first step's only
+            // row 0 when the pending counts differ
+            hook.keep = (deferred || own) && (step > 0 || uniform);
+            hook.keep_first_row = own && step == 0 && !uniform;
             if let Some(sel) = &sel0 {
                 // the selections plus every position that entered the context since, in one
                 // extension of the stacked rows (index tables uploaded once for the batch),

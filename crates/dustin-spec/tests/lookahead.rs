@@ -405,3 +405,49 @@ fn sparse_draft_sums_masses_of_different_widths() {
         assert!((total - 1.0).abs() < 1e-4, "{total}");
     }
 }
+
+/// A selection rule makes the draft keep its rows whatever the scoring setting: with
+/// per-step scoring the second proposal selects (the first, dense one made the per-layer
+/// masses); with gamma 1, a dense proposal (contexts within the budget) after unequal
+/// pending counts has only its first step's row 0 to score, and the next proposal, past
+/// the budget, still selects.
+#[test]
+fn a_selection_rule_selects_under_per_step_scoring_and_gamma_1() {
+    let m = model("llama", false);
+    for scoring in [LookaheadScoring::PerStep, LookaheadScoring::Deferred] {
+        let mut d = drafter(&m, scoring, None)
+            .with_draft_selection(Some(DraftSelection::new(KEEP)))
+            .unwrap();
+        d.prefill(&long_prompts(), &[1, 2]).unwrap();
+        d.propose(&ctx(3)).unwrap();
+        d.commit(&[1, 0], &[7, 8]).unwrap();
+        d.propose(&ctx(3)).unwrap();
+        assert_eq!(
+            d.last_selection().len(),
+            2,
+            "{scoring:?}: the second proposal selects"
+        );
+        // gamma 1, contexts 19 and 18 (within the budget of 20): dense proposals
+        let mut d = drafter(&m, scoring, None)
+            .with_draft_selection(Some(DraftSelection::new(KEEP)))
+            .unwrap();
+        let short: Vec<Vec<u32>> = vec![(0..19).map(|i| i * 3 % 96).collect(), (0..18).collect()];
+        d.prefill(&short, &[1, 2]).unwrap();
+        d.propose(&ctx(1)).unwrap();
+        // sequence 0 accepts (two pending tokens), sequence 1 not (one): contexts 20, 19
+        d.commit(&[1, 0], &[7, 8]).unwrap();
+        d.propose(&ctx(1)).unwrap();
+        assert!(
+            d.last_selection().is_empty(),
+            "{scoring:?}: within the budget, dense"
+        );
+        // contexts 22 and 20: past the budget for sequence 0
+        d.commit(&[1, 0], &[9, 10]).unwrap();
+        d.propose(&ctx(1)).unwrap();
+        assert_eq!(
+            d.last_selection().len(),
+            2,
+            "{scoring:?}: gamma 1 after unequal pending counts selects"
+        );
+    }
+}

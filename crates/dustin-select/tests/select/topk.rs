@@ -172,8 +172,9 @@ fn extension_appends_new_positions() {
 }
 
 /// A stack of 3 groups' selections of a batch of 2 (2 KV heads), extended in one call, row
-/// for row what the rows extend to one by one; groups with unequal counts take the
-/// row-by-row path and still agree; a row count that is not groups x batch is named.
+/// for row what the rows extend to one by one; groups with unequal counts (the row-by-row
+/// path) keep each row's positions and append the new ones (built by hand); a row count
+/// that is not groups x batch is named.
 #[test]
 fn grouped_extension_equals_row_by_row_extension() {
     let keep = KeepRule {
@@ -205,9 +206,30 @@ fn grouped_extension_equals_row_by_row_extension() {
         counts,
     };
     let got = extend_selection_grouped(&mixed, groups, &old_lens, &new_lens).unwrap();
-    let want = extend_selection(&mixed, &rep(&old_lens), &rep(&new_lens)).unwrap();
-    assert_eq!(got.counts, want.counts);
-    assert_eq!(rows(&got), rows(&want));
+    // by hand: each row's kept positions, then the positions that entered since
+    let before = rows(&mixed);
+    let want: Vec<Vec<Vec<usize>>> = before
+        .iter()
+        .enumerate()
+        .map(|(r, heads)| {
+            let b = r % batch;
+            heads
+                .iter()
+                .map(|row| {
+                    row.iter()
+                        .copied()
+                        .chain(old_lens[b]..new_lens[b])
+                        .collect()
+                })
+                .collect()
+        })
+        .collect();
+    let want_counts: Vec<usize> = (0..groups * batch)
+        .map(|r| mixed.counts[r] + new_lens[r % batch] - old_lens[r % batch])
+        .collect();
+    assert_eq!(got.counts, want_counts);
+    assert_eq!(got.counts[batch], 4 + 3, "group 1 kept 4 of sequence 0");
+    assert_eq!(rows(&got), want);
     let err = extend_selection_grouped(&sel, 2, &old_lens, &new_lens)
         .unwrap_err()
         .to_string();
