@@ -34,7 +34,7 @@ use dustin_spec::{
 };
 
 use crate::backend::DeviceKind;
-use crate::generate::{build_policy, FileConfig};
+use crate::generate::{build_policy, draft_selection, FileConfig};
 use crate::CliError;
 
 /// HBM bandwidth of the H200 used for the floors, bytes/s: the figure `../shared/docs/GPU.md`
@@ -309,18 +309,8 @@ fn validate(a: &E2eArgs) -> Result<(), CliError> {
             .validate()
             .map_err(|e| CliError::Usage(format!("--budget {}: {e}", a.budget)))?;
     }
-    let k = dustin_select::SelectConfig::default().keep();
-    if let Some(&db) = a
-        .draft_budget
-        .iter()
-        .find(|&&d| d > 0 && d <= k.n_sink + k.window)
-    {
-        return Err(CliError::Usage(format!(
-            "--draft-budget {db}: expected more than the sinks and window ({} + {} = {}), or 0 for a dense draft",
-            k.n_sink,
-            k.window,
-            k.n_sink + k.window
-        )));
+    for &db in &a.draft_budget {
+        draft_selection(db)?;
     }
     Ok(())
 }
@@ -893,12 +883,7 @@ fn measure<B: KernelOps>(
                                 layers: None,
                                 scoring: scoring.into(),
                             })
-                            .with_draft_selection((draft_budget > 0).then(|| {
-                                dustin_spec::DraftSelection::new(dustin_select::KeepRule {
-                                    budget: draft_budget,
-                                    ..dustin_select::SelectConfig::default().keep()
-                                })
-                            }))?;
+                            .with_draft_selection(draft_selection(draft_budget)?)?;
                         let verifier = ModelVerifier::new(target.clone(), policy, extra, vocab)
                             .with_prefix(tprefix);
                         let mut dec = SpeculativeDecoder::new(drafter, verifier);

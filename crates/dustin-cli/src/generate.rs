@@ -184,6 +184,30 @@ pub fn read_config(path: &Option<PathBuf>) -> Result<FileConfig, CliError> {
     }
 }
 
+/// The draft's selection for `--draft-budget budget` (`generate`, `bench-e2e`): `None` for 0
+/// (dense drafting), else per-layer ranking with the selectors' default sinks and window.
+///
+/// # Errors
+/// [`CliError::Usage`] naming `--draft-budget` when it leaves no room beside the sinks and
+/// window.
+pub fn draft_selection(budget: usize) -> Result<Option<dustin_spec::DraftSelection>, CliError> {
+    if budget == 0 {
+        return Ok(None);
+    }
+    let k = dustin_select::SelectConfig::default().keep();
+    if budget <= k.n_sink + k.window {
+        return Err(CliError::Usage(format!(
+            "--draft-budget {budget}: expected more than the sinks and window ({} + {} = {}), or 0 for a dense draft",
+            k.n_sink,
+            k.window,
+            k.n_sink + k.window
+        )));
+    }
+    Ok(Some(dustin_spec::DraftSelection::new(
+        dustin_select::KeepRule { budget, ..k },
+    )))
+}
+
 /// Builds the selection policy of `--selector` / `--budget` / `--config`.
 pub fn build_policy<B: KernelOps>(
     selector: &str,
@@ -594,16 +618,7 @@ fn run_on<B: KernelOps>(
                 args.draft_budget
             )));
         }
-        let k = dustin_select::SelectConfig::default().keep();
-        if args.draft_budget <= k.n_sink + k.window {
-            return Err(CliError::Usage(format!(
-                "--draft-budget {}: expected more than the sinks and window ({} + {} = {}), or 0 for a dense draft",
-                args.draft_budget,
-                k.n_sink,
-                k.window,
-                k.n_sink + k.window
-            )));
-        }
+        draft_selection(args.draft_budget)?;
     }
     // check the selector name and knobs before loading the model
     build_policy::<B>(&args.selector, args.budget, &file)?;
@@ -738,12 +753,7 @@ fn run_on<B: KernelOps>(
                 }
             };
             let drafter = drafter
-                .with_draft_selection((args.draft_budget > 0).then(|| {
-                    dustin_spec::DraftSelection::new(dustin_select::KeepRule {
-                        budget: args.draft_budget,
-                        ..dustin_select::SelectConfig::default().keep()
-                    })
-                }))
+                .with_draft_selection(draft_selection(args.draft_budget)?)
                 .map_err(|e| CliError::Usage(format!("--draft-budget: {e}")))?;
             let policy = build_policy::<B>(&args.selector, args.budget, &file)?;
             let verifier = ModelVerifier::new(model.clone(), policy, extra, vocab);

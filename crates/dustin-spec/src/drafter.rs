@@ -126,6 +126,18 @@ impl DraftSelection {
     }
 }
 
+/// `acc + m` (`[batch, kv_heads, w]` each), the narrower widened with zeros; `m` when there
+/// is no `acc` yet.
+fn add_padded<B: Backend>(acc: Option<Tensor<B, 3>>, m: Tensor<B, 3>) -> Tensor<B, 3> {
+    match acc {
+        Some(a) => {
+            let w = a.dims()[2].max(m.dims()[2]);
+            pad_width(a, w) + pad_width(m, w)
+        }
+        None => m,
+    }
+}
+
 /// A sparse draft's selections at a proposal's start, for contexts `base`: sinks, window and
 /// the top of `scores` by [`select_top_k`], in one call. `scores` is `[groups * batch, h,
 /// width]` (group-major: a group is a draft layer, or one group for all), the last
@@ -655,15 +667,7 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
             kept.keys().chain(firsts.keys()).copied().collect();
         let mut acc: Option<Tensor<B, 3>> = None;
         // the first rows' calls can be narrower (their view ends earlier): pad to the wider
-        let mut add = |m: Tensor<B, 3>| {
-            acc = Some(match acc.take() {
-                Some(a) => {
-                    let (wa, wm) = (a.dims()[2], m.dims()[2]);
-                    pad_width(a, wa.max(wm)) + pad_width(m, wa.max(wm))
-                }
-                None => m,
-            });
-        };
+        let mut add = |m: Tensor<B, 3>| acc = Some(add_padded(acc.take(), m));
         // per-layer masses `[batch, kv_heads, width]`, for a per-layer draft selection
         let per_layer = keep_rule.is_some_and(|r| r.per_layer);
         let mut by_layer: std::collections::BTreeMap<usize, Tensor<B, 3>> = Default::default();
@@ -681,13 +685,7 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
             .into_iter()
             .flatten()
             {
-                m = Some(match m {
-                    Some(a) => {
-                        let w = a.dims()[2].max(part.dims()[2]);
-                        pad_width(a, w) + pad_width(part, w)
-                    }
-                    None => part,
-                });
+                m = Some(add_padded(m, part));
             }
             if let Some(m) = m {
                 if per_layer {
