@@ -145,6 +145,25 @@ ab)
     LIMIT=${LIMIT:-110} BIN=$D/dustin-base group 7b_base "${T7[@]}"
     LIMIT=${LIMIT2:-200} RESIDUAL=off,on group 7b_new "${T7[@]}"
     ;;
+prof)
+    # session 31: every kernel of MODES (default dustin) timed on its own by cubecl's profiler
+    # (a sync per kernel, so the run is slower; the summary ranks kernels by total time), and
+    # a host profile of the same run; 7B, 32k, B 8
+    printf '[profiling.logger]\nlevel = "basic"\nfile = "%s"\n' /tmp/prof.log > cubecl.toml
+    LIMIT=${LIMIT:-150} group prof --target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 32768 \
+        --batch "${BATCH:-8}" --modes "${MODES:-dustin}" --host-profile "$OUT/host"
+    rm -f cubecl.toml
+    python3 "$D/profile_summary.py" /tmp/prof.log 45 > "$OUT/prof_summary.txt"
+    head -50 "$OUT/prof_summary.txt"
+    ;;
+ab2)
+    # session 31: the binary of an earlier commit ($D/dustin-base, staged by hand) against
+    # this one, one process each, default settings; 7B, 32k, B 8, MODES (default
+    # dense,dustin)
+    T7=(--target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 32768 --batch "${BATCH:-8}" --modes "${MODES:-dense,dustin}")
+    LIMIT=${LIMIT:-150} BIN=$D/dustin-base group 7b_base "${T7[@]}"
+    LIMIT=${LIMIT2:-150} group 7b_new "${T7[@]}"
+    ;;
 launch)
     # session 24, side by side at 7B, 32k, B 1 and 8 (MODES, default ar,dense,dustin), one
     # process each: the tensor-core skinny GEMM (opt-in), the CUDA-core one (the default), the fused
@@ -229,17 +248,20 @@ draftncu)
     # every kernel of a speculative iteration, in order, with its own GPU time (ncu, one pass
     # of gpu__time_duration): 7B target cut to 1 layer, 0.5B draft, CTX (32k) context, B (8), `dense`,
     # 1 warm-up and 1 timed iteration, first timed without ncu; launches per draft layer and
-    # their GPU time are counted from the CSV by scripts/ncu_steps.py
+    # their GPU time are counted from the CSV by scripts/ncu_steps.py. MODES (default dense)
+    # and EXTRA (more bench-e2e flags, e.g. "--draft-budget 1024") pick the run, TAG names it
     SMALL=(bench-e2e --device cuda --accept "default=$TAU" --draft "$DRAFT" --target
         "$C/Qwen2.5-7B-Instruct.config.json" --target-layers 1 --ctx "${CTX:-32768}" --batch "${B:-8}"
-        --modes dense --warmup 1 --iters "${ITERS:-1}")
-    timeout 100 "$D/dustin" "${SMALL[@]}" 2>&1 | grep "^|" | tee "$OUT/draft_small_run.txt"
+        --modes "${MODES:-dense}" --warmup 1 --iters "${ITERS:-1}" ${EXTRA:-})
+    # TAG names the outputs, so that several traces (MODES, EXTRA) come back from one call
+    T=${TAG:-draft}
+    timeout 100 "$D/dustin" "${SMALL[@]}" 2>&1 | grep "^|" | tee "$OUT/${T}_small_run.txt"
     timeout "${NCU_LIMIT:-300}" ncu --metrics gpu__time_duration.sum --csv --print-units base \
-        "$D/dustin" "${SMALL[@]}" > /tmp/ncu_draft.csv 2> "$OUT/draftncu_err.txt"
-    echo "ncu rc=$? lines $(wc -l < /tmp/ncu_draft.csv)"
-    python3 "$D/ncu_steps.py" /tmp/ncu_draft.csv > "$OUT/draft_steps.txt"
-    head -45 "$OUT/draft_steps.txt"
-    gzip -c /tmp/ncu_draft.csv > "$OUT/ncu_draft.csv.gz"
+        "$D/dustin" "${SMALL[@]}" > "/tmp/ncu_$T.csv" 2> "$OUT/${T}_ncu_err.txt"
+    echo "ncu rc=$? lines $(wc -l < "/tmp/ncu_$T.csv")"
+    python3 "$D/ncu_steps.py" "/tmp/ncu_$T.csv" > "$OUT/${T}_steps.txt"
+    head -45 "$OUT/${T}_steps.txt"
+    gzip -c "/tmp/ncu_$T.csv" > "$OUT/ncu_$T.csv.gz"
     ;;
 hf)
     PYTHONUNBUFFERED=1 timeout "${HF_LIMIT:-540}" python3 "$D/hf_e2e_bench.py" "$C" 2>&1 | tee "$OUT/hf.jsonl"

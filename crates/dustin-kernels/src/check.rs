@@ -3,8 +3,9 @@
 //! skinny GEMMs
 //! ([`KernelOps::skinny_linear`], [`KernelOps::skinny_linear3`], [`KernelOps::skinny_swiglu`]),
 //! the prefill GEMM ([`KernelOps::prefill_linear`]),
-//! and the KV-cache view [`KernelOps::kv_prefix`] and writes [`KernelOps::kv_write`],
-//! [`KernelOps::kv_write_pair`]
+//! the KV-cache view [`KernelOps::kv_prefix`] and writes [`KernelOps::kv_write`],
+//! [`KernelOps::kv_write_pair`], and the `dustin` estimator's [`KernelOps::fold_rows`] and
+//! [`KernelOps::mix_scores`]
 //! against the float64 references of [`crate::reference`], on fresh
 //! random inputs rounded to bf16 (so a bf16 device copy holds them exactly), odd sizes, and a
 //! strided RoPE input (the model's `[batch, n, heads, d]` projection viewed as `[batch,
@@ -464,6 +465,118 @@ pub fn check_elementwise<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<Ch
             }
             Err(e) => rows_out.push(row::<B, 4>(case, "kv_write_pair", Err(e), &want, bound)),
         }
+    }
+    rows_out.extend(check_dustin_ops::<B>(device, bound));
+    rows_out
+}
+
+/// The `dustin` estimator's ops ([`KernelOps::fold_rows`], [`KernelOps::mix_scores`], two
+/// rows each) against [`reference::fold_rows`] and [`reference::mix_scores`]; part of
+/// [`check_elementwise`], and on its own for `dustin-kernels-gpu check --op dustin`.
+pub fn check_dustin_ops<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<CheckRow> {
+    let mut rows_out = Vec::new();
+    let up = |v: Vec<f32>, shape: Vec<usize>| TensorData::new(v, shape);
+    // dustin's history fold: a history read through a strided view (a wider tensor cut to
+    // `len`), a KV head without estimator heads (own 0, all 1/3), per-sequence weights; and
+    // no history. Scores are probabilities, so positive.
+    for (i, &(b, kvh, n, l, with_hist)) in [(2, 4, 5, 1000, true), (3, 2, 1, 77, false)]
+        .iter()
+        .enumerate()
+    {
+        let seed = 7600 + i as u64;
+        let rows: Vec<f32> = reference::random_bf16(b * kvh * n * l, 1.0, seed)
+            .iter()
+            .map(|x| x.abs())
+            .collect();
+        let wide = l + 30;
+        let hist_wide: Vec<f32> = reference::random_bf16(b * kvh * wide, 2.0, seed + 1)
+            .iter()
+            .map(|x| x.abs())
+            .collect();
+        let hist: Vec<f32> = hist_wide
+            .chunks(wide)
+            .flat_map(|r| r[..l].to_vec())
+            .collect();
+        let factor: Vec<f32> = (0..b).map(|j| 0.8f32.powi(j as i32 + 1)).collect();
+        let w: Vec<f32> = (0..b * n).map(|j| 0.2 + 0.13 * (j % 5) as f32).collect();
+        let (own, all): (Vec<f32>, Vec<f32>) = if kvh == 4 {
+            (vec![0.5, 0.0, 1.0, 1.0], vec![0.0, 1.0 / 3.0, 0.0, 0.0])
+        } else {
+            (vec![1.0; kvh], vec![0.0; kvh])
+        };
+        let want = reference::fold_rows(
+            with_hist.then_some(hist.as_slice()),
+            &factor,
+            &rows,
+            [b, kvh, n, l],
+            &w,
+            &own,
+            &all,
+        );
+        let rt = Tensor::<B, 4>::from_data(up(rows, vec![b, kvh, n, l]), device);
+        let ht = with_hist.then(|| {
+            Tensor::<B, 3>::from_data(up(hist_wide, vec![b, kvh, wide]), device).narrow(2, 0, l)
+        });
+        rows_out.push(row(
+            format!("[{b}, {kvh}, {n}, {l}], history {with_hist}"),
+            "fold_rows",
+            B::fold_rows(ht, &factor, rt, &w, &own, &all),
+            &want,
+            bound,
+        ));
+    }
+    // dustin's normalise-and-mix: a lookahead wider than the width and a history narrower
+    // (both read 0 past their ends), through a strided view; no lookahead with an empty free
+    // range (a row of zeros) and a range reaching the width
+    type MixCase = (
+        usize,
+        usize,
+        usize,
+        Option<usize>,
+        Vec<(usize, usize)>,
+        usize,
+    );
+    let mix_cases: [MixCase; 2] = [
+        (2, 4, 1000, Some(1100), vec![(4, 900), (4, 936)], 1024),
+        (3, 2, 333, None, vec![(1, 300), (0, 0), (5, 333)], 333),
+    ];
+    for (i, (b, kvh, hl, la_len, free, width)) in mix_cases.into_iter().enumerate() {
+        let seed = 7650 + i as u64;
+        let wide = hl + 17;
+        let hist_wide: Vec<f32> = reference::random_bf16(b * kvh * wide, 2.0, seed)
+            .iter()
+            .map(|x| x.abs())
+            .collect();
+        let hist: Vec<f32> = hist_wide
+            .chunks(wide)
+            .flat_map(|r| r[..hl].to_vec())
+            .collect();
+        let la: Option<Vec<f32>> = la_len.map(|ll| {
+            reference::random_bf16(b * ll, 1.0, seed + 1)
+                .iter()
+                .map(|x| x.abs())
+                .collect()
+        });
+        let want = reference::mix_scores(
+            &hist,
+            [b, kvh, hl],
+            la.as_deref().zip(la_len),
+            &free,
+            0.5,
+            width,
+        );
+        let ht =
+            Tensor::<B, 3>::from_data(up(hist_wide, vec![b, kvh, wide]), device).narrow(2, 0, hl);
+        let lt = la
+            .zip(la_len)
+            .map(|(v, ll)| Tensor::<B, 2>::from_data(up(v, vec![b, ll]), device));
+        rows_out.push(row(
+            format!("[{b}, {kvh}, {hl}] to {width}, lookahead {la_len:?}"),
+            "mix_scores",
+            B::mix_scores(ht, lt, &free, 0.5, width),
+            &want,
+            bound,
+        ));
     }
     rows_out
 }

@@ -215,6 +215,58 @@ pub trait KernelOps: Backend {
         plain::head_subset_row_scores(q, k, ctx_lens, heads, scale)
     }
 
+    /// The `dustin` estimator's fold of one verification's row scores into its history
+    /// (docs/decisions.md, session 31): entry `(b, h, j)` of the result is
+    /// `factor[b] * hist[b, h, j] + sum_i w[b * n + i] * (own[h] * rows[b, h, i, j] +
+    /// all[h] * sum_h' rows[b, h', i, j])`. With `own[h]` the reciprocal of KV head `h`'s
+    /// estimator-head count and `all[h]` that of the whole estimator set for a KV head
+    /// without one, `own * rows + all * sum` is the estimator's per-KV-head attention; `w`
+    /// and `factor` are its decay weights (the paper's historical attention, decayed per
+    /// accepted token).
+    ///
+    /// `hist` `[batch, kv_heads, len]` (`None`: zeros), `rows` `[batch, kv_heads, n, len]`
+    /// (what [`KernelOps::head_subset_row_scores`] returns), `factor` `[batch]`, `w`
+    /// `[batch * n]` (row-major), `own` and `all` `[kv_heads]`. Returns `[batch, kv_heads,
+    /// len]`, f32 on CUDA.
+    ///
+    /// # Errors
+    /// [`KernelError::InvalidInput`] naming the argument whose length or shape does not match
+    /// `rows`.
+    fn fold_rows(
+        hist: Option<Tensor<Self, 3>>,
+        factor: &[f32],
+        rows: Tensor<Self, 4>,
+        w: &[f32],
+        own: &[f32],
+        all: &[f32],
+    ) -> Result<Tensor<Self, 3>> {
+        plain::fold_rows(hist, factor, rows, w, own, all)
+    }
+
+    /// The `dustin` estimator's normalise-and-mix (docs/decisions.md): entry `(b, h, p)`,
+    /// `p < width`, is `alpha * la[b, p] / S_la(b) + (1 - alpha) * hist[b, h, p] /
+    /// S_hist(b, h)` on the free range `free[b] = (lo, hi)` (`lo <= p < hi`: the positions
+    /// the top-k step chooses among, between the sinks and the window), 0 elsewhere; the
+    /// sums run over the free range and are clamped below at 1e-30. Without `la` the entry
+    /// is `hist[b, h, p] / S_hist(b, h)` and `alpha` is unused. Columns past an input's
+    /// width read 0.
+    ///
+    /// `hist` `[batch, kv_heads, len]`, `la` `[batch, len']` (the draft's lookahead).
+    /// Returns `[batch, kv_heads, width]` in `hist`'s dtype.
+    ///
+    /// # Errors
+    /// [`KernelError::InvalidInput`] for `free` or `la` of another batch, `lo > hi`, or
+    /// `alpha` outside `[0, 1]`.
+    fn mix_scores(
+        hist: Tensor<Self, 3>,
+        la: Option<Tensor<Self, 2>>,
+        free: &[(usize, usize)],
+        alpha: f32,
+        width: usize,
+    ) -> Result<Tensor<Self, 3>> {
+        plain::mix_scores(hist, la, free, alpha, width)
+    }
+
     /// Quest's page key bounds: the context of `b` (positions `< ctx_lens[b]`) cut into pages
     /// of `page_size`; per page and KV head the elementwise min and max of its keys.
     ///
@@ -966,6 +1018,80 @@ pub fn check_rope(x: [usize; 4], cos: [usize; 4], sin: [usize; 4]) -> Result<()>
     }
     check_same("cos", [b, 1, n, d], cos)?;
     check_same("sin", [b, 1, n, d], sin)
+}
+
+/// Checks [`KernelOps::fold_rows`]'s arguments against `rows` `[batch, kv_heads, n, len]`.
+///
+/// # Errors
+/// [`KernelError::InvalidInput`] naming the first argument that does not match.
+pub fn check_fold(
+    hist: Option<[usize; 3]>,
+    factor: &[f32],
+    rows: [usize; 4],
+    w: &[f32],
+    own: &[f32],
+    all: &[f32],
+) -> Result<()> {
+    let [b, kvh, n, l] = rows;
+    if let Some(h) = hist {
+        if h != [b, kvh, l] {
+            return Err(KernelError::invalid(
+                "hist",
+                format!("[{b}, {kvh}, {l}] (rows' batch, kv_heads, len)"),
+                format!("{h:?}"),
+            ));
+        }
+    }
+    for (name, got, want) in [
+        ("factor", factor.len(), b),
+        ("w", w.len(), b * n),
+        ("own", own.len(), kvh),
+        ("all", all.len(), kvh),
+    ] {
+        if got != want {
+            return Err(KernelError::invalid(
+                name,
+                format!("{want} values (rows {rows:?})"),
+                got,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks [`KernelOps::mix_scores`]'s arguments for `batch` sequences.
+///
+/// # Errors
+/// [`KernelError::InvalidInput`] naming the first argument that does not match.
+pub fn check_mix(
+    batch: usize,
+    la: Option<[usize; 2]>,
+    free: &[(usize, usize)],
+    alpha: f32,
+) -> Result<()> {
+    if free.len() != batch {
+        return Err(KernelError::invalid(
+            "free",
+            format!("{batch} ranges (one per sequence)"),
+            free.len(),
+        ));
+    }
+    if let Some((b, &(lo, hi))) = free.iter().enumerate().find(|(_, r)| r.0 > r.1) {
+        return Err(KernelError::invalid(
+            "free",
+            format!("lo <= hi (sequence {b})"),
+            format!("({lo}, {hi})"),
+        ));
+    }
+    if let Some([lb, _]) = la {
+        if lb != batch {
+            return Err(KernelError::invalid("la", format!("batch {batch}"), lb));
+        }
+    }
+    if !(0.0..=1.0).contains(&alpha) {
+        return Err(KernelError::invalid("alpha", "a weight in [0, 1]", alpha));
+    }
+    Ok(())
 }
 
 /// Checks a head list for [`KernelOps::head_subset_scores`].

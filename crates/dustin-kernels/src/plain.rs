@@ -5,8 +5,8 @@
 use burn_tensor::{activation, backend::Backend, Int, Tensor, TensorData};
 
 use crate::{
-    check_attn, check_attn_upto, check_heads, check_pages, check_selection, check_top_k, Keep,
-    KernelError, Positions, Result, MAX_NEW, MAX_PREFILL_NEW,
+    check_attn, check_attn_upto, check_fold, check_heads, check_mix, check_pages, check_selection,
+    check_top_k, Keep, KernelError, Positions, Result, MAX_NEW, MAX_PREFILL_NEW,
 };
 
 /// Additive causal mask `[batch, 1, 1, n, l]`: key `j` visible to query `i` of `b` iff
@@ -295,6 +295,98 @@ pub fn head_subset_row_scores<B: Backend>(
     let mix =
         Tensor::<B, 3>::from_data(TensorData::new(mix, [1, kvh, e]), &device).expand([b, kvh, e]);
     Ok(mix.matmul(p).reshape([b, kvh, n, l]))
+}
+
+/// The `dustin` history fold ([`KernelOps::fold_rows`](crate::KernelOps::fold_rows)).
+pub fn fold_rows<B: Backend>(
+    hist: Option<Tensor<B, 3>>,
+    factor: &[f32],
+    rows: Tensor<B, 4>,
+    w: &[f32],
+    own: &[f32],
+    all: &[f32],
+) -> Result<Tensor<B, 3>> {
+    check_fold(
+        hist.as_ref().map(Tensor::dims),
+        factor,
+        rows.dims(),
+        w,
+        own,
+        all,
+    )?;
+    let [b, kvh, n, l] = rows.dims();
+    let device = rows.device();
+    let t4 = |v: &[f32], shape: [usize; 4]| {
+        Tensor::<B, 4>::from_data(TensorData::new(v.to_vec(), shape), &device)
+            .expand([b, kvh, n, l])
+    };
+    let mut mixed = if own.iter().all(|&x| x == 1.0) {
+        rows.clone()
+    } else {
+        rows.clone() * t4(own, [1, kvh, 1, 1])
+    };
+    if all.iter().any(|&x| x != 0.0) {
+        mixed = mixed + rows.sum_dim(1).expand([b, kvh, n, l]) * t4(all, [1, kvh, 1, 1]);
+    }
+    let add = (mixed * t4(w, [b, 1, n, 1]))
+        .sum_dim(2)
+        .reshape([b, kvh, l]);
+    Ok(match hist {
+        Some(h) => {
+            let f = Tensor::<B, 3>::from_data(TensorData::new(factor.to_vec(), [b, 1, 1]), &device);
+            h * f.expand([b, kvh, l]) + add
+        }
+        None => add,
+    })
+}
+
+/// The `dustin` normalise-and-mix ([`KernelOps::mix_scores`](crate::KernelOps::mix_scores)).
+pub fn mix_scores<B: Backend>(
+    hist: Tensor<B, 3>,
+    la: Option<Tensor<B, 2>>,
+    free: &[(usize, usize)],
+    alpha: f32,
+    width: usize,
+) -> Result<Tensor<B, 3>> {
+    let [b, kvh, _] = hist.dims();
+    check_mix(b, la.as_ref().map(Tensor::dims), free, alpha)?;
+    let device = hist.device();
+    let mut mask = vec![0.0f32; b * width];
+    for (row, &(lo, hi)) in mask.chunks_mut(width.max(1)).zip(free) {
+        row.iter_mut()
+            .take(hi.min(width))
+            .skip(lo)
+            .for_each(|x| *x = 1.0);
+    }
+    let mask = Tensor::<B, 3>::from_data(TensorData::new(mask, [b, 1, width]), &device);
+    let norm = |x: Tensor<B, 3>| {
+        let r = x.dims()[1];
+        let x = fit_width(x, width) * mask.clone().expand([b, r, width]);
+        let sum = x.clone().sum_dim(2).clamp_min(1e-30);
+        x / sum
+    };
+    let hist_n = norm(hist);
+    Ok(match la {
+        None => hist_n,
+        Some(la) => {
+            let la_n = norm(la.unsqueeze_dim(1)).expand([b, kvh, width]);
+            la_n.mul_scalar(alpha) + hist_n.mul_scalar(1.0 - alpha)
+        }
+    })
+}
+
+/// `x` `[batch, rows, len]` cut or zero-padded to `[batch, rows, width]`.
+fn fit_width<B: Backend>(x: Tensor<B, 3>, width: usize) -> Tensor<B, 3> {
+    let [b, r, l] = x.dims();
+    if l >= width {
+        x.narrow(2, 0, width)
+    } else {
+        let (device, dtype) = (x.device(), x.dtype());
+        Tensor::cat(
+            vec![x, Tensor::zeros([b, r, width - l], (&device, dtype))],
+            2,
+        )
+    }
 }
 
 /// Quest page bounds

@@ -301,6 +301,92 @@ pub fn top_k(
     rows
 }
 
+/// [`KernelOps::fold_rows`](crate::KernelOps::fold_rows) in float64: `rows` `[b, kvh, n,
+/// len]`, `hist` `[b, kvh, len]` (`None`: zeros), `factor` `[b]`, `w` `[b * n]`, `own`, `all`
+/// `[kvh]`; returns `[b, kvh, len]`.
+#[allow(clippy::too_many_arguments)]
+pub fn fold_rows(
+    hist: Option<&[f32]>,
+    factor: &[f32],
+    rows: &[f32],
+    dims: [usize; 4],
+    w: &[f32],
+    own: &[f32],
+    all: &[f32],
+) -> Vec<f64> {
+    let [b, kvh, n, l] = dims;
+    let at =
+        |bb: usize, h: usize, i: usize, j: usize| f64::from(rows[((bb * kvh + h) * n + i) * l + j]);
+    let mut out = vec![0.0f64; b * kvh * l];
+    for bb in 0..b {
+        for h in 0..kvh {
+            for j in 0..l {
+                let mut acc = hist.map_or(0.0, |hs| {
+                    f64::from(factor[bb]) * f64::from(hs[(bb * kvh + h) * l + j])
+                });
+                for i in 0..n {
+                    let tot: f64 = (0..kvh).map(|g| at(bb, g, i, j)).sum();
+                    acc += f64::from(w[bb * n + i])
+                        * (f64::from(own[h]) * at(bb, h, i, j) + f64::from(all[h]) * tot);
+                }
+                out[(bb * kvh + h) * l + j] = acc;
+            }
+        }
+    }
+    out
+}
+
+/// [`KernelOps::mix_scores`](crate::KernelOps::mix_scores) in float64: `hist` `[b, kvh,
+/// hist_len]`, `la` `[b, la_len]`; returns `[b, kvh, width]`.
+#[allow(clippy::too_many_arguments)]
+pub fn mix_scores(
+    hist: &[f32],
+    dims: [usize; 3],
+    la: Option<(&[f32], usize)>,
+    free: &[(usize, usize)],
+    alpha: f64,
+    width: usize,
+) -> Vec<f64> {
+    let [b, kvh, hl] = dims;
+    let mut out = vec![0.0f64; b * kvh * width];
+    for bb in 0..b {
+        let (lo, hi) = (free[bb].0, free[bb].1.min(width));
+        let la_n: Option<Vec<f64>> = la.map(|(v, ll)| {
+            let row: Vec<f64> = (0..width)
+                .map(|p| {
+                    if p < ll {
+                        f64::from(v[bb * ll + p])
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            let s = row[lo.min(hi)..hi].iter().sum::<f64>().max(1e-30);
+            row.iter().map(|x| x / s).collect()
+        });
+        for h in 0..kvh {
+            let row: Vec<f64> = (0..width)
+                .map(|p| {
+                    if p < hl {
+                        f64::from(hist[(bb * kvh + h) * hl + p])
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            let s = row[lo.min(hi)..hi].iter().sum::<f64>().max(1e-30);
+            for p in lo..hi {
+                let hv = row[p] / s;
+                out[(bb * kvh + h) * width + p] = match &la_n {
+                    Some(l) => alpha * l[p] + (1.0 - alpha) * hv,
+                    None => hv,
+                };
+            }
+        }
+    }
+    out
+}
+
 /// RMSNorm of `rows` rows of `hidden` values (row-major `x`), `weight` `[hidden]`:
 /// `x / sqrt(mean(x^2) + eps) * weight`.
 pub fn rms_norm(x: &[f32], weight: &[f32], eps: f64, rows: usize, hidden: usize) -> Vec<f64> {

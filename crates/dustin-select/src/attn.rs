@@ -80,8 +80,8 @@ pub(crate) fn fit_last<B: Backend, const D: usize>(t: Tensor<B, D>, len: usize) 
     } else {
         let mut pad = dims;
         pad[D - 1] = len - cur;
-        let device = t.device();
-        Tensor::cat(vec![t, Tensor::zeros(pad, &device)], D - 1)
+        let (device, dtype) = (t.device(), t.dtype());
+        Tensor::cat(vec![t, Tensor::zeros(pad, (&device, dtype))], D - 1)
     }
 }
 

@@ -541,6 +541,11 @@ fn check(op: &str) -> usize {
     for (i, c) in cases.iter().enumerate() {
         check_case(c, 1000 * i as u64 + 17, op, &mut rep);
     }
+    if op == "dustin" {
+        for r in dustin_kernels::check::check_dustin_ops::<B>(&dev(), BOUND) {
+            rep.add(&r.case, r.op, r.err, r.bound);
+        }
+    }
     if op == "all" || op == "elementwise" {
         for r in dustin_kernels::check::check_elementwise::<B>(&dev(), BOUND) {
             rep.add(&r.case, r.op, r.err, r.bound);
@@ -596,6 +601,86 @@ fn time_us(warm: usize, iters: usize, mut f: impl FnMut()) -> f64 {
     }
     let _ = B::sync(&dev());
     t.elapsed().as_secs_f64() * 1e6 / iters as f64
+}
+
+/// `topk`: GPU time of [`KernelOps::top_k_positions`] at the selectors' shapes (4 sinks, 64
+/// window, budget 1024 + 68), each row also checked against the float64-ordered
+/// [`reference::top_k`]. Two score distributions: uniform in [0, 1), and clustered like the
+/// normalised attention mass the selectors rank (`exp(2 u)` over the row's sum, `u` uniform
+/// in [-1, 1): every value within a few binary exponents of `1 / ctx`). Rows `batch x kv_heads`: the 7B
+/// target's layer at B 1, 8, 16; 28 such layers stacked (one call for a whole verification);
+/// the 0.5B draft's 24 layers stacked; 72B at B 16. bf16 scores, and f32 for one shape.
+fn topk_bench(json: Option<&str>) -> usize {
+    let mut emit = emitter(json);
+    let keep = Keep {
+        budget: 1024 + 68,
+        n_sink: 4,
+        window: 64,
+    };
+    let shapes: [(&str, usize, usize, usize); 7] = [
+        ("7B layer B1", 1, 4, 32768),
+        ("7B layer B8", 8, 4, 32768),
+        ("7B layer B16", 16, 4, 32768),
+        ("7B layer B8 8k", 8, 4, 8192),
+        ("7B 28 layers B8", 28 * 8, 4, 32768),
+        ("0.5B 24 layers B8", 24 * 8, 2, 32768),
+        ("72B layer B16", 16, 8, 32768),
+    ];
+    let mut failures = 0;
+    println!("| shape | rows | ctx | scores | dtype | us | rows/ms | check |");
+    println!("|---|---:|---:|---|---|---:|---:|---|");
+    for (si, &(name, batch, heads, ctx)) in shapes.iter().enumerate() {
+        for dist in ["uniform", "clustered"] {
+            let n = batch * heads * ctx;
+            let u = reference::random_bf16(n, 1.0, 40 + si as u64);
+            let mut host: Vec<f32> = if dist == "uniform" {
+                u.into_iter().map(|x| 0.5 * (x + 1.0)).collect()
+            } else {
+                u.into_iter().map(|x| (2.0 * x).exp()).collect()
+            };
+            if dist == "clustered" {
+                for row in host.chunks_mut(ctx) {
+                    let sum: f32 = row.iter().sum();
+                    row.iter_mut().for_each(|x| *x /= sum);
+                }
+            }
+            let lens = vec![ctx; batch];
+            let dtypes: &[&str] = if si == 1 { &["bf16", "f32"] } else { &["bf16"] };
+            for &dt in dtypes {
+                let t = upload(host.clone(), [batch, heads, ctx]);
+                let t = if dt == "f32" {
+                    t.cast(burn_tensor::DType::F32)
+                } else {
+                    t
+                };
+                // what the kernel sees: the scores as uploaded (rounded to the backend's bf16)
+                let seen = to_f32(t.clone());
+                let us = time_us(3, 20, || {
+                    let _ = B::top_k_positions(t.clone(), &lens, keep);
+                });
+                let mut rep = Report {
+                    failures: 0,
+                    lines: Vec::new(),
+                };
+                topk_check(
+                    name, "top-k", t, &seen, batch, heads, ctx, &lens, keep, &mut rep,
+                );
+                let bad = rep.failures;
+                failures += bad;
+                let rows = batch * heads;
+                println!(
+                    "| {name} | {rows} | {ctx} | {dist} | {dt} | {us:.1} | {:.1} | {} |",
+                    rows as f64 / us * 1e3,
+                    if bad == 0 { "ok" } else { "FAIL" }
+                );
+                emit(format!(
+                    "{{\"shape\":\"{name}\",\"rows\":{rows},\"ctx\":{ctx},\"scores\":\"{dist}\",\"dtype\":\"{dt}\",\"us\":{us:.2},\"ok\":{}}}",
+                    bad == 0
+                ));
+            }
+        }
+    }
+    failures
 }
 
 fn selection(
@@ -1172,6 +1257,7 @@ fn main() -> std::process::ExitCode {
             prefill_attention(&mut emit, quick);
         }
         Some("launchcost") => launch_cost(json),
+        Some("topk") => failures = topk_bench(json),
         Some("ktime") => {
             let model = args
                 .iter()
@@ -1188,7 +1274,7 @@ fn main() -> std::process::ExitCode {
             bench(json, quick, verify_kernel);
         }
         _ => {
-            eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise] | bench [--quick] [--verify-kernel auto|flash|split] [--flash-buffers 1|2|3] [--json PATH] | gemm [--quick] [--no-burn] [--decode-only] [--model 7B|72B] [--json PATH] | prefill [--quick] [--json PATH] | ktime --op dense|sparse512|sparse1024|sparse2048|score [--model 7B|72B] | launchcost [--json PATH] | all; any of them [--score-buffers 1|2|3] [--sparse-waves 1..8]");
+            eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise|dustin] | bench [--quick] [--verify-kernel auto|flash|split] [--flash-buffers 1|2|3] [--json PATH] | gemm [--quick] [--no-burn] [--decode-only] [--model 7B|72B] [--json PATH] | prefill [--quick] [--json PATH] | ktime --op dense|sparse512|sparse1024|sparse2048|score [--model 7B|72B] | launchcost [--json PATH] | topk [--json PATH] | all; any of them [--score-buffers 1|2|3] [--sparse-waves 1..8]");
             return std::process::ExitCode::from(2);
         }
     }

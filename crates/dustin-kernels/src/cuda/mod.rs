@@ -32,9 +32,9 @@ use cubecl::cuda::CudaRuntime;
 use cubecl::prelude::*;
 
 use crate::{
-    check_attn, check_attn_upto, check_heads, check_kv_write, check_kv_write_pair, check_packed,
-    check_pages, check_rms_norm, check_rope, check_same, check_selection, check_skinny,
-    check_top_k, AttnDims, Keep, KernelError, KernelOps, Positions, Result, MAX_NEW,
+    check_attn, check_attn_upto, check_fold, check_heads, check_kv_write, check_kv_write_pair,
+    check_mix, check_packed, check_pages, check_rms_norm, check_rope, check_same, check_selection,
+    check_skinny, check_top_k, AttnDims, Keep, KernelError, KernelOps, Positions, Result, MAX_NEW,
     MAX_PREFILL_NEW,
 };
 
@@ -1496,6 +1496,130 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
     }
 
+    fn fold_rows(
+        hist: Option<Tensor<Self, 3>>,
+        factor: &[f32],
+        rows: Tensor<Self, 4>,
+        w: &[f32],
+        own: &[f32],
+        all: &[f32],
+    ) -> Result<Tensor<Self, 3>> {
+        check_fold(
+            hist.as_ref().map(Tensor::dims),
+            factor,
+            rows.dims(),
+            w,
+            own,
+            all,
+        )?;
+        let [b, kvh, n, l] = rows.dims();
+        let device = rows.device();
+        let rows = float_prim(rows).tensor();
+        let hist = hist.map(|h| h.into_primitive().tensor());
+        // one upload: factor | w | own | all
+        let params: Vec<f32> = [factor, w, own, all].concat();
+        let np = params.len();
+        let params = <Self as burn_tensor::ops::FloatTensorOps<Self>>::float_from_data(
+            TensorData::new(params, [np]),
+            &device,
+        );
+        let out = empty(&rows, vec![b, kvh, l], DType::F32);
+        if b * kvh * l > 0 {
+            let lr = rows.meta.strides().to_vec();
+            let (h, lh, has_hist) = match hist {
+                Some(h) => {
+                    let s = h.meta.strides().to_vec();
+                    (h, s, true)
+                }
+                None => (rows.clone(), vec![0, 0, 0], false),
+            };
+            let (fd, hd) = (rows.dtype, h.dtype);
+            let client = rows.client.clone();
+            kernels::fold_rows_kernel::launch::<CudaRuntime>(
+                &client,
+                CubeCount::Static(
+                    l.div_ceil(kernels::FOLD_THREADS) as u32,
+                    kvh as u32,
+                    b as u32,
+                ),
+                CubeDim::new_1d(kernels::FOLD_THREADS as u32),
+                rows.into_array_arg(),
+                h.into_array_arg(),
+                params.into_array_arg(),
+                out.clone().into_array_arg(),
+                lr[0] as u32,
+                lr[1] as u32,
+                lr[2] as u32,
+                lr[3] as u32,
+                lh[0] as u32,
+                lh[1] as u32,
+                lh[2] as u32,
+                b as u32,
+                n as u32,
+                kvh as u32,
+                l as u32,
+                has_hist,
+                [fd.into(), hd.into()],
+            );
+        }
+        Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
+    }
+
+    fn mix_scores(
+        hist: Tensor<Self, 3>,
+        la: Option<Tensor<Self, 2>>,
+        free: &[(usize, usize)],
+        alpha: f32,
+        width: usize,
+    ) -> Result<Tensor<Self, 3>> {
+        let [b, kvh, hl] = hist.dims();
+        check_mix(b, la.as_ref().map(Tensor::dims), free, alpha)?;
+        let device = hist.device();
+        let hist = hist.into_primitive().tensor();
+        let la = la.map(|t| t.into_primitive().tensor());
+        let fv: Vec<i64> = free
+            .iter()
+            .flat_map(|&(lo, hi)| [lo as i64, hi as i64])
+            .collect();
+        let free = int_tensor::<F, I, BT, 1>(fv, [2 * b], &device);
+        let out = empty(&hist, vec![b, kvh, width], hist.dtype);
+        if b * kvh * width > 0 {
+            let lh = hist.meta.strides().to_vec();
+            let (lt, ll, la_len, has_la) = match la {
+                Some(t) => {
+                    let s = t.meta.strides().to_vec();
+                    let len = t.meta.shape()[1];
+                    (t, s, len, true)
+                }
+                None => (hist.clone(), vec![0, 0], 0, false),
+            };
+            let (hd, ld, id) = (hist.dtype, lt.dtype, free.dtype);
+            let client = hist.client.clone();
+            kernels::mix_scores_kernel::launch::<CudaRuntime>(
+                &client,
+                CubeCount::Static(kvh as u32, b as u32, 1),
+                CubeDim::new_1d(kernels::FOLD_THREADS as u32),
+                hist.into_array_arg(),
+                lt.into_array_arg(),
+                free.into_array_arg(),
+                out.clone().into_array_arg(),
+                lh[0] as u32,
+                lh[1] as u32,
+                lh[2] as u32,
+                ll[0] as u32,
+                ll[1] as u32,
+                hl as u32,
+                la_len as u32,
+                kvh as u32,
+                width as u32,
+                alpha,
+                has_la,
+                [hd.into(), ld.into(), id.into()],
+            );
+        }
+        Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
+    }
+
     fn quest_page_bounds(
         k: Tensor<Self, 4>,
         ctx_lens: &[usize],
@@ -1623,17 +1747,27 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         if kk > 0 {
             let client = s.client.clone();
             let (fd, id) = (s.dtype, ctx.dtype);
+            let (ls, lo) = (s.meta.strides().to_vec(), out.meta.strides().to_vec());
+            // 16-bit scores: the key's low byte follows from the byte above it
+            let passes = if s.dtype.size() == 2 { 3 } else { 4 };
             kernels::topk_kernel::launch::<CudaRuntime>(
                 &client,
                 CubeCount::Static(1, h as u32, b as u32),
-                CubeDim::new_1d(256),
-                s.into_tensor_arg(),
-                ctx.into_tensor_arg(),
-                out.clone().into_tensor_arg(),
+                CubeDim::new_1d(kernels::TOPK_THREADS as u32),
+                s.into_array_arg(),
+                ctx.into_array_arg(),
+                out.clone().into_array_arg(),
+                ls[0] as u32,
+                ls[1] as u32,
+                ls[2] as u32,
+                lo[0] as u32,
+                lo[1] as u32,
+                lo[2] as u32,
                 keep.budget as u32,
                 keep.n_sink as u32,
                 keep.window as u32,
                 kk as u32,
+                passes,
                 [fd.into(), id.into()],
             );
         }

@@ -170,16 +170,24 @@ pub struct Dustin<B: Backend> {
     calib: PromptRows<B>,
     seeds: PromptRows<B>,
     hist: Vec<Option<Tensor<B, 3>>>,
-    pending: Vec<Option<Tensor<B, 4>>>,
+    pending: Vec<Option<Pending<B>>>,
     lookahead: Option<Tensor<B, 2>>,
     /// What [`Dustin::mix`] computes alike for every layer of one verification; dropped with
     /// the lookahead.
     shared: Option<MixShared<B>>,
-    /// Per layer, the two `[1, kv_heads, 1, 1]` weights of [`Dustin::fused_contribution`]
-    /// (fixed once the layer's heads are).
-    head_weights: Vec<Option<(Tensor<B, 4>, Tensor<B, 4>)>>,
-    /// The fold weights `[1, 1, n, 1]` of [`ImportanceEstimator::score`] for the last `n`.
-    fold: Option<(usize, Tensor<B, 4>)>,
+    /// Per layer, the `own` and `all` weights `[kv_heads]` of [`KernelOps::fold_rows`] for
+    /// the fused kernel's rows (fixed once the layer's heads are).
+    head_weights: Vec<Option<(Vec<f32>, Vec<f32>)>>,
+}
+
+/// One verification's estimator-head attention of a layer, kept until commit: `rows`
+/// `[batch, kv_heads, n, keys]` and the [`KernelOps::fold_rows`] weights that map them to
+/// the per-KV-head contribution (`own` 1 and `all` 0 when `rows` is the contribution).
+#[derive(Debug, Clone)]
+struct Pending<B: Backend> {
+    rows: Tensor<B, 4>,
+    own: Vec<f32>,
+    all: Vec<f32>,
 }
 
 /// The layer-independent inputs of [`Dustin::mix`] for one verification: the free-range mask
@@ -223,7 +231,6 @@ impl<B: Backend> Dustin<B> {
             lookahead: None,
             shared: None,
             head_weights: Vec::new(),
-            fold: None,
         })
     }
 
@@ -395,9 +402,10 @@ impl<B: Backend> Dustin<B> {
 }
 
 impl<B: KernelOps> Dustin<B> {
-    /// The estimator heads' exact attention of this verification mapped to KV heads,
-    /// `[batch, kv_heads, n, keys]`, also kept pending for [`ImportanceEstimator::commit`].
-    fn contribution(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<Tensor<B, 4>> {
+    /// The estimator heads' exact attention of this verification, `[batch, kv_heads, n,
+    /// keys]` with its fold weights (see [`Pending`]), also kept pending for
+    /// [`ImportanceEstimator::commit`].
+    fn contribution(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<Pending<B>> {
         let a = ctx.attn;
         let [b, nh, n, _] = a.q.dims();
         let [_, kvh, l, _] = a.k.dims();
@@ -430,22 +438,27 @@ impl<B: KernelOps> Dustin<B> {
         let contrib = mix
             .matmul(probs.reshape([b, e, n * l]))
             .reshape([b, kvh, n, l]);
-        self.pending[a.layer] = Some(contrib.clone());
-        Ok(contrib)
+        let c = Pending {
+            rows: contrib,
+            own: vec![1.0; kvh],
+            all: vec![0.0; kvh],
+        };
+        self.pending[a.layer] = Some(c.clone());
+        Ok(c)
     }
 
     /// [`Dustin::contribution`] from the backend's fused head-subset kernel
     /// ([`KernelOps::head_subset_row_scores`], which sums the chosen heads of each KV head):
     /// a KV head holding `c > 0` chosen heads takes its sum over `c`, one holding none the
-    /// mean of all chosen heads, as in the plain path. `None` where the kernel does not take
-    /// the input.
+    /// mean of all chosen heads, as in the plain path; [`KernelOps::fold_rows`] applies those
+    /// weights. `None` where the kernel does not take the input.
     fn fused_contribution(
         &mut self,
         ctx: &ScoreCtx<'_, B>,
         heads: &[usize],
-    ) -> Result<Option<Tensor<B, 4>>> {
+    ) -> Result<Option<Pending<B>>> {
         let a = ctx.attn;
-        let [b, nh, n, _] = a.q.dims();
+        let [_, nh, _, _] = a.q.dims();
         let kvh = a.k.dims()[1];
         let g = nh / kvh.max(1);
         let rows =
@@ -454,49 +467,36 @@ impl<B: KernelOps> Dustin<B> {
                 Err(KernelError::Unsupported(_)) => return Ok(None),
                 Err(e) => return Err(kernel_error(e)),
             };
-        let l = rows.dims()[3];
         let layer = a.layer;
         self.grow(layer);
-        let device = rows.device();
-        let cached = self.head_weights[layer]
+        let (own, all) = match self.head_weights[layer]
             .as_ref()
-            .filter(|(w, _)| w.dims()[1] == kvh && w.device() == device)
-            .cloned();
-        let (own_w, all_w) = match cached {
-            Some(w) => w,
+            .filter(|w| w.0.len() == kvh)
+        {
+            Some(w) => w.clone(),
             None => {
                 let e = heads.len() as f32;
-                let mut own = vec![0usize; kvh];
+                let mut count = vec![0usize; kvh];
                 for &h in heads {
-                    own[h / g] += 1;
+                    count[h / g] += 1;
                 }
-                // elementwise, not a mixing matmul: Burn's matmul autotune key holds the
-                // shapes' power-of-two alignment, so a matmul over the growing context would be
-                // re-tuned at almost every verification on CUDA (seen: 200 ms per layer)
-                let own_w: Vec<f32> = own
+                let own: Vec<f32> = count
                     .iter()
                     .map(|&c| if c > 0 { 1.0 / c as f32 } else { 0.0 })
                     .collect();
-                let all_w: Vec<f32> = own
+                let all: Vec<f32> = count
                     .iter()
                     .map(|&c| if c > 0 { 0.0 } else { 1.0 / e })
                     .collect();
-                let w = (
-                    Tensor::<B, 4>::from_data(TensorData::new(own_w, [1, kvh, 1, 1]), &device),
-                    Tensor::<B, 4>::from_data(TensorData::new(all_w, [1, kvh, 1, 1]), &device),
-                );
-                self.head_weights[layer] = Some(w.clone());
-                w
+                self.head_weights[layer] = Some((own.clone(), all.clone()));
+                (own, all)
             }
         };
-        let own_w = own_w.expand([b, kvh, n, l]);
-        let all_w = all_w.expand([b, kvh, n, l]);
-        let total = rows.clone().sum_dim(1).expand([b, kvh, n, l]);
-        Ok(Some(rows * own_w + total * all_w))
+        Ok(Some(Pending { rows, own, all }))
     }
 }
 
-impl<B: Backend> Dustin<B> {
+impl<B: KernelOps> Dustin<B> {
     /// `alpha * lookahead + (1 - alpha) * history`, each normalised over the free range
     /// (which lies below every context), over the first `c` positions; `history` is `[batch,
     /// kv_heads, >= c]`. `c` may exceed the longest context: those columns score 0.
@@ -504,6 +504,20 @@ impl<B: Backend> Dustin<B> {
         let a = ctx.attn;
         let [b, kvh, _] = history.dims();
         let keep = keep_rule(ctx);
+        if B::FUSED {
+            // one kernel: the mask, both sums and the mix
+            let la = if self.alpha == 0.0 {
+                None
+            } else {
+                let w = self.lookahead.as_ref().map_or(0, |t| t.dims()[1]);
+                Some(lookahead_for(self.lookahead.as_ref(), b, w)?)
+            };
+            let free: Vec<(usize, usize)> =
+                a.ctx_lens.iter().map(|&l| keep.free_range(l)).collect();
+            return B::mix_scores(history, la, &free, self.alpha as f32, c)
+                .map(Scores::Tokens)
+                .map_err(kernel_error);
+        }
         let shared = match self.shared.take() {
             Some(s)
                 if s.c == c
@@ -590,7 +604,6 @@ impl<B: KernelOps> ImportanceEstimator<B> for Dustin<B> {
         self.lookahead = None;
         self.shared = None;
         self.head_weights = vec![None; num_layers];
-        self.fold = None;
     }
 
     fn observe_prefill(&mut self, ctx: &LayerAttnCtx<'_, B>) -> Result<()> {
@@ -635,20 +648,15 @@ impl<B: KernelOps> ImportanceEstimator<B> for Dustin<B> {
     fn score(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<Scores<B>> {
         let a = ctx.attn;
         let width = score_width(a)?;
-        let contrib = self.contribution(ctx)?;
-        let [b, kvh, n, l] = contrib.dims();
-        let device = contrib.device();
+        let c = self.contribution(ctx)?;
+        let [b, kvh, n, l] = c.rows.dims();
+        let device = c.rows.device();
         let hist = self.history_at(a.layer, b, kvh, l, &device)?;
-        let wts = match self.fold.take() {
-            Some((m, w)) if m == n && w.device() == device => w,
-            _ => Tensor::<B, 4>::from_data(
-                TensorData::new(self.fold_weights(n - 1, n), [1, 1, n, 1]),
-                &device,
-            ),
-        };
-        self.fold = Some((n, wts.clone()));
-        let provisional = hist.mul_scalar(self.cfg.beta.powi(n as i32) as f32)
-            + (contrib * wts).sum_dim(2).reshape([b, kvh, l]);
+        // the history provisionally advanced by all n rows
+        let w = self.fold_weights(n - 1, n).repeat(b);
+        let factor = vec![self.cfg.beta.powi(n as i32) as f32; b];
+        let provisional =
+            B::fold_rows(Some(hist), &factor, c.rows, &w, &c.own, &c.all).map_err(kernel_error)?;
         self.mix(ctx, provisional, width)
     }
 
@@ -680,7 +688,7 @@ impl<B: KernelOps> ImportanceEstimator<B> for Dustin<B> {
         self.shared = None;
         // check every pending layer before changing any
         for p in self.pending.iter().flatten() {
-            let [b, _, n, _] = p.dims();
+            let [b, _, n, _] = p.rows.dims();
             if accepted.len() != b {
                 return Err(CoreError::invalid(
                     "accepted",
@@ -697,11 +705,11 @@ impl<B: KernelOps> ImportanceEstimator<B> for Dustin<B> {
             }
         }
         for layer in 0..self.pending.len() {
-            let Some(contrib) = self.pending[layer].take() else {
+            let Some(c) = self.pending[layer].take() else {
                 continue;
             };
-            let [b, kvh, n, l] = contrib.dims();
-            let device = contrib.device();
+            let [b, kvh, n, l] = c.rows.dims();
+            let device = c.rows.device();
             let mut w = Vec::with_capacity(b * n);
             for &acc in accepted {
                 w.extend(self.fold_weights(acc, n));
@@ -710,11 +718,11 @@ impl<B: KernelOps> ImportanceEstimator<B> for Dustin<B> {
                 .iter()
                 .map(|&acc| self.cfg.beta.powi(acc as i32 + 1) as f32)
                 .collect();
-            let w = Tensor::<B, 4>::from_data(TensorData::new(w, [b, 1, n, 1]), &device);
-            let factor = Tensor::<B, 3>::from_data(TensorData::new(factor, [b, 1, 1]), &device);
-            let add = (contrib * w).sum_dim(2).reshape([b, kvh, l]);
             let hist = self.history_at(layer, b, kvh, l, &device)?;
-            self.hist[layer] = Some(hist * factor.expand([b, kvh, l]) + add);
+            self.hist[layer] = Some(
+                B::fold_rows(Some(hist), &factor, c.rows, &w, &c.own, &c.all)
+                    .map_err(kernel_error)?,
+            );
         }
         Ok(())
     }
@@ -743,6 +751,84 @@ mod tests {
     use burn_flex::{Flex, FlexDevice};
     use dustin_core::Phase;
     use rand::{Rng, SeedableRng};
+
+    /// The estimator's own mix (the CPU path: mask, two normalisations, the weighted sum)
+    /// equals [`KernelOps::mix_scores`]' plain path, the op CUDA runs as one kernel: free
+    /// ranges from the keep rule, a lookahead shorter than the width (zero-padded), a ragged
+    /// batch, with and without the lookahead.
+    #[test]
+    fn mix_equals_the_fused_mix_op() {
+        let (b, kvh, l) = (2usize, 3usize, 40usize);
+        let ctx_lens = [37usize, 21];
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let mut rand =
+            |len: usize| -> Vec<f32> { (0..len).map(|_| rng.random_range(0.0f32..1.0)).collect() };
+        let hist = Tensor::<Flex, 3>::from_data(
+            TensorData::new(rand(b * kvh * l), [b, kvh, l]),
+            &FlexDevice,
+        );
+        let la = Tensor::<Flex, 2>::from_data(TensorData::new(rand(b * 30), [b, 30]), &FlexDevice);
+        let q = Tensor::<Flex, 4>::zeros([b, kvh, 1, 4], &FlexDevice);
+        let k = Tensor::<Flex, 4>::zeros([b, kvh, l, 4], &FlexDevice);
+        let attn = LayerAttnCtx {
+            layer: 0,
+            phase: Phase::Decode,
+            q: &q,
+            k: &k,
+            ctx_lens: &ctx_lens,
+            n_new: 1,
+            scale: 0.5,
+        };
+        let ctx = ScoreCtx {
+            attn: &attn,
+            budget: 12,
+            n_sink: 2,
+            window: 3,
+            iteration: 0,
+        };
+        let keep = keep_rule(&ctx);
+        let free: Vec<(usize, usize)> = ctx_lens.iter().map(|&c| keep.free_range(c)).collect();
+        for alpha in [0.0, 0.3] {
+            let mut est = Dustin::<Flex>::with_config(DustinConfig {
+                alpha,
+                ..DustinConfig::default()
+            })
+            .unwrap();
+            est.reset(b, 1);
+            if alpha > 0.0 {
+                est.observe_lookahead(&la);
+            }
+            let Scores::Tokens(got) = est.mix(&ctx, hist.clone(), l).unwrap() else {
+                panic!("dense")
+            };
+            let want = dustin_kernels::plain::mix_scores(
+                hist.clone(),
+                (alpha > 0.0).then(|| la.clone()),
+                &free,
+                alpha as f32,
+                l,
+            )
+            .unwrap();
+            let (got, want): (Vec<f32>, Vec<f32>) = (
+                got.into_data().to_vec().unwrap(),
+                want.into_data().to_vec().unwrap(),
+            );
+            assert_eq!(got.len(), b * kvh * l);
+            let err = got
+                .iter()
+                .zip(&want)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            assert!(err < 1e-6, "alpha {alpha}: max abs diff {err}");
+            // each row sums to 1 over its free range, 0 outside it
+            for (r, row) in got.chunks(l).enumerate() {
+                let (lo, hi) = free[r / kvh];
+                let s: f32 = row[lo..hi].iter().sum();
+                assert!((s - 1.0).abs() < 1e-5, "row {r} sums to {s}");
+                assert!(row[..lo].iter().chain(&row[hi..]).all(|&x| x == 0.0));
+            }
+        }
+    }
 
     /// The contribution from the fused head-subset kernel (what CUDA runs; here its plain
     /// path) equals the estimator's own per-head computation, including a KV head with no
@@ -787,21 +873,28 @@ mod tests {
             window: 2,
             iteration: 0,
         };
-        let plain: Vec<f32> = est
-            .contribution(&ctx)
-            .unwrap()
-            .into_data()
-            .to_vec()
-            .unwrap();
+        // the per-KV-head contribution [b, kvh, n, l] a pending entry stands for
+        let mapped = |p: Pending<Flex>| -> Vec<f32> {
+            let rows: Vec<f32> = p.rows.into_data().to_vec().unwrap();
+            let at =
+                |bb: usize, h: usize, i: usize, j: usize| rows[((bb * kvh + h) * n + i) * l + j];
+            let mut out = Vec::with_capacity(rows.len());
+            for bb in 0..b {
+                for h in 0..kvh {
+                    for i in 0..n {
+                        for j in 0..l {
+                            let tot: f32 = (0..kvh).map(|h2| at(bb, h2, i, j)).sum();
+                            out.push(p.own[h] * at(bb, h, i, j) + p.all[h] * tot);
+                        }
+                    }
+                }
+            }
+            out
+        };
+        let plain = mapped(est.contribution(&ctx).unwrap());
         let heads = est.layer_heads(0, kvh * g, keep_rule(&ctx)).unwrap();
         assert_eq!(heads, vec![0, 1, 5]);
-        let fused: Vec<f32> = est
-            .fused_contribution(&ctx, &heads)
-            .unwrap()
-            .unwrap()
-            .into_data()
-            .to_vec()
-            .unwrap();
+        let fused = mapped(est.fused_contribution(&ctx, &heads).unwrap().unwrap());
         assert_eq!(plain.len(), b * kvh * n * l);
         let err = plain
             .iter()
@@ -869,7 +962,6 @@ mod tests {
                 };
                 let mut fresh = est.clone();
                 fresh.shared = None;
-                fresh.fold = None;
                 fresh.head_weights = vec![None; 2];
                 let tokens = |s: Scores<Flex>| -> Vec<f32> {
                     match s {
