@@ -15,7 +15,12 @@
 //! (CubeCL's C++ output has no spelling for an infinite constant).
 
 // Device code: nested `if`s and explicit casts keep the generated C++ predictable.
-#![allow(clippy::collapsible_if, clippy::unnecessary_cast)]
+#![allow(
+    clippy::collapsible_if,
+    clippy::unnecessary_cast,
+    clippy::manual_div_ceil,
+    clippy::manual_is_multiple_of
+)]
 
 use cubecl::cmma::{self, MatrixIdent, MatrixLayout};
 use cubecl::prelude::barrier::{copy_async, Barrier};
