@@ -470,6 +470,15 @@ pub fn check_elementwise<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<Ch
     rows_out
 }
 
+/// `len` positive values (the magnitudes of [`reference::random_bf16`]'s): scores and
+/// attention masses.
+fn positive_bf16(len: usize, amp: f32, seed: u64) -> Vec<f32> {
+    reference::random_bf16(len, amp, seed)
+        .into_iter()
+        .map(f32::abs)
+        .collect()
+}
+
 /// The `dustin` estimator's ops ([`KernelOps::fold_rows`], [`KernelOps::mix_scores`], two
 /// rows each) against [`reference::fold_rows`] and [`reference::mix_scores`]; part of
 /// [`check_elementwise`], and on its own for `dustin-kernels-gpu check --op dustin`.
@@ -484,15 +493,9 @@ pub fn check_dustin_ops<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<Che
         .enumerate()
     {
         let seed = 7600 + i as u64;
-        let rows: Vec<f32> = reference::random_bf16(b * kvh * n * l, 1.0, seed)
-            .iter()
-            .map(|x| x.abs())
-            .collect();
+        let rows: Vec<f32> = positive_bf16(b * kvh * n * l, 1.0, seed);
         let wide = l + 30;
-        let hist_wide: Vec<f32> = reference::random_bf16(b * kvh * wide, 2.0, seed + 1)
-            .iter()
-            .map(|x| x.abs())
-            .collect();
+        let hist_wide: Vec<f32> = positive_bf16(b * kvh * wide, 2.0, seed + 1);
         let hist: Vec<f32> = hist_wide
             .chunks(wide)
             .flat_map(|r| r[..l].to_vec())
@@ -543,20 +546,12 @@ pub fn check_dustin_ops<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<Che
     for (i, (b, kvh, hl, la_len, free, width)) in mix_cases.into_iter().enumerate() {
         let seed = 7650 + i as u64;
         let wide = hl + 17;
-        let hist_wide: Vec<f32> = reference::random_bf16(b * kvh * wide, 2.0, seed)
-            .iter()
-            .map(|x| x.abs())
-            .collect();
+        let hist_wide: Vec<f32> = positive_bf16(b * kvh * wide, 2.0, seed);
         let hist: Vec<f32> = hist_wide
             .chunks(wide)
             .flat_map(|r| r[..hl].to_vec())
             .collect();
-        let la: Option<Vec<f32>> = la_len.map(|ll| {
-            reference::random_bf16(b * ll, 1.0, seed + 1)
-                .iter()
-                .map(|x| x.abs())
-                .collect()
-        });
+        let la: Option<Vec<f32>> = la_len.map(|ll| positive_bf16(b * ll, 1.0, seed + 1));
         let want = reference::mix_scores(
             &hist,
             [b, kvh, hl],
