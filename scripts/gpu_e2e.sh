@@ -34,6 +34,11 @@
 #                                 # the grouped q/k/v and gate/up GEMMs)
 #   bash .device/gpu_e2e.sh draft # 7B 32k B 8, dense/dustin: lookahead scoring deferred vs
 #                                 # per step, then dense draft vs one of DRAFT_BUDGETS tokens
+#   bash .device/gpu_e2e.sh selectab # both top-k kernels checked and timed; 7B 32k B 8 dense
+#                                 # and dustin, estimator kernels off/on x top-k block/warp in
+#                                 # one process (HOST=1: a host profile of each row)
+#   bash .device/gpu_e2e.sh run NAME ARGS... # one group named NAME: bench-e2e with ARGS after
+#                                 # the common flags (any shapes and modes, one process)
 #   bash .device/gpu_e2e.sh ab    # 7B 32k B 8: $D/dustin-base (staged by hand) against $D/dustin,
 #                                 # which runs each mode with the fused residual off and on
 # Env: OUT (results folder), BIN (the binary `group` runs; default $D/dustin), TAU (mean acceptance length of every speculative mode, default
@@ -155,6 +160,21 @@ prof)
     rm -f cubecl.toml
     python3 "$D/profile_summary.py" /tmp/prof.log 45 > "$OUT/prof_summary.txt"
     head -50 "$OUT/prof_summary.txt"
+    ;;
+selectab)
+    # session 32 (staged by `xtask gpu-e2e` and `xtask gpu-kernels`): both top-k kernels
+    # checked and timed, the dustin fold/mix kernels checked, then 7B, 32k, B 8 (BATCH), dense
+    # and dustin with the estimator kernels off/on x the top-k kernel block/warp side by side
+    # in one process (dustin, dustin+tkw, dustin+ek+tkb, dustin+ek+tkw); a host profile of
+    # each row in $OUT/host. Finds which of session 31's changes slowed `dustin` down
+    if [ -x "$D/dustin-kernels-gpu" ]; then
+        timeout 90 "$D/dustin-kernels-gpu" check --op topk 2>&1 | tee "$OUT/check_topk.txt" | tail -20
+        timeout 60 "$D/dustin-kernels-gpu" check --op dustin 2>&1 | tee "$OUT/check_dustin.txt" | tail -8
+        timeout 90 "$D/dustin-kernels-gpu" topk --json "$OUT/topk.jsonl" 2>&1 | tee "$OUT/topk.txt"
+    fi
+    LIMIT=${LIMIT:-300} group 7b_selectab --target "$C/Qwen2.5-7B-Instruct.config.json" \
+        --ctx 32768 --batch "${BATCH:-8}" --modes "${MODES:-dense,dustin}" \
+        --estimator-kernels off,on --topk-kernel block,warp ${HOST:+--host-profile "$OUT/host"}
     ;;
 ab2)
     # session 31: the binary of an earlier commit ($D/dustin-base, staged by hand) against
@@ -282,8 +302,15 @@ hf)
         --ctx 32768 --batch 8,16
     PYTHONUNBUFFERED=1 timeout "${HF_LIMIT:-300}" python3 "$D/hf_e2e_bench.py" "$C" 2>&1 | tee "$OUT/hf.jsonl"
     ;;
+run)
+    # session 32: any one group, `run NAME bench-e2e-args...`
+    shift
+    name=$1
+    shift
+    group "$name" "$@"
+    ;;
 *)
-    echo "usage: gpu_e2e.sh 7b|72b|grid|hf|final|elementwise|trace|next|where" >&2
+    echo "usage: gpu_e2e.sh 7b|72b|grid|hf|final|elementwise|trace|next|where|prof|selectab|run NAME ARGS..." >&2
     exit 2
     ;;
 esac

@@ -176,9 +176,45 @@ pub struct E2eArgs {
     /// batches differ (`--ragged-accept on`); the same caches either way.
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub kv_write_kernel: OnOff,
+    /// How the `dustin` estimator folds its history and mixes it with the lookahead on CUDA
+    /// (`dustin_kernels::cuda::set_estimator_kernels`): Burn ops (`off`, the default) or one
+    /// kernel each (`on`, `KernelOps::fold_rows` and `KernelOps::mix_scores`). The same
+    /// selections up to rounding. A list (`off,on`) runs the modes of the `dustin`
+    /// estimator (`dustin`, `history-only`) once per setting, side by side in one process
+    /// (the table's mode then says `+ek` for `on`); the other modes run once. No effect on
+    /// the CPU, whose rows say `off`.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "off")]
+    pub estimator_kernels: Vec<OnOff>,
+    /// Which kernel runs the selectors' top-k on CUDA (`dustin_kernels::cuda::set_topk_kernel`):
+    /// `block` (the default: 256 threads per row) or `warp` (1024 threads per row, per-warp
+    /// histograms). The same selections. A list (`block,warp`) runs every mode that selects
+    /// (all but `ar` and `dense`) once per kernel, side by side in one process (the table's
+    /// mode then says `+tkb` or `+tkw`). No effect on the CPU, whose rows say `block`.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "block")]
+    pub topk_kernel: Vec<TopkKernel>,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
+}
+
+/// `--topk-kernel`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TopkKernel {
+    /// `dustin_kernels::cuda::TopkKernel::Block`.
+    Block,
+    /// `dustin_kernels::cuda::TopkKernel::Warp`.
+    Warp,
+}
+
+/// Whether `mode`'s selector is the `dustin` estimator (what `--estimator-kernels` changes).
+fn uses_dustin_estimator(mode: &str) -> bool {
+    matches!(mode, "dustin" | "history-only")
+}
+
+/// Whether `mode` selects positions by top-k (what `--topk-kernel` changes).
+fn selects_top_k(mode: &str) -> bool {
+    !matches!(mode, "ar" | "dense")
 }
 
 /// `--skinny-gemm`.
@@ -489,6 +525,10 @@ pub struct Row {
     pub skinny_kernel: SkinnyKernel,
     /// `--verify-kernel` (CUDA only).
     pub verify_kernel: VerifyKernel,
+    /// `--estimator-kernels` (`off` on the CPU and for modes without the `dustin` estimator).
+    pub estimator_kernels: OnOff,
+    /// `--topk-kernel` (`block` on the CPU and for modes that do not select).
+    pub topk_kernel: TopkKernel,
 }
 
 /// Means over the timed iterations of a run (after `warmup`, at most `iters`).
@@ -759,22 +799,50 @@ fn measure<B: KernelOps>(
                         .wants_lookahead();
                 // every setting of the lists, but for the scoring only modes that read the
                 // lookahead, and for the draft budget only speculative modes
-                let variants = pairs.iter().flat_map(|pair| {
-                    args.lookahead_scoring
-                        .iter()
-                        .enumerate()
-                        .flat_map(move |(si, &scoring)| {
-                            args.draft_budget
-                                .iter()
-                                .enumerate()
-                                .map(move |(bi, &db)| (pair, si, scoring, bi, db))
-                        })
-                });
-                for ((residual, target, draft), si, scoring, bi, draft_budget) in variants {
-                    if (si > 0 && !reads_lookahead) || (bi > 0 && mode == "ar") {
-                        continue;
+                // and for the estimator kernels only `dustin` estimator modes, for the top-k
+                // kernel only modes that select
+                let mut variants = Vec::new();
+                for pair in &pairs {
+                    for (si, &scoring) in args.lookahead_scoring.iter().enumerate() {
+                        for (bi, &db) in args.draft_budget.iter().enumerate() {
+                            for (ei, &ek) in args.estimator_kernels.iter().enumerate() {
+                                for (ti, &tk) in args.topk_kernel.iter().enumerate() {
+                                    if (si > 0 && !reads_lookahead)
+                                        || (bi > 0 && mode == "ar")
+                                        || (ei > 0 && !uses_dustin_estimator(mode))
+                                        || (ti > 0 && !selects_top_k(mode))
+                                    {
+                                        continue;
+                                    }
+                                    variants.push((pair, scoring, db, ek, tk));
+                                }
+                            }
+                        }
                     }
+                }
+                for ((residual, target, draft), scoring, draft_budget, est_kernels, topk) in
+                    variants
+                {
                     let residual = *residual;
+                    // the settings in effect for this row (the CPU has neither kernel)
+                    let est_kernels = if B::FUSED && uses_dustin_estimator(mode) {
+                        est_kernels
+                    } else {
+                        OnOff::Off
+                    };
+                    let topk = if B::FUSED && selects_top_k(mode) {
+                        topk
+                    } else {
+                        TopkKernel::Block
+                    };
+                    #[cfg(feature = "cuda")]
+                    {
+                        dustin_kernels::cuda::set_estimator_kernels(est_kernels == OnOff::On);
+                        dustin_kernels::cuda::set_topk_kernel(match topk {
+                            TopkKernel::Block => dustin_kernels::cuda::TopkKernel::Block,
+                            TopkKernel::Warp => dustin_kernels::cuda::TopkKernel::Warp,
+                        });
+                    }
                     // the mode's name in the table, profiles and JSON rows: `+res` where a list of
                     // settings ran it with the fused residual in effect
                     let mut label = if pairs.len() > 1 && residual == OnOff::On && B::FUSED && fused
@@ -793,6 +861,17 @@ fn measure<B: KernelOps>(
                         && scoring == Scoring::PerStep
                     {
                         label.push_str("+step");
+                    }
+                    // `+ek` where a list of estimator-kernel settings ran it with the kernels
+                    if args.estimator_kernels.len() > 1 && est_kernels == OnOff::On {
+                        label.push_str("+ek");
+                    }
+                    // `+tkb` / `+tkw` where a list of top-k kernels ran it
+                    if args.topk_kernel.len() > 1 && B::FUSED && selects_top_k(mode) {
+                        label.push_str(match topk {
+                            TopkKernel::Block => "+tkb",
+                            TopkKernel::Warp => "+tkw",
+                        });
                     }
                     let tau = accept_of(args, mode)?;
                     let prompts: Vec<Vec<TokenId>> = (0..batch)
@@ -992,6 +1071,8 @@ fn measure<B: KernelOps>(
                         kv_write_kernel: args.kv_write_kernel,
                         skinny_kernel: args.skinny_kernel,
                         verify_kernel: args.verify_kernel,
+                        estimator_kernels: est_kernels,
+                        topk_kernel: topk,
                     };
                     if !report {
                         continue;

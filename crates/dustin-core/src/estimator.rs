@@ -215,6 +215,27 @@ pub trait ImportanceEstimator<B: Backend> {
         Ok(None)
     }
 
+    /// [`rescore_on_reuse`](Self::rescore_on_reuse) for several layers at once, called by a
+    /// selector when the first layer of a verification reuses its selection, before the
+    /// forward pass reaches the others: scores `[layers.len() * batch, kv_heads, width]`,
+    /// layer-major (rows `i * batch .. (i + 1) * batch` are layer `layers[i]`'s), the same
+    /// values `rescore_on_reuse` would give each of those layers in its turn, so that one
+    /// top-k call serves them all. `ctx` is the first layer's: only what every layer of the
+    /// model shares is read from it (shapes, context lengths, keep rule), never its queries
+    /// or keys. Scores here must therefore not depend on
+    /// [`observe_verify`](Self::observe_verify) of the same verification. `None` (the
+    /// default): each layer calls `rescore_on_reuse` itself.
+    ///
+    /// # Errors
+    /// Whatever the implementation reports.
+    fn rescore_layers_on_reuse(
+        &mut self,
+        _layers: &[usize],
+        _ctx: &ScoreCtx<'_, B>,
+    ) -> Result<Option<Tensor<B, 3>>> {
+        Ok(None)
+    }
+
     /// Whether the estimator wants the layer's dense probabilities (see
     /// [`AttentionHook::wants_probs`]). Default: no.
     fn wants_probs(&self, _layer: usize, _phase: Phase) -> bool {

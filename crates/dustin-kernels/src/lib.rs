@@ -107,6 +107,15 @@ pub trait KernelOps: Backend {
     /// H200, docs/perf.md, sixth session). At most [`MAX_PREFILL_NEW`].
     const PREFILL_CHUNK: usize = 512;
 
+    /// Whether the `dustin` estimator runs its history fold and normalise-and-mix through
+    /// [`KernelOps::fold_rows`] and [`KernelOps::mix_scores`] as this backend's kernels
+    /// (`true`) or through its own Burn-op path (`false`, the default; on CUDA the setting
+    /// of `cuda::set_estimator_kernels`, off by default). The same values up to rounding
+    /// either way.
+    fn estimator_kernels() -> bool {
+        false
+    }
+
     /// Dense GQA attention of the new tokens over their whole context.
     ///
     /// `q` `[batch, q_heads, n_new, head_dim]`, `k`, `v` `[batch, kv_heads, capacity,

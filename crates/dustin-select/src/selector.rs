@@ -68,6 +68,15 @@ struct Cached<B: Backend> {
 /// verifications `t .. t + refresh`, each time extended with the positions that entered the
 /// context since it was made ([`extend_selection`]); [`SelectionPolicy::retain`], a reset, and
 /// an acceptance drop (see [`SelectConfig::refresh_on_accept_drop`]) force a recompute.
+///
+/// Re-ranked reuse in one call: when the first layer of a verification reuses its selection
+/// and the estimator re-ranks from what it holds
+/// ([`ImportanceEstimator::rescore_layers_on_reuse`]), the selections of every layer that
+/// reuses in this verification are made then, by one scoring pass and one top-k call over
+/// the layers' stacked scores, and handed out as the forward pass reaches each layer: the
+/// same selections as layer by layer, at a fixed number of launches (on CUDA, 28 top-k
+/// launches of 32 rows each become one of 896 at Qwen2.5-7B, B=8). Off with
+/// [`Selector::with_batched_reuse`].
 #[derive(Debug, Clone)]
 pub struct Selector<B: Backend, E> {
     est: E,
@@ -78,6 +87,20 @@ pub struct Selector<B: Backend, E> {
     accept_sum: f64,
     accept_iters: usize,
     reads: Vec<f64>,
+    batched_reuse: bool,
+    ahead: Option<Ahead<B>>,
+    batched: usize,
+}
+
+/// Selections made ahead for the layers that reuse in one verification (see [`Selector`]):
+/// valid while the clock, the context lengths and the budget are those it was made for.
+#[derive(Debug, Clone)]
+struct Ahead<B: Backend> {
+    clock: usize,
+    lens: Vec<usize>,
+    budget: usize,
+    /// Per layer; taken when handed out. All `None` when the estimator made none.
+    sel: Vec<Option<LayerSelection<B>>>,
 }
 
 impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost> Selector<B, E> {
@@ -96,7 +119,26 @@ impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost> Selector<B, E> {
             accept_sum: 0.0,
             accept_iters: 0,
             reads: Vec::new(),
+            batched_reuse: true,
+            ahead: None,
+            batched: 0,
         })
+    }
+
+    /// How many verifications so far had their reusing layers re-ranked in one call (see
+    /// [`Selector`]).
+    pub fn batched_reuses(&self) -> usize {
+        self.batched
+    }
+
+    /// Whether reusing layers are re-ranked in one call per verification (`true`, the
+    /// default; see [`Selector`]) or each in its turn (`false`: the same selections, one set
+    /// of launches per layer; for comparisons).
+    #[must_use]
+    pub fn with_batched_reuse(mut self, on: bool) -> Self {
+        self.batched_reuse = on;
+        self.ahead = None;
+        self
     }
 
     /// The estimator.
@@ -122,6 +164,7 @@ impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost> Selector<B, E> {
     /// Drops every cached selection (the next verification recomputes all layers).
     pub fn invalidate(&mut self) {
         self.cache.iter_mut().for_each(|c| *c = None);
+        self.ahead = None;
     }
 
     fn count_reads(&mut self, lens: &[usize], f: impl Fn(&E, usize) -> f64) {
@@ -177,6 +220,9 @@ impl<B: KernelOps, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static>
         {
             self.est.observe_verify(&sctx)?;
             self.count_reads(ctx.ctx_lens, |e, l| e.observe_reads(ctx.layer, l, kvh, nh));
+            if let Some(sel) = self.take_ahead(ctx, &sctx, budget)? {
+                return Ok(Some(sel));
+            }
             return match self.est.rescore_on_reuse(&sctx)? {
                 Some(scores) => self.top_k(scores, ctx, budget),
                 // extended only when it is what gets used
@@ -204,6 +250,79 @@ impl<B: KernelOps, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static>
 }
 
 impl<B: KernelOps, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static> Selector<B, E> {
+    /// This layer's selection from the ones made ahead for this verification (see
+    /// [`Selector`]), making them at the first reusing layer: `None` where the estimator
+    /// makes none (then the layer re-ranks or extends on its own) or batching is off.
+    fn take_ahead(
+        &mut self,
+        ctx: &LayerAttnCtx<'_, B>,
+        sctx: &ScoreCtx<'_, B>,
+        budget: usize,
+    ) -> Result<Option<LayerSelection<B>>> {
+        if !self.batched_reuse {
+            return Ok(None);
+        }
+        let current = self
+            .ahead
+            .as_ref()
+            .is_some_and(|a| a.clock == self.clock && a.budget == budget && a.lens == ctx.ctx_lens);
+        if !current {
+            // every layer from this one on that reuses now (the layers before have run)
+            let layers: Vec<usize> = (ctx.layer..self.cache.len())
+                .filter(|&l| self.fresh(l, ctx.ctx_lens, budget).is_some())
+                .collect();
+            let mut sel = vec![None; self.cache.len().max(ctx.layer + 1)];
+            if layers.len() > 1 {
+                if let Some(scores) = self.est.rescore_layers_on_reuse(&layers, sctx)? {
+                    let split = self.top_k_stacked(scores, ctx, budget, layers.len())?;
+                    for (&l, s) in layers.iter().zip(split) {
+                        sel[l] = Some(s);
+                    }
+                    self.batched += 1;
+                }
+            }
+            self.ahead = Some(Ahead {
+                clock: self.clock,
+                lens: ctx.ctx_lens.to_vec(),
+                budget,
+                sel,
+            });
+        }
+        Ok(self
+            .ahead
+            .as_mut()
+            .and_then(|a| a.sel.get_mut(ctx.layer))
+            .and_then(Option::take))
+    }
+
+    /// One top-k call over `reps` layers' stacked scores `[reps * batch, kv_heads, width]`,
+    /// split back into one selection per layer.
+    fn top_k_stacked(
+        &self,
+        scores: Tensor<B, 3>,
+        ctx: &LayerAttnCtx<'_, B>,
+        budget: usize,
+        reps: usize,
+    ) -> Result<Vec<LayerSelection<B>>> {
+        let b = ctx.ctx_lens.len();
+        let (got, kvh) = (scores.dims(), ctx.k.dims()[1]);
+        if got[0] != reps * b || got[1] != kvh {
+            return Err(CoreError::Shape {
+                name: format!("stacked scores of `{}`", self.est.name()),
+                expected: vec![reps * b, kvh, got[2]],
+                found: got.to_vec(),
+            });
+        }
+        let lens = ctx.ctx_lens.repeat(reps);
+        let all = select_top_k(scores, &lens, self.cfg.keep_with_budget(budget))?;
+        Ok((0..reps)
+            .map(|i| LayerSelection {
+                indices: all.indices.clone().narrow(0, i * b, b),
+                counts: all.counts[i * b..(i + 1) * b].to_vec(),
+            })
+            .collect())
+    }
+
     /// The top-k step over `scores` (`None`: dense).
     fn top_k(
         &self,
@@ -262,6 +381,7 @@ impl<B: KernelOps, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static>
         self.cache.resize_with(num_layers, || None);
         self.iteration = 0;
         self.clock = 0;
+        self.ahead = None;
         self.accept_sum = 0.0;
         self.accept_iters = 0;
         self.reads = vec![0.0; batch];
@@ -273,10 +393,12 @@ impl<B: KernelOps, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static>
 
     fn observe_lookahead(&mut self, lookahead: &Tensor<B, 2>) {
         self.est.observe_lookahead(lookahead);
+        self.ahead = None;
     }
 
     fn begin_verify(&mut self, iteration: usize) {
         self.iteration = iteration;
+        self.ahead = None;
     }
 
     fn commit(&mut self, accepted: &[usize]) -> Result<()> {

@@ -11,6 +11,9 @@
 //!   of two query heads over one KV head's keys, top-k; microseconds per layer and TB/s of
 //!   KV read. JSON lines go to `--json PATH` as well. `--verify-kernel auto|flash|split` and
 //!   `--flash-buffers 1|2|3` pick the attention kernel and the flash kernel's tile buffers.
+//! - `topk`: GPU time of both top-k kernels (`cuda::TopkKernel`) side by side at the
+//!   selectors' shapes, each run checked against the float64-ordered reference; `check --op
+//!   topk` checks both kernels too.
 //! - `ktime --op OP [--model 7B|72B]`: one op of `bench` at B=8, 32k alone (2 warm-up calls,
 //!   then 5), for a trace of its kernels' GPU time (`scripts/gpu_prefill.sh ktime`).
 //! - `--score-buffers 1|2|3` and `--sparse-waves 1..8` (any command): the flash kernel's K tile
@@ -20,7 +23,7 @@ use std::io::Write;
 use std::time::Instant;
 
 use burn_tensor::{backend::Backend, Distribution, Int, Tensor, TensorData};
-use dustin_kernels::cuda::AttentionKernel;
+use dustin_kernels::cuda::{self, AttentionKernel};
 use dustin_kernels::reference::{self, Dims, Sel};
 use dustin_kernels::{Keep, KernelOps, MAX_NEW};
 
@@ -372,6 +375,32 @@ fn topk_check(
     rep: &mut Report,
 ) {
     let want = reference::top_k(host, batch, heads, l, ctx, keep);
+    // both kernels (cuda::TopkKernel), the default's setting restored after
+    let before = cuda::topk_kernel();
+    for (kname, kernel) in [
+        ("block", cuda::TopkKernel::Block),
+        ("warp", cuda::TopkKernel::Warp),
+    ] {
+        cuda::set_topk_kernel(kernel);
+        let op = format!("{op} [{kname}]");
+        topk_check_one(case, &op, scores.clone(), &want, heads, ctx, keep, rep);
+    }
+    cuda::set_topk_kernel(before);
+}
+
+/// One run of the top-k kernel [`cuda::set_topk_kernel`] chose against `want` (per row, the
+/// kept positions ascending).
+#[allow(clippy::too_many_arguments)]
+fn topk_check_one(
+    case: &str,
+    op: &str,
+    scores: Tensor<B, 3>,
+    want: &[Vec<usize>],
+    heads: usize,
+    ctx: &[usize],
+    keep: Keep,
+    rep: &mut Report,
+) {
     match B::top_k_positions(scores, ctx, keep) {
         Ok(p) => {
             let kk = p.indices.dims()[2];
@@ -627,8 +656,8 @@ fn topk_bench(json: Option<&str>) -> usize {
         ("72B layer B16", 16, 8, 32768),
     ];
     let mut failures = 0;
-    println!("| shape | rows | ctx | scores | dtype | us | rows/ms | check |");
-    println!("|---|---:|---:|---|---|---:|---:|---|");
+    println!("| shape | rows | ctx | scores | dtype | kernel | us | rows/ms | check |");
+    println!("|---|---:|---:|---|---|---|---:|---:|---|");
     for (si, &(name, batch, heads, ctx)) in shapes.iter().enumerate() {
         for dist in ["uniform", "clustered"] {
             let n = batch * heads * ctx;
@@ -655,28 +684,45 @@ fn topk_bench(json: Option<&str>) -> usize {
                 };
                 // what the kernel sees: the scores as uploaded (rounded to the backend's bf16)
                 let seen = to_f32(t.clone());
-                let us = time_us(3, 20, || {
-                    let _ = B::top_k_positions(t.clone(), &lens, keep);
-                });
-                let mut rep = Report {
-                    failures: 0,
-                    lines: Vec::new(),
-                };
-                topk_check(
-                    name, "top-k", t, &seen, batch, heads, ctx, &lens, keep, &mut rep,
-                );
-                let bad = rep.failures;
-                failures += bad;
-                let rows = batch * heads;
-                println!(
-                    "| {name} | {rows} | {ctx} | {dist} | {dt} | {us:.1} | {:.1} | {} |",
-                    rows as f64 / us * 1e3,
-                    if bad == 0 { "ok" } else { "FAIL" }
-                );
-                emit(format!(
-                    "{{\"shape\":\"{name}\",\"rows\":{rows},\"ctx\":{ctx},\"scores\":\"{dist}\",\"dtype\":\"{dt}\",\"us\":{us:.2},\"ok\":{}}}",
-                    bad == 0
-                ));
+                let want = reference::top_k(&seen, batch, heads, ctx, &lens, keep);
+                // both kernels side by side, the default restored after
+                let before = cuda::topk_kernel();
+                for (kname, kernel) in [
+                    ("block", cuda::TopkKernel::Block),
+                    ("warp", cuda::TopkKernel::Warp),
+                ] {
+                    cuda::set_topk_kernel(kernel);
+                    let us = time_us(3, 20, || {
+                        let _ = B::top_k_positions(t.clone(), &lens, keep);
+                    });
+                    let mut rep = Report {
+                        failures: 0,
+                        lines: Vec::new(),
+                    };
+                    topk_check_one(
+                        name,
+                        "top-k",
+                        t.clone(),
+                        &want,
+                        heads,
+                        &lens,
+                        keep,
+                        &mut rep,
+                    );
+                    let bad = rep.failures;
+                    failures += bad;
+                    let rows = batch * heads;
+                    println!(
+                        "| {name} | {rows} | {ctx} | {dist} | {dt} | {kname} | {us:.1} | {:.1} | {} |",
+                        rows as f64 / us * 1e3,
+                        if bad == 0 { "ok" } else { "FAIL" }
+                    );
+                    emit(format!(
+                        "{{\"shape\":\"{name}\",\"rows\":{rows},\"ctx\":{ctx},\"scores\":\"{dist}\",\"dtype\":\"{dt}\",\"kernel\":\"{kname}\",\"us\":{us:.2},\"ok\":{}}}",
+                        bad == 0
+                    ));
+                }
+                cuda::set_topk_kernel(before);
             }
         }
     }

@@ -1165,6 +1165,151 @@ pub fn topk_kernel<F: Float, I: Int>(
     }
 }
 
+/// Top-k per (KV head, sequence), the first kernel (sessions 18-30; `TopkKernel::Block`):
+/// one block of 256 threads per row. A 4-pass radix select (8 bits a pass, one shared
+/// histogram) finds the k-th largest key `T` and how many keys equal to `T` to take (lowest
+/// positions first); a scan in position order, 256 positions a step with two block barriers
+/// each, writes the kept positions ascending; padding slots get 0. Kept beside
+/// [`topk_kernel`] until the two are compared end to end on the GPU (docs/decisions.md,
+/// session 32).
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub fn topk_block_kernel<F: Float, I: Int>(
+    scores: &Tensor<F>,
+    ctx: &Tensor<I>,
+    out: &mut Tensor<I>,
+    budget: u32,
+    n_sink: u32,
+    window: u32,
+    kout: u32,
+    #[define(F, I)] _dtypes: [StorageType; 2],
+) {
+    let h = CUBE_POS_Y as usize;
+    let b = CUBE_POS_Z as usize;
+    let tid = UNIT_POS as usize;
+    let lane = tid % 32;
+    let warp = tid / 32;
+    let c = u32::cast_from(ctx[b]) as usize;
+    let mut kk = budget as usize;
+    if c < kk {
+        kk = c;
+    }
+    let sbase = b * scores.stride(0) + h * scores.stride(1);
+    let s2 = scores.stride(2);
+    let mut win_lo = 0usize;
+    if c > window as usize {
+        win_lo = c - window as usize;
+    }
+    let nsink = n_sink as usize;
+
+    let hist = SharedMemory::<Atomic<u32>>::new(256usize);
+    let mut shared = SharedMemory::<u32>::new(4usize);
+    let mut wt = SharedMemory::<u32>::new(16usize);
+
+    let mut prefix = 0u32;
+    let mut mask = 0u32;
+    let mut remaining = kk as u32;
+    #[unroll]
+    for pass in 0..4u32 {
+        let shift = 24 - 8 * pass;
+        hist[tid].store(0u32);
+        sync_cube();
+        let mut pos = tid;
+        while pos < c {
+            let key = select_key::<F>(scores[sbase + pos * s2], pos < nsink || pos >= win_lo);
+            if (key & mask) == prefix {
+                hist[((key >> shift) & 255) as usize].fetch_add(1u32);
+            }
+            pos += 256usize;
+        }
+        sync_cube();
+        if tid == 0 {
+            let mut cum = 0u32;
+            let mut sel = 0u32;
+            let mut found = false;
+            let mut bin = 256u32;
+            while bin > 0 && !found {
+                bin -= 1;
+                let cnt = hist[bin as usize].load();
+                if cum + cnt >= remaining {
+                    sel = bin;
+                    found = true;
+                } else {
+                    cum += cnt;
+                }
+            }
+            shared[0usize] = prefix | (sel << shift);
+            shared[1usize] = remaining - cum;
+        }
+        sync_cube();
+        prefix = shared[0usize];
+        remaining = shared[1usize];
+        mask |= 255u32 << shift;
+        sync_cube();
+    }
+
+    // keys > prefix, and the first `remaining` keys == prefix, in position order
+    let need_eq = remaining;
+    let mut carry_sel = 0u32;
+    let mut carry_eq = 0u32;
+    let obase = b * out.stride(0) + h * out.stride(1);
+    let mut base = 0usize;
+    while base < c {
+        let pos = base + tid;
+        let mut key = 0u32;
+        let mut valid = false;
+        if pos < c {
+            key = select_key::<F>(scores[sbase + pos * s2], pos < nsink || pos >= win_lo);
+            valid = true;
+        }
+        let gt = valid && key > prefix;
+        let is_eq = valid && key == prefix;
+        let eq = u32::cast_from(is_eq);
+        let ex = plane_exclusive_sum(eq);
+        if lane == 31 {
+            wt[warp] = ex + eq;
+        }
+        sync_cube();
+        let mut before = 0u32;
+        let mut tot = 0u32;
+        for w in 0..8usize {
+            let t = wt[w];
+            if w < warp {
+                before += t;
+            }
+            tot += t;
+        }
+        let take = gt || (is_eq && carry_eq + before + ex < need_eq);
+        let sel = u32::cast_from(take);
+        carry_eq += tot;
+        let ex2 = plane_exclusive_sum(sel);
+        if lane == 31 {
+            wt[warp + 8] = ex2 + sel;
+        }
+        sync_cube();
+        let mut before2 = 0u32;
+        let mut tot2 = 0u32;
+        for w in 0..8usize {
+            let t = wt[w + 8];
+            if w < warp {
+                before2 += t;
+            }
+            tot2 += t;
+        }
+        if take {
+            out[obase + (carry_sel + before2 + ex2) as usize * out.stride(2)] = I::cast_from(pos);
+        }
+        carry_sel += tot2;
+        sync_cube();
+        base += 256usize;
+    }
+    let mut j = kk + tid;
+    while j < kout as usize {
+        out[obase + j * out.stride(2)] = I::cast_from(0u32);
+        j += 256usize;
+    }
+}
+
 /// Threads per block of [`fold_rows_kernel`] and [`mix_scores_kernel`].
 pub const FOLD_THREADS: usize = 256;
 

@@ -374,6 +374,52 @@ pub enum SkinnyKernel {
     Mma = 2,
 }
 
+/// Which kernel runs [`KernelOps::top_k_positions`] on CUDA ([`set_topk_kernel`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopkKernel {
+    /// `topk_block_kernel` (the default): one block of 256 threads per (KV head, sequence),
+    /// one shared histogram, a position-order scan with two block barriers per 256
+    /// positions. 328 us per Qwen2.5-7B layer at B=8, 32k (32 rows; ncu, docs/perf.md,
+    /// twelfth session); the kernel of the last end-to-end figures that passed
+    /// (233.9 tokens/s in `dustin` mode, 7B + 0.5B, 32k, B=8).
+    Block = 0,
+    /// `topk_kernel`: 1024 threads per row, per-warp histograms, contiguous segments per
+    /// thread in the last pass. 61-69 us at the same shapes alone (ncu), but the end-to-end
+    /// run of the commit that brought it (with the estimator kernels,
+    /// [`set_estimator_kernels`]) was slower (140.9 tokens/s) for a cause not yet found, and
+    /// its fix for negative boundary scores has not run on a GPU yet (docs/decisions.md,
+    /// sessions 31 and 32).
+    Warp = 1,
+}
+
+static TOPK_KERNEL: AtomicU8 = AtomicU8::new(TopkKernel::Block as u8);
+
+/// Sets which kernel runs the top-k ([`TopkKernel`], `Block` by default). For checks and
+/// benchmarks that compare them (`dustin-kernels-gpu check --op topk`, `topk`, `dustin
+/// bench-e2e --topk-kernel`).
+pub fn set_topk_kernel(kernel: TopkKernel) {
+    TOPK_KERNEL.store(kernel as u8, Ordering::Relaxed);
+}
+
+/// The kernel [`set_topk_kernel`] chose.
+pub fn topk_kernel() -> TopkKernel {
+    match TOPK_KERNEL.load(Ordering::Relaxed) {
+        1 => TopkKernel::Warp,
+        _ => TopkKernel::Block,
+    }
+}
+
+static ESTIMATOR_KERNELS: AtomicBool = AtomicBool::new(false);
+
+/// Whether the `dustin` estimator's history fold and normalise-and-mix run as one kernel
+/// each on CUDA ([`KernelOps::fold_rows`], [`KernelOps::mix_scores`]; `on`) or as Burn ops
+/// (the plain path, `off`, the default: the path of the last end-to-end figures that passed;
+/// see [`TopkKernel::Warp`] for why). What [`KernelOps::estimator_kernels`] returns on CUDA.
+/// For benchmarks that compare them (`dustin bench-e2e --estimator-kernels off,on`).
+pub fn set_estimator_kernels(on: bool) {
+    ESTIMATOR_KERNELS.store(on, Ordering::Relaxed);
+}
+
 /// Sets which kernel runs the skinny GEMMs ([`SkinnyKernel`], `Auto` by default).
 pub fn set_skinny_kernel(kernel: SkinnyKernel) {
     SKINNY_KERNEL.store(kernel as u8, Ordering::Relaxed);
@@ -1442,6 +1488,10 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
     const FUSED: bool = true;
     const PREFILL_CHUNK: usize = 2048;
 
+    fn estimator_kernels() -> bool {
+        ESTIMATOR_KERNELS.load(Ordering::Relaxed)
+    }
+
     fn verify_attention(
         q: Tensor<Self, 4>,
         k: Tensor<Self, 4>,
@@ -1750,6 +1800,25 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
             let (ls, lo) = (s.meta.strides().to_vec(), out.meta.strides().to_vec());
             // 16-bit scores: the key's low byte follows from the byte above it
             let passes = if s.dtype.size() == 2 { 3 } else { 4 };
+            if topk_kernel() == TopkKernel::Block {
+                kernels::topk_block_kernel::launch::<CudaRuntime>(
+                    &client,
+                    CubeCount::Static(1, h as u32, b as u32),
+                    CubeDim::new_1d(256),
+                    s.into_tensor_arg(),
+                    ctx.into_tensor_arg(),
+                    out.clone().into_tensor_arg(),
+                    keep.budget as u32,
+                    keep.n_sink as u32,
+                    keep.window as u32,
+                    kk as u32,
+                    [fd.into(), id.into()],
+                );
+                return Ok(Positions {
+                    indices: Tensor::from_primitive(out),
+                    counts,
+                });
+            }
             kernels::topk_kernel::launch::<CudaRuntime>(
                 &client,
                 CubeCount::Static(1, h as u32, b as u32),

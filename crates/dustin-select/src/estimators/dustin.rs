@@ -36,7 +36,7 @@
 //!
 //! `history-only` ([`super::history_only`]) is this estimator with `alpha = 0`.
 
-use burn_tensor::{backend::Backend, Tensor, TensorData};
+use burn_tensor::{backend::Backend, DType, Tensor, TensorData};
 use dustin_core::{CoreError, ImportanceEstimator, LayerAttnCtx, Result, ScoreCtx, Scores};
 use serde::{Deserialize, Serialize};
 
@@ -496,26 +496,71 @@ impl<B: KernelOps> Dustin<B> {
     }
 }
 
+impl<B: Backend> Dustin<B> {
+    /// Whether a verification that reuses a selection re-ranks it from the lookahead and
+    /// the held history ([`DustinConfig::lookahead_on_reuse`] without
+    /// [`DustinConfig::history_on_reuse`], a lookahead weight, and a lookahead to mix).
+    fn reranks_on_reuse(&self) -> bool {
+        !self.cfg.history_on_reuse
+            && self.cfg.lookahead_on_reuse
+            && self.alpha != 0.0
+            && self.lookahead.is_some()
+    }
+}
+
+/// `factor[b] * hist + the pending rows folded with weights w` ([`KernelOps::fold_rows`]):
+/// the backend's kernel where [`KernelOps::estimator_kernels`] says so, else Burn ops
+/// ([`dustin_kernels::plain::fold_rows`]).
+fn fold<B: KernelOps>(
+    hist: Tensor<B, 3>,
+    factor: &[f32],
+    c: Pending<B>,
+    w: &[f32],
+) -> Result<Tensor<B, 3>> {
+    if B::estimator_kernels() {
+        B::fold_rows(Some(hist), factor, c.rows, w, &c.own, &c.all)
+    } else {
+        dustin_kernels::plain::fold_rows(Some(hist), factor, c.rows, w, &c.own, &c.all)
+    }
+    .map_err(kernel_error)
+}
+
 impl<B: KernelOps> Dustin<B> {
     /// `alpha * lookahead + (1 - alpha) * history`, each normalised over the free range
-    /// (which lies below every context), over the first `c` positions; `history` is `[batch,
-    /// kv_heads, >= c]`. `c` may exceed the longest context: those columns score 0.
-    fn mix(&mut self, ctx: &ScoreCtx<'_, B>, history: Tensor<B, 3>, c: usize) -> Result<Scores<B>> {
+    /// (which lies below every context), over the first `c` positions; `history` is `[reps *
+    /// batch, kv_heads, >= c]`: `reps` layers' histories stacked layer-major, each mixed with
+    /// the same lookahead (1 for one layer). `c` may exceed the longest context: those
+    /// columns score 0.
+    fn mix(
+        &mut self,
+        ctx: &ScoreCtx<'_, B>,
+        history: Tensor<B, 3>,
+        c: usize,
+        reps: usize,
+    ) -> Result<Tensor<B, 3>> {
         let a = ctx.attn;
-        let [b, kvh, _] = history.dims();
+        let [rows, kvh, _] = history.dims();
+        let b = a.ctx_lens.len();
+        if rows != reps * b {
+            return Err(CoreError::Shape {
+                name: "stacked history".into(),
+                expected: vec![reps * b, kvh, c],
+                found: history.dims().to_vec(),
+            });
+        }
         let keep = keep_rule(ctx);
-        if B::FUSED {
+        if B::estimator_kernels() {
             // one kernel: the mask, both sums and the mix
             let la = if self.alpha == 0.0 {
                 None
             } else {
                 let w = self.lookahead.as_ref().map_or(0, |t| t.dims()[1]);
-                Some(lookahead_for(self.lookahead.as_ref(), b, w)?)
+                let la = lookahead_for(self.lookahead.as_ref(), b, w)?;
+                Some(if reps > 1 { la.repeat_dim(0, reps) } else { la })
             };
             let free: Vec<(usize, usize)> =
                 a.ctx_lens.iter().map(|&l| keep.free_range(l)).collect();
-            return B::mix_scores(history, la, &free, self.alpha as f32, c)
-                .map(Scores::Tokens)
+            return B::mix_scores(history, la, &free.repeat(reps), self.alpha as f32, c)
                 .map_err(kernel_error);
         }
         let shared = match self.shared.take() {
@@ -545,16 +590,24 @@ impl<B: KernelOps> Dustin<B> {
                 }
             }
         };
-        let hist_n = normalise_on(history.narrow(2, 0, c), &shared.mask);
+        // the batch's mask and lookahead tiled once per stacked layer
+        let tile = |t: &Tensor<B, 3>| {
+            if reps > 1 {
+                t.clone().repeat_dim(0, reps)
+            } else {
+                t.clone()
+            }
+        };
+        let hist_n = normalise_on(history.narrow(2, 0, c), &tile(&shared.mask));
         let scores = match &shared.la_n {
             None => hist_n,
             Some(la_n) => {
                 let alpha = self.alpha as f32;
-                la_n.clone().expand([b, kvh, c]).mul_scalar(alpha) + hist_n.mul_scalar(1.0 - alpha)
+                tile(la_n).expand([rows, kvh, c]).mul_scalar(alpha) + hist_n.mul_scalar(1.0 - alpha)
             }
         };
         self.shared = Some(shared);
-        Ok(Scores::Tokens(scores))
+        Ok(scores)
     }
 }
 
@@ -655,24 +708,51 @@ impl<B: KernelOps> ImportanceEstimator<B> for Dustin<B> {
         // the history provisionally advanced by all n rows
         let w = self.fold_weights(n - 1, n).repeat(b);
         let factor = vec![self.cfg.beta.powi(n as i32) as f32; b];
-        let provisional =
-            B::fold_rows(Some(hist), &factor, c.rows, &w, &c.own, &c.all).map_err(kernel_error)?;
-        self.mix(ctx, provisional, width)
+        let provisional = fold::<B>(hist, &factor, c, &w)?;
+        self.mix(ctx, provisional, width, 1).map(Scores::Tokens)
     }
 
     fn rescore_on_reuse(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<Option<Scores<B>>> {
-        if self.cfg.history_on_reuse
-            || !self.cfg.lookahead_on_reuse
-            || self.alpha == 0.0
-            || self.lookahead.is_none()
-        {
+        if !self.reranks_on_reuse() {
             return Ok(None);
         }
         let a = ctx.attn;
         let width = score_width(a)?;
         let [b, kvh, l, _] = a.k.dims();
         let hist = self.history_at(a.layer, b, kvh, l, &a.k.device())?;
-        self.mix(ctx, hist, width).map(Some)
+        self.mix(ctx, hist, width, 1)
+            .map(|s| Some(Scores::Tokens(s)))
+    }
+
+    /// The layers' histories stacked (`[layers * batch, kv_heads, keys]`) and mixed with the
+    /// lookahead in one pass: what [`Self::rescore_on_reuse`] gives each layer, at a fixed
+    /// number of launches instead of one set per layer.
+    fn rescore_layers_on_reuse(
+        &mut self,
+        layers: &[usize],
+        ctx: &ScoreCtx<'_, B>,
+    ) -> Result<Option<Tensor<B, 3>>> {
+        if !self.reranks_on_reuse() || layers.is_empty() {
+            return Ok(None);
+        }
+        let a = ctx.attn;
+        let width = score_width(a)?;
+        let [b, kvh, l, _] = a.k.dims();
+        let device = a.k.device();
+        let hists = layers
+            .iter()
+            .map(|&layer| self.history_at(layer, b, kvh, l, &device))
+            .collect::<Result<Vec<_>>>()?;
+        // one dtype for the stack: a layer not folded yet holds zeros in the default dtype
+        // beside f32 folds (CUDA); then all go to f32
+        let dtype = hists[0].dtype();
+        let hists: Vec<Tensor<B, 3>> = if hists.iter().all(|h| h.dtype() == dtype) {
+            hists
+        } else {
+            hists.into_iter().map(|h| h.cast(DType::F32)).collect()
+        };
+        let stacked = Tensor::cat(hists, 0);
+        self.mix(ctx, stacked, width, layers.len()).map(Some)
     }
 
     fn observe_verify(&mut self, ctx: &ScoreCtx<'_, B>) -> Result<()> {
@@ -719,10 +799,7 @@ impl<B: KernelOps> ImportanceEstimator<B> for Dustin<B> {
                 .map(|&acc| self.cfg.beta.powi(acc as i32 + 1) as f32)
                 .collect();
             let hist = self.history_at(layer, b, kvh, l, &device)?;
-            self.hist[layer] = Some(
-                B::fold_rows(Some(hist), &factor, c.rows, &w, &c.own, &c.all)
-                    .map_err(kernel_error)?,
-            );
+            self.hist[layer] = Some(fold::<B>(hist, &factor, c, &w)?);
         }
         Ok(())
     }
@@ -798,9 +875,7 @@ mod tests {
             if alpha > 0.0 {
                 est.observe_lookahead(&la);
             }
-            let Scores::Tokens(got) = est.mix(&ctx, hist.clone(), l).unwrap() else {
-                panic!("dense")
-            };
+            let got = est.mix(&ctx, hist.clone(), l, 1).unwrap();
             let want = dustin_kernels::plain::mix_scores(
                 hist.clone(),
                 (alpha > 0.0).then(|| la.clone()),

@@ -790,3 +790,55 @@ fn lazy_dustin_reranks_a_reused_selection_with_the_new_lookahead_without_reads()
         );
     }
 }
+
+// ---------------------------------------------------------------- re-ranked reuse in one call
+
+/// A `dustin` selector that re-ranks reusing layers in one call per verification
+/// (`Selector`'s default) makes the same selections as one that re-ranks each layer in its
+/// turn (`with_batched_reuse(false)`), over refresh and reuse verifications with ragged
+/// contexts and unequal acceptance, and takes the one-call path on every reusing
+/// verification (refresh 2: every second one). Both are checked against the keep rule.
+#[test]
+fn batched_reuse_selects_as_layer_by_layer() {
+    let cfg = SelectConfig {
+        refresh: 2,
+        refresh_on_accept_drop: None,
+        ..cfg()
+    };
+    let layers = 4;
+    let mut s = Synth::new(11, layers, 2, 3, 8, 2, 160);
+    let keep = cfg.keep();
+    let mut one_call = Selector::new(
+        Dustin::<B>::with_config(DustinConfig::default()).unwrap(),
+        cfg,
+    )
+    .unwrap();
+    one_call.reset(2, layers);
+    s.prefill(&mut one_call, &LENS, 16);
+    let mut per_layer = one_call.clone().with_batched_reuse(false);
+    let mut lens = LENS.to_vec();
+    for it in 0..6 {
+        let la = s.lookahead(2, lens[1]);
+        let mut s2 = s.clone();
+        let mut got = Vec::new();
+        for (p, synth) in [(&mut one_call, &mut s), (&mut per_layer, &mut s2)] {
+            p.observe_lookahead(&la);
+            p.begin_verify(it);
+            got.push(synth.verify(p, &[0, 1], &lens, GAMMA1));
+        }
+        s = s2; // both drew the same queries
+        assert_eq!(got[0].len(), layers);
+        for (layer, (a, b)) in got[0].iter().zip(&got[1]).enumerate() {
+            let (a, b) = (a.as_ref().expect("sparse"), b.as_ref().expect("sparse"));
+            assert_eq!(a.counts, b.counts, "it {it} layer {layer}");
+            assert_eq!(rows(a), rows(b), "it {it} layer {layer}");
+            check_selection(a, &lens, keep, "one call");
+        }
+        let accepted = [it % 3, (it + 1) % 4];
+        one_call.commit(&accepted).unwrap();
+        per_layer.commit(&accepted).unwrap();
+        lens = lens.iter().zip(accepted).map(|(l, a)| l + a + 1).collect();
+    }
+    assert_eq!(one_call.batched_reuses(), 3, "iterations 1, 3, 5 reuse");
+    assert_eq!(per_layer.batched_reuses(), 0);
+}
