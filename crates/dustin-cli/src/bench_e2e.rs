@@ -181,17 +181,26 @@ pub struct E2eArgs {
     /// kernel each (`on`, `KernelOps::fold_rows` and `KernelOps::mix_scores`). The same
     /// selections up to rounding. A list (`off,on`) runs the modes of the `dustin`
     /// estimator (`dustin`, `history-only`) once per setting, side by side in one process
-    /// (the table's mode then says `+ek` for `on`); the other modes run once. No effect on
-    /// the CPU, whose rows say `off`.
+    /// (the table's mode then says `+ek` for `on`); the other modes run once, and so does
+    /// every mode on the CPU (no such kernels; its rows say `off`).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "off")]
     pub estimator_kernels: Vec<OnOff>,
     /// Which kernel runs the selectors' top-k on CUDA (`dustin_kernels::cuda::set_topk_kernel`):
     /// `block` (the default: 256 threads per row) or `warp` (1024 threads per row, per-warp
     /// histograms). The same selections. A list (`block,warp`) runs every mode that selects
     /// (all but `ar` and `dense`) once per kernel, side by side in one process (the table's
-    /// mode then says `+tkb` or `+tkw`). No effect on the CPU, whose rows say `block`.
+    /// mode then says `+tkb` or `+tkw`). On the CPU every mode runs once (its rows say
+    /// `block`).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "block")]
     pub topk_kernel: Vec<TopkKernel>,
+    /// Whether a `dustin` verification that reuses its selections re-ranks every reusing
+    /// layer in one call (`on`, the default: one mix and one top-k over the layers' stacked
+    /// rows, `dustin_select::SelectConfig::batched_reuse`) or each layer in its turn (`off`).
+    /// The same selections. A list (`on,off`) runs the modes of the `dustin` estimator once
+    /// per setting, side by side in one process (the table's mode then says `+perlayer` for
+    /// `off`).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "on")]
+    pub batched_reuse: Vec<OnOff>,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
@@ -529,6 +538,9 @@ pub struct Row {
     pub estimator_kernels: OnOff,
     /// `--topk-kernel` (`block` on the CPU and for modes that do not select).
     pub topk_kernel: TopkKernel,
+    /// `--batched-reuse` (`null` for modes without the `dustin` estimator, which have no
+    /// one-call path).
+    pub batched_reuse: Option<OnOff>,
 }
 
 /// Means over the timed iterations of a run (after `warmup`, at most `iters`).
@@ -807,22 +819,37 @@ fn measure<B: KernelOps>(
                         for (bi, &db) in args.draft_budget.iter().enumerate() {
                             for (ei, &ek) in args.estimator_kernels.iter().enumerate() {
                                 for (ti, &tk) in args.topk_kernel.iter().enumerate() {
-                                    if (si > 0 && !reads_lookahead)
-                                        || (bi > 0 && mode == "ar")
-                                        || (ei > 0 && !uses_dustin_estimator(mode))
-                                        || (ti > 0 && !selects_top_k(mode))
-                                    {
-                                        continue;
+                                    for (ri, &br) in args.batched_reuse.iter().enumerate() {
+                                        if (si > 0 && !reads_lookahead)
+                                            || (bi > 0 && mode == "ar")
+                                            || (ei > 0
+                                                && !(B::FUSED && uses_dustin_estimator(mode)))
+                                            || (ti > 0 && !(B::FUSED && selects_top_k(mode)))
+                                            || (ri > 0 && !uses_dustin_estimator(mode))
+                                        {
+                                            continue;
+                                        }
+                                        variants.push((pair, scoring, db, ek, tk, br));
                                     }
-                                    variants.push((pair, scoring, db, ek, tk));
                                 }
                             }
                         }
                     }
                 }
-                for ((residual, target, draft), scoring, draft_budget, est_kernels, topk) in
-                    variants
+                for (
+                    (residual, target, draft),
+                    scoring,
+                    draft_budget,
+                    est_kernels,
+                    topk,
+                    batched,
+                ) in variants
                 {
+                    let batched = if uses_dustin_estimator(mode) {
+                        batched
+                    } else {
+                        OnOff::On
+                    };
                     let residual = *residual;
                     // the settings in effect for this row (the CPU has neither kernel)
                     let est_kernels = if B::FUSED && uses_dustin_estimator(mode) {
@@ -865,6 +892,10 @@ fn measure<B: KernelOps>(
                     // `+ek` where a list of estimator-kernel settings ran it with the kernels
                     if args.estimator_kernels.len() > 1 && est_kernels == OnOff::On {
                         label.push_str("+ek");
+                    }
+                    // `+perlayer` where a list of batched-reuse settings ran it layer by layer
+                    if args.batched_reuse.len() > 1 && batched == OnOff::Off {
+                        label.push_str("+perlayer");
                     }
                     // `+tkb` / `+tkw` where a list of top-k kernels ran it
                     if args.topk_kernel.len() > 1 && B::FUSED && selects_top_k(mode) {
@@ -955,7 +986,12 @@ fn measure<B: KernelOps>(
                                 random_prefix(draft, capacity, pre, dcfg.num_hidden_layers, dev)?;
                                 batch
                             ];
-                        let policy = build_policy::<B>(mode, args.budget, &FileConfig::default())?;
+                        let file = FileConfig {
+                            select: (batched == OnOff::Off)
+                                .then(|| serde_json::json!({ "batched_reuse": false })),
+                            ..FileConfig::default()
+                        };
+                        let policy = build_policy::<B>(mode, args.budget, &file)?;
                         let drafter = ModelDrafter::new(draft.clone(), None, extra)
                             .with_prefix(dprefix)
                             .with_lookahead(LookaheadConfig {
@@ -1073,6 +1109,7 @@ fn measure<B: KernelOps>(
                         verify_kernel: args.verify_kernel,
                         estimator_kernels: est_kernels,
                         topk_kernel: topk,
+                        batched_reuse: uses_dustin_estimator(mode).then_some(batched),
                     };
                     if !report {
                         continue;

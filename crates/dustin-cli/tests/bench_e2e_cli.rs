@@ -151,6 +151,59 @@ fn lookahead_scoring_list_runs_lookahead_modes_side_by_side() {
     }
 }
 
+/// `--batched-reuse on,off` runs the `dustin` mode once per setting (`+perlayer` for the
+/// layer-by-layer run) with the same selections, so the same KV share read; `streaming`
+/// (no one-call path) runs once and says `null`. The CUDA-only lists run every mode once on
+/// the CPU and the rows say the plain settings.
+#[test]
+fn batched_reuse_list_runs_dustin_both_ways_and_cuda_lists_once_on_the_cpu() {
+    let rows = bench_rows(
+        "batched",
+        &[
+            "--ctx",
+            "180",
+            "--batch",
+            "2",
+            "--modes",
+            "dense,dustin,streaming",
+            "--warmup",
+            "1",
+            "--iters",
+            "4",
+            "--tail",
+            "40",
+            "--budget",
+            "90",
+            "--batched-reuse",
+            "on,off",
+            "--estimator-kernels",
+            "off,on",
+            "--topk-kernel",
+            "block,warp",
+        ],
+    );
+    let got: Vec<(&str, Option<&str>)> = rows
+        .iter()
+        .map(|r| (r["mode"].as_str().unwrap(), r["batched_reuse"].as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("dense", None),
+            ("dustin", Some("on")),
+            ("dustin+perlayer", Some("off")),
+            ("streaming", None),
+        ]
+    );
+    for r in &rows {
+        assert_eq!(r["estimator_kernels"].as_str(), Some("off"), "{r}");
+        assert_eq!(r["topk_kernel"].as_str(), Some("block"), "{r}");
+    }
+    let kv = |i: usize| rows[i]["kv_read"].as_f64().unwrap();
+    assert!(kv(1) > 0.4 && kv(1) < 0.6, "{}", rows[1]);
+    assert_eq!(kv(1), kv(2), "the same selections read the same share");
+}
+
 /// `--draft-budget 0,80`: every speculative mode runs with a dense draft and with a draft
 /// that attends to 80 tokens (`+db80`), `ar` once; the sparse draft's floor is lower (it
 /// reads 80 of the 180-odd draft positions per step, plus its keys once).

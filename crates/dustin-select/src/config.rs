@@ -30,6 +30,11 @@ pub struct SelectConfig {
     /// this fraction of the running mean since prefill. Default `None` (off): our choice, so
     /// that `refresh` alone decides unless asked.
     pub refresh_on_accept_drop: Option<f64>,
+    /// Whether the layers that reuse their selection in a verification are re-ranked in one
+    /// call when the estimator can ([`crate::Selector`]: one scoring pass and one top-k over
+    /// the layers' stacked scores, the same selections as layer by layer). Default `true`;
+    /// `false` runs each layer in its turn (for comparisons).
+    pub batched_reuse: bool,
 }
 
 impl Default for SelectConfig {
@@ -40,6 +45,7 @@ impl Default for SelectConfig {
             window: 64,
             refresh: 1,
             refresh_on_accept_drop: None,
+            batched_reuse: true,
         }
     }
 }

@@ -76,7 +76,7 @@ struct Cached<B: Backend> {
 /// the layers' stacked scores, and handed out as the forward pass reaches each layer: the
 /// same selections as layer by layer, at a fixed number of launches (on CUDA, 28 top-k
 /// launches of 32 rows each become one of 896 at Qwen2.5-7B, B=8). Off with
-/// [`Selector::with_batched_reuse`].
+/// [`SelectConfig::batched_reuse`] (or [`Selector::with_batched_reuse`]).
 #[derive(Debug, Clone)]
 pub struct Selector<B: Backend, E> {
     est: E,
@@ -87,7 +87,6 @@ pub struct Selector<B: Backend, E> {
     accept_sum: f64,
     accept_iters: usize,
     reads: Vec<f64>,
-    batched_reuse: bool,
     ahead: Option<Ahead<B>>,
     batched: usize,
 }
@@ -119,7 +118,6 @@ impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost> Selector<B, E> {
             accept_sum: 0.0,
             accept_iters: 0,
             reads: Vec::new(),
-            batched_reuse: true,
             ahead: None,
             batched: 0,
         })
@@ -133,10 +131,10 @@ impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost> Selector<B, E> {
 
     /// Whether reusing layers are re-ranked in one call per verification (`true`, the
     /// default; see [`Selector`]) or each in its turn (`false`: the same selections, one set
-    /// of launches per layer; for comparisons).
+    /// of launches per layer; for comparisons): [`SelectConfig::batched_reuse`].
     #[must_use]
     pub fn with_batched_reuse(mut self, on: bool) -> Self {
-        self.batched_reuse = on;
+        self.cfg.batched_reuse = on;
         self.ahead = None;
         self
     }
@@ -259,7 +257,7 @@ impl<B: KernelOps, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static>
         sctx: &ScoreCtx<'_, B>,
         budget: usize,
     ) -> Result<Option<LayerSelection<B>>> {
-        if !self.batched_reuse {
+        if !self.cfg.batched_reuse {
             return Ok(None);
         }
         let current = self

@@ -251,6 +251,7 @@ fn refresh_reuses_then_recomputes() {
         window: 3,
         refresh: 3,
         refresh_on_accept_drop: None,
+        ..SelectConfig::default()
     };
     let mut p = streaming_selector(cfg.clone());
     let mut s = Synth::new(7, 2, 2, 5, 8, 2, 128);
@@ -293,6 +294,7 @@ fn acceptance_drop_forces_a_recompute() {
         window: 3,
         refresh: 100,
         refresh_on_accept_drop: Some(0.5),
+        ..SelectConfig::default()
     };
     let mut p = streaming_selector(cfg.clone());
     let mut s = Synth::new(8, 1, 2, 6, 8, 2, 128);
