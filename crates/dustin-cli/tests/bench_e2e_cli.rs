@@ -200,8 +200,12 @@ fn batched_reuse_list_runs_dustin_both_ways_and_cuda_lists_once_on_the_cpu() {
         assert_eq!(r["topk_kernel"].as_str(), Some("block"), "{r}");
     }
     let kv = |i: usize| rows[i]["kv_read"].as_f64().unwrap();
+    let est = |i: usize| rows[i]["estimation_read"].as_f64().unwrap();
     assert!(kv(1) > 0.4 && kv(1) < 0.6, "{}", rows[1]);
+    // the rows see the same seeded KV, so the same estimator heads and selections
     assert_eq!(kv(1), kv(2), "the same selections read the same share");
+    assert!(est(1) > 0.0, "{}", rows[1]);
+    assert_eq!(est(1), est(2), "the same estimator heads");
 }
 
 /// `--draft-budget 0,80`: every speculative mode runs with a dense draft and with a draft

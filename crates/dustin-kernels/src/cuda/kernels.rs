@@ -1310,7 +1310,7 @@ pub fn topk_block_kernel<F: Float, I: Int>(
     }
 }
 
-/// Threads per block of [`fold_rows_kernel`] and [`mix_scores_kernel`].
+/// Threads per block of [`fold_rows_kernel`].
 pub const FOLD_THREADS: usize = 256;
 
 /// `dustin`'s history fold, one thread per (position, KV head, sequence):
@@ -1371,7 +1371,15 @@ pub fn fold_rows_kernel<F: Float, H: Float>(
     }
 }
 
-/// Block-wide sum of one `f32` per thread of a [`FOLD_THREADS`]-thread block; `ws` is 8
+/// Threads per block of [`mix_scores_kernel`]: 32 warps, so that a row of 32k positions
+/// takes 8 steps of the sum pass (with [`MIX_UNROLL`] loads in flight) and 32 of the write
+/// pass. With 256 threads and one load at a time (session 31's first build), a row took 128
+/// dependent steps in each pass, and at Qwen2.5-7B, B=8 the kernel had only 32 blocks.
+pub const MIX_THREADS: usize = 1024;
+/// Positions each thread of [`mix_scores_kernel`] loads per step of its sum pass.
+const MIX_UNROLL: usize = 4;
+
+/// Block-wide sum of one `f32` per thread of a [`MIX_THREADS`]-thread block; `ws` is 32
 /// words of scratch. Every thread must call it; all get the sum.
 #[cube]
 fn block_sum(x: f32, ws: &mut SharedMemory<f32>) -> f32 {
@@ -1382,18 +1390,18 @@ fn block_sum(x: f32, ws: &mut SharedMemory<f32>) -> f32 {
     }
     sync_cube();
     let mut t = 0.0f32;
-    for w in 0..8usize {
+    for w in 0..MIX_THREADS / 32 {
         t += ws[w];
     }
     sync_cube();
     t
 }
 
-/// `dustin`'s normalise-and-mix, one block per (KV head, sequence): over the free range
-/// `[lo_b, hi_b)` (`free[2b]`, `free[2b + 1]`), `out[b, h, p] = alpha la[b, p] / S_la(b) +
-/// (1 - alpha) hist[b, h, p] / S_hist(b, h)` (`hist[b, h, p] / S_hist(b, h)` without a
-/// lookahead), 0 elsewhere; sums over the free range, clamped below at 1e-30; columns past
-/// an input's width read 0. `out` is contiguous `[batch, kv_heads, width]`.
+/// `dustin`'s normalise-and-mix, one block of [`MIX_THREADS`] per (KV head, row): over the
+/// free range `[lo_b, hi_b)` (`free[2b]`, `free[2b + 1]`), `out[b, h, p] = alpha la[b, p] /
+/// S_la(b) + (1 - alpha) hist[b, h, p] / S_hist(b, h)` (`hist[b, h, p] / S_hist(b, h)`
+/// without a lookahead), 0 elsewhere; sums over the free range, clamped below at 1e-30;
+/// columns past an input's width read 0. `out` is contiguous `[rows, kv_heads, width]`.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub fn mix_scores_kernel<H: Float, L: Float, I: Int>(
@@ -1417,7 +1425,8 @@ pub fn mix_scores_kernel<H: Float, L: Float, I: Int>(
     let h = CUBE_POS_X as usize;
     let b = CUBE_POS_Y as usize;
     let tid = UNIT_POS as usize;
-    let mut ws = SharedMemory::<f32>::new(8usize);
+    let nt = MIX_THREADS;
+    let mut ws = SharedMemory::<f32>::new(32usize);
     let lo = u32::cast_from(free[2 * b]) as usize;
     let mut hi = u32::cast_from(free[2 * b + 1]) as usize;
     if hi > width as usize {
@@ -1425,19 +1434,39 @@ pub fn mix_scores_kernel<H: Float, L: Float, I: Int>(
     }
     let hb = b * lh0 as usize + h * lh1 as usize;
     let lb = b * ll0 as usize;
+    let hl = hist_len as usize;
+    let ll = la_len as usize;
     let mut sh = 0.0f32;
     let mut sl = 0.0f32;
-    let mut p = lo + tid;
-    while p < hi {
-        if p < hist_len as usize {
-            sh += f32::cast_from(hist[hb + p * lh2 as usize]);
-        }
-        if has_la {
-            if p < la_len as usize {
-                sl += f32::cast_from(la[lb + p * ll1 as usize]);
+    let mut base = lo;
+    while base < hi {
+        // MIX_UNROLL independent loads of each input, then the adds
+        let mut hv = Array::<f32>::new(MIX_UNROLL);
+        let mut lv = Array::<f32>::new(MIX_UNROLL);
+        #[unroll]
+        for u in 0..MIX_UNROLL {
+            let p = base + u * nt + tid;
+            let mut x = 0.0f32;
+            if p < hi && p < hl {
+                x = f32::cast_from(hist[hb + p * lh2 as usize]);
+            }
+            hv[u] = x;
+            if has_la {
+                let mut y = 0.0f32;
+                if p < hi && p < ll {
+                    y = f32::cast_from(la[lb + p * ll1 as usize]);
+                }
+                lv[u] = y;
             }
         }
-        p += FOLD_THREADS;
+        #[unroll]
+        for u in 0..MIX_UNROLL {
+            sh += hv[u];
+            if has_la {
+                sl += lv[u];
+            }
+        }
+        base += MIX_UNROLL * nt;
     }
     sh = block_sum(sh, &mut ws);
     if sh < 1e-30f32 {
@@ -1450,17 +1479,17 @@ pub fn mix_scores_kernel<H: Float, L: Float, I: Int>(
         }
     }
     let ob = (b * kvh as usize + h) * width as usize;
-    p = tid;
+    let mut p = tid;
     while p < width as usize {
         let mut v = 0.0f32;
         if p >= lo && p < hi {
             let mut hv = 0.0f32;
-            if p < hist_len as usize {
+            if p < hl {
                 hv = f32::cast_from(hist[hb + p * lh2 as usize]) / sh;
             }
             if has_la {
                 let mut lv = 0.0f32;
-                if p < la_len as usize {
+                if p < ll {
                     lv = f32::cast_from(la[lb + p * ll1 as usize]) / sl;
                 }
                 v = alpha * lv + (1.0f32 - alpha) * hv;
@@ -1469,7 +1498,7 @@ pub fn mix_scores_kernel<H: Float, L: Float, I: Int>(
             }
         }
         out[ob + p] = H::cast_from(v);
-        p += FOLD_THREADS;
+        p += nt;
     }
 }
 

@@ -1648,7 +1648,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
             kernels::mix_scores_kernel::launch::<CudaRuntime>(
                 &client,
                 CubeCount::Static(kvh as u32, b as u32, 1),
-                CubeDim::new_1d(kernels::FOLD_THREADS as u32),
+                CubeDim::new_1d(kernels::MIX_THREADS as u32),
                 hist.into_array_arg(),
                 lt.into_array_arg(),
                 free.into_array_arg(),
