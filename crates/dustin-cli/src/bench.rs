@@ -74,7 +74,45 @@ pub enum PrefillPath {
 
 /// `dustin bench`.
 pub fn run(args: BenchArgs) -> Result<(), CliError> {
+    validate(&args)?;
     crate::with_backend!(args.device, |B, dev| run_on::<B>(&args, &dev))
+}
+
+/// Most positions of a sequence and most prompt tokens of a batch: 2^24, the
+/// `max_position_embeddings` bound of `QwenConfig` (as `bench-e2e` and `tp-check`).
+const MAX_TOKENS: usize = 1 << 24;
+
+/// The sizes, before any weights are built (a zero batch indexed an empty prompt list; huge
+/// sizes wrapped or aborted the process while allocating).
+fn validate(a: &BenchArgs) -> Result<(), CliError> {
+    let bad = |m: String| Err(CliError::Usage(m));
+    if a.batch == 0 {
+        return bad("--batch 0: expected at least 1 sequence".into());
+    }
+    if a.prompt_len == 0 {
+        return bad("--prompt-len 0: expected at least 1 prompt token".into());
+    }
+    if a.decode == 0 {
+        return bad("--decode 0: nothing would be timed (expected at least 1 step)".into());
+    }
+    let positions = a
+        .prompt_len
+        .saturating_add(a.warmup)
+        .saturating_add(a.decode)
+        .saturating_add(1);
+    if positions > MAX_TOKENS {
+        return bad(format!(
+            "--prompt-len {} + --warmup {} + --decode {}: at most {MAX_TOKENS} positions",
+            a.prompt_len, a.warmup, a.decode
+        ));
+    }
+    if a.batch.saturating_mul(a.prompt_len) > MAX_TOKENS {
+        return bad(format!(
+            "--batch {} x --prompt-len {}: at most {MAX_TOKENS} prompt tokens in all",
+            a.batch, a.prompt_len
+        ));
+    }
+    Ok(())
 }
 
 fn sync<B: KernelOps>(t: burn_tensor::Tensor<B, 3>) {

@@ -305,7 +305,9 @@ pub struct ProfileRow {
 }
 
 /// `dustin bench-e2e`.
-pub fn run(args: E2eArgs) -> Result<(), CliError> {
+pub fn run(mut args: E2eArgs) -> Result<(), CliError> {
+    // `--modes "dense, dustin"`: the spaces are not part of the names
+    args.modes = args.modes.iter().map(|m| m.trim().to_string()).collect();
     validate(&args)?;
     check_json_path(args.json.as_deref())?;
     crate::with_backend!(args.device, |B, _dev, dev_of| run_on::<B>(
@@ -346,6 +348,49 @@ fn validate(a: &E2eArgs) -> Result<(), CliError> {
     for m in &a.modes {
         accept_of(a, m)?;
     }
+    check_accept_keys(a)?;
+    // sizes before anything is allocated (a wrapped sum or a huge batch aborted the process)
+    if a.warmup.saturating_add(a.iters) > MAX_ITERATIONS {
+        return bad(format!(
+            "--warmup {} + --iters {}: at most {MAX_ITERATIONS} iterations",
+            a.warmup, a.iters
+        ));
+    }
+    let positions = max_positions(a);
+    if positions > MAX_TOKENS {
+        return bad(format!(
+            "--ctx {}: with the tokens the run decodes ({} more), at most {MAX_TOKENS} positions",
+            a.ctx.iter().max().copied().unwrap_or(0),
+            positions - a.ctx.iter().max().copied().unwrap_or(0)
+        ));
+    }
+    for &c in &a.ctx {
+        for &b in &a.batch {
+            if b.saturating_mul(c) > MAX_TOKENS {
+                return bad(format!(
+                    "--batch {b} x --ctx {c}: at most {MAX_TOKENS} context tokens in all"
+                ));
+            }
+        }
+    }
+    // a list flag naming a value twice would print the same row twice
+    no_repeats("--modes", &a.modes)?;
+    no_repeats("--ctx", &a.ctx)?;
+    no_repeats("--batch", &a.batch)?;
+    no_repeats("--draft-budget", &a.draft_budget)?;
+    no_repeats("--fused-residual", &a.fused_residual)?;
+    no_repeats("--lookahead-scoring", &a.lookahead_scoring)?;
+    no_repeats("--estimator-kernels", &a.estimator_kernels)?;
+    no_repeats("--topk-kernel", &a.topk_kernel)?;
+    no_repeats("--batched-reuse", &a.batched_reuse)?;
+    if let Some(dir) = &a.host_profile {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            CliError::Usage(format!(
+                "--host-profile {}: expected a folder that exists or can be made ({e})",
+                dir.display()
+            ))
+        })?;
+    }
     // the budget is checked before any weights are built or any row measured (also for
     // `dense`: its policy is a selector built with the same config, and failed after the
     // `ar` rows had run)
@@ -356,6 +401,79 @@ fn validate(a: &E2eArgs) -> Result<(), CliError> {
     }
     for &db in &a.draft_budget {
         draft_selection(db)?;
+    }
+    Ok(())
+}
+
+/// Most timed plus warm-up iterations of one row (as `bench-subspec`).
+const MAX_ITERATIONS: usize = 10_000;
+
+/// Most positions (a context and the tokens decoded after it) and most context tokens of a
+/// batch: 2^24, the `max_position_embeddings` bound of `QwenConfig` (and of `tp-check`).
+const MAX_TOKENS: usize = 1 << 24;
+
+/// Positions the models need: the longest context, the tokens decoded (every iteration
+/// appends up to gamma + 1) and room for a verification; saturating (checked by `validate`).
+fn max_positions(a: &E2eArgs) -> usize {
+    let max_ctx = a.ctx.iter().copied().max().unwrap_or(0);
+    max_ctx.saturating_add(extra_positions(a)).saturating_add(1)
+}
+
+/// Positions past the context a row may write (see [`max_positions`]).
+fn extra_positions(a: &E2eArgs) -> usize {
+    let max_new = a
+        .warmup
+        .saturating_add(a.iters)
+        .saturating_add(2)
+        .saturating_mul(a.gamma.saturating_add(1));
+    max_new.saturating_add(a.gamma.saturating_add(2).saturating_mul(2))
+}
+
+/// [`CliError::Usage`] naming `flag` and the first value it lists twice.
+fn no_repeats<T: PartialEq + std::fmt::Debug>(flag: &str, vals: &[T]) -> Result<(), CliError> {
+    for (i, v) in vals.iter().enumerate() {
+        if vals[..i].contains(v) {
+            let name = format!("{v:?}").trim_matches('"').to_lowercase();
+            return Err(CliError::Usage(format!(
+                "{flag}: {name} is listed twice (each value runs once)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Every `--accept` key is `default` or a selector's name, at most once (a misspelt mode
+/// would silently take the default; `ar` always runs at 1); a selector not among `--modes`
+/// is warned about.
+fn check_accept_keys(a: &E2eArgs) -> Result<(), CliError> {
+    let mut seen: Vec<&str> = Vec::new();
+    for item in &a.accept {
+        let k = item.split_once('=').map_or(item.as_str(), |(k, _)| k);
+        if seen.contains(&k) {
+            return Err(CliError::Usage(format!(
+                "--accept {item}: {k} is given twice"
+            )));
+        }
+        seen.push(k);
+        if k == "ar" {
+            return Err(CliError::Usage(format!(
+                "--accept {item}: ar has no acceptance length (it decodes one token a step)"
+            )));
+        }
+        if k == "default" || a.modes.iter().any(|m| m == k) {
+            continue;
+        }
+        if dustin_select::registry::names().contains(&k) {
+            eprintln!(
+                "bench-e2e: warning: --accept {item}: {k} is not among --modes {} (unused)",
+                a.modes.join(",")
+            );
+        } else {
+            return Err(CliError::Usage(format!(
+                "--accept {item}: expected default or a mode ({}), not {k}",
+                dustin_select::registry::names().join(", ")
+            )));
+        }
     }
     Ok(())
 }
@@ -613,10 +731,8 @@ fn run_on<B: KernelOps>(args: &E2eArgs, devices: Vec<B::Device>) -> Result<(), C
         }
         tcfg.num_hidden_layers = n;
     }
-    let max_ctx = args.ctx.iter().copied().max().unwrap_or(0);
-    let max_new = (args.warmup + args.iters + 2) * (args.gamma + 1);
-    let extra = max_new + 2 * (args.gamma + 2);
-    let positions = max_ctx + extra + 1;
+    let extra = extra_positions(args);
+    let positions = max_positions(args);
     // a 32k prompt plus the tokens generated passes Qwen2.5's 32768 positions; with random
     // weights the RoPE table is simply extended (no long-context scaling is involved)
     tcfg.max_position_embeddings = tcfg.max_position_embeddings.max(positions);
@@ -787,8 +903,14 @@ fn measure<B: KernelOps>(
     };
     // one (target, draft) pair per `--fused-residual` setting (clones share the weights)
     type Pair<B> = (OnOff, Arc<Qwen2<B>>, Arc<Qwen2<B>>);
-    let pairs: Vec<Pair<B>> = args
-        .fused_residual
+    // (one setting where the backend has no fused kernels or they are off: the rows would
+    // be the same)
+    let residuals = if B::FUSED && fused {
+        &args.fused_residual[..]
+    } else {
+        &args.fused_residual[..1]
+    };
+    let pairs: Vec<Pair<B>> = residuals
         .iter()
         .map(|&r| (r, with(&target, r), with(&draft, r)))
         .collect();

@@ -76,8 +76,9 @@ pub struct GenerateArgs {
     #[arg(long, default_value_t = 0)]
     pub draft_budget: usize,
     /// TOML or JSON file with everything else: `[select]` (n_sink, window, refresh,
-    /// refresh_on_accept_drop) and `[estimator]` (the selector's own knobs, e.g. alpha, beta,
-    /// heads_per_layer for dustin). Command-line --budget wins over the file.
+    /// refresh_on_accept_drop, batched_reuse) and `[estimator]` (the selector's own knobs,
+    /// e.g. alpha, beta, heads_per_layer for dustin). The budget is --budget's alone (a
+    /// `budget` key in `[select]` is refused).
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Memory the KV caches may take, e.g. `8G`, `512M`, `1000000` (bytes): checked before
@@ -177,10 +178,46 @@ pub fn read_config(path: &Option<PathBuf>) -> Result<FileConfig, CliError> {
         source,
     })?;
     let bad = |e: String| CliError::Usage(format!("--config {}: {e}", p.display()));
-    if p.extension().is_some_and(|e| e == "json") {
-        serde_json::from_str(&text).map_err(|e| bad(e.to_string()))
+    let file: FileConfig = if p.extension().is_some_and(|e| e == "json") {
+        serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?
     } else {
-        toml::from_str(&text).map_err(|e| bad(e.to_string()))
+        // non-finite floats become null in JSON values (then read as "not set"): refuse them
+        let raw: toml::Value = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        if let Some(key) = non_finite_key(&raw, "") {
+            return Err(bad(format!("{key}: expected a finite number")));
+        }
+        toml::from_str(&text).map_err(|e| bad(e.to_string()))?
+    };
+    for (table, v) in [("select", &file.select), ("estimator", &file.estimator)] {
+        if v.as_ref().is_some_and(|v| !v.is_object()) {
+            return Err(bad(format!("{table}: expected a table of settings")));
+        }
+    }
+    if file.select.as_ref().and_then(|v| v.get("budget")).is_some() {
+        return Err(bad(
+            "[select] budget: give the budget with --budget (the command line sets it)".into(),
+        ));
+    }
+    Ok(file)
+}
+
+/// The dotted path of the first non-finite float in `v` (`prefix` is `v`'s own path).
+fn non_finite_key(v: &toml::Value, prefix: &str) -> Option<String> {
+    let join = |k: &str| {
+        if prefix.is_empty() {
+            k.to_string()
+        } else {
+            format!("{prefix}.{k}")
+        }
+    };
+    match v {
+        toml::Value::Float(f) if !f.is_finite() => Some(prefix.to_string()),
+        toml::Value::Table(t) => t.iter().find_map(|(k, x)| non_finite_key(x, &join(k))),
+        toml::Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .find_map(|(i, x)| non_finite_key(x, &join(&i.to_string()))),
+        _ => None,
     }
 }
 
@@ -226,7 +263,7 @@ pub fn build_policy<B: KernelOps>(
                 b.insert(k.clone(), val.clone());
             }
         }
-        select = serde_json::from_value(base)
+        select = dustin_select::registry::from_json_named(base)
             .map_err(|e| CliError::Usage(format!("[select] in --config: {e}")))?;
         select.budget = budget;
     }
@@ -605,6 +642,11 @@ fn run_on<B: KernelOps>(
 ) -> Result<(), CliError> {
     let prompts = read_prompts(args)?;
     let file = read_config(&args.config)?;
+    crate::check_gamma(args.gamma)?;
+    // a bad --output path is found before the model runs, not after (the tokens were lost)
+    if let Some(path) = &args.output {
+        check_output_path(path)?;
+    }
     if args.draft.is_none() && args.selector != "dense" {
         return Err(CliError::Usage(format!(
             "--selector {} needs speculative decoding: add --draft <path | self:layers=N | substitute>",
@@ -799,6 +841,46 @@ fn run_on<B: KernelOps>(
     Ok(())
 }
 
+/// Checks before a run that `--output path` can be written: not a folder, its folder
+/// existing, and the file openable for writing (an existing file is left as it is until the
+/// run ends; a file made for the check is removed again).
+///
+/// # Errors
+/// [`CliError::Usage`] naming `--output` and the reason.
+fn check_output_path(path: &std::path::Path) -> Result<(), CliError> {
+    let bad = |why: String| {
+        Err(CliError::Usage(format!(
+            "--output {}: {why}",
+            path.display()
+        )))
+    };
+    if path.is_dir() {
+        return bad("is a folder; expected a file path".into());
+    }
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    if !parent.is_dir() {
+        return bad(format!("its folder {} does not exist", parent.display()));
+    }
+    let existed = path.exists();
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+    {
+        Ok(_) => {
+            if !existed {
+                let _ = std::fs::remove_file(path);
+            }
+            Ok(())
+        }
+        Err(e) => bad(format!("cannot be written ({e})")),
+    }
+}
+
 /// One sequence of `--output`.
 #[derive(Debug, serde::Serialize)]
 struct SeqOut<'a> {
@@ -839,10 +921,18 @@ fn finish_run(
         let json = serde_json::json!({ "sequences": seqs });
         let text = serde_json::to_string_pretty(&json)
             .map_err(|e| CliError::Usage(format!("--output: {e}")))?;
-        std::fs::write(path, text + "\n").map_err(|source| CliError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
+        if let Err(source) = std::fs::write(path, text.clone() + "\n") {
+            // keep what was generated: the JSON on standard output, then the error
+            println!("{text}");
+            eprintln!(
+                "could not write --output {}: the JSON is on standard output above",
+                path.display()
+            );
+            return Err(CliError::Io {
+                path: path.display().to_string(),
+                source,
+            });
+        }
         eprintln!("wrote {}", path.display());
     }
     let cancelled = finish

@@ -45,6 +45,14 @@ pub struct Point {
     pub tokens_per_sec: f64,
 }
 
+/// Whether `line` is one of `bench-e2e --profile`'s phase lines (a JSON object with a
+/// `"profile"` key), which share the rows' file and are not points.
+fn is_profile_line(line: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(line)
+        .ok()
+        .is_some_and(|v| v.get("profile").is_some())
+}
+
 /// Reads the rows of `batch` (and `target_layers`, or the first matching row's depth) whose
 /// fields match every `(key, value)` of `only` from `files`, later rows replacing earlier
 /// ones of the same (mode, context) (how many were replaced goes to stderr). Returns the
@@ -71,7 +79,7 @@ pub fn read_points(
             source,
         })?;
         for (i, line) in text.lines().enumerate() {
-            if line.trim().is_empty() {
+            if line.trim().is_empty() || is_profile_line(line) {
                 continue;
             }
             let row = parse_row(line, only).ok_or_else(|| {
@@ -364,6 +372,26 @@ mod tests {
         assert!(std::fs::read_to_string(svg.with_extension("md"))
             .unwrap()
             .contains("455.1"));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// `bench-e2e --profile --json` writes phase lines beside the rows: they are skipped,
+    /// not taken for bad rows.
+    #[test]
+    fn profile_lines_are_skipped() {
+        let dir = scratch("profile");
+        let f = write(
+            &dir,
+            "prof.jsonl",
+            &[
+                row("ar", 32768, 8, 28, 455.1),
+                "{\"profile\":\"ar\",\"ctx\":32768,\"batch\":8,\"iterations\":6,\"phases\":[]}"
+                    .into(),
+            ],
+        );
+        let (pts, _) = read_points(std::slice::from_ref(&f), 8, None, &[]).unwrap();
+        assert_eq!(pts.len(), 1);
+        assert_eq!(pts[0].tokens_per_sec, 455.1);
         std::fs::remove_dir_all(&dir).ok();
     }
 

@@ -329,6 +329,51 @@ fn bad_schedule_and_modes_are_named() {
             vec!["--draft-budget", "0,68", "--modes", "ar,dense"],
             "--draft-budget 68: expected more than the sinks and window (4 + 64 = 68)",
         ),
+        // sizes that wrapped or aborted the process while allocating
+        (
+            vec!["--warmup", "18446744073709551615", "--modes", "ar"],
+            "at most 10000 iterations",
+        ),
+        (
+            vec!["--ctx", "18446744073709551615", "--modes", "ar"],
+            "at most 16777216 positions",
+        ),
+        (
+            vec!["--batch", "100000000000", "--ctx", "180", "--modes", "ar"],
+            "--batch 100000000000 x --ctx 180: at most 16777216 context tokens in all",
+        ),
+        // a value twice would print the same row twice
+        (
+            vec!["--modes", "dense,dustin,dustin"],
+            "--modes: dustin is listed twice",
+        ),
+        (
+            vec!["--batched-reuse", "on,on", "--modes", "dustin"],
+            "--batched-reuse: on is listed twice",
+        ),
+        // a misspelt mode would take the default silently
+        (
+            vec!["--accept", "default=2,dustn=3", "--modes", "dustin"],
+            "--accept dustn=3: expected default or a mode",
+        ),
+        (
+            vec!["--accept", "default=2,ar=3", "--modes", "ar,dense"],
+            "--accept ar=3: ar has no acceptance length",
+        ),
+        (
+            vec![
+                "--accept",
+                "default=2,dustin=3,dustin=1.5",
+                "--modes",
+                "dustin",
+            ],
+            "--accept dustin=1.5: dustin is given twice",
+        ),
+        // before any weights are built or rows run
+        (
+            vec!["--host-profile", "/dev/null/x", "--modes", "ar"],
+            "--host-profile /dev/null/x: expected a folder",
+        ),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_dustin"))
             .args(["bench-e2e", "--target", &f, "--draft", &f])
@@ -575,4 +620,50 @@ fn an_unwritable_json_path_is_named_before_the_run() {
         !String::from_utf8_lossy(&out.stdout).contains("| ar |"),
         "a row was measured first"
     );
+}
+
+/// `dustin bench` refuses sizes that panicked (`--batch 0` indexed an empty prompt list) or
+/// wrapped, naming the flag, before any weights are built.
+#[test]
+fn bench_sizes_are_named() {
+    let f = fixture();
+    for (args, want) in [
+        (
+            vec!["--batch", "0"],
+            "--batch 0: expected at least 1 sequence",
+        ),
+        (
+            vec!["--prompt-len", "0"],
+            "--prompt-len 0: expected at least 1",
+        ),
+        (vec!["--decode", "0"], "--decode 0: nothing would be timed"),
+        (
+            vec!["--prompt-len", "18446744073709551615"],
+            "at most 16777216 positions",
+        ),
+        (
+            vec!["--warmup", "18446744073709551615", "--prompt-len", "20"],
+            "at most 16777216 positions",
+        ),
+        (
+            vec!["--batch", "100000000000", "--prompt-len", "20"],
+            "--batch 100000000000 x --prompt-len 20: at most 16777216 prompt tokens in all",
+        ),
+    ] {
+        // small defaults for the flags a case does not set
+        let mut all: Vec<&str> = vec!["bench", "--config", &f];
+        for (flag, v) in [("--decode", "2"), ("--warmup", "1")] {
+            if !args.contains(&flag) {
+                all.extend([flag, v]);
+            }
+        }
+        let out = Command::new(env!("CARGO_BIN_EXE_dustin"))
+            .args(&all)
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
 }

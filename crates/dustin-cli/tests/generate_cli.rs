@@ -302,7 +302,7 @@ fn bad_inputs_exit_1_with_a_message() {
         (
             &["--prompt", "t1", "--draft", "self:layers=1", "--gamma", "0"],
             None,
-            "invalid `gamma`: expected 1 ..= 15, found 0",
+            "--gamma 0: expected 1 ..= 15",
         ),
         (
             &[
@@ -314,7 +314,7 @@ fn bad_inputs_exit_1_with_a_message() {
                 "16",
             ],
             None,
-            "invalid `gamma`: expected 1 ..= 15, found 16",
+            "--gamma 16: expected 1 ..= 15",
         ),
         (
             &[
@@ -394,6 +394,19 @@ fn bad_inputs_exit_1_with_a_message() {
             None,
             "--gpu-memory: invalid config value `gpu_memory` = 1024 bytes: at least",
         ),
+        // gamma is checked without a draft too (docs/errors.md)
+        (&["--prompt", "t1", "--gamma", "0"], None, "--gamma 0: expected 1 ..= 15"),
+        // a bad --output is named before the model runs, not after the tokens are made
+        (
+            &["--prompt", "t1", "--output", "/nonexistent-dustin-dir/o.json"],
+            None,
+            "--output /nonexistent-dustin-dir/o.json: its folder /nonexistent-dustin-dir does not exist",
+        ),
+        (
+            &["--prompt", "t1", "--output", "/tmp"],
+            None,
+            "--output /tmp: is a folder",
+        ),
     ];
     for (args, bytes, want) in cases {
         let (code, err) = fails(args, *bytes);
@@ -427,5 +440,66 @@ fn draft_with_another_vocabulary_is_refused() {
         ),
         "{err}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--config` files whose `[select]` is not a table, sets `budget` (which `--budget` always
+/// overrode, silently), holds a non-finite float (which read as "not set") or a mistyped
+/// value: each named, exit 1, before the model loads.
+#[test]
+fn bad_config_files_are_named() {
+    let dir = common::scratch("bad-config");
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "notable.toml",
+            "select = 3\n",
+            "select: expected a table of settings",
+        ),
+        (
+            "budget.toml",
+            "[select]\nbudget = 100\n",
+            "[select] budget: give the budget with --budget",
+        ),
+        (
+            "inf.toml",
+            "[select]\nrefresh_on_accept_drop = inf\n",
+            "select.refresh_on_accept_drop: expected a finite number",
+        ),
+        (
+            "nan.toml",
+            "[estimator]\nalpha = nan\n",
+            "estimator.alpha: expected a finite number",
+        ),
+        (
+            "type.toml",
+            "[select]\nbatched_reuse = \"yes\"\n",
+            "`batched_reuse`: invalid type: string \"yes\", expected a boolean",
+        ),
+        (
+            "etype.toml",
+            "[estimator]\nbeta = \"x\"\n",
+            "`beta`: invalid type: string \"x\"",
+        ),
+    ];
+    for (name, text, want) in cases {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        let ps = p.display().to_string();
+        let (code, err) = fails(
+            &[
+                "--prompt",
+                "t1",
+                "--draft",
+                "self:layers=1",
+                "--selector",
+                "dustin",
+                "--config",
+                &ps,
+            ],
+            None,
+        );
+        assert_eq!(code, Some(1), "{name}: {err}");
+        assert!(err.contains(want), "{name}: want `{want}` in: {err}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

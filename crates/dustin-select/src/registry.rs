@@ -162,11 +162,33 @@ fn parse<T: DeserializeOwned + Default>(
 ) -> Result<T, SelectError> {
     match value {
         None | Some(serde_json::Value::Null) => Ok(T::default()),
-        Some(v) => serde_json::from_value(v).map_err(|source| SelectError::Config {
+        Some(v) => from_json_named(v).map_err(|source| SelectError::Config {
             name: name.to_string(),
             source,
         }),
     }
+}
+
+/// `serde_json::from_value`, with the error naming the key at fault when `v` is an object
+/// whose keys parse one at a time (as a config struct with `#[serde(default)]` does): serde's
+/// own message for a mistyped field names the type but not the field (`invalid type: string
+/// "yes", expected a boolean`).
+///
+/// # Errors
+/// The parse error, prefixed with `` `key`: `` where one key alone fails.
+pub fn from_json_named<T: DeserializeOwned>(v: serde_json::Value) -> Result<T, serde_json::Error> {
+    let culprit = v.as_object().and_then(|o| {
+        o.iter().find_map(|(k, x)| {
+            let one = serde_json::Value::Object([(k.clone(), x.clone())].into_iter().collect());
+            serde_json::from_value::<T>(one)
+                .err()
+                .map(|e| (k.clone(), e))
+        })
+    });
+    serde_json::from_value(v).map_err(|e| match culprit {
+        Some((k, e1)) => serde::de::Error::custom(format!("`{k}`: {e1}")),
+        None => e,
+    })
 }
 
 fn selector<
