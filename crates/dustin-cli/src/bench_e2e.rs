@@ -733,6 +733,15 @@ fn run_on<B: KernelOps>(args: &E2eArgs, devices: Vec<B::Device>) -> Result<(), C
     }
     let extra = extra_positions(args);
     let positions = max_positions(args);
+    // the largest row's KV caches (target and draft) against the free memory, before any
+    // weights are built (on the CPU; Burn 0.21 reports no free device memory)
+    let (max_ctx, max_batch) = (
+        args.ctx.iter().copied().max().unwrap_or(0),
+        args.batch.iter().copied().max().unwrap_or(0),
+    );
+    if let Some(dev) = devices.first() {
+        crate::generate::check_kv_memory::<B>(&[&tcfg, &dcfg], max_batch, max_ctx + extra, dev)?;
+    }
     // a 32k prompt plus the tokens generated passes Qwen2.5's 32768 positions; with random
     // weights the RoPE table is simply extended (no long-context scaling is involved)
     tcfg.max_position_embeddings = tcfg.max_position_embeddings.max(positions);

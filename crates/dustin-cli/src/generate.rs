@@ -610,7 +610,7 @@ fn kv_per_token<B: KernelOps>(cfgs: &[&dustin_qwen::QwenConfig]) -> u128 {
 /// Checks the KV caches' memory (target and draft, `batch` sequences of `capacity` tokens)
 /// before the weights are loaded, so that an impossible request fails at once with the
 /// figures.
-fn check_kv_memory<B: KernelOps>(
+pub(crate) fn check_kv_memory<B: KernelOps>(
     cfgs: &[&dustin_qwen::QwenConfig],
     batch: usize,
     capacity: usize,
