@@ -503,3 +503,61 @@ fn bad_config_files_are_named() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Sparse `dustin` verification through the real engine and model: re-ranking reusing
+/// layers in one call (the default) and layer by layer (`[select] batched_reuse = false`)
+/// give the same tokens, with two prompts of different lengths under a budget below both
+/// contexts, a self-draft whose acceptance varies, and refresh 2 (the recommended config:
+/// every second verification reuses).
+#[test]
+fn one_call_reuse_generates_what_layer_by_layer_does() {
+    let dir = common::scratch("batched-reuse");
+    let model = common::tiny_model(&dir, 256);
+    let off = dir.join("off.toml");
+    std::fs::write(&off, "[select]\nbatched_reuse = false\n").unwrap();
+    let long = |n: usize, k: usize| -> String {
+        (0..n)
+            .map(|i| format!("t{}", (i * k + 3) % 96))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let (a, b) = (long(120, 7), long(95, 11));
+    let run = |extra: &[&str]| {
+        let o = dustin()
+            .args(["generate", "--model"])
+            .arg(&model)
+            .args([
+                "--prompt",
+                &a,
+                "--prompt",
+                &b,
+                "--max-new-tokens",
+                "24",
+                "--draft",
+                "self:layers=1",
+                "--selector",
+                "dustin",
+                "--budget",
+                "76",
+            ])
+            .args(extra)
+            .output()
+            .expect("run dustin");
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(o.status.code(), Some(0), "{extra:?}: {err}");
+        (String::from_utf8_lossy(&o.stdout).into_owned(), err)
+    };
+    let (one_call, err) = run(&[]);
+    let (per_layer, err_off) = run(&["--config", off.to_str().unwrap()]);
+    assert_eq!(one_call, per_layer);
+    for e in [&err, &err_off] {
+        let frac = e
+            .split("KV fraction read ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|f| f.parse::<f64>().ok())
+            .expect("KV fraction");
+        assert!(frac < 0.9, "sparse, read {frac}: {e}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
