@@ -165,16 +165,21 @@ selectab)
     # session 32 (staged by `xtask gpu-e2e` and `xtask gpu-kernels`): both top-k kernels
     # checked and timed, the dustin fold/mix kernels checked, then 7B, 32k, B 8 (BATCH), dense
     # and dustin with the estimator kernels off/on x the top-k kernel block/warp side by side
-    # in one process (dustin, dustin+tkw, dustin+ek+tkb, dustin+ek+tkw); a host profile of
-    # each row in $OUT/host. Finds which of session 31's changes slowed `dustin` down
+    # in one process (dustin+tkb, dustin+tkw, dustin+ek+tkb, dustin+ek+tkw), then dustin with
+    # the one-call reuse on and off in another; HOST=1: a host profile of each row in
+    # $OUT/host. Finds which of session 31's changes slowed `dustin` down
     if [ -x "$D/dustin-kernels-gpu" ]; then
-        timeout 90 "$D/dustin-kernels-gpu" check --op topk 2>&1 | tee "$OUT/check_topk.txt" | tail -20
-        timeout 60 "$D/dustin-kernels-gpu" check --op dustin 2>&1 | tee "$OUT/check_dustin.txt" | tail -8
-        timeout 90 "$D/dustin-kernels-gpu" topk --json "$OUT/topk.jsonl" 2>&1 | tee "$OUT/topk.txt"
+        timeout 60 "$D/dustin-kernels-gpu" check --op topk 2>&1 | tee "$OUT/check_topk.txt" | tail -20
+        timeout 45 "$D/dustin-kernels-gpu" check --op dustin 2>&1 | tee "$OUT/check_dustin.txt" | tail -8
+        timeout 60 "$D/dustin-kernels-gpu" topk --json "$OUT/topk.jsonl" 2>&1 | tee "$OUT/topk.txt"
     fi
-    LIMIT=${LIMIT:-300} group 7b_selectab --target "$C/Qwen2.5-7B-Instruct.config.json" \
-        --ctx 32768 --batch "${BATCH:-8}" --modes "${MODES:-dense,dustin}" \
+    T7=(--target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 32768 --batch "${BATCH:-8}")
+    LIMIT=${LIMIT:-240} group 7b_selectab "${T7[@]}" --modes "${MODES:-dense,dustin}" \
         --estimator-kernels off,on --topk-kernel block,warp ${HOST:+--host-profile "$OUT/host"}
+    # then the one-call reuse (session 32, on by default, never run on a GPU) against layer
+    # by layer, with the default kernels
+    LIMIT=${LIMIT2:-180} group 7b_batched "${T7[@]}" --modes dustin --batched-reuse on,off \
+        ${HOST:+--host-profile "$OUT/host"}
     ;;
 ab2)
     # session 31: the binary of an earlier commit ($D/dustin-base, staged by hand) against
