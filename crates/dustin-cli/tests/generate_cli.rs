@@ -123,6 +123,29 @@ fn finished_batch_writes_reasons_and_exits_0() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `dustin generate --model model base... extra...`, which must exit 0: (stdout, stderr).
+fn generate_ok(model: &std::path::Path, base: &[&str], extra: &[&str]) -> (String, String) {
+    let o = dustin()
+        .args(["generate", "--model"])
+        .arg(model)
+        .args(base)
+        .args(extra)
+        .output()
+        .expect("run dustin");
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(0), "{extra:?}: {err}");
+    (String::from_utf8_lossy(&o.stdout).into_owned(), err)
+}
+
+/// The "KV fraction read" figure of a speculative run's summary on stderr.
+fn kv_fraction(err: &str) -> f64 {
+    err.split("KV fraction read ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|f| f.parse::<f64>().ok())
+        .expect("KV fraction")
+}
+
 /// `--draft substitute` (SubSpec): greedy speculative output equals autoregressive output
 /// with every selector that keeps the whole context, and runs with sparse selectors.
 #[test]
@@ -130,21 +153,13 @@ fn substitute_draft_matches_autoregressive() {
     let dir = common::scratch("substitute");
     let model = common::tiny_model(&dir, 256);
     let run = |extra: &[&str]| {
-        let o = dustin()
-            .args(["generate", "--model"])
-            .arg(&model)
-            .args([
-                "--prompt",
-                "t5 t17 t33 t2 t90 t61 t7 t44",
-                "--max-new-tokens",
-                "12",
-            ])
-            .args(extra)
-            .output()
-            .expect("run dustin");
-        let err = String::from_utf8_lossy(&o.stderr).into_owned();
-        assert_eq!(o.status.code(), Some(0), "{extra:?}: {err}");
-        (String::from_utf8_lossy(&o.stdout).into_owned(), err)
+        let base = [
+            "--prompt",
+            "t5 t17 t33 t2 t90 t61 t7 t44",
+            "--max-new-tokens",
+            "12",
+        ];
+        generate_ok(&model, &base, extra)
     };
     let (reference, _) = run(&[]);
     for draft in ["substitute", "substitute:bits=2:group=16:layers=0-1"] {
@@ -170,12 +185,7 @@ fn substitute_draft_matches_autoregressive() {
                 "72",
             ]);
             assert!(err.contains("finish: 0: length, 1: length"), "{err}");
-            let frac = err
-                .split("KV fraction read ")
-                .nth(1)
-                .and_then(|r| r.split_whitespace().next())
-                .and_then(|f| f.parse::<f64>().ok())
-                .expect("KV fraction");
+            let frac = kv_fraction(&err);
             assert!(frac < 0.9, "{draft} {sel}: sparse, read {frac}");
         }
         // a draft that attends to 72 of the 120-odd tokens: the same output as dense
@@ -523,40 +533,27 @@ fn one_call_reuse_generates_what_layer_by_layer_does() {
     };
     let (a, b) = (long(120, 7), long(95, 11));
     let run = |extra: &[&str]| {
-        let o = dustin()
-            .args(["generate", "--model"])
-            .arg(&model)
-            .args([
-                "--prompt",
-                &a,
-                "--prompt",
-                &b,
-                "--max-new-tokens",
-                "24",
-                "--draft",
-                "self:layers=1",
-                "--selector",
-                "dustin",
-                "--budget",
-                "76",
-            ])
-            .args(extra)
-            .output()
-            .expect("run dustin");
-        let err = String::from_utf8_lossy(&o.stderr).into_owned();
-        assert_eq!(o.status.code(), Some(0), "{extra:?}: {err}");
-        (String::from_utf8_lossy(&o.stdout).into_owned(), err)
+        let base = [
+            "--prompt",
+            &a,
+            "--prompt",
+            &b,
+            "--max-new-tokens",
+            "24",
+            "--draft",
+            "self:layers=1",
+            "--selector",
+            "dustin",
+            "--budget",
+            "76",
+        ];
+        generate_ok(&model, &base, extra)
     };
     let (one_call, err) = run(&[]);
     let (per_layer, err_off) = run(&["--config", off.to_str().unwrap()]);
     assert_eq!(one_call, per_layer);
     for e in [&err, &err_off] {
-        let frac = e
-            .split("KV fraction read ")
-            .nth(1)
-            .and_then(|r| r.split_whitespace().next())
-            .and_then(|f| f.parse::<f64>().ok())
-            .expect("KV fraction");
+        let frac = kv_fraction(e);
         assert!(frac < 0.9, "sparse, read {frac}: {e}");
     }
     let _ = std::fs::remove_dir_all(&dir);
