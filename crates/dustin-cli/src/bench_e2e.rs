@@ -177,21 +177,22 @@ pub struct E2eArgs {
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub kv_write_kernel: OnOff,
     /// How the `dustin` estimator folds its history and mixes it with the lookahead on CUDA
-    /// (`dustin_kernels::cuda::set_estimator_kernels`): Burn ops (`off`, the default) or one
-    /// kernel each (`on`, `KernelOps::fold_rows` and `KernelOps::mix_scores`). The same
-    /// selections up to rounding. A list (`off,on`) runs the modes of the `dustin`
-    /// estimator (`dustin`, `history-only`) once per setting, side by side in one process
-    /// (the table's mode then says `+ek` for `on`); the other modes run once, and so does
-    /// every mode on the CPU (no such kernels; its rows say `off`).
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "off")]
-    pub estimator_kernels: Vec<OnOff>,
+    /// (`dustin_kernels::cuda::set_estimator_kernels`): one kernel each (`on`, the default:
+    /// `KernelOps::fold_rows` and `KernelOps::mix_scores`), for the mix only (`mix`), for the
+    /// fold only (`fold`), or Burn ops (`off`). The same selections up to rounding. A list
+    /// (`off,mix,on`) runs the modes of the `dustin` estimator (`dustin`, `history-only`)
+    /// once per setting, side by side in one process (the table's mode then says `+ek`,
+    /// `+ekmix` or `+ekfold`); the other modes run once, and so does every mode on the CPU
+    /// (no such kernels; its rows say `off`).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "on")]
+    pub estimator_kernels: Vec<EstKernels>,
     /// Which kernel runs the selectors' top-k on CUDA (`dustin_kernels::cuda::set_topk_kernel`):
-    /// `block` (the default: 256 threads per row) or `warp` (1024 threads per row, per-warp
-    /// histograms). The same selections. A list (`block,warp`) runs every mode that selects
+    /// `warp` (the default: 1024 threads per row, per-warp histograms) or `block` (256
+    /// threads per row, the default before 2026-12-01). The same selections. A list (`block,warp`) runs every mode that selects
     /// (all but `ar` and `dense`) once per kernel, side by side in one process (the table's
     /// mode then says `+tkb` or `+tkw`). On the CPU every mode runs once (its rows say
     /// `block`).
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "block")]
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "warp")]
     pub topk_kernel: Vec<TopkKernel>,
     /// Whether a `dustin` verification that reuses its selections re-ranks every reusing
     /// layer in one call (`on`, the default: one mix and one top-k over the layers' stacked
@@ -204,6 +205,31 @@ pub struct E2eArgs {
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
+}
+
+/// `--estimator-kernels`: which of the `dustin` estimator's steps run as one CUDA kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EstKernels {
+    /// Neither (Burn ops).
+    Off,
+    /// The normalise-and-mix only.
+    Mix,
+    /// The history fold only.
+    Fold,
+    /// Both.
+    On,
+}
+
+#[cfg(feature = "cuda")]
+impl EstKernels {
+    /// The kernels this setting runs.
+    pub fn kernels(self) -> dustin_kernels::EstimatorKernels {
+        dustin_kernels::EstimatorKernels {
+            fold: matches!(self, Self::Fold | Self::On),
+            mix: matches!(self, Self::Mix | Self::On),
+        }
+    }
 }
 
 /// `--topk-kernel`.
@@ -615,6 +641,10 @@ pub struct Row {
     pub commit_ms: f64,
     /// Sum of the four, milliseconds.
     pub iter_ms: f64,
+    /// Each timed iteration's milliseconds (draft + verify + accept + commit), in order: a
+    /// one-time cost (a kernel compiled inside the window) shows as one slow entry, a cost
+    /// paid per iteration in every entry.
+    pub iter_ms_each: Vec<f64>,
     /// Generated tokens per second over the batch.
     pub tokens_per_sec: f64,
     /// Fraction of the dense KV the verification read (selection + new tokens).
@@ -653,7 +683,7 @@ pub struct Row {
     /// `--verify-kernel` (CUDA only).
     pub verify_kernel: VerifyKernel,
     /// `--estimator-kernels` (`off` on the CPU and for modes without the `dustin` estimator).
-    pub estimator_kernels: OnOff,
+    pub estimator_kernels: EstKernels,
     /// `--topk-kernel` (`block` on the CPU and for modes that do not select).
     pub topk_kernel: TopkKernel,
     /// `--batched-reuse` (`null` for modes without the `dustin` estimator, which have no
@@ -992,7 +1022,7 @@ fn measure<B: KernelOps>(
                     let est_kernels = if B::FUSED && uses_dustin_estimator(mode) {
                         est_kernels
                     } else {
-                        OnOff::Off
+                        EstKernels::Off
                     };
                     let topk = if B::FUSED && selects_top_k(mode) {
                         topk
@@ -1001,7 +1031,7 @@ fn measure<B: KernelOps>(
                     };
                     #[cfg(feature = "cuda")]
                     {
-                        dustin_kernels::cuda::set_estimator_kernels(est_kernels == OnOff::On);
+                        dustin_kernels::cuda::set_estimator_kernels(est_kernels.kernels());
                         dustin_kernels::cuda::set_topk_kernel(match topk {
                             TopkKernel::Block => dustin_kernels::cuda::TopkKernel::Block,
                             TopkKernel::Warp => dustin_kernels::cuda::TopkKernel::Warp,
@@ -1026,9 +1056,15 @@ fn measure<B: KernelOps>(
                     {
                         label.push_str("+step");
                     }
-                    // `+ek` where a list of estimator-kernel settings ran it with the kernels
-                    if args.estimator_kernels.len() > 1 && est_kernels == OnOff::On {
-                        label.push_str("+ek");
+                    // `+ek` / `+ekmix` / `+ekfold` where a list of estimator-kernel settings ran
+                    // it with kernels
+                    if args.estimator_kernels.len() > 1 {
+                        label.push_str(match est_kernels {
+                            EstKernels::Off => "",
+                            EstKernels::Mix => "+ekmix",
+                            EstKernels::Fold => "+ekfold",
+                            EstKernels::On => "+ek",
+                        });
                     }
                     // `+perlayer` where a list of batched-reuse settings ran it layer by layer
                     if args.batched_reuse.len() > 1 && batched == OnOff::Off {
@@ -1080,8 +1116,11 @@ fn measure<B: KernelOps>(
                     let (warmup, iters) = (args.warmup, args.iters);
                     let mut host: Option<crate::host_profile::HostProfile> = None;
                     let mut host_err: Option<CliError> = None;
+                    // `+` of a label becomes `_`: file names of letters, digits, `-`, `_`, `.`
+                    // travel everywhere (the device tool drops other names)
                     let host_name = format!(
-                        "host-{label}-{ctx}-b{batch}-l{}{}",
+                        "host-{}-{ctx}-b{batch}-l{}{}",
+                        label.replace('+', "_"),
                         tcfg.num_hidden_layers,
                         if world > 1.0 {
                             format!("-tp{world}")
@@ -1212,6 +1251,12 @@ fn measure<B: KernelOps>(
                         accept_ms,
                         commit_ms,
                         iter_ms,
+                        iter_ms_each: timed
+                            .iter()
+                            .map(|i| {
+                                1e3 * (i.draft_secs + i.verify_secs + i.accept_secs + i.commit_secs)
+                            })
+                            .collect(),
                         tokens_per_sec: b * tau / (iter_ms / 1e3),
                         kv_read,
                         estimation_read: est,

@@ -87,6 +87,29 @@ pub struct Positions<B: Backend> {
     pub counts: Vec<usize>,
 }
 
+/// Which of the `dustin` estimator's steps run as one backend kernel each
+/// ([`KernelOps::estimator_kernels`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EstimatorKernels {
+    /// The history fold, [`KernelOps::fold_rows`].
+    pub fold: bool,
+    /// The normalise-and-mix, [`KernelOps::mix_scores`].
+    pub mix: bool,
+}
+
+impl EstimatorKernels {
+    /// Neither step (the Burn-op path).
+    pub const NONE: Self = Self {
+        fold: false,
+        mix: false,
+    };
+    /// Both steps.
+    pub const ALL: Self = Self {
+        fold: true,
+        mix: true,
+    };
+}
+
 /// Fused attention, scoring and selection ops; implemented per backend.
 ///
 /// Every method validates its input and returns [`KernelError`] instead of panicking. Every
@@ -107,13 +130,13 @@ pub trait KernelOps: Backend {
     /// H200, docs/perf.md, sixth session). At most [`MAX_PREFILL_NEW`].
     const PREFILL_CHUNK: usize = 512;
 
-    /// Whether the `dustin` estimator runs its history fold and normalise-and-mix through
-    /// [`KernelOps::fold_rows`] and [`KernelOps::mix_scores`] as this backend's kernels
-    /// (`true`) or through its own Burn-op path (`false`, the default; on CUDA the setting
-    /// of `cuda::set_estimator_kernels`, off by default). The same values up to rounding
-    /// either way.
-    fn estimator_kernels() -> bool {
-        false
+    /// Which of the `dustin` estimator's history fold ([`KernelOps::fold_rows`]) and
+    /// normalise-and-mix ([`KernelOps::mix_scores`]) run as this backend's kernels; the others
+    /// run through the estimator's own Burn-op path (all of them by default; on CUDA the
+    /// setting of `cuda::set_estimator_kernels`, both kernels by default). The same values up
+    /// to rounding either way.
+    fn estimator_kernels() -> EstimatorKernels {
+        EstimatorKernels::NONE
     }
 
     /// Dense GQA attention of the new tokens over their whole context.

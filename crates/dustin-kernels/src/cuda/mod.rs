@@ -34,8 +34,8 @@ use cubecl::prelude::*;
 use crate::{
     check_attn, check_attn_upto, check_fold, check_heads, check_kv_write, check_kv_write_pair,
     check_mix, check_packed, check_pages, check_rms_norm, check_rope, check_same, check_selection,
-    check_skinny, check_top_k, AttnDims, Keep, KernelError, KernelOps, Positions, Result, MAX_NEW,
-    MAX_PREFILL_NEW,
+    check_skinny, check_top_k, AttnDims, EstimatorKernels, Keep, KernelError, KernelOps, Positions,
+    Result, MAX_NEW, MAX_PREFILL_NEW,
 };
 
 pub use kernels::{RESCALE_SLACK, THREADS, TILE};
@@ -377,24 +377,23 @@ pub enum SkinnyKernel {
 /// Which kernel runs [`KernelOps::top_k_positions`] on CUDA ([`set_topk_kernel`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TopkKernel {
-    /// `topk_block_kernel` (the default): one block of 256 threads per (KV head, sequence),
-    /// one shared histogram, a position-order scan with two block barriers per 256
-    /// positions. 328 us per Qwen2.5-7B layer at B=8, 32k (32 rows; ncu, docs/perf.md,
-    /// twelfth session); the kernel of the last end-to-end figures that passed
-    /// (233.9 tokens/s in `dustin` mode, 7B + 0.5B, 32k, B=8).
+    /// `topk_block_kernel`: one block of 256 threads per (KV head, sequence), one shared
+    /// histogram, a position-order scan with two block barriers per 256 positions (the
+    /// default of sessions 18-30 and 32). On the H200 (docs/perf.md, fourteenth session)
+    /// 232 us per Qwen2.5-7B layer at B=8, 32k (32 rows), 637 us for 28 layers stacked.
     Block = 0,
-    /// `topk_kernel`: 1024 threads per row, per-warp histograms, contiguous segments per
-    /// thread in the last pass. 61-69 us at the same shapes alone (ncu), but the end-to-end
-    /// run of the commit that brought it (with the estimator kernels,
-    /// [`set_estimator_kernels`]) was slower (140.9 tokens/s) for a cause not yet found, and
-    /// its fix for negative boundary scores has not run on a GPU yet (docs/decisions.md,
-    /// sessions 31 and 32).
+    /// `topk_kernel` (the default since 2026-12-01, fourteenth session): 1024 threads per
+    /// row, per-warp histograms, contiguous segments per thread in the last pass. On the
+    /// H200 66 us per 7B layer at B=8, 32k and 364 us for 28 layers stacked (3.5x and 1.7x
+    /// faster than `Block`); end to end (7B + 0.5B, 32k, B=8, `dustin`) 261.3 against 240.4
+    /// tokens/s, side by side in one process. Its check passes every case, negative boundary
+    /// scores included (`dustin-kernels-gpu check --op topk`).
     Warp = 1,
 }
 
-static TOPK_KERNEL: AtomicU8 = AtomicU8::new(TopkKernel::Block as u8);
+static TOPK_KERNEL: AtomicU8 = AtomicU8::new(TopkKernel::Warp as u8);
 
-/// Sets which kernel runs the top-k ([`TopkKernel`], `Block` by default). For checks and
+/// Sets which kernel runs the top-k ([`TopkKernel`], `Warp` by default). For checks and
 /// benchmarks that compare them (`dustin-kernels-gpu check --op topk`, `topk`, `dustin
 /// bench-e2e --topk-kernel`).
 pub fn set_topk_kernel(kernel: TopkKernel) {
@@ -404,20 +403,28 @@ pub fn set_topk_kernel(kernel: TopkKernel) {
 /// The kernel [`set_topk_kernel`] chose.
 pub fn topk_kernel() -> TopkKernel {
     match TOPK_KERNEL.load(Ordering::Relaxed) {
-        1 => TopkKernel::Warp,
-        _ => TopkKernel::Block,
+        0 => TopkKernel::Block,
+        _ => TopkKernel::Warp,
     }
 }
 
-static ESTIMATOR_KERNELS: AtomicBool = AtomicBool::new(false);
+static ESTIMATOR_KERNELS: AtomicU8 = AtomicU8::new(3);
 
-/// Whether the `dustin` estimator's history fold and normalise-and-mix run as one kernel
-/// each on CUDA ([`KernelOps::fold_rows`], [`KernelOps::mix_scores`]; `on`) or as Burn ops
-/// (the plain path, `off`, the default: the path of the last end-to-end figures that passed;
-/// see [`TopkKernel::Warp`] for why). What [`KernelOps::estimator_kernels`] returns on CUDA.
-/// For benchmarks that compare them (`dustin bench-e2e --estimator-kernels off,on`).
-pub fn set_estimator_kernels(on: bool) {
-    ESTIMATOR_KERNELS.store(on, Ordering::Relaxed);
+/// Which of the `dustin` estimator's history fold and normalise-and-mix run as one kernel
+/// each on CUDA ([`KernelOps::fold_rows`], [`KernelOps::mix_scores`]) rather than as Burn
+/// ops (both, the default since 2026-12-01). What [`KernelOps::estimator_kernels`] returns
+/// on CUDA. For benchmarks that compare them (`dustin bench-e2e --estimator-kernels
+/// off,mix,fold,on`).
+///
+/// On the H200 (docs/perf.md, fourteenth session; Qwen2.5-7B + 0.5B draft, 32k, B=8,
+/// `dustin`, 12 timed iterations, side by side in one process, both orders) both kernels
+/// took 42.6 ms per iteration against 49.3 for the Burn ops (kernels first), and 47.3 (a
+/// compile inside the window included; 45 without) against 49.2 (Burn ops first). The
+/// 140.9 tokens/s of session 31 was kernels compiled inside a timed window of 2 warm-up
+/// iterations (one timed iteration 290 ms), not the kernels' steady speed.
+pub fn set_estimator_kernels(kernels: EstimatorKernels) {
+    let bits = u8::from(kernels.fold) | (u8::from(kernels.mix) << 1);
+    ESTIMATOR_KERNELS.store(bits, Ordering::Relaxed);
 }
 
 /// Sets which kernel runs the skinny GEMMs ([`SkinnyKernel`], `Auto` by default).
@@ -1488,8 +1495,12 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
     const FUSED: bool = true;
     const PREFILL_CHUNK: usize = 2048;
 
-    fn estimator_kernels() -> bool {
-        ESTIMATOR_KERNELS.load(Ordering::Relaxed)
+    fn estimator_kernels() -> EstimatorKernels {
+        let bits = ESTIMATOR_KERNELS.load(Ordering::Relaxed);
+        EstimatorKernels {
+            fold: bits & 1 != 0,
+            mix: bits & 2 != 0,
+        }
     }
 
     fn verify_attention(
