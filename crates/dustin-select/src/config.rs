@@ -27,8 +27,10 @@ pub struct SelectConfig {
     /// (see [`crate::estimators::dustin::recommended_select_config`]).
     pub refresh: usize,
     /// Recompute early when an iteration's mean accepted count (over the batch) falls below
-    /// this fraction of the running mean since prefill. Default `None` (off): our choice, so
-    /// that `refresh` alone decides unless asked.
+    /// this fraction of the running mean since prefill, by more than
+    /// [`crate::ACCEPT_DROP_SIGMAS`] standard errors of a batch mean (so that, at a
+    /// low mean acceptance, an iteration that accepted nothing by chance is not a drop).
+    /// Default `None` (off): our choice, so that `refresh` alone decides unless asked.
     pub refresh_on_accept_drop: Option<f64>,
     /// Whether the layers that reuse their selection in a verification are re-ranked in one
     /// call when the estimator can ([`crate::Selector`]: one scoring pass and one top-k over

@@ -84,11 +84,60 @@ pub struct Selector<B: Backend, E> {
     iteration: usize,
     clock: usize,
     cache: Vec<Option<Cached<B>>>,
-    accept_sum: f64,
-    accept_iters: usize,
+    accept: AcceptStats,
     reads: Vec<f64>,
     ahead: Option<Ahead<B>>,
     batched: usize,
+}
+
+/// How many standard errors below the running mean an iteration's batch-mean acceptance
+/// must fall to count as a drop ([`SelectConfig::refresh_on_accept_drop`]). 3: our choice (a
+/// three-sigma test; docs/decisions.md, session 33). Without it, at a mean acceptance length
+/// of 1.36 (docs/fidelity.md) every iteration that accepted nothing counted as a drop: under
+/// the benchmark's schedule two verifications of three recomputed instead of one of two.
+pub const ACCEPT_DROP_SIGMAS: f64 = 3.0;
+
+/// Running acceptance statistics of a [`Selector`]: the mean over iterations of each
+/// iteration's batch-mean accepted count, and the first two moments of the per-sequence
+/// counts (their spread is the noise a drop must exceed).
+#[derive(Debug, Clone, Default)]
+struct AcceptStats {
+    /// Sum of the iterations' batch means.
+    sum_means: f64,
+    iters: usize,
+    /// Per-sequence counts: how many, their sum and their sum of squares.
+    n: usize,
+    s1: f64,
+    s2: f64,
+}
+
+impl AcceptStats {
+    /// Whether `accepted` (one count per active sequence) is a drop: its mean below `frac`
+    /// times the running mean, by more than [`ACCEPT_DROP_SIGMAS`] standard errors of a
+    /// batch mean of `accepted.len()` sequences (the per-sequence standard deviation seen so
+    /// far over the square root of the batch). Never on the first iteration.
+    fn is_drop(&self, accepted: &[usize], frac: f64) -> bool {
+        if self.iters == 0 || accepted.is_empty() || self.n == 0 {
+            return false;
+        }
+        let mean = accepted.iter().sum::<usize>() as f64 / accepted.len() as f64;
+        let mu = self.sum_means / self.iters as f64;
+        let m = self.s1 / self.n as f64;
+        let sd = (self.s2 / self.n as f64 - m * m).max(0.0).sqrt();
+        let noise = ACCEPT_DROP_SIGMAS * sd / (accepted.len() as f64).sqrt();
+        mean < frac * mu && mu - mean > noise
+    }
+
+    fn record(&mut self, accepted: &[usize]) {
+        let mean = accepted.iter().sum::<usize>() as f64 / accepted.len() as f64;
+        self.sum_means += mean;
+        self.iters += 1;
+        for &a in accepted {
+            self.n += 1;
+            self.s1 += a as f64;
+            self.s2 += (a * a) as f64;
+        }
+    }
 }
 
 /// Selections made ahead for the layers that reuse in one verification (see [`Selector`]):
@@ -115,8 +164,7 @@ impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost> Selector<B, E> {
             iteration: 0,
             clock: 0,
             cache: Vec::new(),
-            accept_sum: 0.0,
-            accept_iters: 0,
+            accept: AcceptStats::default(),
             reads: Vec::new(),
             ahead: None,
             batched: 0,
@@ -380,8 +428,7 @@ impl<B: KernelOps, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static>
         self.iteration = 0;
         self.clock = 0;
         self.ahead = None;
-        self.accept_sum = 0.0;
-        self.accept_iters = 0;
+        self.accept = AcceptStats::default();
         self.reads = vec![0.0; batch];
     }
 
@@ -405,14 +452,12 @@ impl<B: KernelOps, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static>
         if accepted.is_empty() {
             return Ok(());
         }
-        let mean = accepted.iter().sum::<usize>() as f64 / accepted.len() as f64;
         if let Some(frac) = self.cfg.refresh_on_accept_drop {
-            if self.accept_iters > 0 && mean < frac * (self.accept_sum / self.accept_iters as f64) {
+            if self.accept.is_drop(accepted, frac) {
                 self.invalidate();
             }
         }
-        self.accept_sum += mean;
-        self.accept_iters += 1;
+        self.accept.record(accepted);
         Ok(())
     }
 

@@ -319,6 +319,60 @@ fn acceptance_drop_forces_a_recompute() {
     check_selection(&sel, &lens, cfg.keep(), "after the drop");
 }
 
+/// Runs `accepted` (one row per verification) through a `streaming` selector with refresh
+/// 100 and `refresh_on_accept_drop` 0.5, and says after each commit whether the next
+/// verification recomputed (its selection holds only the budget) or reused (extended past it).
+fn recomputed_after(accepted: &[[usize; 2]]) -> Vec<bool> {
+    let cfg = SelectConfig {
+        budget: 12,
+        n_sink: 2,
+        window: 3,
+        refresh: 100,
+        refresh_on_accept_drop: Some(0.5),
+        ..SelectConfig::default()
+    };
+    let mut p = streaming_selector(cfg);
+    let mut s = Synth::new(8, 1, 2, 6, 8, 2, 128);
+    let mut lens = vec![40usize, 50];
+    p.reset(2, 1);
+    s.prefill(&mut p, &lens, 16);
+    p.begin_verify(0);
+    let first = s.verify(&mut p, &[0, 1], &lens, 4).remove(0).unwrap();
+    assert_eq!(first.counts, vec![12, 12]);
+    let mut out = Vec::new();
+    for (it, acc) in accepted.iter().enumerate() {
+        p.commit(acc).unwrap();
+        for (l, a) in lens.iter_mut().zip(acc) {
+            *l += a + 1;
+        }
+        p.begin_verify(it + 1);
+        let sel = s.verify(&mut p, &[0, 1], &lens, 4).remove(0).unwrap();
+        out.push(sel.counts == vec![12, 12]);
+    }
+    out
+}
+
+#[test]
+fn a_zero_at_low_acceptance_is_not_a_drop() {
+    // running mean 0.5 accepted drafts, per-sequence sd 0.5: a batch of two that accepts
+    // nothing is 0.5 below the mean, under 3 standard errors (3 * 0.5 / sqrt 2 = 1.06), so
+    // the selection is reused; the rule without the noise test (0 < 0.5 * 0.5) recomputed
+    assert_eq!(
+        recomputed_after(&[[1, 0], [0, 1], [0, 0], [1, 0]]),
+        [false, false, false, false]
+    );
+}
+
+#[test]
+fn a_drop_beyond_the_noise_still_recomputes() {
+    // running mean 3, per-sequence sd 0.577 (counts 3, 3, 4, 2, 3, 3): a batch that accepts
+    // nothing is 3 below the mean, over 3 standard errors (3 * 0.577 / sqrt 2 = 1.22)
+    assert_eq!(
+        recomputed_after(&[[3, 3], [4, 2], [3, 3], [0, 0]]),
+        [false, false, false, true]
+    );
+}
+
 #[test]
 fn select_config_validation_names_budget() {
     let cfg = SelectConfig {
