@@ -196,6 +196,18 @@ fn batched_reuse_list_runs_dustin_both_ways_and_cuda_lists_once_on_the_cpu() {
         ]
     );
     for r in &rows {
+        // one time per timed iteration, and the row's mean is theirs
+        let each: Vec<f64> = r["iter_ms_each"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        assert_eq!(each.len(), 4, "{r}");
+        assert!(each.iter().all(|&t| t > 0.0), "{r}");
+        let mean = each.iter().sum::<f64>() / 4.0;
+        let iter_ms = r["iter_ms"].as_f64().unwrap();
+        assert!((mean - iter_ms).abs() <= 1e-9 * iter_ms, "{mean} vs {r}");
         assert_eq!(r["estimator_kernels"].as_str(), Some("off"), "{r}");
         assert_eq!(r["topk_kernel"].as_str(), Some("block"), "{r}");
     }
