@@ -272,12 +272,13 @@ where)
     ;;
 draftncu)
     # every kernel of a speculative iteration, in order, with its own GPU time (ncu, one pass
-    # of gpu__time_duration): 7B target cut to 1 layer, 0.5B draft, CTX (32k) context, B (8), `dense`,
+    # of gpu__time_duration): 7B target (TARGET: another config, e.g. the 72B one) cut to 1
+    # layer, 0.5B draft, CTX (32k) context, B (8), `dense`,
     # 1 warm-up and 1 timed iteration, first timed without ncu; launches per draft layer and
     # their GPU time are counted from the CSV by scripts/ncu_steps.py. MODES (default dense)
     # and EXTRA (more bench-e2e flags, e.g. "--draft-budget 1024") pick the run, TAG names it
     SMALL=(bench-e2e --device cuda --accept "default=$TAU" --draft "$DRAFT" --target
-        "$C/Qwen2.5-7B-Instruct.config.json" --target-layers 1 --ctx "${CTX:-32768}" --batch "${B:-8}"
+        "${TARGET:-$C/Qwen2.5-7B-Instruct.config.json}" --target-layers 1 --ctx "${CTX:-32768}" --batch "${B:-8}"
         --modes "${MODES:-dense}" --warmup 1 --iters "${ITERS:-1}" ${EXTRA:-})
     # TAG names the outputs, so that several traces (MODES, EXTRA) come back from one call
     T=${TAG:-draft}
