@@ -132,9 +132,9 @@ pub trait KernelOps: Backend {
 
     /// Which of the `dustin` estimator's history fold ([`KernelOps::fold_rows`]) and
     /// normalise-and-mix ([`KernelOps::mix_scores`]) run as this backend's kernels; the others
-    /// run through the estimator's own Burn-op path (all of them by default; on CUDA the
-    /// setting of `cuda::set_estimator_kernels`, both kernels by default). The same values up
-    /// to rounding either way.
+    /// run through the estimator's own Burn-op path. By default neither (every step on Burn
+    /// ops); on CUDA the setting of `cuda::set_estimator_kernels`, both kernels by default.
+    /// The same values up to rounding either way.
     fn estimator_kernels() -> EstimatorKernels {
         EstimatorKernels::NONE
     }

@@ -129,6 +129,9 @@ impl AcceptStats {
     }
 
     fn record(&mut self, accepted: &[usize]) {
+        if accepted.is_empty() {
+            return;
+        }
         let mean = accepted.iter().sum::<usize>() as f64 / accepted.len() as f64;
         self.sum_means += mean;
         self.iters += 1;
