@@ -37,6 +37,8 @@
 #   bash .device/gpu_e2e.sh selectab # both top-k kernels checked and timed; 7B 32k B 8 dense
 #                                 # and dustin, estimator kernels off/on x top-k block/warp in
 #                                 # one process (HOST=1: a host profile of each row)
+#   bash .device/gpu_e2e.sh dropab # 7B 32k B 8 and 72B shapes (20 layers) B 8/16: dustin's
+#                                 # early refresh with and without the noise test side by side
 #   bash .device/gpu_e2e.sh run NAME ARGS... # one group named NAME: bench-e2e with ARGS after
 #                                 # the common flags (any shapes and modes, one process)
 #   bash .device/gpu_e2e.sh ab    # 7B 32k B 8: $D/dustin-base (staged by hand) against $D/dustin,
@@ -182,6 +184,16 @@ selectab)
     LIMIT=${LIMIT2:-180} group 7b_batched "${T7[@]}" --modes dustin --batched-reuse on,off \
         ${HOST:+--host-profile "$OUT/host"}
     ;;
+dropab)
+    # session 33: `dustin`'s early refresh with and without the noise test
+    # (`--accept-drop-sigmas 0,3`, side by side in one process), 7B at 32k, batch 8 (BATCH),
+    # then Qwen2.5-72B shapes (20 of 80 layers) at batch 8 and 16, ar / dense / dustin
+    LIMIT=${LIMIT:-200} group 7b_dropab --target "$C/Qwen2.5-7B-Instruct.config.json" \
+        --ctx 32768 --batch "${BATCH:-8}" --modes dense,dustin --accept-drop-sigmas 0,3
+    LIMIT=${LIMIT2:-280} group 72b_dropab --target "$C/Qwen2.5-72B-Instruct.config.json" \
+        --target-layers 20 --ctx 32768 --batch 8,16 --modes ar,dense,dustin \
+        --accept-drop-sigmas 0,3
+    ;;
 ab2)
     # session 31: the binary of an earlier commit ($D/dustin-base, staged by hand) against
     # this one, one process each, default settings; 7B, 32k, B 8, MODES (default
@@ -317,7 +329,7 @@ run)
     group "$name" "$@"
     ;;
 *)
-    echo "usage: gpu_e2e.sh 7b|72b|grid|hf|final|elementwise|trace|next|where|prof|selectab|run NAME ARGS..." >&2
+    echo "usage: gpu_e2e.sh 7b|72b|grid|hf|final|elementwise|trace|next|where|prof|selectab|dropab|run NAME ARGS..." >&2
     exit 2
     ;;
 esac

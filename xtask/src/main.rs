@@ -287,6 +287,7 @@ fn gpu_e2e() -> Result<(), String> {
     println!("staged {}", dev.display());
     println!("run on the GPU machine (carry [\".device\"]), one call each, under 10 minutes:");
     println!("  bash .device/gpu_e2e.sh selectab # (with gpu-kernels staged) both top-k kernels checked and timed; 7B 32k B 8 dense/dustin, estimator kernels off/on x top-k block/warp");
+    println!("  bash .device/gpu_e2e.sh dropab  # 7B 32k B 8 and 72B shapes (20 layers) B 8/16: dustin's early refresh with and without the noise test (--accept-drop-sigmas 0,3)");
     println!("  bash .device/gpu_e2e.sh final   # 32k: 7B B 1/8/16, 72B shapes (20 layers) B 8");
     println!(
         "  bash .device/gpu_prefill.sh ttft  # time to first token, 7B, 32k, B 1/8, ours and HF"

@@ -202,6 +202,14 @@ pub struct E2eArgs {
     /// `off`).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "on")]
     pub batched_reuse: Vec<OnOff>,
+    /// How many standard errors of a batch mean an acceptance drop must exceed before the
+    /// `dustin` mode recomputes its selections early (`dustin_select::SelectConfig::
+    /// accept_drop_sigmas`; `dustin`'s recommended config refreshes early below half the
+    /// running mean). Default 3; 0 is the rule without the noise test. A list (`0,3`) runs
+    /// `dustin` once per value, side by side in one process (the table's mode then says
+    /// `+ads0`, `+ads3`, ...); the other modes run once.
+    #[arg(long, value_delimiter = ',', default_value = "3")]
+    pub accept_drop_sigmas: Vec<f64>,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
@@ -409,6 +417,16 @@ fn validate(a: &E2eArgs) -> Result<(), CliError> {
     no_repeats("--estimator-kernels", &a.estimator_kernels)?;
     no_repeats("--topk-kernel", &a.topk_kernel)?;
     no_repeats("--batched-reuse", &a.batched_reuse)?;
+    no_repeats("--accept-drop-sigmas", &a.accept_drop_sigmas)?;
+    if let Some(bad) = a
+        .accept_drop_sigmas
+        .iter()
+        .find(|v| !(v.is_finite() && **v >= 0.0))
+    {
+        return Err(CliError::Usage(format!(
+            "--accept-drop-sigmas {bad}: expected finite numbers >= 0 (standard errors)"
+        )));
+    }
     if let Some(dir) = &a.host_profile {
         std::fs::create_dir_all(dir).map_err(|e| {
             CliError::Usage(format!(
@@ -689,6 +707,8 @@ pub struct Row {
     /// `--batched-reuse` (`null` for modes without the `dustin` estimator, which have no
     /// one-call path).
     pub batched_reuse: Option<OnOff>,
+    /// `--accept-drop-sigmas` (`null` for modes other than `dustin`).
+    pub accept_drop_sigmas: Option<f64>,
 }
 
 /// Means over the timed iterations of a run (after `warmup`, at most `iters`).
@@ -987,16 +1007,20 @@ fn measure<B: KernelOps>(
                             for (ei, &ek) in args.estimator_kernels.iter().enumerate() {
                                 for (ti, &tk) in args.topk_kernel.iter().enumerate() {
                                     for (ri, &br) in args.batched_reuse.iter().enumerate() {
-                                        if (si > 0 && !reads_lookahead)
-                                            || (bi > 0 && mode == "ar")
-                                            || (ei > 0
-                                                && !(B::FUSED && uses_dustin_estimator(mode)))
-                                            || (ti > 0 && !(B::FUSED && selects_top_k(mode)))
-                                            || (ri > 0 && !uses_dustin_estimator(mode))
+                                        for (ai, &ads) in args.accept_drop_sigmas.iter().enumerate()
                                         {
-                                            continue;
+                                            if (si > 0 && !reads_lookahead)
+                                                || (bi > 0 && mode == "ar")
+                                                || (ei > 0
+                                                    && !(B::FUSED && uses_dustin_estimator(mode)))
+                                                || (ti > 0 && !(B::FUSED && selects_top_k(mode)))
+                                                || (ri > 0 && !uses_dustin_estimator(mode))
+                                                || (ai > 0 && mode != "dustin")
+                                            {
+                                                continue;
+                                            }
+                                            variants.push((pair, scoring, db, ek, tk, br, ads));
                                         }
-                                        variants.push((pair, scoring, db, ek, tk, br));
                                     }
                                 }
                             }
@@ -1010,8 +1034,11 @@ fn measure<B: KernelOps>(
                     est_kernels,
                     topk,
                     batched,
+                    drop_sigmas,
                 ) in variants
                 {
+                    // the noise test of `dustin`'s early refresh (the only mode that has one)
+                    let drop_sigmas = (mode == "dustin").then_some(drop_sigmas);
                     let batched = if uses_dustin_estimator(mode) {
                         batched
                     } else {
@@ -1065,6 +1092,10 @@ fn measure<B: KernelOps>(
                             EstKernels::Fold => "+ekfold",
                             EstKernels::On => "+ek",
                         });
+                    }
+                    // `+ads{v}` where a list of noise tests ran it
+                    if let (true, Some(v)) = (args.accept_drop_sigmas.len() > 1, drop_sigmas) {
+                        label.push_str(&format!("+ads{v}"));
                     }
                     // `+perlayer` where a list of batched-reuse settings ran it layer by layer
                     if args.batched_reuse.len() > 1 && batched == OnOff::Off {
@@ -1167,9 +1198,15 @@ fn measure<B: KernelOps>(
                                 random_prefix(draft, capacity, pre, dcfg.num_hidden_layers, dev)?;
                                 batch
                             ];
+                        let mut select = serde_json::Map::new();
+                        if batched == OnOff::Off {
+                            select.insert("batched_reuse".into(), false.into());
+                        }
+                        if let Some(v) = drop_sigmas {
+                            select.insert("accept_drop_sigmas".into(), v.into());
+                        }
                         let file = FileConfig {
-                            select: (batched == OnOff::Off)
-                                .then(|| serde_json::json!({ "batched_reuse": false })),
+                            select: (!select.is_empty()).then_some(select.into()),
                             ..FileConfig::default()
                         };
                         let policy = build_policy::<B>(mode, args.budget, &file)?;
@@ -1297,6 +1334,7 @@ fn measure<B: KernelOps>(
                         estimator_kernels: est_kernels,
                         topk_kernel: topk,
                         batched_reuse: uses_dustin_estimator(mode).then_some(batched),
+                        accept_drop_sigmas: drop_sigmas,
                     };
                     if !report {
                         continue;

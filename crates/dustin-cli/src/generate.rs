@@ -76,7 +76,7 @@ pub struct GenerateArgs {
     #[arg(long, default_value_t = 0)]
     pub draft_budget: usize,
     /// TOML or JSON file with everything else: `[select]` (n_sink, window, refresh,
-    /// refresh_on_accept_drop, batched_reuse) and `[estimator]` (the selector's own knobs,
+    /// refresh_on_accept_drop, accept_drop_sigmas, batched_reuse) and `[estimator]` (the selector's own knobs,
     /// e.g. alpha, beta, heads_per_layer for dustin). The budget is --budget's alone (a
     /// `budget` key in `[select]` is refused).
     #[arg(long)]

@@ -151,6 +151,62 @@ fn lookahead_scoring_list_runs_lookahead_modes_side_by_side() {
     }
 }
 
+/// `--accept-drop-sigmas 0,3` runs `dustin` once per value. The forced schedule at tau 1.36
+/// accepts nothing in two iterations of three, the same in both sequences: the rule without
+/// the noise test (0) counts each such zero as a drop and recomputes, so it reads more in
+/// estimation; with 3 (per-sequence sd 0.47, 3 x 0.47 / sqrt 2 = 1.0 above a running mean of
+/// 0.33) it never does. `dense` runs once and says `null`.
+#[test]
+fn accept_drop_sigmas_list_runs_dustin_per_value() {
+    let rows = bench_rows(
+        "dropsig",
+        &[
+            "--ctx",
+            "180",
+            "--batch",
+            "2",
+            "--modes",
+            "dense,dustin",
+            "--accept",
+            "default=1.36",
+            "--warmup",
+            "1",
+            "--iters",
+            "8",
+            "--tail",
+            "40",
+            "--budget",
+            "90",
+            "--accept-drop-sigmas",
+            "0,3",
+        ],
+    );
+    let got: Vec<(&str, Option<f64>)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["mode"].as_str().unwrap(),
+                r["accept_drop_sigmas"].as_f64(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("dense", None),
+            ("dustin+ads0", Some(0.0)),
+            ("dustin+ads3", Some(3.0))
+        ]
+    );
+    let est = |i: usize| rows[i]["estimation_read"].as_f64().unwrap();
+    assert!(
+        est(1) > est(2) && est(2) > 0.0,
+        "{} vs {}",
+        rows[1],
+        rows[2]
+    );
+}
+
 /// `--batched-reuse on,off` runs the `dustin` mode once per setting (`+perlayer` for the
 /// layer-by-layer run) with the same selections, so the same KV share read; `streaming`
 /// (no one-call path) runs once and says `null`. The CUDA-only lists run every mode once on
@@ -380,6 +436,14 @@ fn bad_schedule_and_modes_are_named() {
                 "dustin",
             ],
             "--accept dustin=1.5: dustin is given twice",
+        ),
+        (
+            vec!["--accept-drop-sigmas", "3,-1", "--modes", "dustin"],
+            "--accept-drop-sigmas -1: expected finite numbers >= 0",
+        ),
+        (
+            vec!["--accept-drop-sigmas", "NaN", "--modes", "dustin"],
+            "--accept-drop-sigmas NaN: expected finite numbers >= 0",
         ),
         // before any weights are built or rows run
         (

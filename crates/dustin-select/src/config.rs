@@ -27,11 +27,16 @@ pub struct SelectConfig {
     /// (see [`crate::estimators::dustin::recommended_select_config`]).
     pub refresh: usize,
     /// Recompute early when an iteration's mean accepted count (over the batch) falls below
-    /// this fraction of the running mean since prefill, by more than
-    /// [`crate::ACCEPT_DROP_SIGMAS`] standard errors of a batch mean (so that, at a
-    /// low mean acceptance, an iteration that accepted nothing by chance is not a drop).
+    /// this fraction of the running mean since prefill, by more than `accept_drop_sigmas`
+    /// standard errors of a batch mean (so that, at a low mean acceptance, an iteration that
+    /// accepted nothing by chance is not a drop).
     /// Default `None` (off): our choice, so that `refresh` alone decides unless asked.
     pub refresh_on_accept_drop: Option<f64>,
+    /// How many standard errors of a batch mean the fall of `refresh_on_accept_drop` must
+    /// also exceed (the per-sequence standard deviation of the accepted counts seen so far
+    /// over the square root of the batch). Default [`crate::ACCEPT_DROP_SIGMAS`] (3); 0 is the
+    /// rule without the noise test (before 2026-12-01).
+    pub accept_drop_sigmas: f64,
     /// Whether the layers that reuse their selection in a verification are re-ranked in one
     /// call when the estimator can ([`crate::Selector`]: one scoring pass and one top-k over
     /// the layers' stacked scores, the same selections as layer by layer). Default `true`;
@@ -47,6 +52,7 @@ impl Default for SelectConfig {
             window: 64,
             refresh: 1,
             refresh_on_accept_drop: None,
+            accept_drop_sigmas: crate::ACCEPT_DROP_SIGMAS,
             batched_reuse: true,
         }
     }
@@ -66,7 +72,8 @@ impl SelectConfig {
     /// # Errors
     /// [`CoreError::InvalidInput`] naming `budget` when `budget <= n_sink + window` (the
     /// top-k step would have nothing to choose), `refresh` when it is 0, and
-    /// `refresh_on_accept_drop` outside `(0, 1]`.
+    /// `refresh_on_accept_drop` outside `(0, 1]`, and `accept_drop_sigmas` negative or not
+    /// finite.
     pub fn validate(&self) -> Result<()> {
         let fixed = self.n_sink + self.window;
         if self.budget <= fixed {
@@ -94,6 +101,13 @@ impl SelectConfig {
                     f,
                 ));
             }
+        }
+        if !(self.accept_drop_sigmas.is_finite() && self.accept_drop_sigmas >= 0.0) {
+            return Err(CoreError::invalid(
+                "accept_drop_sigmas",
+                "a finite number >= 0 (standard errors)",
+                self.accept_drop_sigmas,
+            ));
         }
         Ok(())
     }

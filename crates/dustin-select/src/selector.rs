@@ -90,8 +90,9 @@ pub struct Selector<B: Backend, E> {
     batched: usize,
 }
 
-/// How many standard errors below the running mean an iteration's batch-mean acceptance
-/// must fall to count as a drop ([`SelectConfig::refresh_on_accept_drop`]). 3: our choice (a
+/// The default of [`SelectConfig::accept_drop_sigmas`]: how many standard errors below the
+/// running mean an iteration's batch-mean acceptance must fall to count as a drop
+/// ([`SelectConfig::refresh_on_accept_drop`]). 3: our choice (a
 /// three-sigma test; docs/decisions.md, session 33). Without it, at a mean acceptance length
 /// of 1.36 (docs/fidelity.md) every iteration that accepted nothing counted as a drop: under
 /// the benchmark's schedule two verifications of three recomputed instead of one of two.
@@ -113,10 +114,10 @@ struct AcceptStats {
 
 impl AcceptStats {
     /// Whether `accepted` (one count per active sequence) is a drop: its mean below `frac`
-    /// times the running mean, by more than [`ACCEPT_DROP_SIGMAS`] standard errors of a
-    /// batch mean of `accepted.len()` sequences (the per-sequence standard deviation seen so
-    /// far over the square root of the batch). Never on the first iteration.
-    fn is_drop(&self, accepted: &[usize], frac: f64) -> bool {
+    /// times the running mean, by more than `sigmas` standard errors of a batch mean of
+    /// `accepted.len()` sequences (the per-sequence standard deviation seen so far over the
+    /// square root of the batch). Never on the first iteration.
+    fn is_drop(&self, accepted: &[usize], frac: f64, sigmas: f64) -> bool {
         if self.iters == 0 || accepted.is_empty() || self.n == 0 {
             return false;
         }
@@ -124,7 +125,7 @@ impl AcceptStats {
         let mu = self.sum_means / self.iters as f64;
         let m = self.s1 / self.n as f64;
         let sd = (self.s2 / self.n as f64 - m * m).max(0.0).sqrt();
-        let noise = ACCEPT_DROP_SIGMAS * sd / (accepted.len() as f64).sqrt();
+        let noise = sigmas * sd / (accepted.len() as f64).sqrt();
         mean < frac * mu && mu - mean > noise
     }
 
@@ -456,7 +457,10 @@ impl<B: KernelOps, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static>
             return Ok(());
         }
         if let Some(frac) = self.cfg.refresh_on_accept_drop {
-            if self.accept.is_drop(accepted, frac) {
+            if self
+                .accept
+                .is_drop(accepted, frac, self.cfg.accept_drop_sigmas)
+            {
                 self.invalidate();
             }
         }

@@ -374,6 +374,28 @@ fn a_drop_beyond_the_noise_still_recomputes() {
 }
 
 #[test]
+fn accept_drop_sigmas_must_be_finite_and_non_negative() {
+    for bad in [-0.5, f64::NAN, f64::INFINITY] {
+        let cfg = SelectConfig {
+            accept_drop_sigmas: bad,
+            ..SelectConfig::default()
+        };
+        match cfg.validate().unwrap_err() {
+            dustin_core::CoreError::InvalidInput { name, .. } => {
+                assert_eq!(name, "accept_drop_sigmas", "{bad}")
+            }
+            other => panic!("{bad}: {other}"),
+        }
+    }
+    let zero = SelectConfig {
+        accept_drop_sigmas: 0.0,
+        ..SelectConfig::default()
+    };
+    assert!(zero.validate().is_ok());
+    assert_eq!(SelectConfig::default().accept_drop_sigmas, 3.0);
+}
+
+#[test]
 fn select_config_validation_names_budget() {
     let cfg = SelectConfig {
         budget: 68,
