@@ -188,10 +188,10 @@ pub struct E2eArgs {
     pub estimator_kernels: Vec<EstKernels>,
     /// Which kernel runs the selectors' top-k on CUDA (`dustin_kernels::cuda::set_topk_kernel`):
     /// `warp` (the default: 1024 threads per row, per-warp histograms) or `block` (256
-    /// threads per row, the default before 2026-12-01). The same selections. A list (`block,warp`) runs every mode that selects
-    /// (all but `ar` and `dense`) once per kernel, side by side in one process (the table's
-    /// mode then says `+tkb` or `+tkw`). On the CPU every mode runs once (its rows say
-    /// `block`).
+    /// threads per row, the default before 2026-12-01). The same selections. A list
+    /// (`block,warp`) runs every mode that selects (all but `ar` and `dense`) once per
+    /// kernel, side by side in one process (the table's mode then says `+tkb` or `+tkw`). On
+    /// the CPU every mode runs once (its rows say `block`).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "warp")]
     pub topk_kernel: Vec<TopkKernel>,
     /// Whether a `dustin` verification that reuses its selections re-ranks every reusing
