@@ -7,7 +7,8 @@
 //! `tail` prompt tokens are prefilled for real through the mode's selection policy, so the
 //! estimators see the prompt end as they would. Then the real engine runs
 //! ([`SpeculativeDecoder`] with [`SpeculativeDecoder::set_forced_acceptance`], or
-//! [`autoregressive`]): draft, estimate, select, verify, accept, roll back, all measured.
+//! [`dustin_spec::autoregressive`]): draft, estimate, select, verify, accept, roll back, all
+//! measured.
 //! Random weights make acceptance meaningless, so every sequence accepts the schedule's mean
 //! (`--accept`, mean acceptance length tau = accepted drafts + 1); tokens/s follows from it.
 //!
@@ -29,8 +30,8 @@ use dustin_kernels::KernelOps;
 use dustin_kv::DenseKvCache;
 use dustin_qwen::{Qwen2, QwenConfig, TpGroup, TpRank};
 use dustin_spec::{
-    autoregressive, IterationStats, LookaheadConfig, LookaheadScoring, ModelDrafter, ModelVerifier,
-    SpecConfig, SpeculativeDecoder,
+    autoregressive_with_barrier, IterationStats, LookaheadConfig, LookaheadScoring, ModelDrafter,
+    ModelVerifier, PhaseBarrier, SpecConfig, SpeculativeDecoder,
 };
 
 use crate::backend::DeviceKind;
@@ -210,6 +211,15 @@ pub struct E2eArgs {
     /// `+ads0`, `+ads3`, ...); the other modes run once.
     #[arg(long, value_delimiter = ',', default_value = "3")]
     pub accept_drop_sigmas: Vec<f64>,
+    /// Wait for the device at the end of each phase of every iteration (`on`:
+    /// `dustin_spec::PhaseBarrier`, one device sync per phase, four per iteration), so that
+    /// the draft, verify, accept and commit columns each hold their own GPU work. `off` (the
+    /// default) times the phases on the host only: a phase's queued kernels can finish in the
+    /// next phase's time (only the iteration total is exact), and the iteration keeps the
+    /// overlap of host and device across phases that the syncs remove. Under tensor
+    /// parallelism it waits for the first rank's device.
+    #[arg(long, value_enum, default_value_t = OnOff::Off)]
+    pub sync_phases: OnOff,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
@@ -709,6 +719,8 @@ pub struct Row {
     pub batched_reuse: Option<OnOff>,
     /// `--accept-drop-sigmas` (`null` for modes other than `dustin`).
     pub accept_drop_sigmas: Option<f64>,
+    /// `--sync-phases`.
+    pub sync_phases: OnOff,
 }
 
 /// Means over the timed iterations of a run (after `warmup`, at most `iters`).
@@ -1188,10 +1200,26 @@ fn measure<B: KernelOps>(
                             }
                         }
                     };
+                    // `--sync-phases on`: the device's queued work done at each phase's end
+                    let mut barrier = (args.sync_phases == OnOff::On).then(|| {
+                        let dev = dev.clone();
+                        PhaseBarrier(Box::new(move || {
+                            B::sync(&dev).map_err(|e| {
+                                dustin_core::CoreError::Model(format!("device sync: {e:?}"))
+                            })
+                        }))
+                    });
                     let out = if mode == "ar" {
                         let mut v = ModelVerifier::new(target.clone(), DenseHook, extra, vocab)
                             .with_prefix(tprefix);
-                        autoregressive(&mut v, &prompts, &cfg, None, &mut on_tokens)?
+                        autoregressive_with_barrier(
+                            &mut v,
+                            &prompts,
+                            &cfg,
+                            None,
+                            &mut on_tokens,
+                            barrier.as_mut(),
+                        )?
                     } else {
                         let dprefix =
                             vec![
@@ -1222,6 +1250,7 @@ fn measure<B: KernelOps>(
                         let mut dec = SpeculativeDecoder::new(drafter, verifier);
                         dec.set_forced_acceptance(Some(tau - 1.0))?;
                         dec.set_forced_ragged(args.ragged_accept == OnOff::On);
+                        dec.set_phase_barrier(barrier.take());
                         dec.generate(&prompts, &cfg, None, &mut on_tokens)?
                     };
                     if let Some(e) = host_err {
@@ -1335,6 +1364,7 @@ fn measure<B: KernelOps>(
                         topk_kernel: topk,
                         batched_reuse: uses_dustin_estimator(mode).then_some(batched),
                         accept_drop_sigmas: drop_sigmas,
+                        sync_phases: args.sync_phases,
                     };
                     if !report {
                         continue;

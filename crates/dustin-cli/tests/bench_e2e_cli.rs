@@ -155,7 +155,8 @@ fn lookahead_scoring_list_runs_lookahead_modes_side_by_side() {
 /// accepts nothing in two iterations of three, the same in both sequences: the rule without
 /// the noise test (0) counts each such zero as a drop and recomputes, so it reads more in
 /// estimation; with 3 (per-sequence sd 0.47, 3 x 0.47 / sqrt 2 = 1.0 above a running mean of
-/// 0.33) it never does. `dense` runs once and says `null`.
+/// 0.33) it never does. `dense` runs once and says `null`. (With the phases synced, which
+/// the rows record.)
 #[test]
 fn accept_drop_sigmas_list_runs_dustin_per_value() {
     let rows = bench_rows(
@@ -179,8 +180,11 @@ fn accept_drop_sigmas_list_runs_dustin_per_value() {
             "90",
             "--accept-drop-sigmas",
             "0,3",
+            "--sync-phases",
+            "on",
         ],
     );
+    assert!(rows.iter().all(|r| r["sync_phases"] == "on"), "{rows:?}");
     let got: Vec<(&str, Option<f64>)> = rows
         .iter()
         .map(|r| {

@@ -110,6 +110,20 @@ pub struct SpecOutput {
     pub summary: SpecSummary,
 }
 
+/// **Benchmarks only.** A call that waits until the device has finished the work queued so
+/// far (for example `B::sync(&device)`), run at the end of each phase of an iteration
+/// ([`SpeculativeDecoder::set_phase_barrier`], [`autoregressive_with_barrier`]) so that
+/// each phase's time ([`IterationStats`]) holds its own device work. Without it the phases
+/// are timed on the host only: a phase's queued kernels may finish in the next phase's time,
+/// and only their sum is exact.
+pub struct PhaseBarrier(pub Box<dyn FnMut() -> dustin_core::Result<()>>);
+
+impl std::fmt::Debug for PhaseBarrier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PhaseBarrier")
+    }
+}
+
 /// The speculative decoder, composed from a drafter `D` and a verifier `V` through generics.
 #[derive(Debug)]
 pub struct SpeculativeDecoder<B: Backend, D: Drafter<B>, V: Verifier<B>> {
@@ -121,6 +135,8 @@ pub struct SpeculativeDecoder<B: Backend, D: Drafter<B>, V: Verifier<B>> {
     forced_acceptance: Option<f64>,
     /// Whether the forced schedule is shifted per sequence ([`Self::set_forced_ragged`]).
     forced_ragged: bool,
+    /// Run at the end of each phase ([`Self::set_phase_barrier`]).
+    barrier: Option<PhaseBarrier>,
     _b: PhantomData<B>,
 }
 
@@ -133,6 +149,7 @@ impl<B: Backend, D: Drafter<B>, V: Verifier<B>> SpeculativeDecoder<B, D, V> {
             cancel: None,
             forced_acceptance: None,
             forced_ragged: false,
+            barrier: None,
             _b: PhantomData,
         }
     }
@@ -180,6 +197,14 @@ impl<B: Backend, D: Drafter<B>, V: Verifier<B>> SpeculativeDecoder<B, D, V> {
         self.forced_ragged = ragged;
     }
 
+    /// **Benchmarks only.** Runs `barrier` at the end of each phase of every iteration
+    /// (draft, verify, accept, commit), so that each phase's time holds its own device work
+    /// (see [`PhaseBarrier`]); `None` (the default) times the phases on the host only. The
+    /// waits add their own small cost to every phase.
+    pub fn set_phase_barrier(&mut self, barrier: Option<PhaseBarrier>) {
+        self.barrier = barrier;
+    }
+
     /// Speculative generation for a batch of prompts of any lengths.
     ///
     /// `on_tokens(seq, tokens)` is called with each sequence's newly emitted tokens.
@@ -209,6 +234,7 @@ impl<B: Backend, D: Drafter<B>, V: Verifier<B>> SpeculativeDecoder<B, D, V> {
             on_tokens,
             self.cancel.as_ref(),
             self.forced_acceptance.map(|a| (a, self.forced_ragged)),
+            self.barrier.as_mut(),
         )
     }
 }
@@ -226,6 +252,22 @@ pub fn autoregressive<B: Backend, V: Verifier<B>>(
     tokenizer: Option<&Tokenizer>,
     on_tokens: &mut dyn FnMut(usize, &[TokenId]),
 ) -> Result<SpecOutput> {
+    autoregressive_with_barrier(verifier, prompts, cfg, tokenizer, on_tokens, None)
+}
+
+/// [`autoregressive`] with a [`PhaseBarrier`] run at the end of each phase of every step
+/// (**benchmarks only**; see [`SpeculativeDecoder::set_phase_barrier`]).
+///
+/// # Errors
+/// Prompt and model errors, and the barrier's.
+pub fn autoregressive_with_barrier<B: Backend, V: Verifier<B>>(
+    verifier: &mut V,
+    prompts: &[Vec<TokenId>],
+    cfg: &SpecConfig,
+    tokenizer: Option<&Tokenizer>,
+    on_tokens: &mut dyn FnMut(usize, &[TokenId]),
+    barrier: Option<&mut PhaseBarrier>,
+) -> Result<SpecOutput> {
     run::<B, NoDraft, V>(
         None,
         verifier,
@@ -238,6 +280,7 @@ pub fn autoregressive<B: Backend, V: Verifier<B>>(
         on_tokens,
         None,
         None,
+        barrier,
     )
 }
 
@@ -270,7 +313,15 @@ fn run<B: Backend, D: Drafter<B>, V: Verifier<B>>(
     on_tokens: &mut dyn FnMut(usize, &[TokenId]),
     cancel: Option<&dustin_core::CancelToken>,
     forced: Option<(f64, bool)>,
+    mut barrier: Option<&mut PhaseBarrier>,
 ) -> Result<SpecOutput> {
+    // the end of a phase: the device's queued work done first when a barrier is set
+    let mut settle = || -> Result<()> {
+        if let Some(b) = barrier.as_deref_mut() {
+            (b.0)()?;
+        }
+        Ok(())
+    };
     cfg.sampling.validate()?;
     let n = prompts.len();
     let vocab = verifier.vocab_size();
@@ -342,6 +393,7 @@ fn run<B: Backend, D: Drafter<B>, V: Verifier<B>>(
                 lookahead: None,
             },
         };
+        settle()?;
         let draft_secs = td.elapsed().as_secs_f64();
         // 2. verify
         let tv = Instant::now();
@@ -351,6 +403,7 @@ fn run<B: Backend, D: Drafter<B>, V: Verifier<B>>(
         })?;
         let [_, m, v] = ver.logits.dims();
         // 3. accept
+        settle()?;
         let ta = Instant::now();
         let verify_secs = (ta - tv).as_secs_f64();
         let mut accepted = Vec::with_capacity(b);
@@ -446,6 +499,7 @@ fn run<B: Backend, D: Drafter<B>, V: Verifier<B>>(
                 keep.push(slot);
             }
         }
+        settle()?;
         let accept_secs = ta.elapsed().as_secs_f64();
         // 4. commit / roll back both caches, drop finished sequences
         let tc = Instant::now();
@@ -461,6 +515,7 @@ fn run<B: Backend, D: Drafter<B>, V: Verifier<B>>(
                 }
             }
         }
+        settle()?;
         let commit_secs = tc.elapsed().as_secs_f64();
         iters.push(IterationStats {
             accepted: accepted.clone(),

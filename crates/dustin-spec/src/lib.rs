@@ -17,8 +17,8 @@ mod error;
 mod verifier;
 
 pub use decoder::{
-    autoregressive, IterationStats, NoDraft, SpecConfig, SpecOutput, SpecSummary,
-    SpeculativeDecoder, MAX_GAMMA,
+    autoregressive, autoregressive_with_barrier, IterationStats, NoDraft, PhaseBarrier, SpecConfig,
+    SpecOutput, SpecSummary, SpeculativeDecoder, MAX_GAMMA,
 };
 pub use drafter::{DraftSelection, LookaheadConfig, LookaheadScoring, ModelDrafter};
 pub use dustin_core::{Drafter, SelectionPolicy, Verifier};

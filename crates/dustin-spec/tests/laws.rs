@@ -16,7 +16,8 @@ use dustin_core::{DenseHook, Phase, SamplingConfig};
 use dustin_qwen::generate::{generate, prefill, FinishReason, GenerateConfig};
 use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2, QwenConfig, SafetensorsDir};
 use dustin_spec::{
-    accept, autoregressive, ModelDrafter, ModelVerifier, SpecConfig, SpeculativeDecoder,
+    accept, autoregressive, autoregressive_with_barrier, ModelDrafter, ModelVerifier, PhaseBarrier,
+    SpecConfig, SpeculativeDecoder,
 };
 
 type B = Flex;
@@ -842,4 +843,61 @@ fn forced_ragged_acceptance_shifts_each_sequence() {
     for it in &o.iterations {
         assert!(it.accepted.iter().all(|&a| a == it.accepted[0]));
     }
+}
+
+/// A phase barrier runs at the end of each of an iteration's four phases (draft, verify,
+/// accept, commit) and of an autoregressive step's three (the draft phase is empty there but
+/// still timed, so four as well), changes no token, and its error stops the run.
+#[test]
+fn phase_barrier_runs_four_times_an_iteration_and_its_error_stops_the_run() {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    let target = model("llama");
+    let (gamma, max_new) = (4usize, 12usize);
+    let extra = max_new + 2 * (gamma + 2);
+    let cfg = SpecConfig {
+        gamma,
+        max_new_tokens: max_new,
+        ..SpecConfig::default()
+    };
+    let plain = one_layer_draft_decoder(&target, extra)
+        .generate(&prompts(), &cfg, None, &mut |_, _| {})
+        .expect("spec");
+    let calls = Rc::new(Cell::new(0usize));
+    let mut dec = one_layer_draft_decoder(&target, extra);
+    let c = calls.clone();
+    dec.set_phase_barrier(Some(PhaseBarrier(Box::new(move || {
+        c.set(c.get() + 1);
+        Ok(())
+    }))));
+    let o = dec
+        .generate(&prompts(), &cfg, None, &mut |_, _| {})
+        .expect("spec");
+    assert_eq!(o.tokens, plain.tokens);
+    assert!(!o.iterations.is_empty());
+    assert_eq!(calls.get(), 4 * o.iterations.len());
+    // autoregressive: one barrier per phase of each step
+    let ar_calls = Rc::new(Cell::new(0usize));
+    let c = ar_calls.clone();
+    let mut b = PhaseBarrier(Box::new(move || {
+        c.set(c.get() + 1);
+        Ok(())
+    }));
+    let mut v = ModelVerifier::new(target.clone(), DenseHook, extra, 96);
+    let a =
+        autoregressive_with_barrier(&mut v, &prompts(), &cfg, None, &mut |_, _| {}, Some(&mut b))
+            .expect("ar");
+    let (ar_toks, _) = ar(&target, max_new, &[]);
+    assert_eq!(a.tokens, ar_toks);
+    assert_eq!(ar_calls.get(), 4 * a.iterations.len());
+    // a failing barrier: the run returns its error
+    let mut bad = one_layer_draft_decoder(&target, extra);
+    bad.set_phase_barrier(Some(PhaseBarrier(Box::new(|| {
+        Err(dustin_core::CoreError::Model("device sync: lost".into()))
+    }))));
+    let err = bad
+        .generate(&prompts(), &cfg, None, &mut |_, _| {})
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("device sync: lost"), "{err}");
 }
