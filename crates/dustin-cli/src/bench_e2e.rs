@@ -206,9 +206,9 @@ pub struct E2eArgs {
     /// How many standard errors of a batch mean an acceptance drop must exceed before the
     /// `dustin` mode recomputes its selections early (`dustin_select::SelectConfig::
     /// accept_drop_sigmas`; `dustin`'s recommended config refreshes early below half the
-    /// running mean). Default 3; 0 is the rule without the noise test. A list (`0,3`) runs
-    /// `dustin` once per value, side by side in one process (the table's mode then says
-    /// `+ads0`, `+ads3`, ...); the other modes run once.
+    /// running mean). Default 3; 0 is the rule without the noise test; at most 100. A list
+    /// (`0,3`) runs `dustin` once per value, side by side in one process (the table's mode
+    /// then says `+ads0`, `+ads3`, ...); the other modes run once.
     #[arg(long, value_delimiter = ',', default_value = "3")]
     pub accept_drop_sigmas: Vec<f64>,
     /// Wait for the device at the end of each phase of every iteration (`on`:
@@ -223,6 +223,22 @@ pub struct E2eArgs {
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
+}
+
+/// The largest `--accept-drop-sigmas` value: beyond a few standard errors the early refresh
+/// never fires (the drop is at most the running mean), and the value goes into row labels
+/// and file names.
+const MAX_DROP_SIGMAS: f64 = 100.0;
+
+/// `+ads{v}`, `v` in its shortest decimal form up to 8 characters, else in scientific
+/// notation (`1e-9`), so that labels and host-profile file names stay short.
+fn drop_sigmas_label(v: f64) -> String {
+    let plain = format!("{v}");
+    if plain.len() <= 8 {
+        format!("+ads{plain}")
+    } else {
+        format!("+ads{v:e}")
+    }
 }
 
 /// `--estimator-kernels`: which of the `dustin` estimator's steps run as one CUDA kernel.
@@ -352,6 +368,8 @@ pub struct ProfileRow {
 pub fn run(mut args: E2eArgs) -> Result<(), CliError> {
     // `--modes "dense, dustin"`: the spaces are not part of the names
     args.modes = args.modes.iter().map(|m| m.trim().to_string()).collect();
+    // `-0` is 0 (its label and JSON value would say `-0`)
+    args.accept_drop_sigmas = args.accept_drop_sigmas.iter().map(|v| v + 0.0).collect();
     validate(&args)?;
     check_json_path(args.json.as_deref())?;
     crate::with_backend!(args.device, |B, _dev, dev_of| run_on::<B>(
@@ -427,16 +445,17 @@ fn validate(a: &E2eArgs) -> Result<(), CliError> {
     no_repeats("--estimator-kernels", &a.estimator_kernels)?;
     no_repeats("--topk-kernel", &a.topk_kernel)?;
     no_repeats("--batched-reuse", &a.batched_reuse)?;
-    no_repeats("--accept-drop-sigmas", &a.accept_drop_sigmas)?;
     if let Some(bad) = a
         .accept_drop_sigmas
         .iter()
-        .find(|v| !(v.is_finite() && **v >= 0.0))
+        .find(|v| !(v.is_finite() && (0.0..=MAX_DROP_SIGMAS).contains(*v)))
     {
         return Err(CliError::Usage(format!(
-            "--accept-drop-sigmas {bad}: expected finite numbers >= 0 (standard errors)"
+            "--accept-drop-sigmas {bad}: expected numbers in 0 ..= {MAX_DROP_SIGMAS} (standard \
+             errors)"
         )));
     }
+    no_repeats("--accept-drop-sigmas", &a.accept_drop_sigmas)?;
     if let Some(dir) = &a.host_profile {
         std::fs::create_dir_all(dir).map_err(|e| {
             CliError::Usage(format!(
@@ -1107,7 +1126,7 @@ fn measure<B: KernelOps>(
                     }
                     // `+ads{v}` where a list of noise tests ran it
                     if let (true, Some(v)) = (args.accept_drop_sigmas.len() > 1, drop_sigmas) {
-                        label.push_str(&format!("+ads{v}"));
+                        label.push_str(&drop_sigmas_label(v));
                     }
                     // `+perlayer` where a list of batched-reuse settings ran it layer by layer
                     if args.batched_reuse.len() > 1 && batched == OnOff::Off {
@@ -1396,4 +1415,18 @@ fn measure<B: KernelOps>(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod drop_label_tests {
+    use super::drop_sigmas_label;
+
+    #[test]
+    fn drop_sigmas_labels_stay_short() {
+        assert_eq!(drop_sigmas_label(0.0), "+ads0");
+        assert_eq!(drop_sigmas_label(3.0), "+ads3");
+        assert_eq!(drop_sigmas_label(0.5), "+ads0.5");
+        assert_eq!(drop_sigmas_label(1e-320), "+ads1e-320");
+        assert_eq!(drop_sigmas_label(0.123456789), "+ads1.23456789e-1");
+    }
 }

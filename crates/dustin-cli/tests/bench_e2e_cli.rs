@@ -443,11 +443,16 @@ fn bad_schedule_and_modes_are_named() {
         ),
         (
             vec!["--accept-drop-sigmas", "3,-1", "--modes", "dustin"],
-            "--accept-drop-sigmas -1: expected finite numbers >= 0",
+            "--accept-drop-sigmas -1: expected numbers in 0 ..= 100",
         ),
         (
             vec!["--accept-drop-sigmas", "NaN", "--modes", "dustin"],
-            "--accept-drop-sigmas NaN: expected finite numbers >= 0",
+            "--accept-drop-sigmas NaN: expected numbers in 0 ..= 100",
+        ),
+        // out of range before "listed twice", and a label-breaking size refused
+        (
+            vec!["--accept-drop-sigmas", "1e308,1e308", "--modes", "dustin"],
+            "expected numbers in 0 ..= 100",
         ),
         // before any weights are built or rows run
         (
