@@ -38,30 +38,24 @@ fn bench_rows(tag: &str, args: &[&str]) -> Vec<serde_json::Value> {
     rows
 }
 
+/// [`bench_rows`] of the small shape most tests share: context 180 (a real tail of 40),
+/// batch 2, budget 90, 1 warm-up and `iters` timed iterations of `modes`, then `extra`.
+fn small_rows(tag: &str, modes: &str, iters: &str, extra: &[&str]) -> Vec<serde_json::Value> {
+    let mut args = vec![
+        "--ctx", "180", "--batch", "2", "--modes", modes, "--warmup", "1", "--iters", iters,
+        "--tail", "40", "--budget", "90",
+    ];
+    args.extend_from_slice(extra);
+    bench_rows(tag, &args)
+}
+
 #[test]
 fn every_mode_runs_under_the_schedule() {
-    let rows = bench_rows(
+    let rows = small_rows(
         "modes",
-        &[
-            "--ctx",
-            "180",
-            "--batch",
-            "2",
-            "--modes",
-            "ar,dense,dustin,streaming,quest,snapkv",
-            "--accept",
-            "default=2.5,dustin=2.0",
-            "--warmup",
-            "1",
-            "--iters",
-            "4",
-            "--tail",
-            "40",
-            "--budget",
-            "90",
-            "--grouped-gemm",
-            "on",
-        ],
+        "ar,dense,dustin,streaming,quest,snapkv",
+        "4",
+        &["--accept", "default=2.5,dustin=2.0", "--grouped-gemm", "on"],
     );
     let modes: Vec<&str> = rows.iter().map(|r| r["mode"].as_str().unwrap()).collect();
     for r in &rows {
@@ -111,26 +105,11 @@ fn every_mode_runs_under_the_schedule() {
 /// reads none (`dense`) runs once and says so (`null`).
 #[test]
 fn lookahead_scoring_list_runs_lookahead_modes_side_by_side() {
-    let rows = bench_rows(
+    let rows = small_rows(
         "scoring",
-        &[
-            "--ctx",
-            "180",
-            "--batch",
-            "2",
-            "--modes",
-            "dense,dustin",
-            "--warmup",
-            "1",
-            "--iters",
-            "2",
-            "--tail",
-            "40",
-            "--budget",
-            "90",
-            "--lookahead-scoring",
-            "deferred,per-step",
-        ],
+        "dense,dustin",
+        "2",
+        &["--lookahead-scoring", "deferred,per-step"],
     );
     let got: Vec<(&str, Option<&str>)> = rows
         .iter()
@@ -159,25 +138,13 @@ fn lookahead_scoring_list_runs_lookahead_modes_side_by_side() {
 /// the rows record.)
 #[test]
 fn accept_drop_sigmas_list_runs_dustin_per_value() {
-    let rows = bench_rows(
+    let rows = small_rows(
         "dropsig",
+        "dense,dustin",
+        "8",
         &[
-            "--ctx",
-            "180",
-            "--batch",
-            "2",
-            "--modes",
-            "dense,dustin",
             "--accept",
             "default=1.36",
-            "--warmup",
-            "1",
-            "--iters",
-            "8",
-            "--tail",
-            "40",
-            "--budget",
-            "90",
             "--accept-drop-sigmas",
             "0,3",
             "--sync-phases",
@@ -217,23 +184,11 @@ fn accept_drop_sigmas_list_runs_dustin_per_value() {
 /// the CPU and the rows say the plain settings.
 #[test]
 fn batched_reuse_list_runs_dustin_both_ways_and_cuda_lists_once_on_the_cpu() {
-    let rows = bench_rows(
+    let rows = small_rows(
         "batched",
+        "dense,dustin,streaming",
+        "4",
         &[
-            "--ctx",
-            "180",
-            "--batch",
-            "2",
-            "--modes",
-            "dense,dustin,streaming",
-            "--warmup",
-            "1",
-            "--iters",
-            "4",
-            "--tail",
-            "40",
-            "--budget",
-            "90",
             "--batched-reuse",
             "on,off",
             "--estimator-kernels",
@@ -285,26 +240,11 @@ fn batched_reuse_list_runs_dustin_both_ways_and_cuda_lists_once_on_the_cpu() {
 /// reads 80 of the 180-odd draft positions per step, plus its keys once).
 #[test]
 fn draft_budget_list_runs_dense_and_sparse_drafts_side_by_side() {
-    let rows = bench_rows(
+    let rows = small_rows(
         "draftbudget",
-        &[
-            "--ctx",
-            "180",
-            "--batch",
-            "2",
-            "--modes",
-            "ar,dense,dustin",
-            "--warmup",
-            "1",
-            "--iters",
-            "3",
-            "--tail",
-            "40",
-            "--budget",
-            "90",
-            "--draft-budget",
-            "0,80",
-        ],
+        "ar,dense,dustin",
+        "3",
+        &["--draft-budget", "0,80"],
     );
     let got: Vec<(&str, u64)> = rows
         .iter()
@@ -603,26 +543,7 @@ fn phase_calls(profile: &serde_json::Value, model: &str, phase: &str) -> f64 {
 /// draft, for speculative modes) over the iterations after the warm-up; the rows stay.
 #[test]
 fn profile_lines_cover_every_layer_phase_after_the_warmup() {
-    let lines = bench_rows(
-        "profile",
-        &[
-            "--ctx",
-            "180",
-            "--batch",
-            "2",
-            "--modes",
-            "ar,dustin",
-            "--warmup",
-            "1",
-            "--iters",
-            "3",
-            "--tail",
-            "40",
-            "--budget",
-            "90",
-            "--profile",
-        ],
-    );
+    let lines = small_rows("profile", "ar,dustin", "3", &["--profile"]);
     let (profiles, rows): (Vec<_>, Vec<_>) = lines.iter().partition(|l| l.get("profile").is_some());
     assert_eq!(rows.len(), 2);
     assert_eq!(profiles.len(), 2);

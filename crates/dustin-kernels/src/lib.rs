@@ -103,11 +103,6 @@ impl EstimatorKernels {
         fold: false,
         mix: false,
     };
-    /// Both steps.
-    pub const ALL: Self = Self {
-        fold: true,
-        mix: true,
-    };
 }
 
 /// Fused attention, scoring and selection ops; implemented per backend.
