@@ -383,13 +383,15 @@ pub struct ForwardOut<B: Backend> {
 pub struct Qwen2<B: Backend> {
     /// Hyperparameters.
     pub config: QwenConfig,
-    /// Token embedding `[vocab, hidden]`.
+    /// Token embedding `[vocab, hidden]` (in a random tied model, a transposed view of
+    /// `lm_head`'s storage).
     pub embed: Tensor<B, 2>,
     /// Decoder layers.
     pub layers: Vec<Layer<B>>,
     /// Final RMSNorm.
     pub norm: RmsNorm<B>,
-    /// LM head `[hidden, vocab]` (a transposed copy of the embedding when tied).
+    /// LM head `[hidden, vocab]`, contiguous (a transposed copy of the loaded embedding when
+    /// tied; a random tied model's embedding is a view of it).
     pub lm_head: Tensor<B, 2>,
     /// RoPE tables.
     pub rope: Rope<B>,
@@ -745,11 +747,14 @@ impl<B: Backend> Qwen2<B> {
         };
         let bias = c.qkv_bias();
         // replicated tensors first (see random_shard)
-        let embed = mat(c.vocab_size, h);
-        let lm_head = if c.tie_word_embeddings {
-            embed.clone().transpose()
+        // tied: the LM head is the stored matrix `[hidden, vocab]` and the embedding its
+        // transposed view, so that the head is contiguous for the skinny GEMM (the LM head
+        // reads the whole matrix at every step, the embedding gathers a few rows)
+        let (embed, lm_head) = if c.tie_word_embeddings {
+            let head = mat(h, c.vocab_size);
+            (head.clone().transpose(), head)
         } else {
-            mat(h, c.vocab_size)
+            (mat(c.vocab_size, h), mat(h, c.vocab_size))
         };
         let layers = (0..c.num_hidden_layers)
             .map(|l| {
@@ -1511,9 +1516,16 @@ impl<B: KernelOps> Qwen2<B> {
                 };
                 let x = self.norm_forward(&self.norm, x)?;
                 let [b, m, _] = x.dims();
-                Ok(x.reshape([b * m, hidden])
-                    .matmul(self.lm_head.clone())
-                    .reshape([b, m, vocab]))
+                let x = x.reshape([b * m, hidden]);
+                // decode and verify rows through the skinny GEMM (the head is the largest
+                // single weight: 152,064 x 8192 bf16 = 2.5 GB at 72B); a backend whose
+                // kernel does not take the layout runs Burn's matmul inside it
+                let y = if self.skinny_gemm.unwrap_or(B::FUSED) && b * m <= B::skinny_max_rows() {
+                    B::skinny_linear(x, self.lm_head.clone(), None)?
+                } else {
+                    x.matmul(self.lm_head.clone())
+                };
+                Ok(y.reshape([b, m, vocab]))
             })?),
         };
         Ok(ForwardOut {
