@@ -37,6 +37,8 @@
 #   bash .device/gpu_e2e.sh selectab # both top-k kernels checked and timed; 7B 32k B 8 dense
 #                                 # and dustin, estimator kernels off/on x top-k block/warp in
 #                                 # one process (HOST=1: a host profile of each row)
+#   bash .device/gpu_e2e.sh lalayers # 7B and 72B shapes 32k B 8: dense, and dustin's lookahead
+#                                 # from all / every 2nd / every 3rd draft layer (synced phases)
 #   bash .device/gpu_e2e.sh dropab # 7B 32k B 8 and 72B shapes (20 layers) B 8/16: dustin's
 #                                 # early refresh with and without the noise test side by side
 #   bash .device/gpu_e2e.sh run NAME ARGS... # one group named NAME: bench-e2e with ARGS after
@@ -185,6 +187,17 @@ selectab)
     LIMIT=${LIMIT2:-180} group 7b_batched "${T7[@]}" --modes dustin --batched-reuse on,off \
         ${HOST:+--host-profile "$OUT/host"}
     ;;
+lalayers)
+    # session 34: `dustin` with its lookahead from all, every second and every third draft
+    # layer (`--lookahead-layers`, side by side in one process, phases synced unless
+    # SYNC=""), 7B at 32k, batch 8, then Qwen2.5-72B shapes (20 of 80 layers) at batch 8
+    SYNC=${SYNC-1}
+    LIMIT=${LIMIT:-200} group 7b_lalayers --target "$C/Qwen2.5-7B-Instruct.config.json" \
+        --ctx 32768 --batch 8 --modes dense,dustin --lookahead-layers "all;stride:2;stride:3"
+    LIMIT=${LIMIT2:-200} group 72b_lalayers --target "$C/Qwen2.5-72B-Instruct.config.json" \
+        --target-layers 20 --ctx 32768 --batch 8 --modes dense,dustin \
+        --lookahead-layers "all;stride:2;stride:3"
+    ;;
 dropab)
     # session 33: `dustin`'s early refresh with and without the noise test
     # (`--accept-drop-sigmas 0,3`, side by side in one process), 7B at 32k, batch 8 (BATCH),
@@ -330,7 +343,7 @@ run)
     group "$name" "$@"
     ;;
 *)
-    echo "usage: gpu_e2e.sh 7b|72b|grid|hf|final|elementwise|trace|next|where|prof|selectab|dropab|run NAME ARGS..." >&2
+    echo "usage: gpu_e2e.sh 7b|72b|grid|hf|final|elementwise|trace|next|where|prof|selectab|lalayers|dropab|run NAME ARGS..." >&2
     exit 2
     ;;
 esac

@@ -30,8 +30,8 @@ use dustin_kernels::KernelOps;
 use dustin_kv::DenseKvCache;
 use dustin_qwen::{Qwen2, QwenConfig, TpGroup, TpRank};
 use dustin_spec::{
-    autoregressive_with_barrier, IterationStats, LookaheadConfig, LookaheadScoring, ModelDrafter,
-    ModelVerifier, PhaseBarrier, SpecConfig, SpeculativeDecoder,
+    autoregressive_with_barrier, IterationStats, LookaheadConfig, LookaheadLayers,
+    LookaheadScoring, ModelDrafter, ModelVerifier, PhaseBarrier, SpecConfig, SpeculativeDecoder,
 };
 
 use crate::backend::DeviceKind;
@@ -156,6 +156,15 @@ pub struct E2eArgs {
     /// `per-step`); the other modes run once.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "deferred")]
     pub lookahead_scoring: Vec<Scoring>,
+    /// Which draft layers feed the lookahead (`dustin_spec::LookaheadLayers`): `all` (the
+    /// default), `stride:S` (every S-th layer counted back from the last), `last:N` or a list
+    /// of layer indices (`0,5,9`). Several settings separated by `;` (`all;stride:2`) run
+    /// every mode whose selector reads the lookahead once per setting, side by side in one
+    /// process (the table's mode then says `+laall`, `+lastride2`, `+lalast12`, `+la0_5_9`);
+    /// the other modes run once. Checked against the draft's layer count before any weights
+    /// are built.
+    #[arg(long, value_delimiter = ';', default_value = "all", value_parser = parse_lookahead_layers)]
+    pub lookahead_layers: Vec<LookaheadLayers>,
     /// Tokens the draft attends to per layer and KV head (`ModelDrafter::with_draft_selection`,
     /// `DraftSelection::new`: sinks and window as the selectors' defaults, the rest the top of
     /// each draft layer's own attention mass in the last proposal), or 0 (the default) for
@@ -442,6 +451,14 @@ fn validate(a: &E2eArgs) -> Result<(), CliError> {
     no_repeats("--draft-budget", &a.draft_budget)?;
     no_repeats("--fused-residual", &a.fused_residual)?;
     no_repeats("--lookahead-scoring", &a.lookahead_scoring)?;
+    // (by the written form: `no_repeats` would print the enum's debug name)
+    for (i, v) in a.lookahead_layers.iter().enumerate() {
+        if a.lookahead_layers[..i].contains(v) {
+            return Err(CliError::Usage(format!(
+                "--lookahead-layers: {v} is listed twice (each value runs once)"
+            )));
+        }
+    }
     no_repeats("--estimator-kernels", &a.estimator_kernels)?;
     no_repeats("--topk-kernel", &a.topk_kernel)?;
     no_repeats("--batched-reuse", &a.batched_reuse)?;
@@ -500,6 +517,17 @@ fn extra_positions(a: &E2eArgs) -> usize {
         .saturating_add(2)
         .saturating_mul(a.gamma.saturating_add(1));
     max_new.saturating_add(a.gamma.saturating_add(2).saturating_mul(2))
+}
+
+/// `--lookahead-layers` values (`LookaheadLayers`'s `FromStr`, whose error names the input).
+fn parse_lookahead_layers(s: &str) -> Result<LookaheadLayers, String> {
+    s.parse().map_err(|e: dustin_spec::SpecError| e.to_string())
+}
+
+/// The label suffix of a `--lookahead-layers` setting: its written form without `:` and with
+/// `_` for `,` (`+lastride2`, `+la0_5_9`), so that host-profile file names stay plain.
+fn lookahead_layers_label(la: &LookaheadLayers) -> String {
+    format!("+la{}", la.to_string().replace(':', "").replace(',', "_"))
 }
 
 /// [`CliError::Usage`] naming `flag` and the first value it lists twice.
@@ -719,6 +747,9 @@ pub struct Row {
     pub fused_residual: OnOff,
     /// `--lookahead-scoring` (`null` where the mode reads no lookahead).
     pub lookahead_scoring: Option<Scoring>,
+    /// `--lookahead-layers`, written as given (`all`, `stride:2`; `null` where the mode reads
+    /// no lookahead).
+    pub lookahead_layers: Option<String>,
     /// `--draft-budget` (0: dense drafting, and for `ar`).
     pub draft_budget: usize,
     /// `--ragged-accept` (speculative modes).
@@ -803,6 +834,11 @@ pub(crate) fn mean(xs: impl Iterator<Item = f64>) -> f64 {
 fn run_on<B: KernelOps>(args: &E2eArgs, devices: Vec<B::Device>) -> Result<(), CliError> {
     let mut tcfg = QwenConfig::from_file(&args.target)?;
     let mut dcfg = QwenConfig::from_file(&args.draft)?;
+    // every --lookahead-layers setting fits the draft, before any weights are built
+    for la in &args.lookahead_layers {
+        la.resolve(dcfg.num_hidden_layers)
+            .map_err(|e| CliError::Usage(format!("--lookahead-layers: {e}")))?;
+    }
     if let Some(n) = args.target_layers {
         if n == 0 || n > tcfg.num_hidden_layers {
             return Err(CliError::Usage(format!(
@@ -1034,23 +1070,37 @@ fn measure<B: KernelOps>(
                 let mut variants = Vec::new();
                 for pair in &pairs {
                     for (si, &scoring) in args.lookahead_scoring.iter().enumerate() {
-                        for (bi, &db) in args.draft_budget.iter().enumerate() {
-                            for (ei, &ek) in args.estimator_kernels.iter().enumerate() {
-                                for (ti, &tk) in args.topk_kernel.iter().enumerate() {
-                                    for (ri, &br) in args.batched_reuse.iter().enumerate() {
-                                        for (ai, &ads) in args.accept_drop_sigmas.iter().enumerate()
-                                        {
-                                            if (si > 0 && !reads_lookahead)
-                                                || (bi > 0 && mode == "ar")
-                                                || (ei > 0
-                                                    && !(B::FUSED && uses_dustin_estimator(mode)))
-                                                || (ti > 0 && !(B::FUSED && selects_top_k(mode)))
-                                                || (ri > 0 && !uses_dustin_estimator(mode))
-                                                || (ai > 0 && mode != "dustin")
+                        for (li, la) in args.lookahead_layers.iter().enumerate() {
+                            for (bi, &db) in args.draft_budget.iter().enumerate() {
+                                for (ei, &ek) in args.estimator_kernels.iter().enumerate() {
+                                    for (ti, &tk) in args.topk_kernel.iter().enumerate() {
+                                        for (ri, &br) in args.batched_reuse.iter().enumerate() {
+                                            for (ai, &ads) in
+                                                args.accept_drop_sigmas.iter().enumerate()
                                             {
-                                                continue;
+                                                if ((si > 0 || li > 0) && !reads_lookahead)
+                                                    || (bi > 0 && mode == "ar")
+                                                    || (ei > 0
+                                                        && !(B::FUSED
+                                                            && uses_dustin_estimator(mode)))
+                                                    || (ti > 0
+                                                        && !(B::FUSED && selects_top_k(mode)))
+                                                    || (ri > 0 && !uses_dustin_estimator(mode))
+                                                    || (ai > 0 && mode != "dustin")
+                                                {
+                                                    continue;
+                                                }
+                                                variants.push((
+                                                    pair,
+                                                    scoring,
+                                                    la.clone(),
+                                                    db,
+                                                    ek,
+                                                    tk,
+                                                    br,
+                                                    ads,
+                                                ));
                                             }
-                                            variants.push((pair, scoring, db, ek, tk, br, ads));
                                         }
                                     }
                                 }
@@ -1061,6 +1111,7 @@ fn measure<B: KernelOps>(
                 for (
                     (residual, target, draft),
                     scoring,
+                    la_layers,
                     draft_budget,
                     est_kernels,
                     topk,
@@ -1113,6 +1164,10 @@ fn measure<B: KernelOps>(
                         && scoring == Scoring::PerStep
                     {
                         label.push_str("+step");
+                    }
+                    // `+la...` where a list of lookahead-layer settings ran it
+                    if args.lookahead_layers.len() > 1 && reads_lookahead {
+                        label.push_str(&lookahead_layers_label(&la_layers));
                     }
                     // `+ek` / `+ekmix` / `+ekfold` where a list of estimator-kernel settings ran
                     // it with kernels
@@ -1260,7 +1315,9 @@ fn measure<B: KernelOps>(
                         let drafter = ModelDrafter::new(draft.clone(), None, extra)
                             .with_prefix(dprefix)
                             .with_lookahead(LookaheadConfig {
-                                layers: None,
+                                layers: la_layers.resolve(dcfg.num_hidden_layers).map_err(|e| {
+                                    CliError::Usage(format!("--lookahead-layers: {e}"))
+                                })?,
                                 scoring: scoring.into(),
                             })
                             .with_draft_selection(draft_selection(draft_budget)?)?;
@@ -1370,6 +1427,7 @@ fn measure<B: KernelOps>(
                             OnOff::Off
                         },
                         lookahead_scoring: reads_lookahead.then_some(scoring),
+                        lookahead_layers: reads_lookahead.then(|| la_layers.to_string()),
                         draft_budget: if mode == "ar" { 0 } else { draft_budget },
                         ragged_accept: if mode == "ar" {
                             OnOff::Off

@@ -41,7 +41,7 @@ use dustin_qwen::generate::{prefill, prefill_from};
 use dustin_qwen::{ForwardOpts, LogitsMode, ModelFiles, Qwen2};
 use dustin_select::registry::build_budgeted;
 use dustin_select::{BudgetedPolicy, SelectConfig};
-use dustin_spec::{SpecConfig, SpeculativeDecoder};
+use dustin_spec::{LookaheadLayers, SpecConfig, SpeculativeDecoder};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
@@ -88,6 +88,12 @@ pub struct FidelityArgs {
     /// tokenizer).
     #[arg(long, default_value = "self:layers=20")]
     pub draft: String,
+    /// Draft layers whose attention makes the lookahead (`dustin_spec::LookaheadLayers`):
+    /// `all` (the default), `stride:S` (every S-th layer counted back from the last),
+    /// `last:N` or a list of layer indices (`0,5,9`), of the draft's layers (a self-draft's
+    /// `N`). Applies to the teacher-forced lookaheads and to the speculative run's draft.
+    #[arg(long, default_value = "all")]
+    pub lookahead_layers: String,
     /// A PG-19 book (.txt) or a directory of them.
     #[arg(long)]
     pub data: PathBuf,
@@ -367,8 +373,13 @@ fn row_key(
     sel: &SelectorSpec,
     args: &FidelityArgs,
 ) -> Result<String, CliError> {
+    // the lookahead layers only when not all of them, so that earlier stores keep their keys
+    let la = match args.lookahead_layers.trim() {
+        "all" => String::new(),
+        other => format!("|la={other}"),
+    };
     Ok(format!(
-        "{book}|ctx={ctx}|budget={budget}|{}|W={}|g={}|spec={}|draft={}|{:016x}",
+        "{book}|ctx={ctx}|budget={budget}|{}|W={}|g={}|spec={}|draft={}{la}|{:016x}",
         sel.label,
         args.windows,
         args.gamma,
@@ -419,19 +430,21 @@ impl<B: KernelOps> AttentionHook<B> for FanOut<'_, B> {
 }
 
 /// The draft's lookahead, as `dustin_spec::ModelDrafter` computes it: attention mass per
-/// key summed over every draft layer, head and the first `rows` query rows of each decode
-/// pass, normalised to sum 1.
+/// key summed over the draft's `layers` (`None`: every layer), heads and the first `rows`
+/// query rows of each decode pass, normalised to sum 1.
 struct LookaheadSum<B: KernelOps> {
     on: bool,
     rows: usize,
+    layers: Option<Vec<usize>>,
     acc: Option<Tensor<B, 2>>,
 }
 
 impl<B: KernelOps> LookaheadSum<B> {
-    fn new(on: bool, rows: usize) -> Self {
+    fn new(on: bool, rows: usize, layers: Option<Vec<usize>>) -> Self {
         Self {
             on,
             rows,
+            layers,
             acc: None,
         }
     }
@@ -450,8 +463,8 @@ impl<B: KernelOps> AttentionHook<B> for LookaheadSum<B> {
     ) -> dustin_core::Result<Option<LayerSelection<B>>> {
         Ok(None)
     }
-    fn wants_probs(&self, _layer: usize, phase: Phase) -> bool {
-        self.on && phase == Phase::Decode
+    fn wants_probs(&self, layer: usize, phase: Phase) -> bool {
+        self.on && phase == Phase::Decode && self.layers.as_ref().is_none_or(|l| l.contains(&layer))
     }
     fn on_probs(
         &mut self,
@@ -513,6 +526,8 @@ fn host_i64<B: KernelOps, const D: usize>(
 struct SharedDrafter<B: KernelOps> {
     model: Arc<Qwen2<B>>,
     layers: Option<usize>,
+    /// draft layers of the lookahead (`None`: all)
+    lookahead: Option<Vec<usize>>,
     cache: DenseKvCache<B>,
     pending: Vec<TokenId>,
     base: usize,
@@ -521,11 +536,18 @@ struct SharedDrafter<B: KernelOps> {
 }
 
 impl<B: KernelOps> SharedDrafter<B> {
-    /// A drafter continuing from `cache` (a clone of a shared prefill's draft cache).
-    fn new(model: Arc<Qwen2<B>>, layers: Option<usize>, cache: DenseKvCache<B>) -> Self {
+    /// A drafter continuing from `cache` (a clone of a shared prefill's draft cache), its
+    /// lookahead from the draft layers `lookahead` (`None`: all).
+    pub(crate) fn new(
+        model: Arc<Qwen2<B>>,
+        layers: Option<usize>,
+        cache: DenseKvCache<B>,
+        lookahead: Option<Vec<usize>>,
+    ) -> Self {
         Self {
             model,
             layers,
+            lookahead,
             cache,
             pending: Vec::new(),
             base: 0,
@@ -556,7 +578,8 @@ impl<B: KernelOps> Drafter<B> for SharedDrafter<B> {
         }
         let model = self.model.clone();
         let base = self.cache.lens()[0];
-        let mut hook = LookaheadSum::<B>::new(ctx.want_lookahead, usize::MAX);
+        let mut hook =
+            LookaheadSum::<B>::new(ctx.want_lookahead, usize::MAX, self.lookahead.clone());
         let mut input = self.pending.clone();
         let mut tokens = Vec::with_capacity(ctx.gamma);
         for step in 0..ctx.gamma {
@@ -803,6 +826,8 @@ struct Ctx<'a, B: Backend> {
     target: Arc<Qwen2<B>>,
     draft: Arc<Qwen2<B>>,
     draft_layers: Option<usize>,
+    /// `--lookahead-layers` resolved against the draft's layers (`None`: all)
+    lookahead_layers: Option<Vec<usize>>,
     self_draft: bool,
     vocab: usize,
     capacity: usize,
@@ -903,12 +928,20 @@ fn compute_rows<B: KernelOps>(
     }
     let target = Arc::new(files.build::<B>(max_ctx, dev)?);
     let (draft, draft_layers, self_draft) = eval_draft(&args.draft, &target, max_ctx, dev, None)?;
+    let la: LookaheadLayers = args
+        .lookahead_layers
+        .parse()
+        .map_err(|e| CliError::Usage(format!("--lookahead-layers: {e}")))?;
+    let lookahead_layers = la
+        .resolve(draft_layers.unwrap_or(draft.layers.len()))
+        .map_err(|e| CliError::Usage(format!("--lookahead-layers: {e}")))?;
     let vocab = tok.vocab_size().min(target.config.vocab_size);
     let cx = Ctx {
         args,
         target,
         draft,
         draft_layers,
+        lookahead_layers,
         self_draft,
         vocab,
         capacity: max_ctx,
@@ -1152,7 +1185,7 @@ fn shared_part<B: KernelOps>(
     if pend.iter().any(|pe| pe.fid.wants_lookahead()) {
         let mut dc = draft_cache.clone();
         for j in 0..args.windows {
-            let mut hook = LookaheadSum::<B>::new(true, args.gamma);
+            let mut hook = LookaheadSum::<B>::new(true, args.gamma, cx.lookahead_layers.clone());
             cx.draft.forward(
                 &[window(j)],
                 &mut dc,
@@ -1275,8 +1308,12 @@ fn run_row<B: KernelOps>(
     let (mut sd, mut sv) = (0.0, 0.0);
     let (accept_len, spec_iterations) = match spec {
         Some(policy) => {
-            let drafter =
-                SharedDrafter::new(cx.draft.clone(), cx.draft_layers, sh.draft_cache.clone());
+            let drafter = SharedDrafter::new(
+                cx.draft.clone(),
+                cx.draft_layers,
+                sh.draft_cache.clone(),
+                cx.lookahead_layers.clone(),
+            );
             let verifier = SharedVerifier::new(
                 cx.target.clone(),
                 policy,
@@ -1579,6 +1616,7 @@ mod tests {
         let args = FidelityArgs {
             model: None,
             draft: "self:layers=1".into(),
+            lookahead_layers: "all".into(),
             data: PathBuf::new(),
             books: None,
             ctx: vec![128],
@@ -1597,6 +1635,7 @@ mod tests {
             target: target.clone(),
             draft: target.clone(),
             draft_layers: Some(1),
+            lookahead_layers: None,
             self_draft: true,
             vocab: 96,
             capacity: 128,

@@ -130,6 +130,38 @@ fn lookahead_scoring_list_runs_lookahead_modes_side_by_side() {
     }
 }
 
+/// `--lookahead-layers "all;last:1;0"`: `dustin` (whose selector reads the lookahead) runs
+/// once per setting, labelled and recorded as written; `dense` runs once and says `null`. On
+/// the 2-layer fixture `last:1` (layer 1) and `0` (layer 0) are different signals, so at a
+/// budget of half the context the selections, and with them the sparse reads, may differ;
+/// the share read stays the budget's either way.
+#[test]
+fn lookahead_layers_list_runs_lookahead_modes_per_setting() {
+    let rows = small_rows(
+        "lalayers",
+        "dense,dustin",
+        "2",
+        &["--lookahead-layers", "all;last:1;0"],
+    );
+    let got: Vec<(&str, Option<&str>)> = rows
+        .iter()
+        .map(|r| (r["mode"].as_str().unwrap(), r["lookahead_layers"].as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("dense", None),
+            ("dustin+laall", Some("all")),
+            ("dustin+lalast1", Some("last:1")),
+            ("dustin+la0", Some("0")),
+        ]
+    );
+    for r in &rows[1..] {
+        let kv = r["kv_read"].as_f64().unwrap();
+        assert!(kv > 0.4 && kv < 0.6, "{r}");
+    }
+}
+
 /// `--accept-drop-sigmas 0,3` runs `dustin` once per value. The forced schedule at tau 1.36
 /// accepts nothing in two iterations of three, the same in both sequences: the rule without
 /// the noise test (0) counts each such zero as a drop and recomputes, so it reads more in
@@ -354,7 +386,24 @@ fn bad_schedule_and_modes_are_named() {
             vec!["--batch", "100000000000", "--ctx", "180", "--modes", "ar"],
             "--batch 100000000000 x --ctx 180: at most 16777216 context tokens in all",
         ),
+        // lookahead layers the 2-layer fixture draft does not have, or no layers at all
+        (
+            vec!["--lookahead-layers", "all;last:3", "--modes", "ar,dustin"],
+            "--lookahead-layers: invalid `lookahead layers`: expected layers of a draft of 2 layers (0 to 1), found the last 3",
+        ),
+        (
+            vec!["--lookahead-layers", "0,2", "--modes", "ar,dustin"],
+            "found layer 2",
+        ),
+        (
+            vec!["--lookahead-layers", "stride:0", "--modes", "ar"],
+            "found `stride:0`",
+        ),
         // a value twice would print the same row twice
+        (
+            vec!["--lookahead-layers", "last:1;last:1", "--modes", "ar"],
+            "--lookahead-layers: last:1 is listed twice",
+        ),
         (
             vec!["--modes", "dense,dustin,dustin"],
             "--modes: dustin is listed twice",

@@ -12,6 +12,8 @@ use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2};
 use dustin_select::{extend_selection_grouped, select_top_k, KeepRule};
 use rand::Rng;
 
+use crate::{Result, SpecError};
+
 /// Row `last[s]` of each sequence `s` of `logits` `[batch, n, vocab]`, as `[batch, vocab]`:
 /// one slice when every sequence takes the same row (every draft step after the first, and
 /// the first when the pending lengths agree), else one gather. A slice and a reshape per
@@ -191,6 +193,122 @@ pub struct LookaheadConfig {
     /// When the mass is computed; the same signal either way.
     #[serde(default)]
     pub scoring: LookaheadScoring,
+}
+
+/// Which draft layers feed the lookahead signal, as written before the draft's layer count is
+/// known (`--lookahead-layers`; [`LookaheadLayers::resolve`] turns it into
+/// [`LookaheadConfig::layers`]). DESIGN.md step 1 sums the draft's attention "over configured
+/// draft layers/heads"; which layers is our choice to make and to measure (docs/fidelity.md).
+///
+/// Written as `all`, `stride:S` (every `S`-th layer counted back from the last, the last
+/// included: `stride:2` of 24 layers is 1, 3, .., 23), `last:N` (the last `N` layers) or a
+/// list of layer indices (`0,5,9`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum LookaheadLayers {
+    /// Every layer of the draft (the default).
+    #[default]
+    All,
+    /// Every `S`-th layer counted back from the last.
+    Stride(usize),
+    /// The last `N` layers.
+    Last(usize),
+    /// These layers.
+    List(Vec<usize>),
+}
+
+impl std::str::FromStr for LookaheadLayers {
+    type Err = SpecError;
+
+    /// Parses the forms of [`LookaheadLayers`].
+    ///
+    /// # Errors
+    /// [`SpecError::Config`] naming `lookahead layers` for anything else, a stride or count
+    /// of 0, or a list with a repeated layer.
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = || SpecError::Config {
+            name: "lookahead layers",
+            expected:
+                "`all`, `stride:S`, `last:N` (S, N >= 1) or a list of layer indices like `0,5,9`"
+                    .into(),
+            found: format!("`{s}`"),
+        };
+        let t = s.trim();
+        let pos = |v: &str| v.trim().parse::<usize>().ok().filter(|&n| n >= 1);
+        if t == "all" {
+            return Ok(Self::All);
+        }
+        if let Some(v) = t.strip_prefix("stride:") {
+            return pos(v).map(Self::Stride).ok_or_else(bad);
+        }
+        if let Some(v) = t.strip_prefix("last:") {
+            return pos(v).map(Self::Last).ok_or_else(bad);
+        }
+        let list: Vec<usize> = t
+            .split(',')
+            .map(|v| v.trim().parse::<usize>())
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|_| bad())?;
+        let mut seen = std::collections::BTreeSet::new();
+        if list.iter().any(|&l| !seen.insert(l)) {
+            return Err(bad());
+        }
+        Ok(Self::List(list))
+    }
+}
+
+impl std::fmt::Display for LookaheadLayers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::All => write!(f, "all"),
+            Self::Stride(s) => write!(f, "stride:{s}"),
+            Self::Last(n) => write!(f, "last:{n}"),
+            Self::List(l) => {
+                let v: Vec<String> = l.iter().map(usize::to_string).collect();
+                write!(f, "{}", v.join(","))
+            }
+        }
+    }
+}
+
+impl LookaheadLayers {
+    /// The layers of a draft of `num_layers` layers, ascending: `None` for
+    /// [`LookaheadLayers::All`] (every layer, without a list).
+    ///
+    /// # Errors
+    /// [`SpecError::Config`] naming `lookahead layers` when a listed layer is not below
+    /// `num_layers` or `last:N` asks for more layers than the draft has.
+    pub fn resolve(&self, num_layers: usize) -> Result<Option<Vec<usize>>> {
+        let out_of = |found: String| SpecError::Config {
+            name: "lookahead layers",
+            expected: format!(
+                "layers of a draft of {num_layers} layers (0 to {})",
+                num_layers.saturating_sub(1)
+            ),
+            found,
+        };
+        Ok(match self {
+            Self::All => None,
+            Self::Stride(s) => Some(
+                (0..num_layers)
+                    .filter(|l| (num_layers - 1 - l).is_multiple_of(*s))
+                    .collect(),
+            ),
+            Self::Last(n) => {
+                if *n > num_layers {
+                    return Err(out_of(format!("the last {n}")));
+                }
+                Some((num_layers - n..num_layers).collect())
+            }
+            Self::List(l) => {
+                if let Some(&bad) = l.iter().find(|&&x| x >= num_layers) {
+                    return Err(out_of(format!("layer {bad}")));
+                }
+                let mut v = l.clone();
+                v.sort_unstable();
+                Some(v)
+            }
+        })
+    }
 }
 
 /// When a [`ModelDrafter`] computes the attention mass of its draft steps' queries.
@@ -833,6 +951,42 @@ mod tests {
         let v = rows[0].len();
         let flat: Vec<f32> = rows.iter().flatten().copied().collect();
         Tensor::from_data(TensorData::new(flat, [rows.len(), v]), &Default::default())
+    }
+
+    #[test]
+    fn lookahead_layers_parse_and_resolve() {
+        let p = |s: &str| s.parse::<LookaheadLayers>().unwrap();
+        assert_eq!(p("all").resolve(24).unwrap(), None);
+        // every second layer counted back from the last: the odd layers of 24
+        assert_eq!(
+            p("stride:2").resolve(24).unwrap(),
+            Some(vec![1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23])
+        );
+        assert_eq!(p("stride:3").resolve(10).unwrap(), Some(vec![0, 3, 6, 9]));
+        assert_eq!(p("stride:1").resolve(3).unwrap(), Some(vec![0, 1, 2]));
+        assert_eq!(p("last:4").resolve(24).unwrap(), Some(vec![20, 21, 22, 23]));
+        assert_eq!(p(" 9, 0,5 ").resolve(10).unwrap(), Some(vec![0, 5, 9]));
+        // the written form reads back as the same value
+        for s in ["all", "stride:2", "last:12", "0,5,9"] {
+            assert_eq!(p(s).to_string(), s);
+        }
+    }
+
+    #[test]
+    fn bad_lookahead_layers_are_named_errors() {
+        for s in [
+            "", "stride:0", "last:0", "stride:", "every:2", "0,0", "1,-2", "last:x",
+        ] {
+            let e = s.parse::<LookaheadLayers>().unwrap_err().to_string();
+            assert!(
+                e.contains("lookahead layers") && e.contains(&format!("`{s}`")),
+                "{s}: {e}"
+            );
+        }
+        let e = "last:25".parse::<LookaheadLayers>().unwrap().resolve(24);
+        assert!(e.unwrap_err().to_string().contains("the last 25"));
+        let e = "3,24".parse::<LookaheadLayers>().unwrap().resolve(24);
+        assert!(e.unwrap_err().to_string().contains("layer 24"));
     }
 
     /// The first index of the largest value, by a plain loop over the row.

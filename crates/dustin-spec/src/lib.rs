@@ -20,7 +20,9 @@ pub use decoder::{
     autoregressive, autoregressive_with_barrier, IterationStats, NoDraft, PhaseBarrier, SpecConfig,
     SpecOutput, SpecSummary, SpeculativeDecoder, MAX_GAMMA,
 };
-pub use drafter::{DraftSelection, LookaheadConfig, LookaheadScoring, ModelDrafter};
+pub use drafter::{
+    DraftSelection, LookaheadConfig, LookaheadLayers, LookaheadScoring, ModelDrafter,
+};
 pub use dustin_core::{Drafter, SelectionPolicy, Verifier};
 pub use error::{Result, SpecError};
 pub use verifier::{ModelVerifier, TargetKv};

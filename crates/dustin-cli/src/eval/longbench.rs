@@ -499,7 +499,12 @@ fn generate_from<B: KernelOps>(
     policy: Box<dyn BudgetedPolicy<B>>,
     max_new: usize,
 ) -> Result<Generated, CliError> {
-    let drafter = SharedDrafter::new(cx.draft.clone(), cx.draft_layers, sh.draft_cache.clone());
+    let drafter = SharedDrafter::new(
+        cx.draft.clone(),
+        cx.draft_layers,
+        sh.draft_cache.clone(),
+        None,
+    );
     let verifier = SharedVerifier::new(
         cx.target.clone(),
         policy,

@@ -81,6 +81,7 @@ impl Pg19Args {
         FidelityArgs {
             model: self.model.clone(),
             draft: self.draft.clone(),
+            lookahead_layers: "all".into(),
             data: self.data.clone(),
             books: self.books,
             ctx: self.ctx.clone(),

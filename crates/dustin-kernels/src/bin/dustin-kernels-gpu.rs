@@ -862,12 +862,13 @@ fn bench(json: Option<&str>, quick: bool, kern: AttentionKernel) {
 }
 
 /// Issue 12's "measure first": Burn's autotuned bf16 matmul (this binary is built without
-/// fusion) at the projection shapes of Qwen2.5-7B and 72B, prefill rows (4k..32k tokens) and
-/// decode / verify rows (1, 8, 16, 40, 128; also our skinny GEMMs, `KernelOps::skinny_linear`:
-/// the tensor-core kernel up to 128 rows, op `skinny_mma`, and the CUDA-core one up to 16,
-/// op `skinny`), 30 untimed calls first (autotuning), then the mean of
-/// 10; beside each, `KernelOps::prefill_linear` (cuBLAS, `op` `cublas`: each call waits for
-/// cubecl's queue before and for cuBLAS after, as the model runs it); then the causal prefill
+/// fusion) at the projection shapes of Qwen2.5-7B and 72B (and their LM head, decode rows
+/// only), prefill rows (4k..32k tokens) and decode / verify rows (1, 8, 16, 40, 80, 128;
+/// also our skinny GEMMs, `KernelOps::skinny_linear`: the tensor-core kernel up to 128 rows,
+/// op `skinny_mma`, and the CUDA-core one up to 16, op `skinny`), 30 untimed calls first
+/// (autotuning), then the mean of 10; beside each, `KernelOps::prefill_linear` (cuBLAS, `op`
+/// `cublas`: each call waits for cubecl's queue before and for cuBLAS after, as the model
+/// runs it); then the causal prefill
 /// attention of [`prefill_attention`]. With `no_burn`, neither Burn's matmul nor the attention
 /// (the cuBLAS and skinny rows only); with `decode_only`, the decode / verify rows only; with
 /// `model` (`7B` or `72B`), that model's shapes only. One JSON line a shape; TFLOP/s count
@@ -882,7 +883,8 @@ fn gemm(json: Option<&str>, quick: bool, no_burn: bool, decode_only: bool, model
     } else {
         &[4096, 16384, 32768]
     };
-    let decode: &[usize] = &[1, 8, 16, 40, 128];
+    // 40 and 80: verification at batch 8 and 16, gamma 4
+    let decode: &[usize] = &[1, 8, 16, 40, 80, 128];
     // (model, hidden, intermediate, q/o width, k/v width): the published configs
     for (name, h, inter, qo, kvo) in [
         ("7B", 3584usize, 18944usize, 3584usize, 512usize),
@@ -896,7 +898,11 @@ fn gemm(json: Option<&str>, quick: bool, no_burn: bool, decode_only: bool, model
             (h, kvo, "k/v"),
             (h, inter, "gate/up"),
             (inter, h, "down"),
+            // the LM head, vocab_size 152,064 in both configs (decode rows only: prefill
+            // computes the last position's logits)
+            (h, 152_064, "lm_head"),
         ] {
+            let prefill: &[usize] = if what == "lm_head" { &[] } else { prefill };
             let w = Tensor::<B, 2>::random([k, n], Distribution::Normal(0.0, 0.02), &dev);
             for &m in prefill.iter().chain(decode) {
                 let x = Tensor::<B, 2>::random([m, k], Distribution::Normal(0.0, 1.0), &dev);
