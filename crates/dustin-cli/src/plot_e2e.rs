@@ -163,13 +163,14 @@ fn parse_row(line: &str, only: &[(String, String)]) -> Option<Option<RowFields>>
     for (key, want) in only {
         let matches = match v.get(key) {
             Some(serde_json::Value::String(s)) => s == want,
-            // numbers and booleans: VALUE read as JSON
-            Some(x) => {
-                serde_json::from_str::<serde_json::Value>(want)
-                    .ok()
-                    .as_ref()
-                    == Some(x)
-            }
+            // numbers and booleans: VALUE read as JSON, numbers compared by value (`3`
+            // matches a row's `3.0`: serde writes an f64 field with its decimal point)
+            Some(x) => match (serde_json::from_str::<serde_json::Value>(want).ok(), x) {
+                (Some(serde_json::Value::Number(a)), serde_json::Value::Number(b)) => {
+                    a.as_f64() == b.as_f64()
+                }
+                (w, x) => w.as_ref() == Some(x),
+            },
             None => false,
         };
         if !matches {
@@ -415,6 +416,21 @@ mod tests {
         assert_eq!(pick("verify_kernel=split"), 379.0);
         // numbers compare as JSON values
         assert_eq!(pick("ctx=32768"), 379.0);
+        // and by value: `3` picks a row whose f64 field reads `3.0`, `0` one that reads `0.0`
+        let sig = |tps: f64, v: &str| {
+            row("dustin", 32768, 8, 28, tps).replace('}', &format!(",\"accept_drop_sigmas\":{v}}}"))
+        };
+        let g = write(&dir, "sig.jsonl", &[sig(260.0, "3.0"), sig(250.0, "0.0")]);
+        let pick_sig = |kv: &str| {
+            let only = parse_only(&[kv.to_string()]).unwrap();
+            read_points(std::slice::from_ref(&g), 8, None, &only)
+                .unwrap()
+                .0[0]
+                .tokens_per_sec
+        };
+        assert_eq!(pick_sig("accept_drop_sigmas=3"), 260.0);
+        assert_eq!(pick_sig("accept_drop_sigmas=0"), 250.0);
+        assert_eq!(pick_sig("accept_drop_sigmas=3.0"), 260.0);
         let only = parse_only(&["verify_kernel=auto".to_string()]).unwrap();
         assert!(read_points(std::slice::from_ref(&f), 8, None, &only).is_err());
         std::fs::remove_dir_all(&dir).ok();
