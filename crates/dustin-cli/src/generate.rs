@@ -75,6 +75,13 @@ pub struct GenerateArgs {
     /// The draft's tokens change, the output does not (the target verifies them).
     #[arg(long, default_value_t = 0)]
     pub draft_budget: usize,
+    /// Draft layers whose attention makes the lookahead the selector reads (needs --draft;
+    /// `dustin_spec::LookaheadLayers`): `all` (the default), `stride:S` (every S-th layer
+    /// counted back from the last), `last:N` or a list of layer indices (`0,5,9`). Fewer
+    /// layers cost the draft less (docs/perf.md, fifteenth session); their effect on the
+    /// selections is in docs/fidelity.md. The output does not change with greedy decoding.
+    #[arg(long, default_value = "all")]
+    pub lookahead_layers: String,
     /// TOML or JSON file with everything else: `[select]` (n_sink, window, refresh,
     /// refresh_on_accept_drop, accept_drop_sigmas, batched_reuse) and `[estimator]` (the selector's own knobs,
     /// e.g. alpha, beta, heads_per_layer for dustin). The budget is --budget's alone (a
@@ -653,6 +660,12 @@ fn run_on<B: KernelOps>(
             args.selector
         )));
     }
+    if args.draft.is_none() && args.lookahead_layers.trim() != "all" {
+        return Err(CliError::Usage(format!(
+            "--lookahead-layers {} needs speculative decoding: add --draft <path | self:layers=N | substitute>",
+            args.lookahead_layers
+        )));
+    }
     if args.draft_budget > 0 {
         if args.draft.is_none() {
             return Err(CliError::Usage(format!(
@@ -765,7 +778,8 @@ fn run_on<B: KernelOps>(
         Some(d) => {
             let extra = args.max_new_tokens + 2 * (args.gamma + 2);
             let mut target_kv = None;
-            let drafter = match parse_draft(d)? {
+            // (the drafter, its layer count)
+            let (drafter, draft_layers) = match parse_draft(d)? {
                 DraftSpec::SelfLayers(n) => {
                     if n >= model.config.num_hidden_layers {
                         return Err(CliError::Usage(format!(
@@ -773,7 +787,7 @@ fn run_on<B: KernelOps>(
                             model.config.num_hidden_layers
                         )));
                     }
-                    ModelDrafter::new(model.clone(), Some(n), extra)
+                    (ModelDrafter::new(model.clone(), Some(n), extra), n)
                 }
                 DraftSpec::Model(p) => {
                     let df = match draft_files {
@@ -781,20 +795,36 @@ fn run_on<B: KernelOps>(
                         None => ModelFiles::open(&p)?,
                     };
                     check_vocab(&tok, &df.tokenizer)?;
-                    ModelDrafter::new(Arc::new(df.build::<B>(positions, dev)?), None, extra)
+                    let n = df.config.num_hidden_layers;
+                    let dm = Arc::new(df.build::<B>(positions, dev)?);
+                    (ModelDrafter::new(dm, None, extra), n)
                 }
                 DraftSpec::Substitute(sub) => {
                     let d = ModelDrafter::new(Arc::new(sub.build(&model)?), None, extra);
+                    let n = model.config.num_hidden_layers;
                     if sub.target_kv {
                         let kv = dustin_spec::TargetKv::new();
                         target_kv = Some(kv.clone());
-                        d.with_target_kv(kv)
+                        (d.with_target_kv(kv), n)
                     } else {
-                        d
+                        (d, n)
                     }
                 }
             };
+            let la_bad = |e: dustin_spec::SpecError| {
+                CliError::Usage(format!("--lookahead-layers {}: {e}", args.lookahead_layers))
+            };
+            let layers = args
+                .lookahead_layers
+                .parse::<dustin_spec::LookaheadLayers>()
+                .map_err(la_bad)?
+                .resolve(draft_layers)
+                .map_err(la_bad)?;
             let drafter = drafter
+                .with_lookahead(dustin_spec::LookaheadConfig {
+                    layers,
+                    ..Default::default()
+                })
                 .with_draft_selection(draft_selection(args.draft_budget)?)
                 .map_err(|e| CliError::Usage(format!("--draft-budget: {e}")))?;
             let policy = build_policy::<B>(&args.selector, args.budget, &file)?;

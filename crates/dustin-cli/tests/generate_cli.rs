@@ -214,6 +214,23 @@ fn substitute_draft_matches_autoregressive() {
         assert_eq!(out, ar_long, "{draft} --draft-budget 80");
         assert!(err.contains("mean acceptance length"), "{err}");
     }
+    // `dustin` selecting from the lookahead of the substitute's last layer only (budget 72 of
+    // the 120-odd tokens): it runs to the end, sparse (sparse verification may change the
+    // greedy tokens, so they are not compared)
+    let (_, err) = run(&[
+        "--prompt",
+        &long,
+        "--draft",
+        "substitute",
+        "--selector",
+        "dustin",
+        "--budget",
+        "72",
+        "--lookahead-layers",
+        "last:1",
+    ]);
+    assert!(err.contains("finish: 0: length, 1: length"), "{err}");
+    assert!(kv_fraction(&err) < 0.9, "sparse: {err}");
     let (_, err) = run(&["--draft", "substitute:layers=1"]);
     assert!(
         err.contains("substitute draft: 1 of 2 layers (1) at 4 bits, group 64"),
@@ -298,6 +315,22 @@ fn bad_inputs_exit_1_with_a_message() {
             &["--prompt", "t1 t2", "--draft", "self:layers=1", "--draft-budget", "68"],
             None,
             "--draft-budget 68: expected more than the sinks and window (4 + 64 = 68)",
+        ),
+        (
+            &["--prompt", "t1 t2", "--lookahead-layers", "last:1"],
+            None,
+            "--lookahead-layers last:1 needs speculative decoding",
+        ),
+        // a self-draft of 1 layer has only layer 0
+        (
+            &["--prompt", "t1 t2", "--draft", "self:layers=1", "--lookahead-layers", "1"],
+            None,
+            "--lookahead-layers 1: invalid `lookahead layers`: expected layers of a draft of 1 layers (0 to 0), found layer 1",
+        ),
+        (
+            &["--prompt", "t1 t2", "--draft", "self:layers=1", "--lookahead-layers", "stride:0"],
+            None,
+            "--lookahead-layers stride:0: invalid `lookahead layers`",
         ),
         (
             &[],
