@@ -46,7 +46,8 @@
 #   bash .device/gpu_e2e.sh ab    # 7B 32k B 8: $D/dustin-base (staged by hand) against $D/dustin,
 #                                 # which runs each mode with the fused residual off and on
 # Env: WARMUP / ITERS (warm-up and timed iterations per row, default 3 and 6; a group's ARGS
-# must not repeat them), SYNC (non-empty: `--sync-phases on`, a device sync at the end of
+# must not repeat them), ROUNDS (`--rounds`: every mode's rows that many times in turn, A B A
+# B, to see and cancel the order within a process), SYNC (non-empty: `--sync-phases on`, a device sync at the end of
 # each phase, so that each phase column holds its own GPU work), OUT (results folder), BIN (the binary `group` runs; default $D/dustin), TAU (mean acceptance length of every speculative mode, default
 # 1.36: dense and dustin on SmolLM2 at 4096 tokens, docs/fidelity.md), LIMIT (seconds per
 # group), PROFILE (non-empty: `--profile`, the phase times of every mode, slower runs),
@@ -72,7 +73,7 @@ group() {
     shift
     mem_watch "$name"
     timeout "${LIMIT:-240}" "${BIN:-$D/dustin}" bench-e2e --device cuda --json "$OUT/e2e.jsonl" \
-        --accept "default=$TAU" --draft "$DRAFT" --warmup "${WARMUP:-3}" --iters "${ITERS:-6}" ${SYNC:+--sync-phases on} ${PROFILE:+--profile} --elementwise "${ELEMENTWISE:-fused}" --skinny-gemm "${SKINNY:-on}" --grouped-gemm "${GROUPED:-on}" --fused-residual "${RESIDUAL:-off}" --ragged-accept "${RAGGED:-off}" --kv-write-kernel "${KVWRITE:-on}" --skinny-kernel "${SKMMA:-auto}" --verify-kernel "${VERIFYK:-auto}" "$@" 2>&1 | tee "$OUT/$name.txt"
+        --accept "default=$TAU" --draft "$DRAFT" --warmup "${WARMUP:-3}" --iters "${ITERS:-6}" ${SYNC:+--sync-phases on} ${ROUNDS:+--rounds $ROUNDS} ${PROFILE:+--profile} --elementwise "${ELEMENTWISE:-fused}" --skinny-gemm "${SKINNY:-on}" --grouped-gemm "${GROUPED:-on}" --fused-residual "${RESIDUAL:-off}" --ragged-accept "${RAGGED:-off}" --kv-write-kernel "${KVWRITE:-on}" --skinny-kernel "${SKMMA:-auto}" --verify-kernel "${VERIFYK:-auto}" "$@" 2>&1 | tee "$OUT/$name.txt"
     echo "{\"group\":\"$name\",\"peak_mib\":$(mem_peak_max "$name")}" | tee -a "$OUT/mem.jsonl"
 }
 

@@ -229,6 +229,15 @@ pub struct E2eArgs {
     /// parallelism it waits for the first rank's device.
     #[arg(long, value_enum, default_value_t = OnOff::Off)]
     pub sync_phases: OnOff,
+    /// Runs every mode's rows (all its list settings, in order) this many times in turn, A B
+    /// A B for two settings (at most 10; the default 1). Rows of one process are not all
+    /// alike: on the H200 the second row of a process ran about 4.5 ms an iteration slower
+    /// than the first, its draft included (docs/perf.md, fifteenth session), so an A/B in
+    /// one order measures the order too; interleaved rounds show it and let the means
+    /// cancel it. With more than one round the table's mode says `#1`, `#2`, .. and each
+    /// JSON row its `round`.
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
@@ -405,6 +414,12 @@ fn validate(a: &E2eArgs) -> Result<(), CliError> {
     if a.iters == 0 {
         return bad("--iters 0: nothing would be timed".into());
     }
+    if !(1..=MAX_ROUNDS).contains(&a.rounds) {
+        return bad(format!(
+            "--rounds {}: expected 1 ..= {MAX_ROUNDS}",
+            a.rounds
+        ));
+    }
     if a.tp == 0 {
         return bad("--tp 0: expected at least one rank".into());
     }
@@ -497,6 +512,9 @@ fn validate(a: &E2eArgs) -> Result<(), CliError> {
 
 /// Most timed plus warm-up iterations of one row (as `bench-subspec`).
 const MAX_ITERATIONS: usize = 10_000;
+
+/// Most `--rounds`: each round repeats every row's setup (the prefill of a 32k context).
+const MAX_ROUNDS: usize = 10;
 
 /// Most positions (a context and the tokens decoded after it) and most context tokens of a
 /// batch: 2^24, the `max_position_embeddings` bound of `QwenConfig` (and of `tp-check`).
@@ -771,6 +789,8 @@ pub struct Row {
     pub accept_drop_sigmas: Option<f64>,
     /// `--sync-phases`.
     pub sync_phases: OnOff,
+    /// Which of `--rounds` this row belongs to, from 1.
+    pub round: usize,
 }
 
 /// Means over the timed iterations of a run (after `warmup`, at most `iters`).
@@ -1108,17 +1128,26 @@ fn measure<B: KernelOps>(
                         }
                     }
                 }
+                // every round runs the mode's rows in the same order: A B A B
+                let rounds = (1..=args.rounds).flat_map(|r| variants.iter().map(move |v| (r, v)));
                 for (
-                    (residual, target, draft),
-                    scoring,
-                    la_layers,
-                    draft_budget,
-                    est_kernels,
-                    topk,
-                    batched,
-                    drop_sigmas,
-                ) in variants
+                    round,
+                    (
+                        (residual, target, draft),
+                        scoring,
+                        la_layers,
+                        draft_budget,
+                        est_kernels,
+                        topk,
+                        batched,
+                        drop_sigmas,
+                    ),
+                ) in rounds
                 {
+                    let (scoring, la_layers, draft_budget) =
+                        (*scoring, la_layers.clone(), *draft_budget);
+                    let (est_kernels, topk, batched, drop_sigmas) =
+                        (*est_kernels, *topk, *batched, *drop_sigmas);
                     // the noise test of `dustin`'s early refresh (the only mode that has one)
                     let drop_sigmas = (mode == "dustin").then_some(drop_sigmas);
                     let batched = if uses_dustin_estimator(mode) {
@@ -1194,6 +1223,10 @@ fn measure<B: KernelOps>(
                             TopkKernel::Warp => "+tkw",
                         });
                     }
+                    // `#r` where several rounds ran it
+                    if args.rounds > 1 {
+                        label.push_str(&format!("#{round}"));
+                    }
                     let tau = accept_of(args, mode)?;
                     let prompts: Vec<Vec<TokenId>> = (0..batch)
                         .map(|b| {
@@ -1233,11 +1266,11 @@ fn measure<B: KernelOps>(
                     let (warmup, iters) = (args.warmup, args.iters);
                     let mut host: Option<crate::host_profile::HostProfile> = None;
                     let mut host_err: Option<CliError> = None;
-                    // `+` of a label becomes `_`: file names of letters, digits, `-`, `_`, `.`
+                    // `+` and `#` of a label become `_`: file names of letters, digits, `-`, `_`, `.`
                     // travel everywhere (the device tool drops other names)
                     let host_name = format!(
                         "host-{}-{ctx}-b{batch}-l{}{}",
-                        label.replace('+', "_"),
+                        label.replace(['+', '#'], "_"),
                         tcfg.num_hidden_layers,
                         if world > 1.0 {
                             format!("-tp{world}")
@@ -1442,6 +1475,7 @@ fn measure<B: KernelOps>(
                         batched_reuse: uses_dustin_estimator(mode).then_some(batched),
                         accept_drop_sigmas: drop_sigmas,
                         sync_phases: args.sync_phases,
+                        round,
                     };
                     if !report {
                         continue;

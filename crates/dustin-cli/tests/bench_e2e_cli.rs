@@ -162,6 +162,37 @@ fn lookahead_layers_list_runs_lookahead_modes_per_setting() {
     }
 }
 
+/// `--rounds 2` runs the rows of each mode twice in turn (A B A B), labelled `#1` / `#2`
+/// and numbered in `round`; a mode without list settings runs twice too.
+#[test]
+fn rounds_interleave_the_rows_of_each_mode() {
+    let rows = small_rows(
+        "rounds",
+        "dense,dustin",
+        "2",
+        &["--lookahead-layers", "all;last:1", "--rounds", "2"],
+    );
+    let got: Vec<(&str, u64)> = rows
+        .iter()
+        .map(|r| (r["mode"].as_str().unwrap(), r["round"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("dense#1", 1),
+            ("dense#2", 2),
+            ("dustin+laall#1", 1),
+            ("dustin+lalast1#1", 1),
+            ("dustin+laall#2", 2),
+            ("dustin+lalast1#2", 2),
+        ]
+    );
+    // the same schedule in every round
+    for r in &rows {
+        assert_eq!(r["tau_measured"].as_f64(), Some(2.0), "{r}");
+    }
+}
+
 /// `--accept-drop-sigmas 0,3` runs `dustin` once per value. The forced schedule at tau 1.36
 /// accepts nothing in two iterations of three, the same in both sequences: the rule without
 /// the noise test (0) counts each such zero as a drop and recomputes, so it reads more in
@@ -386,6 +417,8 @@ fn bad_schedule_and_modes_are_named() {
             vec!["--batch", "100000000000", "--ctx", "180", "--modes", "ar"],
             "--batch 100000000000 x --ctx 180: at most 16777216 context tokens in all",
         ),
+        (vec!["--rounds", "0", "--modes", "ar"], "--rounds 0: expected 1 ..= 10"),
+        (vec!["--rounds", "11", "--modes", "ar"], "--rounds 11: expected 1 ..= 10"),
         // lookahead layers the 2-layer fixture draft does not have, or no layers at all
         (
             vec!["--lookahead-layers", "all;last:3", "--modes", "ar,dustin"],
