@@ -466,14 +466,8 @@ fn validate(a: &E2eArgs) -> Result<(), CliError> {
     no_repeats("--draft-budget", &a.draft_budget)?;
     no_repeats("--fused-residual", &a.fused_residual)?;
     no_repeats("--lookahead-scoring", &a.lookahead_scoring)?;
-    // (by the written form: `no_repeats` would print the enum's debug name)
-    for (i, v) in a.lookahead_layers.iter().enumerate() {
-        if a.lookahead_layers[..i].contains(v) {
-            return Err(CliError::Usage(format!(
-                "--lookahead-layers: {v} is listed twice (each value runs once)"
-            )));
-        }
-    }
+    // by the written form (`last:1`), not the enum's debug name
+    no_repeats_named("--lookahead-layers", &a.lookahead_layers, |v| v.to_string())?;
     no_repeats("--estimator-kernels", &a.estimator_kernels)?;
     no_repeats("--topk-kernel", &a.topk_kernel)?;
     no_repeats("--batched-reuse", &a.batched_reuse)?;
@@ -550,11 +544,22 @@ fn lookahead_layers_label(la: &LookaheadLayers) -> String {
 
 /// [`CliError::Usage`] naming `flag` and the first value it lists twice.
 fn no_repeats<T: PartialEq + std::fmt::Debug>(flag: &str, vals: &[T]) -> Result<(), CliError> {
+    no_repeats_named(flag, vals, |v| {
+        format!("{v:?}").trim_matches('"').to_lowercase()
+    })
+}
+
+/// [`no_repeats`] with the value written by `name`.
+fn no_repeats_named<T: PartialEq>(
+    flag: &str,
+    vals: &[T],
+    name: impl Fn(&T) -> String,
+) -> Result<(), CliError> {
     for (i, v) in vals.iter().enumerate() {
         if vals[..i].contains(v) {
-            let name = format!("{v:?}").trim_matches('"').to_lowercase();
             return Err(CliError::Usage(format!(
-                "{flag}: {name} is listed twice (each value runs once)"
+                "{flag}: {} is listed twice (each value runs once)",
+                name(v)
             )));
         }
     }

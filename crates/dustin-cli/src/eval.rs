@@ -374,9 +374,9 @@ fn row_key(
     args: &FidelityArgs,
 ) -> Result<String, CliError> {
     // the lookahead layers only when not all of them, so that earlier stores keep their keys
-    let la = match args.lookahead_layers.trim() {
-        "all" => String::new(),
-        other => format!("|la={other}"),
+    let la = match args.lookahead_layers.parse::<LookaheadLayers>() {
+        Ok(LookaheadLayers::All) => String::new(),
+        _ => format!("|la={}", args.lookahead_layers.trim()),
     };
     Ok(format!(
         "{book}|ctx={ctx}|budget={budget}|{}|W={}|g={}|spec={}|draft={}{la}|{:016x}",

@@ -660,7 +660,12 @@ fn run_on<B: KernelOps>(
             args.selector
         )));
     }
-    if args.draft.is_none() && args.lookahead_layers.trim() != "all" {
+    // anything but all layers (an unreadable setting included) needs a draft
+    let every_layer = args
+        .lookahead_layers
+        .parse::<dustin_spec::LookaheadLayers>()
+        .is_ok_and(|l| l == dustin_spec::LookaheadLayers::All);
+    if args.draft.is_none() && !every_layer {
         return Err(CliError::Usage(format!(
             "--lookahead-layers {} needs speculative decoding: add --draft <path | self:layers=N | substitute>",
             args.lookahead_layers

@@ -1191,11 +1191,15 @@ impl<B: KernelOps> Qwen2<B> {
         Ok(lin.weight.to_dense(device))
     }
 
+    /// Whether a product of `rows` rows goes through the skinny GEMM
+    /// ([`Qwen2::with_skinny_gemm`], at most [`KernelOps::skinny_max_rows`] rows).
+    fn skinny_rows(&self, rows: usize) -> bool {
+        self.skinny_gemm.unwrap_or(B::FUSED) && rows <= B::skinny_max_rows()
+    }
+
     /// Whether `rows` rows go through the grouped skinny GEMMs ([`Qwen2::with_grouped_gemm`]).
     fn grouped(&self, rows: usize) -> bool {
-        self.grouped_gemm.unwrap_or(true)
-            && self.skinny_gemm.unwrap_or(B::FUSED)
-            && rows <= B::skinny_max_rows()
+        self.grouped_gemm.unwrap_or(true) && self.skinny_rows(rows)
     }
 
     /// `lin` applied to `x` `[batch, n, in]`; a packed (substitute) weight is dequantized by
@@ -1207,7 +1211,7 @@ impl<B: KernelOps> Qwen2<B> {
     fn linear(&self, lin: &Linear<B>, x: Tensor<B, 3>) -> Result<Tensor<B, 3>> {
         let [b, n, d] = x.dims();
         let w = self.dense_weight(lin, &x.device())?;
-        if self.skinny_gemm.unwrap_or(B::FUSED) && b * n <= B::skinny_max_rows() {
+        if self.skinny_rows(b * n) {
             let out = w.dims()[1];
             let y = B::skinny_linear(x.reshape([b * n, d]), w, lin.bias.clone())?;
             return Ok(y.reshape([b, n, out]));
@@ -1520,7 +1524,7 @@ impl<B: KernelOps> Qwen2<B> {
                 // decode and verify rows through the skinny GEMM (the head is the largest
                 // single weight: 152,064 x 8192 bf16 = 2.5 GB at 72B); a backend whose
                 // kernel does not take the layout runs Burn's matmul inside it
-                let y = if self.skinny_gemm.unwrap_or(B::FUSED) && b * m <= B::skinny_max_rows() {
+                let y = if self.skinny_rows(b * m) {
                     B::skinny_linear(x, self.lm_head.clone(), None)?
                 } else {
                     x.matmul(self.lm_head.clone())

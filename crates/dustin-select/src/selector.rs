@@ -121,7 +121,7 @@ impl AcceptStats {
         if self.iters == 0 || accepted.is_empty() || self.n == 0 {
             return false;
         }
-        let mean = accepted.iter().sum::<usize>() as f64 / accepted.len() as f64;
+        let mean = batch_mean(accepted);
         let mu = self.sum_means / self.iters as f64;
         let m = self.s1 / self.n as f64;
         let sd = (self.s2 / self.n as f64 - m * m).max(0.0).sqrt();
@@ -133,8 +133,7 @@ impl AcceptStats {
         if accepted.is_empty() {
             return;
         }
-        let mean = accepted.iter().sum::<usize>() as f64 / accepted.len() as f64;
-        self.sum_means += mean;
+        self.sum_means += batch_mean(accepted);
         self.iters += 1;
         for &a in accepted {
             self.n += 1;
@@ -142,6 +141,11 @@ impl AcceptStats {
             self.s2 += (a * a) as f64;
         }
     }
+}
+
+/// The mean of a non-empty batch's accepted counts.
+fn batch_mean(accepted: &[usize]) -> f64 {
+    accepted.iter().sum::<usize>() as f64 / accepted.len() as f64
 }
 
 /// Selections made ahead for the layers that reuse in one verification (see [`Selector`]):

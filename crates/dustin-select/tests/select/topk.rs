@@ -286,16 +286,22 @@ fn refresh_reuses_then_recomputes() {
     }
 }
 
-#[test]
-fn acceptance_drop_forces_a_recompute() {
-    let cfg = SelectConfig {
+/// The acceptance-drop tests' selector config: budget 12 (sinks 2, window 3), reuse for 100
+/// verifications unless acceptance drops below half its running mean.
+fn drop_config() -> SelectConfig {
+    SelectConfig {
         budget: 12,
         n_sink: 2,
         window: 3,
         refresh: 100,
         refresh_on_accept_drop: Some(0.5),
         ..SelectConfig::default()
-    };
+    }
+}
+
+#[test]
+fn acceptance_drop_forces_a_recompute() {
+    let cfg = drop_config();
     let mut p = streaming_selector(cfg.clone());
     let mut s = Synth::new(8, 1, 2, 6, 8, 2, 128);
     let mut lens = vec![40usize, 50];
@@ -323,14 +329,7 @@ fn acceptance_drop_forces_a_recompute() {
 /// 100 and `refresh_on_accept_drop` 0.5, and says after each commit whether the next
 /// verification recomputed (its selection holds only the budget) or reused (extended past it).
 fn recomputed_after(accepted: &[[usize; 2]]) -> Vec<bool> {
-    let cfg = SelectConfig {
-        budget: 12,
-        n_sink: 2,
-        window: 3,
-        refresh: 100,
-        refresh_on_accept_drop: Some(0.5),
-        ..SelectConfig::default()
-    };
+    let cfg = drop_config();
     let mut p = streaming_selector(cfg);
     let mut s = Synth::new(8, 1, 2, 6, 8, 2, 128);
     let mut lens = vec![40usize, 50];
