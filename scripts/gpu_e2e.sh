@@ -55,7 +55,7 @@
 # or `off`: `--skinny-gemm`), GROUPED (`on`, the default, or `off`: `--grouped-gemm`),
 # RESIDUAL (`off`, the default, `on`, or `off,on`: `--fused-residual`, a list runs both side by side), RAGGED (`off`, the default, or
 # `on`: `--ragged-accept`, per-sequence shifted schedules), KVWRITE (`on`, the default, or
-# `off`: `--kv-write-kernel`), SKMMA (`auto`, the default, `mma` or `cores`: `--skinny-kernel`),
+# `off`: `--kv-write-kernel`), SKMMA (`auto`, the default, `mma`, `ring`, `no-ring` or `cores`: `--skinny-kernel`), RING (`COLSxKCxBUFS`: `--ring-config`),
 # VERIFYK (`auto`, the default, `flash` or `split`: `--verify-kernel`). Each
 # group is one process; nvidia-smi samples its memory every 100 ms (peak in
 # mem.jsonl).
@@ -73,7 +73,7 @@ group() {
     shift
     mem_watch "$name"
     timeout "${LIMIT:-240}" "${BIN:-$D/dustin}" bench-e2e --device cuda --json "$OUT/e2e.jsonl" \
-        --accept "default=$TAU" --draft "$DRAFT" --warmup "${WARMUP:-3}" --iters "${ITERS:-6}" ${SYNC:+--sync-phases on} ${ROUNDS:+--rounds $ROUNDS} ${PROFILE:+--profile} --elementwise "${ELEMENTWISE:-fused}" --skinny-gemm "${SKINNY:-on}" --grouped-gemm "${GROUPED:-on}" --fused-residual "${RESIDUAL:-off}" --ragged-accept "${RAGGED:-off}" --kv-write-kernel "${KVWRITE:-on}" --skinny-kernel "${SKMMA:-auto}" --verify-kernel "${VERIFYK:-auto}" "$@" 2>&1 | tee "$OUT/$name.txt"
+        --accept "default=$TAU" --draft "$DRAFT" --warmup "${WARMUP:-3}" --iters "${ITERS:-6}" ${SYNC:+--sync-phases on} ${ROUNDS:+--rounds $ROUNDS} ${PROFILE:+--profile} --elementwise "${ELEMENTWISE:-fused}" --skinny-gemm "${SKINNY:-on}" --grouped-gemm "${GROUPED:-on}" --fused-residual "${RESIDUAL:-off}" --ragged-accept "${RAGGED:-off}" --kv-write-kernel "${KVWRITE:-on}" --skinny-kernel "${SKMMA:-auto}" ${RING:+--ring-config $RING} --verify-kernel "${VERIFYK:-auto}" "$@" 2>&1 | tee "$OUT/$name.txt"
     echo "{\"group\":\"$name\",\"peak_mib\":$(mem_peak_max "$name")}" | tee -a "$OUT/mem.jsonl"
 }
 

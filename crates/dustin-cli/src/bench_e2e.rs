@@ -129,11 +129,18 @@ pub struct E2eArgs {
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub grouped_gemm: OnOff,
     /// Which kernel runs the skinny GEMMs on CUDA (`dustin_kernels::cuda::set_skinny_kernel`):
-    /// `auto` (the default: one row on CUDA cores, 2-48 rows on tensor cores), `mma` (tensor
-    /// cores wherever the shape allows) or `cores` (the CUDA-core kernel up to 16 rows, Burn's
-    /// matmul above: the default before 2026-12-01). No effect on the CPU.
+    /// `auto` (the default: one row on CUDA cores, 2-32 rows on tensor cores, 33-128 on the
+    /// ring kernel), `mma` (tensor cores wherever the shape allows), `ring` (the ring kernel
+    /// wherever it allows), `no-ring` (`auto` without the ring kernel: 2-48 rows on tensor
+    /// cores, more on Burn's matmul, the default before 2026-12-02) or `cores` (the CUDA-core
+    /// kernel up to 16 rows, Burn's matmul above: the default before 2026-12-01). No effect
+    /// on the CPU.
     #[arg(long, value_enum, default_value_t = SkinnyKernel::Auto)]
     pub skinny_kernel: SkinnyKernel,
+    /// The ring kernel's block shape, `COLSxKCxBUFS` (`dustin_kernels::cuda::RingConfig`:
+    /// columns a block 64 or 128, rows a stage 32 or 64, stages 3 or 4). No effect on the CPU.
+    #[arg(long, default_value = "128x64x3")]
+    pub ring_config: String,
     /// Which kernel runs dense and sparse verification (and decoding) attention on CUDA
     /// (`dustin_kernels::cuda::set_verify_kernel`): `auto` (the default: `flash`),
     /// `flash` (scores in registers, `cp.async` double buffering) or `split` (the earlier
@@ -337,10 +344,15 @@ impl From<Scoring> for LookaheadScoring {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SkinnyKernel {
-    /// One row on CUDA cores, 2-48 rows on tensor cores.
+    /// One row on CUDA cores, 2-32 rows on tensor cores, 33-128 on the ring kernel.
     Auto,
     /// Tensor cores (`skinny_mma_kernel`).
     Mma,
+    /// Tensor cores fed from a shared-memory ring (`skinny_ring_kernel`), every row count.
+    Ring,
+    /// The default before the ring kernel: as `auto` with the ring kernel off (2-48 rows on
+    /// `skinny_mma_kernel`, more on Burn's matmul).
+    NoRing,
     /// CUDA cores (`skinny_gemm_kernel`).
     Cores,
 }
@@ -413,6 +425,9 @@ fn validate(a: &E2eArgs) -> Result<(), CliError> {
     }
     if a.iters == 0 {
         return bad("--iters 0: nothing would be timed".into());
+    }
+    if let Err(e) = dustin_kernels::RingConfig::parse(&a.ring_config) {
+        return bad(format!("--ring-config: {e}"));
     }
     if !(1..=MAX_ROUNDS).contains(&a.rounds) {
         return bad(format!(
@@ -781,6 +796,8 @@ pub struct Row {
     pub kv_write_kernel: OnOff,
     /// `--skinny-kernel` (CUDA only; the CPU has neither).
     pub skinny_kernel: SkinnyKernel,
+    /// `--ring-config` (CUDA only).
+    pub ring_config: String,
     /// `--verify-kernel` (CUDA only).
     pub verify_kernel: VerifyKernel,
     /// `--estimator-kernels` (`off` on the CPU and for modes without the `dustin` estimator).
@@ -1026,8 +1043,14 @@ fn measure<B: KernelOps>(
     dustin_kernels::cuda::set_skinny_kernel(match args.skinny_kernel {
         SkinnyKernel::Auto => dustin_kernels::cuda::SkinnyKernel::Auto,
         SkinnyKernel::Mma => dustin_kernels::cuda::SkinnyKernel::Mma,
+        SkinnyKernel::Ring => dustin_kernels::cuda::SkinnyKernel::Ring,
+        SkinnyKernel::NoRing => dustin_kernels::cuda::SkinnyKernel::NoRing,
         SkinnyKernel::Cores => dustin_kernels::cuda::SkinnyKernel::Cores,
     });
+    #[cfg(feature = "cuda")]
+    if let Ok(c) = dustin_kernels::cuda::RingConfig::parse(&args.ring_config) {
+        dustin_kernels::cuda::set_ring_config(c);
+    }
     #[cfg(feature = "cuda")]
     dustin_kernels::cuda::set_verify_kernel(match args.verify_kernel {
         VerifyKernel::Auto => dustin_kernels::cuda::AttentionKernel::Auto,
@@ -1474,6 +1497,7 @@ fn measure<B: KernelOps>(
                         },
                         kv_write_kernel: args.kv_write_kernel,
                         skinny_kernel: args.skinny_kernel,
+                        ring_config: args.ring_config.clone(),
                         verify_kernel: args.verify_kernel,
                         estimator_kernels: est_kernels,
                         topk_kernel: topk,

@@ -46,6 +46,7 @@ pub mod error;
 pub mod pinned;
 pub mod plain;
 pub mod reference;
+pub mod ring;
 mod split_plan;
 
 #[cfg(feature = "cuda")]
@@ -55,6 +56,7 @@ use burn_tensor::{backend::Backend, Int, Tensor, TensorData};
 
 pub use error::{KernelError, Result};
 pub use pinned::PinnedHost;
+pub use ring::{RingConfig, RING_CONFIG};
 
 /// Most new tokens per sequence the verify kernels take (`gamma + 1 <= 16`).
 pub const MAX_NEW: usize = 16;

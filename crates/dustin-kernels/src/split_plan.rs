@@ -68,12 +68,27 @@ pub(crate) const MMA_FILL: f64 = 0.95;
 /// count as 1 (a `k` of 0 as 16).
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) fn mma_splits(k: usize, m: usize, tiles: usize, slots: usize) -> (usize, usize) {
+    splits_in_units(k, m, tiles, slots, 16)
+}
+
+/// [`mma_splits`] with rows per split a multiple of `unit` (16: the tensor-core kernel's
+/// `mma` steps; 32 or 64: the ring kernel's stages, `cuda::RingConfig::kc`); a `unit` of 0 counts
+/// as 1.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn splits_in_units(
+    k: usize,
+    m: usize,
+    tiles: usize,
+    slots: usize,
+    unit: usize,
+) -> (usize, usize) {
+    let unit = unit.max(1);
     let k = k.max(1);
     let (tiles, slots) = (tiles.max(1), slots.max(1));
     let cap = (k / (16 * m.max(1))).clamp(1, (k / MMA_MIN_SPLIT_ROWS).max(1));
-    let mut best = (k.next_multiple_of(16), 1usize, -1.0f64);
+    let mut best = (k.next_multiple_of(unit), 1usize, -1.0f64);
     for want in 1..=cap {
-        let rows = k.div_ceil(want).next_multiple_of(16);
+        let rows = k.div_ceil(want).next_multiple_of(unit);
         let splits = k.div_ceil(rows);
         let blocks = tiles * splits;
         let fill = blocks as f64 / (blocks.div_ceil(slots) * slots) as f64;
@@ -108,6 +123,11 @@ mod tests {
         assert_eq!(mma_splits(3584, 40, 296, 264), (720, 5));
         // 0.5B's k/v (896 -> 128 columns: 2 tiles) at one row: at most 896 / 256 = 3 splits
         assert_eq!(mma_splits(896, 1, 2, 396), (304, 3));
+        // the ring kernel (3 blocks an SM: 396 slots), 72B gate/up as one SwiGLU launch at 40
+        // rows (924 tiles; at most 8192 / 640 = 12 splits): 1 split fills 924 of 1188
+        // (78%), 2 make 1848 of 1980 (93%), 3 make 2772 of 2772 (100%): ceil(8192 / 3) =
+        // 2731 -> 2752 rows (a multiple of 32, where 16 would give 2736)
+        assert_eq!(splits_in_units(8192, 40, 924, 396, 32), (2752, 3));
     }
 
     proptest! {
@@ -126,6 +146,24 @@ mod tests {
             prop_assert!((splits - 1) * rows < k, "an empty split");
             let cap = (k / (16 * m)).clamp(1, (k / MMA_MIN_SPLIT_ROWS).max(1));
             prop_assert!(splits <= cap, "{} splits over the cap {}", splits, cap);
+        }
+
+        /// The ring kernel's plan: whole 32-row stages in every split (the kernel reads
+        /// `(k1 - k0) / 32` stages and would drop a remainder), `k` covered, no empty split.
+        #[test]
+        fn ring_splits_are_whole_stages(
+            k32 in 1usize..2000,
+            m in 1usize..129,
+            tiles in 1usize..5000,
+            slots in 1usize..2000,
+        ) {
+            let k = 32 * k32;
+            let (rows, splits) = splits_in_units(k, m, tiles, slots, 32);
+            prop_assert_eq!(rows % 32, 0);
+            prop_assert!(rows * splits >= k, "k not covered");
+            prop_assert!((splits - 1) * rows < k, "an empty split");
+            // the last split's rows, k - (splits - 1) rows, are whole stages too
+            prop_assert_eq!((k - (splits - 1) * rows) % 32, 0);
         }
     }
 

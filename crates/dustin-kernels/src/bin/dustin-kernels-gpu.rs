@@ -18,12 +18,18 @@
 //!   then 5), for a trace of its kernels' GPU time (`scripts/gpu_prefill.sh ktime`).
 //! - `--score-buffers 1|2|3` and `--sparse-waves 1..8` (any command): the flash kernel's K tile
 //!   buffers in score mode, and the waves of blocks sparse verification's splits aim for.
+//! - `check --op skinny`: the skinny GEMMs alone (decode and verify rows, three weights of one
+//!   `x`, SwiGLU), with the default kernel choice and with the ring kernel forced.
+//! - `gemm [--decode-only] [--no-burn] [--ring-configs 64x32x4,128x64x3]`: the projections'
+//!   GEMMs (see [`gemm`]), the ring kernel once per listed block shape.
+//! - `--ring-config COLSxKCxBUFS` (any command): the ring kernel's block shape
+//!   (`cuda::RingConfig`).
 
 use std::io::Write;
 use std::time::Instant;
 
 use burn_tensor::{backend::Backend, Distribution, Int, Tensor, TensorData};
-use dustin_kernels::cuda::{self, AttentionKernel};
+use dustin_kernels::cuda::{self, AttentionKernel, RingConfig};
 use dustin_kernels::reference::{self, Dims, Sel};
 use dustin_kernels::{Keep, KernelOps, MAX_NEW};
 
@@ -579,23 +585,30 @@ fn check(op: &str) -> usize {
         for r in dustin_kernels::check::check_elementwise::<B>(&dev(), BOUND) {
             rep.add(&r.case, r.op, r.err, r.bound);
         }
-        // the skinny GEMM rows (and the SwiGLU ones, two weights in one buffer) again with
-        // the tensor-core kernel wherever it takes the shape (the first pass ran the default
-        // choice: one row on CUDA cores, more on tensor cores)
-        dustin_kernels::cuda::set_skinny_kernel(dustin_kernels::cuda::SkinnyKernel::Mma);
-        for r in dustin_kernels::check::check_elementwise::<B>(&dev(), BOUND) {
-            if r.op.starts_with("skinny") || r.op == "swiglu" {
-                rep.add(&format!("{} (mma)", r.case), r.op, r.err, r.bound);
+    }
+    if op == "all" || op == "elementwise" || op == "skinny" {
+        use dustin_kernels::cuda::SkinnyKernel;
+        // the skinny GEMM rows (with the SwiGLU and three-weight ones) with each kernel
+        // forced wherever it takes the shape (the elementwise pass ran the default choice):
+        // the tensor-core kernel, the ring kernel (in the `--ring-config` shape), and CUDA
+        // cores only (rows past 16 on Burn's matmul, whose autotuning makes it the slow pass);
+        // with `skinny` alone the default and the ring kernel only
+        let kernels = if op == "skinny" {
+            vec![(SkinnyKernel::Auto, "auto"), (SkinnyKernel::Ring, "ring")]
+        } else {
+            vec![
+                (SkinnyKernel::Mma, "mma"),
+                (SkinnyKernel::Ring, "ring"),
+                (SkinnyKernel::Cores, "cores"),
+            ]
+        };
+        for (kernel, label) in kernels {
+            dustin_kernels::cuda::set_skinny_kernel(kernel);
+            for r in dustin_kernels::check::check_skinny_gemms::<B>(&dev(), BOUND) {
+                rep.add(&format!("{} ({label})", r.case), r.op, r.err, r.bound);
             }
         }
-        // and on CUDA cores only (the rows past 16 on Burn's matmul)
-        dustin_kernels::cuda::set_skinny_kernel(dustin_kernels::cuda::SkinnyKernel::Cores);
-        for r in dustin_kernels::check::check_elementwise::<B>(&dev(), BOUND) {
-            if r.op.starts_with("skinny") || r.op == "swiglu" {
-                rep.add(&format!("{} (cores)", r.case), r.op, r.err, r.bound);
-            }
-        }
-        dustin_kernels::cuda::set_skinny_kernel(dustin_kernels::cuda::SkinnyKernel::Auto);
+        dustin_kernels::cuda::set_skinny_kernel(SkinnyKernel::Auto);
     }
     dustin_kernels::cuda::set_poison_outputs(false);
     println!(
@@ -865,7 +878,8 @@ fn bench(json: Option<&str>, quick: bool, kern: AttentionKernel) {
 /// fusion) at the projection shapes of Qwen2.5-7B and 72B (and their LM head, decode rows
 /// only), prefill rows (4k..32k tokens) and decode / verify rows (1, 8, 16, 40, 80, 128;
 /// also our skinny GEMMs, `KernelOps::skinny_linear`: the tensor-core kernel up to 128 rows,
-/// op `skinny_mma`, and the CUDA-core one up to 16, op `skinny`), 30 untimed calls first
+/// op `skinny_mma`, the ring kernel up to 128, `skinny_ring`, and the CUDA-core one up to 16,
+/// op `skinny`), 30 untimed calls first
 /// (autotuning), then the mean of 10; beside each, `KernelOps::prefill_linear` (cuBLAS, `op`
 /// `cublas`: each call waits for cubecl's queue before and for cuBLAS after, as the model
 /// runs it); then the causal prefill
@@ -873,7 +887,14 @@ fn bench(json: Option<&str>, quick: bool, kern: AttentionKernel) {
 /// (the cuBLAS and skinny rows only); with `decode_only`, the decode / verify rows only; with
 /// `model` (`7B` or `72B`), that model's shapes only. One JSON line a shape; TFLOP/s count
 /// `2 m k n`, TB/s the weight read.
-fn gemm(json: Option<&str>, quick: bool, no_burn: bool, decode_only: bool, model: Option<&str>) {
+fn gemm(
+    json: Option<&str>,
+    quick: bool,
+    no_burn: bool,
+    decode_only: bool,
+    model: Option<&str>,
+    ring_configs: &[RingConfig],
+) {
     let dev = Default::default();
     let mut emit = emitter(json);
     let prefill: &[usize] = if decode_only {
@@ -936,20 +957,45 @@ fn gemm(json: Option<&str>, quick: bool, no_burn: bool, decode_only: bool, model
                     ));
                 }
                 // our split-K skinny GEMMs on the same operands (decode / verify rows): the
-                // tensor-core kernel (up to MMA_MAX_ROWS rows) and the CUDA-core one (up to
-                // SKINNY_MAX_ROWS)
-                for (mma, label, max) in [
-                    (true, "skinny_mma", dustin_kernels::cuda::MMA_MAX_ROWS),
-                    (false, "skinny", dustin_kernels::SKINNY_MAX_ROWS),
-                ] {
+                // tensor-core kernel and the ring kernel (up to MMA_MAX_ROWS rows) and the
+                // CUDA-core one (up to SKINNY_MAX_ROWS)
+                use dustin_kernels::cuda::SkinnyKernel;
+                // the ring kernel in its current shape, then each of `ring_configs`
+                let ring_default = dustin_kernels::cuda::ring_config();
+                let mut runs: Vec<(SkinnyKernel, String, usize, Option<RingConfig>)> = vec![(
+                    SkinnyKernel::Mma,
+                    "skinny_mma".into(),
+                    dustin_kernels::cuda::MMA_MAX_ROWS,
+                    None,
+                )];
+                if ring_configs.is_empty() {
+                    runs.push((
+                        SkinnyKernel::Ring,
+                        "skinny_ring".into(),
+                        dustin_kernels::cuda::MMA_MAX_ROWS,
+                        None,
+                    ));
+                }
+                for &c in ring_configs {
+                    runs.push((
+                        SkinnyKernel::Ring,
+                        format!("skinny_ring_{c}"),
+                        dustin_kernels::cuda::MMA_MAX_ROWS,
+                        Some(c),
+                    ));
+                }
+                runs.push((
+                    SkinnyKernel::Cores,
+                    "skinny".into(),
+                    dustin_kernels::SKINNY_MAX_ROWS,
+                    None,
+                ));
+                for (kernel, label, max, ring) in runs {
                     if m > max {
                         continue;
                     }
-                    dustin_kernels::cuda::set_skinny_kernel(if mma {
-                        dustin_kernels::cuda::SkinnyKernel::Mma
-                    } else {
-                        dustin_kernels::cuda::SkinnyKernel::Cores
-                    });
+                    dustin_kernels::cuda::set_skinny_kernel(kernel);
+                    dustin_kernels::cuda::set_ring_config(ring.unwrap_or(ring_default));
                     let run = || B::skinny_linear(x.clone(), w.clone(), None);
                     match run() {
                         Ok(_) => {
@@ -967,6 +1013,7 @@ fn gemm(json: Option<&str>, quick: bool, no_burn: bool, decode_only: bool, model
                         ),
                     }
                 }
+                dustin_kernels::cuda::set_ring_config(ring_default);
                 dustin_kernels::cuda::set_skinny_kernel(dustin_kernels::cuda::SkinnyKernel::Auto);
             }
         }
@@ -1285,6 +1332,34 @@ fn main() -> std::process::ExitCode {
             }
         }
     }
+    // the ring kernel's block shape for every command; `gemm --ring-configs` times a list
+    let ring_list = |flag: &str| -> Result<Vec<RingConfig>, String> {
+        match args.iter().position(|a| a == flag) {
+            None => Ok(Vec::new()),
+            Some(i) => {
+                let v = args
+                    .get(i + 1)
+                    .ok_or_else(|| format!("{flag}: expected COLSxKCxBUFS[,..], got nothing"))?;
+                v.split(',')
+                    .map(|c| RingConfig::parse(c).map_err(|e| format!("{flag}: {e}")))
+                    .collect()
+            }
+        }
+    };
+    let (ring_one, ring_configs) = match (ring_list("--ring-config"), ring_list("--ring-configs")) {
+        (Ok(one), Ok(many)) if one.len() <= 1 => (one, many),
+        (Ok(_), Ok(_)) => {
+            eprintln!("--ring-config: expected one COLSxKCxBUFS (--ring-configs takes a list)");
+            return std::process::ExitCode::FAILURE;
+        }
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("{e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    if let Some(&c) = ring_one.first() {
+        dustin_kernels::cuda::set_ring_config(c);
+    }
     let op = args
         .iter()
         .position(|a| a == "--op")
@@ -1303,6 +1378,7 @@ fn main() -> std::process::ExitCode {
                 .position(|a| a == "--model")
                 .and_then(|i| args.get(i + 1))
                 .map(String::as_str),
+            &ring_configs,
         ),
         Some("prefill") => {
             let mut emit = emitter(json);
@@ -1326,7 +1402,7 @@ fn main() -> std::process::ExitCode {
             bench(json, quick, verify_kernel);
         }
         _ => {
-            eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise|dustin] | bench [--quick] [--verify-kernel auto|flash|split] [--flash-buffers 1|2|3] [--json PATH] | gemm [--quick] [--no-burn] [--decode-only] [--model 7B|72B] [--json PATH] | prefill [--quick] [--json PATH] | ktime --op dense|sparse512|sparse1024|sparse2048|score [--model 7B|72B] | launchcost [--json PATH] | topk [--json PATH] | all; any of them [--score-buffers 1|2|3] [--sparse-waves 1..8]");
+            eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise|skinny|dustin] | bench [--quick] [--verify-kernel auto|flash|split] [--flash-buffers 1|2|3] [--json PATH] | gemm [--quick] [--no-burn] [--decode-only] [--model 7B|72B] [--ring-configs COLSxKCxBUFS,..] [--json PATH] | prefill [--quick] [--json PATH] | ktime --op dense|sparse512|sparse1024|sparse2048|score [--model 7B|72B] | launchcost [--json PATH] | topk [--json PATH] | all; any of them [--score-buffers 1|2|3] [--sparse-waves 1..8] [--ring-config COLSxKCxBUFS]");
             return std::process::ExitCode::from(2);
         }
     }

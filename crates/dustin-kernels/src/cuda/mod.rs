@@ -38,6 +38,7 @@ use crate::{
     Result, MAX_NEW, MAX_PREFILL_NEW,
 };
 
+pub use crate::ring::{RingConfig, RING_CONFIG};
 pub use kernels::{RESCALE_SLACK, THREADS, TILE};
 
 static POISON: AtomicBool = AtomicBool::new(false);
@@ -361,9 +362,14 @@ pub enum SkinnyKernel {
     /// The CUDA-core kernel (`skinny_gemm_kernel`) only, up to [`crate::SKINNY_MAX_ROWS`]
     /// rows; more rows take Burn's matmul (the default before 2026-12-01).
     Cores = 0,
-    /// The default: one row on the CUDA-core kernel, 2 to [`AUTO_MMA_MAX_ROWS`] rows on the
-    /// tensor-core kernel (`skinny_mma_kernel`), each where its shape rules allow; more rows
-    /// on Burn's matmul. On the H200
+    /// The default: one row on the CUDA-core kernel, 2 to 32 rows on the tensor-core kernel
+    /// (`skinny_mma_kernel`), [`AUTO_RING_MIN_ROWS`] to [`MMA_MAX_ROWS`] on the ring kernel
+    /// (`skinny_ring_kernel`), each where its shape rules allow (33-48 rows the ring kernel
+    /// does not take go to the tensor-core kernel); the rest on Burn's matmul. The ring kernel
+    /// at 33-128 rows since 2026-12-02: Qwen2.5-72B shapes (20 layers), 32k, dense
+    /// speculative decoding, verification phase synced, 20.2 against 23.9 ms at B=8 (40
+    /// rows) and 29.3 against 57.2 at B=16 (80 rows, where Burn's matmul ran them;
+    /// docs/perf.md, sixteenth session). Before, on the H200
     /// (docs/perf.md, 2026-12-01, host-timed) the tensor-core kernel took 73.0 against 104.9
     /// us for Qwen2.5-7B's gate projection at 8 rows, 169.8 against 310.5 us for 72B's, and
     /// 72.8 against 202.2 us at 16 rows; at one row the CUDA-core kernel was as fast or faster (7B down: 70
@@ -372,6 +378,14 @@ pub enum SkinnyKernel {
     /// The tensor-core kernel wherever its shape rules allow, one row and up to
     /// [`MMA_MAX_ROWS`] rows included (benchmarks).
     Mma = 2,
+    /// The ring kernel (`skinny_ring_kernel`: the weight tile staged once per block through a
+    /// `cp.async` ring, all rows in one launch) wherever its shape rules allow, from one row
+    /// up to [`MMA_MAX_ROWS`]; elsewhere as `Mma` (benchmarks).
+    Ring = 3,
+    /// The default before the ring kernel (sessions 27-34): as `Auto` without it, so 2 to
+    /// [`AUTO_MMA_MAX_ROWS`] rows on the tensor-core kernel and more on Burn's matmul
+    /// (benchmarks that compare the two).
+    NoRing = 4,
 }
 
 /// Which kernel runs [`KernelOps::top_k_positions`] on CUDA ([`set_topk_kernel`]).
@@ -437,6 +451,8 @@ fn skinny_kernel() -> SkinnyKernel {
     match SKINNY_KERNEL.load(Ordering::Relaxed) {
         0 => SkinnyKernel::Cores,
         2 => SkinnyKernel::Mma,
+        3 => SkinnyKernel::Ring,
+        4 => SkinnyKernel::NoRing,
         _ => SkinnyKernel::Auto,
     }
 }
@@ -448,6 +464,10 @@ enum SkinnyPath {
     Cores,
     /// `skinny_mma_kernel`: tensor cores, up to [`MMA_MAX_ROWS`] rows.
     Mma,
+    /// `skinny_ring_kernel` in this block shape (read once per call, so the plan and the
+    /// launch agree): tensor cores fed from a shared-memory ring, up to [`MMA_MAX_ROWS`] rows
+    /// in one launch.
+    Ring(RingConfig),
 }
 
 /// Whether the tensor-core kernel takes `x [m, k] . w`: bf16 or f16, `1 <= m <=`
@@ -459,8 +479,8 @@ fn mma_takes(m: usize, k: usize, w: &Ct) -> bool {
     let st = w.meta.strides();
     let on = match skinny_kernel() {
         SkinnyKernel::Cores => false,
-        SkinnyKernel::Auto => (2..=AUTO_MMA_MAX_ROWS).contains(&m),
-        SkinnyKernel::Mma => true,
+        SkinnyKernel::Auto | SkinnyKernel::NoRing => (2..=AUTO_MMA_MAX_ROWS).contains(&m),
+        SkinnyKernel::Mma | SkinnyKernel::Ring => true,
     };
     on && matches!(w.dtype, DType::BF16 | DType::F16)
         && (1..=MMA_MAX_ROWS).contains(&m)
@@ -483,9 +503,65 @@ fn mma_x_ok(x: &Ct) -> bool {
     needs_copy || x.handle.offset_start.unwrap_or(0).is_multiple_of(8)
 }
 
+/// Whether the ring kernel takes `x [m, k] . w`: as the tensor-core kernel
+/// ([`mma_takes`]), and `k` a multiple of the ring's stage ([`RingConfig::kc`]), `x` with a
+/// unit column stride, a row stride that is a multiple of 8 and a 16-byte aligned start
+/// (each copy moves 16 bytes; otherwise a contiguous copy of `x` is made first, which is).
+fn ring_takes(m: usize, k: usize, x: &Ct, w: &Ct, rc: RingConfig) -> bool {
+    let on = match skinny_kernel() {
+        SkinnyKernel::Ring => true,
+        SkinnyKernel::Auto => (AUTO_RING_MIN_ROWS..=MMA_MAX_ROWS).contains(&m),
+        SkinnyKernel::Cores | SkinnyKernel::Mma | SkinnyKernel::NoRing => false,
+    };
+    let xs = x.meta.strides();
+    let x_ok = !(xs[1] == 1 && xs[0].is_multiple_of(8))
+        || x.handle.offset_start.unwrap_or(0).is_multiple_of(16);
+    on && x_ok
+        && w.dtype == x.dtype
+        && matches!(w.dtype, DType::BF16 | DType::F16)
+        && (1..=MMA_MAX_ROWS).contains(&m)
+        && k.is_multiple_of(rc.kc)
+        && k > 0
+        && w.meta.shape()[1] > 0
+        && w.meta.shape()[1].is_multiple_of(8)
+        && w.meta.strides()[1] == 1
+        && w.meta.strides()[0] >= w.meta.shape()[1]
+        && w.meta.strides()[0].is_multiple_of(8)
+        && w.handle.offset_start.unwrap_or(0).is_multiple_of(16)
+}
+
+static RING_CFG: std::sync::Mutex<RingConfig> = std::sync::Mutex::new(RING_CONFIG);
+
+/// Sets the ring kernel's block shape ([`RingConfig`]; values out of range are refused by
+/// [`RingConfig::parse`], and here clamped to the nearest allowed). For benchmarks that compare
+/// them (`dustin-kernels-gpu gemm --ring-configs`).
+pub fn set_ring_config(c: RingConfig) {
+    let c = RingConfig {
+        cols: if c.cols > 64 { 128 } else { 64 },
+        kc: if c.kc > 32 { 64 } else { 32 },
+        bufs: c.bufs.clamp(3, 4),
+    };
+    if let Ok(mut g) = RING_CFG.lock() {
+        *g = c;
+    }
+}
+
+/// The ring kernel's block shape [`set_ring_config`] chose.
+pub fn ring_config() -> RingConfig {
+    RING_CFG.lock().map(|g| *g).unwrap_or(RING_CONFIG)
+}
+
+/// Fewest rows [`SkinnyKernel::Auto`] sends to the ring kernel (`skinny_ring_kernel`); from
+/// here to [`MMA_MAX_ROWS`] it takes them all in one launch, where the tensor-core kernel
+/// re-reads the weight once per 48 rows and keeps three tiles' loads in registers.
+pub const AUTO_RING_MIN_ROWS: usize = 33;
+
 /// The kernel for `x [m, k]` times every weight of `ws`, or `None` (Burn's matmul).
 fn skinny_path(m: usize, k: usize, x: &Ct, ws: &[&Ct]) -> Option<SkinnyPath> {
-    if mma_x_ok(x) && ws.iter().all(|w| w.dtype == x.dtype && mma_takes(m, k, w)) {
+    let rc = ring_config();
+    if ws.iter().all(|w| ring_takes(m, k, x, w, rc)) {
+        Some(SkinnyPath::Ring(rc))
+    } else if mma_x_ok(x) && ws.iter().all(|w| w.dtype == x.dtype && mma_takes(m, k, w)) {
         Some(SkinnyPath::Mma)
     } else if ws.iter().all(|w| skinny_takes(m, k, w)) {
         Some(SkinnyPath::Cores)
@@ -530,7 +606,20 @@ fn skinny_plan(k: usize, m: usize, ns: &[usize], path: SkinnyPath, sms: usize) -
             let slots = mma_blocks_per_sm(mt) * sms.max(1);
             crate::split_plan::mma_splits(k, m, tiles, slots)
         }
+        SkinnyPath::Ring(rc) => {
+            let tiles: usize = ns.iter().map(|n| n.div_ceil(rc.cols)).sum::<usize>().max(1);
+            let mt = m.clamp(1, 16 * kernels::RING_MAX_TILES).div_ceil(16);
+            let slots = ring_blocks_per_sm(rc, mt) * sms.max(1);
+            crate::split_plan::splits_in_units(k, m, tiles, slots, rc.kc)
+        }
     }
+}
+
+/// Blocks of the ring skinny GEMM resident on one SM, as the split plan counts them: as many
+/// as its shared memory allows ([`RingConfig::shared_bytes`] of the H200's 227 KB a block can
+/// use of an SM's 228), at most 4 (registers: about 100 a thread, 128 threads).
+fn ring_blocks_per_sm(rc: RingConfig, mt: usize) -> usize {
+    (227 * 1024 / rc.shared_bytes(mt).max(1)).clamp(1, 4)
 }
 
 /// Blocks of the tensor-core skinny GEMM resident on one SM for `mt` 16-row tiles of `x`:
@@ -580,6 +669,63 @@ fn skinny_gemm_into(
                     ldp as u32,
                     *col_off as u32,
                     m,
+                    xp.dtype.into(),
+                )
+            }
+        }
+        SkinnyPath::Ring(rc) => {
+            // `x` in 16-byte vectors: unit column stride, rows a multiple of 8 apart,
+            // otherwise a contiguous copy (a fresh allocation, so aligned)
+            let st = xp.meta.strides();
+            let xv = if st[1] == 1 && st[0].is_multiple_of(8) {
+                xp.clone()
+            } else {
+                burn_cubecl::kernel::into_contiguous(xp.clone())
+            };
+            let ldx = xv.meta.strides()[0];
+            let mt = m.clamp(1, 16 * kernels::RING_MAX_TILES).div_ceil(16);
+            for chunk in ws.chunks(3) {
+                let pick = |i: usize| &chunk[i.min(chunk.len() - 1)];
+                let n = |i: usize| pick(i).0.meta.shape()[1];
+                let tiles = |i: usize| {
+                    if i < chunk.len() {
+                        n(i).div_ceil(rc.cols)
+                    } else {
+                        0
+                    }
+                };
+                let (t0, t1, t2) = (tiles(0), tiles(1), tiles(2));
+                kernels::skinny_ring_kernel::launch::<CudaRuntime>(
+                    &xp.client,
+                    CubeCount::Static((t0 + t1 + t2) as u32, splits as u32, 1),
+                    CubeDim::new_1d(kernels::RING_THREADS as u32),
+                    MMA_VEC,
+                    xv.clone().into_array_arg(),
+                    pick(0).0.clone().into_array_arg(),
+                    pick(1).0.clone().into_array_arg(),
+                    pick(2).0.clone().into_array_arg(),
+                    part.clone().into_array_arg(),
+                    m as u32,
+                    k as u32,
+                    ldx as u32,
+                    rows as u32,
+                    ldp as u32,
+                    n(0) as u32,
+                    n(1) as u32,
+                    n(2) as u32,
+                    pick(0).0.meta.strides()[0] as u32,
+                    pick(1).0.meta.strides()[0] as u32,
+                    pick(2).0.meta.strides()[0] as u32,
+                    pick(0).1 as u32,
+                    pick(1).1 as u32,
+                    pick(2).1 as u32,
+                    t0 as u32,
+                    (t0 + t1) as u32,
+                    chunk.len(),
+                    mt,
+                    rc.cols,
+                    rc.kc,
+                    rc.bufs,
                     xp.dtype.into(),
                 )
             }
@@ -2347,8 +2493,8 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
 
     fn skinny_max_rows() -> usize {
         match skinny_kernel() {
-            SkinnyKernel::Mma => MMA_MAX_ROWS,
-            SkinnyKernel::Auto => AUTO_MMA_MAX_ROWS,
+            SkinnyKernel::Mma | SkinnyKernel::Ring | SkinnyKernel::Auto => MMA_MAX_ROWS,
+            SkinnyKernel::NoRing => AUTO_MMA_MAX_ROWS,
             SkinnyKernel::Cores => crate::SKINNY_MAX_ROWS,
         }
     }
