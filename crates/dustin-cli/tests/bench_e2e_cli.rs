@@ -761,3 +761,32 @@ fn bench_sizes_are_named() {
         assert!(err.contains(want), "{args:?}: {err}");
     }
 }
+
+/// The row records the GEMM settings as the flags spell them: `--skinny-kernel no-ring` as
+/// `no-ring`, and a ring shape in its one spelling, whatever spaces it was given with (the
+/// CPU runs neither kernel; the row still says what was asked for).
+#[test]
+fn rows_name_the_skinny_kernel_and_ring_shape() {
+    let rows = bench_rows(
+        "ring",
+        &[
+            "--ctx",
+            "180",
+            "--tail",
+            "40",
+            "--modes",
+            "ar",
+            "--warmup",
+            "1",
+            "--iters",
+            "1",
+            "--skinny-kernel",
+            "no-ring",
+            "--ring-config",
+            " 64 x32x4",
+        ],
+    );
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["skinny_kernel"], "no-ring", "{:?}", rows[0]);
+    assert_eq!(rows[0]["ring_config"], "64x32x4", "{:?}", rows[0]);
+}

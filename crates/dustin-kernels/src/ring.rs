@@ -34,11 +34,18 @@ impl RingConfig {
                 format!("{s:?}"),
             )
         };
+        // digits only (Rust's integer parsing would also take a leading `+`)
         let parts: Vec<usize> = s
             .split('x')
-            .map(|p| p.trim().parse::<usize>())
-            .collect::<std::result::Result<_, _>>()
-            .map_err(|_| bad())?;
+            .map(|p| {
+                let p = p.trim();
+                if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) {
+                    p.parse::<usize>().map_err(|_| bad())
+                } else {
+                    Err(bad())
+                }
+            })
+            .collect::<crate::Result<_>>()?;
         let [cols, kc, bufs] = parts[..] else {
             return Err(bad());
         };
