@@ -299,6 +299,37 @@ fn longbench_with_a_substitute_draft_matches_the_self_draft() {
     }
 }
 
+/// `eval longbench --lookahead-layers`: for the 1-layer self-draft, `last:1` and the list
+/// `0` name the one layer `all` does, so `dustin`'s predictions at a budget below the
+/// context are the same token for token (stored under their own keys: each run computes).
+#[test]
+fn longbench_lookahead_layers_naming_all_layers_match_all() {
+    let s = setup("longbench-lookahead");
+    let go = |la: &str, name: &str| {
+        let out = s.dir.join(name);
+        let over = [
+            ("--selectors", "dustin"),
+            ("--budget", "96"),
+            ("--lookahead-layers", la),
+        ];
+        let (o, _, err) = run(&mut longbench_with(&s, &out, &over));
+        assert!(o.status.success(), "{la}: {err}");
+        rows(&out)
+    };
+    let a = go("all", "all");
+    assert_eq!(a.len(), 3, "3 samples x dustin at 96");
+    for (la, name) in [("last:1", "last1"), ("0", "list0")] {
+        let b = go(la, name);
+        assert_eq!(b.len(), a.len(), "{la}");
+        for r in &a {
+            let (task, id) = (r["task"].as_str().unwrap(), r["id"].as_str().unwrap());
+            let m = find(&b, task, id, "dustin", r["budget"].clone());
+            assert_eq!(m["prediction"], r["prediction"], "{la}: {task} {id}");
+            assert_eq!(m["new_tokens"], r["new_tokens"], "{la}: {task} {id}");
+        }
+    }
+}
+
 #[test]
 fn pg19_reports_perplexity_against_dense() {
     let dir = common::scratch("pg19");
@@ -380,6 +411,15 @@ fn bad_eval_inputs_are_named() {
         (
             vec!["--tasks", "gov_report"],
             "no gov_report.json or gov_report.jsonl",
+        ),
+        // a setting that names no layers, and layers the 1-layer self-draft does not have
+        (
+            vec!["--lookahead-layers", "stride:0"],
+            "--lookahead-layers: invalid `lookahead layers`",
+        ),
+        (
+            vec!["--lookahead-layers", "last:3"],
+            "expected layers of a draft of 1 layers (0 to 0), found the last 3",
         ),
     ];
     for (extra, want) in cases {

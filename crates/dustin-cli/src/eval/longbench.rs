@@ -75,6 +75,12 @@ pub struct LongBenchArgs {
     /// tokenizer).
     #[arg(long, default_value = "self:layers=20")]
     pub draft: String,
+    /// Draft layers whose attention makes the lookahead (`dustin_spec::LookaheadLayers`):
+    /// `all` (the default), `stride:S` (every S-th layer counted back from the last),
+    /// `last:N` or a list of layer indices (`0,5,9`), of the draft's layers (a self-draft's
+    /// `N`), as `eval fidelity --lookahead-layers`.
+    #[arg(long, default_value = "all")]
+    pub lookahead_layers: String,
     /// LongBench data: a directory of `<task>.json` (MiniLongBench layout) or `<task>.jsonl`
     /// (original LongBench layout) files, or one such file.
     #[arg(long, default_value = "../shared/data/longbench")]
@@ -398,8 +404,19 @@ impl KeyBase<'_> {
     fn key(&self, task: &str, id: &str, run: &RunSpec, max_new: usize) -> Result<String, CliError> {
         let budget = run.budget_key();
         let fp = run.sel.fingerprint(run.budget.unwrap_or(self.ctx))?;
+        // the lookahead layers only when not all of them, so that earlier stores keep their
+        // keys (as `eval fidelity`'s store)
+        let la = match self
+            .args
+            .lookahead_layers
+            .parse::<dustin_spec::LookaheadLayers>()
+        {
+            Ok(dustin_spec::LookaheadLayers::All) => String::new(),
+            Ok(l) => format!("|la={l}"),
+            Err(_) => format!("|la={}", self.args.lookahead_layers.trim()),
+        };
         let config = format!(
-            "{fp}|model={}|draft={}|g={}|chat={}|max_new={max_new}",
+            "{fp}|model={}|draft={}{la}|g={}|chat={}|max_new={max_new}",
             self.model, self.args.draft, self.args.gamma, self.chat
         );
         Ok(format!(
@@ -416,6 +433,8 @@ struct Cx<B: Backend> {
     target: Arc<Qwen2<B>>,
     draft: Arc<Qwen2<B>>,
     draft_layers: Option<usize>,
+    /// the draft layers of the lookahead (`None`: all; `--lookahead-layers`)
+    lookahead_layers: Option<Vec<usize>>,
     self_draft: bool,
     tok: Tokenizer,
     vocab: usize,
@@ -503,7 +522,7 @@ fn generate_from<B: KernelOps>(
         cx.draft.clone(),
         cx.draft_layers,
         sh.draft_cache.clone(),
-        None,
+        cx.lookahead_layers.clone(),
     );
     let verifier = SharedVerifier::new(
         cx.target.clone(),
@@ -575,7 +594,11 @@ pub(super) fn longbench<B: KernelOps>(
             "--ctx 0: expected a positive context".into(),
         ));
     }
-    // check the selectors, budgets and data before loading the model
+    // check the lookahead setting, selectors, budgets and data before loading the model
+    let la: dustin_spec::LookaheadLayers = args
+        .lookahead_layers
+        .parse()
+        .map_err(|e| CliError::Usage(format!("--lookahead-layers: {e}")))?;
     let probe_ctx = args.ctx.unwrap_or(1 << 20);
     for r in run_specs(&sels, &budgets, probe_ctx)? {
         r.build::<B>(probe_ctx)?;
@@ -604,11 +627,15 @@ pub(super) fn longbench<B: KernelOps>(
     let target = Arc::new(files.build::<B>(ctx, dev)?);
     let (draft, draft_layers, self_draft) =
         crate::eval::eval_draft(&args.draft, &target, ctx, dev, Some(&tok))?;
+    let lookahead_layers = la
+        .resolve(draft_layers.unwrap_or(draft.layers.len()))
+        .map_err(|e| CliError::Usage(format!("--lookahead-layers: {e}")))?;
     let vocab = tok.vocab_size().min(target.config.vocab_size);
     let cx = Cx {
         target,
         draft,
         draft_layers,
+        lookahead_layers,
         self_draft,
         tok,
         vocab,
