@@ -366,6 +366,16 @@ struct Row {
     secs_spec_verify: f64,
 }
 
+/// The part of a result store's key that names `--lookahead-layers` (`eval fidelity`, `eval
+/// longbench`): nothing for `all`, so that stores written before the setting keep their keys,
+/// else `|la=<setting as given, trimmed>`.
+pub(crate) fn lookahead_key(setting: &str) -> String {
+    match setting.parse::<LookaheadLayers>() {
+        Ok(LookaheadLayers::All) => String::new(),
+        _ => format!("|la={}", setting.trim()),
+    }
+}
+
 fn row_key(
     book: &str,
     ctx: usize,
@@ -373,11 +383,7 @@ fn row_key(
     sel: &SelectorSpec,
     args: &FidelityArgs,
 ) -> Result<String, CliError> {
-    // the lookahead layers only when not all of them, so that earlier stores keep their keys
-    let la = match args.lookahead_layers.parse::<LookaheadLayers>() {
-        Ok(LookaheadLayers::All) => String::new(),
-        _ => format!("|la={}", args.lookahead_layers.trim()),
-    };
+    let la = lookahead_key(&args.lookahead_layers);
     Ok(format!(
         "{book}|ctx={ctx}|budget={budget}|{}|W={}|g={}|spec={}|draft={}{la}|{:016x}",
         sel.label,

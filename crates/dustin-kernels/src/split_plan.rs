@@ -131,39 +131,32 @@ mod tests {
     }
 
     proptest! {
+        /// Every unit a kernel plans in (16: the tensor-core kernel's `mma` steps, by
+        /// `mma_splits`; 32 and 64: the ring kernel's stages, which it reads as `(k1 - k0) /
+        /// unit` and would drop a remainder of): whole units in every split, the last one
+        /// included, `k` covered, no empty split, within the caps.
         #[test]
-        fn mma_splits_cover_k_within_their_caps(
-            k16 in 1usize..4000,
+        fn splits_are_whole_units_and_cover_k_within_their_caps(
+            unit in prop::sample::select(vec![16usize, 32, 64]),
+            ku in 1usize..4000,
             m in 1usize..129,
             tiles in 1usize..5000,
             slots in 1usize..2000,
         ) {
-            let k = 16 * k16;
-            let (rows, splits) = mma_splits(k, m, tiles, slots);
-            prop_assert_eq!(rows % 16, 0);
+            let k = unit * ku;
+            let (rows, splits) = if unit == 16 {
+                mma_splits(k, m, tiles, slots)
+            } else {
+                splits_in_units(k, m, tiles, slots, unit)
+            };
+            prop_assert_eq!(rows % unit, 0);
             prop_assert!(splits >= 1);
             prop_assert!(rows * splits >= k, "k not covered");
             prop_assert!((splits - 1) * rows < k, "an empty split");
+            // the last split's rows, k - (splits - 1) rows, are whole units too
+            prop_assert_eq!((k - (splits - 1) * rows) % unit, 0);
             let cap = (k / (16 * m)).clamp(1, (k / MMA_MIN_SPLIT_ROWS).max(1));
             prop_assert!(splits <= cap, "{} splits over the cap {}", splits, cap);
-        }
-
-        /// The ring kernel's plan: whole 32-row stages in every split (the kernel reads
-        /// `(k1 - k0) / 32` stages and would drop a remainder), `k` covered, no empty split.
-        #[test]
-        fn ring_splits_are_whole_stages(
-            k32 in 1usize..2000,
-            m in 1usize..129,
-            tiles in 1usize..5000,
-            slots in 1usize..2000,
-        ) {
-            let k = 32 * k32;
-            let (rows, splits) = splits_in_units(k, m, tiles, slots, 32);
-            prop_assert_eq!(rows % 32, 0);
-            prop_assert!(rows * splits >= k, "k not covered");
-            prop_assert!((splits - 1) * rows < k, "an empty split");
-            // the last split's rows, k - (splits - 1) rows, are whole stages too
-            prop_assert_eq!((k - (splits - 1) * rows) % 32, 0);
         }
     }
 

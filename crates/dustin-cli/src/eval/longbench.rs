@@ -404,17 +404,7 @@ impl KeyBase<'_> {
     fn key(&self, task: &str, id: &str, run: &RunSpec, max_new: usize) -> Result<String, CliError> {
         let budget = run.budget_key();
         let fp = run.sel.fingerprint(run.budget.unwrap_or(self.ctx))?;
-        // the lookahead layers only when not all of them, so that earlier stores keep their
-        // keys (as `eval fidelity`'s store)
-        let la = match self
-            .args
-            .lookahead_layers
-            .parse::<dustin_spec::LookaheadLayers>()
-        {
-            Ok(dustin_spec::LookaheadLayers::All) => String::new(),
-            Ok(l) => format!("|la={l}"),
-            Err(_) => format!("|la={}", self.args.lookahead_layers.trim()),
-        };
+        let la = crate::eval::lookahead_key(&self.args.lookahead_layers);
         let config = format!(
             "{fp}|model={}|draft={}{la}|g={}|chat={}|max_new={max_new}",
             self.model, self.args.draft, self.args.gamma, self.chat

@@ -674,54 +674,38 @@ fn skinny_gemm_into(
             }
         }
         SkinnyPath::Ring(rc) => {
-            // `x` in 16-byte vectors: unit column stride, rows a multiple of 8 apart,
-            // otherwise a contiguous copy (a fresh allocation, so aligned)
-            let st = xp.meta.strides();
-            let xv = if st[1] == 1 && st[0].is_multiple_of(8) {
-                xp.clone()
-            } else {
-                burn_cubecl::kernel::into_contiguous(xp.clone())
-            };
-            let ldx = xv.meta.strides()[0];
+            // `x` in 16-byte vectors
+            let (xv, ldx) = x_in_vectors(xp, 8);
             let mt = m.clamp(1, 16 * kernels::RING_MAX_TILES).div_ceil(16);
             for chunk in ws.chunks(3) {
-                let pick = |i: usize| &chunk[i.min(chunk.len() - 1)];
-                let n = |i: usize| pick(i).0.meta.shape()[1];
-                let tiles = |i: usize| {
-                    if i < chunk.len() {
-                        n(i).div_ceil(rc.cols)
-                    } else {
-                        0
-                    }
-                };
-                let (t0, t1, t2) = (tiles(0), tiles(1), tiles(2));
+                let sl = WeightSlots::of(chunk, rc.cols);
                 kernels::skinny_ring_kernel::launch::<CudaRuntime>(
                     &xp.client,
-                    CubeCount::Static((t0 + t1 + t2) as u32, splits as u32, 1),
+                    CubeCount::Static(sl.blocks as u32, splits as u32, 1),
                     CubeDim::new_1d(kernels::RING_THREADS as u32),
                     MMA_VEC,
                     xv.clone().into_array_arg(),
-                    pick(0).0.clone().into_array_arg(),
-                    pick(1).0.clone().into_array_arg(),
-                    pick(2).0.clone().into_array_arg(),
+                    sl.w[0].clone().into_array_arg(),
+                    sl.w[1].clone().into_array_arg(),
+                    sl.w[2].clone().into_array_arg(),
                     part.clone().into_array_arg(),
                     m as u32,
                     k as u32,
                     ldx as u32,
                     rows as u32,
                     ldp as u32,
-                    n(0) as u32,
-                    n(1) as u32,
-                    n(2) as u32,
-                    pick(0).0.meta.strides()[0] as u32,
-                    pick(1).0.meta.strides()[0] as u32,
-                    pick(2).0.meta.strides()[0] as u32,
-                    pick(0).1 as u32,
-                    pick(1).1 as u32,
-                    pick(2).1 as u32,
-                    t0 as u32,
-                    (t0 + t1) as u32,
-                    chunk.len(),
+                    sl.n[0],
+                    sl.n[1],
+                    sl.n[2],
+                    sl.ldw[0],
+                    sl.ldw[1],
+                    sl.ldw[2],
+                    sl.col_off[0],
+                    sl.col_off[1],
+                    sl.col_off[2],
+                    sl.first_tile[0],
+                    sl.first_tile[1],
+                    sl.count,
                     mt,
                     rc.cols,
                     rc.kc,
@@ -731,28 +715,11 @@ fn skinny_gemm_into(
             }
         }
         SkinnyPath::Mma => {
-            // `x` in 8-byte vectors: unit column stride, rows a multiple of 4 apart (a
-            // pitched row is), otherwise a contiguous copy (a fresh allocation, so aligned;
-            // `skinny_path` took this path only if an uncopied `x` starts 8-byte aligned)
-            let st = xp.meta.strides();
-            let xv = if st[1] == 1 && st[0].is_multiple_of(MMA_XVEC) {
-                xp.clone()
-            } else {
-                burn_cubecl::kernel::into_contiguous(xp.clone())
-            };
-            let ldx = xv.meta.strides()[0];
-            // up to three weights a launch; unused slots repeat the last (never read)
+            // `x` in 8-byte vectors (a pitched row is a multiple of 4 apart; `skinny_path`
+            // took this path only if an uncopied `x` starts 8-byte aligned)
+            let (xv, ldx) = x_in_vectors(xp, MMA_XVEC);
             for chunk in ws.chunks(3) {
-                let pick = |i: usize| &chunk[i.min(chunk.len() - 1)];
-                let n = |i: usize| pick(i).0.meta.shape()[1];
-                let tiles = |i: usize| {
-                    if i < chunk.len() {
-                        n(i).div_ceil(kernels::MMA_TILE)
-                    } else {
-                        0
-                    }
-                };
-                let (t0, t1, t2) = (tiles(0), tiles(1), tiles(2));
+                let sl = WeightSlots::of(chunk, kernels::MMA_TILE);
                 // one launch per 48 rows of `x` (3 m-tiles: 96 accumulator registers a thread)
                 let group = 16 * kernels::MMA_ROW_TILES;
                 for r0 in (0..m).step_by(group) {
@@ -760,14 +727,14 @@ fn skinny_gemm_into(
                     let (unroll, db) = mma_unroll(mt);
                     kernels::skinny_mma_kernel::launch::<CudaRuntime>(
                         &xp.client,
-                        CubeCount::Static((t0 + t1 + t2) as u32, splits as u32, 1),
+                        CubeCount::Static(sl.blocks as u32, splits as u32, 1),
                         CubeDim::new_1d((32 * kernels::MMA_WARPS) as u32),
                         MMA_XVEC,
                         MMA_VEC,
                         xv.clone().into_array_arg(),
-                        pick(0).0.clone().into_array_arg(),
-                        pick(1).0.clone().into_array_arg(),
-                        pick(2).0.clone().into_array_arg(),
+                        sl.w[0].clone().into_array_arg(),
+                        sl.w[1].clone().into_array_arg(),
+                        sl.w[2].clone().into_array_arg(),
                         part.clone().into_array_arg(),
                         m as u32,
                         r0 as u32,
@@ -775,18 +742,18 @@ fn skinny_gemm_into(
                         ldx as u32,
                         rows as u32,
                         ldp as u32,
-                        n(0) as u32,
-                        n(1) as u32,
-                        n(2) as u32,
-                        pick(0).0.meta.strides()[0] as u32,
-                        pick(1).0.meta.strides()[0] as u32,
-                        pick(2).0.meta.strides()[0] as u32,
-                        pick(0).1 as u32,
-                        pick(1).1 as u32,
-                        pick(2).1 as u32,
-                        t0 as u32,
-                        (t0 + t1) as u32,
-                        chunk.len(),
+                        sl.n[0],
+                        sl.n[1],
+                        sl.n[2],
+                        sl.ldw[0],
+                        sl.ldw[1],
+                        sl.ldw[2],
+                        sl.col_off[0],
+                        sl.col_off[1],
+                        sl.col_off[2],
+                        sl.first_tile[0],
+                        sl.first_tile[1],
+                        sl.count,
                         mt,
                         unroll,
                         db,
@@ -794,6 +761,58 @@ fn skinny_gemm_into(
                     )
                 }
             }
+        }
+    }
+}
+
+/// `x` with a unit column stride and rows a multiple of `vec` elements apart (itself when it
+/// is so, else a contiguous copy: a fresh allocation, so aligned), and its row stride: what
+/// the tensor-core kernels read in vectors of `vec`.
+fn x_in_vectors(x: &Ct, vec: usize) -> (Ct, usize) {
+    let st = x.meta.strides();
+    let xv = if st[1] == 1 && st[0].is_multiple_of(vec) {
+        x.clone()
+    } else {
+        burn_cubecl::kernel::into_contiguous(x.clone())
+    };
+    let ldx = xv.meta.strides()[0];
+    (xv, ldx)
+}
+
+/// The three weight slots of one tensor-core launch (`skinny_mma_kernel`,
+/// `skinny_ring_kernel`) over one to three `(w, col_off)`: unused slots repeat the last weight
+/// (never read); each weight's column count, row stride and column offset in the partial
+/// sums, the first column tile (of `tile` columns) of weights 1 and 2 in the grid, and the
+/// grid's column tiles in all.
+struct WeightSlots<'a> {
+    w: [&'a Ct; 3],
+    n: [u32; 3],
+    ldw: [u32; 3],
+    col_off: [u32; 3],
+    first_tile: [u32; 2],
+    blocks: usize,
+    count: usize,
+}
+
+impl<'a> WeightSlots<'a> {
+    fn of(chunk: &'a [(Ct, usize)], tile: usize) -> Self {
+        let pick = |i: usize| &chunk[i.min(chunk.len() - 1)];
+        let tiles = |i: usize| {
+            if i < chunk.len() {
+                pick(i).0.meta.shape()[1].div_ceil(tile)
+            } else {
+                0
+            }
+        };
+        let (t0, t1, t2) = (tiles(0), tiles(1), tiles(2));
+        Self {
+            w: [&pick(0).0, &pick(1).0, &pick(2).0],
+            n: [0, 1, 2].map(|i| pick(i).0.meta.shape()[1] as u32),
+            ldw: [0, 1, 2].map(|i| pick(i).0.meta.strides()[0] as u32),
+            col_off: [0, 1, 2].map(|i| pick(i).1 as u32),
+            first_tile: [t0 as u32, (t0 + t1) as u32],
+            blocks: t0 + t1 + t2,
+            count: chunk.len(),
         }
     }
 }
