@@ -211,6 +211,15 @@ pub struct E2eArgs {
     /// the CPU every mode runs once (its rows say `block`).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "warp")]
     pub topk_kernel: Vec<TopkKernel>,
+    /// Where the skinny GEMMs sum their splits over `k` on CUDA
+    /// (`dustin_kernels::cuda::set_split_reduce`): `kernel` (the default: a reduce kernel
+    /// after the GEMM) or `fused` (the last block of each column tile sums them inside the
+    /// GEMM's own launch, one launch a projection; measured 1 ms slower a 72B-shape
+    /// verification). The same values either way. A list (`kernel,fused`) runs every mode once per setting, side by
+    /// side in one process (the table's mode then says `+srk` for `kernel`). On the CPU
+    /// every mode runs once (its rows say `kernel`).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "kernel")]
+    pub split_reduce: Vec<SplitReduce>,
     /// Whether a `dustin` verification that reuses its selections re-ranks every reusing
     /// layer in one call (`on`, the default: one mix and one top-k over the layers' stacked
     /// rows, `dustin_select::SelectConfig::batched_reuse`) or each layer in its turn (`off`).
@@ -357,6 +366,16 @@ pub enum SkinnyKernel {
     Cores,
 }
 
+/// `--split-reduce`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SplitReduce {
+    /// Inside the GEMM's launch (`dustin_kernels::cuda::SplitReduce::Fused`).
+    Fused,
+    /// A reduce kernel after the GEMM (`dustin_kernels::cuda::SplitReduce::Kernel`).
+    Kernel,
+}
+
 /// `--verify-kernel`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -489,6 +508,7 @@ fn validate(a: &E2eArgs) -> Result<(), CliError> {
     no_repeats_named("--lookahead-layers", &a.lookahead_layers, |v| v.to_string())?;
     no_repeats("--estimator-kernels", &a.estimator_kernels)?;
     no_repeats("--topk-kernel", &a.topk_kernel)?;
+    no_repeats("--split-reduce", &a.split_reduce)?;
     no_repeats("--batched-reuse", &a.batched_reuse)?;
     if let Some(bad) = a
         .accept_drop_sigmas
@@ -808,6 +828,8 @@ pub struct Row {
     pub estimator_kernels: EstKernels,
     /// `--topk-kernel` (`block` on the CPU and for modes that do not select).
     pub topk_kernel: TopkKernel,
+    /// `--split-reduce` (`kernel` on the CPU, which has no fused GEMMs).
+    pub split_reduce: SplitReduce,
     /// `--batched-reuse` (`null` for modes without the `dustin` estimator, which have no
     /// one-call path).
     pub batched_reuse: Option<OnOff>,
@@ -1120,7 +1142,14 @@ fn measure<B: KernelOps>(
                 // and for the estimator kernels only `dustin` estimator modes, for the top-k
                 // kernel only modes that select
                 let mut variants = Vec::new();
-                for pair in &pairs {
+                for (pair, (pi, &sr)) in pairs
+                    .iter()
+                    .flat_map(|p| args.split_reduce.iter().enumerate().map(move |s| (p, s)))
+                {
+                    // the CPU has no fused GEMMs: one setting
+                    if pi > 0 && !B::FUSED {
+                        continue;
+                    }
                     for (si, &scoring) in args.lookahead_scoring.iter().enumerate() {
                         for (li, la) in args.lookahead_layers.iter().enumerate() {
                             for (bi, &db) in args.draft_budget.iter().enumerate() {
@@ -1143,7 +1172,7 @@ fn measure<B: KernelOps>(
                                                     continue;
                                                 }
                                                 variants.push((
-                                                    pair,
+                                                    (pair, sr),
                                                     scoring,
                                                     la.clone(),
                                                     db,
@@ -1165,7 +1194,7 @@ fn measure<B: KernelOps>(
                 for (
                     round,
                     (
-                        (residual, target, draft),
+                        ((residual, target, draft), split),
                         scoring,
                         la_layers,
                         draft_budget,
@@ -1199,8 +1228,18 @@ fn measure<B: KernelOps>(
                     } else {
                         TopkKernel::Block
                     };
+                    // (the CPU has no fused GEMMs)
+                    let split = if B::FUSED {
+                        *split
+                    } else {
+                        SplitReduce::Kernel
+                    };
                     #[cfg(feature = "cuda")]
                     {
+                        dustin_kernels::cuda::set_split_reduce(match split {
+                            SplitReduce::Fused => dustin_kernels::cuda::SplitReduce::Fused,
+                            SplitReduce::Kernel => dustin_kernels::cuda::SplitReduce::Kernel,
+                        });
                         dustin_kernels::cuda::set_estimator_kernels(est_kernels.kernels());
                         dustin_kernels::cuda::set_topk_kernel(match topk {
                             TopkKernel::Block => dustin_kernels::cuda::TopkKernel::Block,
@@ -1254,6 +1293,10 @@ fn measure<B: KernelOps>(
                             TopkKernel::Block => "+tkb",
                             TopkKernel::Warp => "+tkw",
                         });
+                    }
+                    // `+srk` where a list of split-reduce settings ran it with the reduce kernel
+                    if args.split_reduce.len() > 1 && B::FUSED && split == SplitReduce::Kernel {
+                        label.push_str("+srk");
                     }
                     // `#r` where several rounds ran it
                     if args.rounds > 1 {
@@ -1505,6 +1548,7 @@ fn measure<B: KernelOps>(
                         verify_kernel: args.verify_kernel,
                         estimator_kernels: est_kernels,
                         topk_kernel: topk,
+                        split_reduce: split,
                         batched_reuse: uses_dustin_estimator(mode).then_some(batched),
                         accept_drop_sigmas: drop_sigmas,
                         sync_phases: args.sync_phases,

@@ -431,11 +431,16 @@ pub fn check_skinny_gemms<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<C
         ));
     }
     // Three weights of one x (q, k, v of a decode / verify step): 0.5B's q/k/v with bias at
-    // 1 and 10 rows; odd widths where one weight falls back (n not a multiple of 4), no bias
-    let three: [(usize, usize, [usize; 3], bool); 3] = [
+    // 1 and 10 rows; odd widths where one weight falls back (n not a multiple of 4), no bias;
+    // then split over k on the tensor-core kernel (8 rows) and the ring kernel (40 rows), a
+    // bias on the first and last weight only, column tiles cut by n: the split reduction
+    // inside the GEMM's launch sums each weight into its own output
+    let three: [(usize, usize, [usize; 3], bool); 5] = [
         (1, 896, [896, 128, 128], true),
         (10, 1000, [512, 64, 260], true),
         (3, 77, [64, 302, 128], false),
+        (8, 2048, [896, 136, 128], true),
+        (40, 1024, [520, 128, 72], true),
     ];
     for (i, &(m, k, ns, with_bias)) in three.iter().enumerate() {
         let seed = 7500 + 10 * i as u64;
@@ -446,6 +451,8 @@ pub fn check_skinny_gemms<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<C
             let n = ns[j];
             let w = reference::random_bf16(k * n, 0.05, seed + 1 + 2 * j as u64);
             let b = reference::random_bf16(n, 1.0, seed + 2 + 2 * j as u64);
+            // the split cases (k 1024 and 2048) leave the middle weight without a bias
+            let with_bias = with_bias && (k < 1024 || j != 1);
             want.push(reference::linear(
                 &x,
                 &w,
@@ -461,7 +468,11 @@ pub fn check_skinny_gemms<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<C
         });
         let case = format!(
             "[{m}, {k}] x {ns:?}{}",
-            if with_bias { " + bias" } else { "" }
+            match (with_bias, k >= 1024) {
+                (true, true) => " + bias on #0 and #2",
+                (true, false) => " + bias",
+                _ => "",
+            }
         );
         match B::skinny_linear3(xt, ws) {
             Ok(outs) => {
@@ -472,8 +483,17 @@ pub fn check_skinny_gemms<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<C
             Err(e) => rows_out.push(row::<B, 2>(case, "skinny3", Err(e), &want[0], bound)),
         }
     }
-    // SwiGLU of a decode / verify step: 0.5B's MLP at 1 and 16 rows, an odd width (falls back)
-    let swiglu: [(usize, usize, usize); 3] = [(1, 896, 4864), (16, 1000, 512), (5, 64, 302)];
+    // SwiGLU of a decode / verify step: 0.5B's MLP at 1 and 16 rows, an odd width (falls
+    // back); then split over k on the tensor-core kernel (8 rows) and the ring kernel (40
+    // rows, a last column tile of 8), where the gate's and the up projection's tiles of the
+    // same columns finish together inside the GEMM's launch
+    let swiglu: [(usize, usize, usize); 5] = [
+        (1, 896, 4864),
+        (16, 1000, 512),
+        (5, 64, 302),
+        (8, 3584, 1024),
+        (40, 2048, 520),
+    ];
     for (i, &(m, k, n)) in swiglu.iter().enumerate() {
         let seed = 7600 + 10 * i as u64;
         let x = reference::random_bf16(m * k, 2.0, seed);

@@ -19,7 +19,10 @@
 //! - `--score-buffers 1|2|3` and `--sparse-waves 1..8` (any command): the flash kernel's K tile
 //!   buffers in score mode, and the waves of blocks sparse verification's splits aim for.
 //! - `check --op skinny`: the skinny GEMMs alone (decode and verify rows, three weights of one
-//!   `x`, SwiGLU), with the default kernel choice and with the ring kernel forced.
+//!   `x`, SwiGLU), with the default kernel choice and with the ring kernel forced, each with
+//!   the split reduction in its own reduce kernel and inside the GEMM's launch.
+//! - `--split-reduce fused|kernel` (any command): where the skinny GEMMs sum their splits
+//!   (`cuda::SplitReduce`; `kernel`, a reduce kernel after the GEMM, by default).
 //! - `gemm [--decode-only] [--no-burn] [--ring-configs 64x32x4,128x64x3]`: the projections'
 //!   GEMMs (see [`gemm`]), the ring kernel once per listed block shape.
 //! - `--ring-config COLSxKCxBUFS` (any command): the ring kernel's block shape
@@ -592,23 +595,42 @@ fn check(op: &str) -> usize {
         // forced wherever it takes the shape (the elementwise pass ran the default choice):
         // the tensor-core kernel, the ring kernel (in the `--ring-config` shape), and CUDA
         // cores only (rows past 16 on Burn's matmul, whose autotuning makes it the slow pass);
-        // with `skinny` alone the default and the ring kernel only
+        // with `skinny` alone the default and the ring kernel only, each with the split
+        // reduction as `--split-reduce` says (a reduce kernel by default) and then inside the
+        // GEMM's launch
+        use dustin_kernels::cuda::SplitReduce;
+        let split_default = dustin_kernels::cuda::split_reduce();
         let kernels = if op == "skinny" {
-            vec![(SkinnyKernel::Auto, "auto"), (SkinnyKernel::Ring, "ring")]
+            vec![
+                (SkinnyKernel::Auto, split_default, "auto"),
+                (SkinnyKernel::Ring, split_default, "ring"),
+                (
+                    SkinnyKernel::Auto,
+                    SplitReduce::Fused,
+                    "auto, fused reduction",
+                ),
+                (
+                    SkinnyKernel::Ring,
+                    SplitReduce::Fused,
+                    "ring, fused reduction",
+                ),
+            ]
         } else {
             vec![
-                (SkinnyKernel::Mma, "mma"),
-                (SkinnyKernel::Ring, "ring"),
-                (SkinnyKernel::Cores, "cores"),
+                (SkinnyKernel::Mma, split_default, "mma"),
+                (SkinnyKernel::Ring, split_default, "ring"),
+                (SkinnyKernel::Cores, split_default, "cores"),
             ]
         };
-        for (kernel, label) in kernels {
+        for (kernel, split, label) in kernels {
             dustin_kernels::cuda::set_skinny_kernel(kernel);
+            dustin_kernels::cuda::set_split_reduce(split);
             for r in dustin_kernels::check::check_skinny_gemms::<B>(&dev(), BOUND) {
                 rep.add(&format!("{} ({label})", r.case), r.op, r.err, r.bound);
             }
         }
         dustin_kernels::cuda::set_skinny_kernel(SkinnyKernel::Auto);
+        dustin_kernels::cuda::set_split_reduce(split_default);
     }
     dustin_kernels::cuda::set_poison_outputs(false);
     println!(
@@ -990,12 +1012,30 @@ fn gemm(
                     dustin_kernels::SKINNY_MAX_ROWS,
                     None,
                 ));
-                for (kernel, label, max, ring) in runs {
+                // the tensor-core kernels again with the split reduction inside the GEMM's
+                // launch (`_fused`), where the default runs a reduce kernel after it
+                use dustin_kernels::cuda::SplitReduce;
+                let split_default = dustin_kernels::cuda::split_reduce();
+                let mut runs: Vec<_> = runs
+                    .into_iter()
+                    .map(|(kernel, label, max, ring)| (kernel, label, max, ring, split_default))
+                    .collect();
+                if split_default == SplitReduce::Kernel {
+                    for (kernel, label) in [
+                        (SkinnyKernel::Mma, "skinny_mma_fused"),
+                        (SkinnyKernel::Ring, "skinny_ring_fused"),
+                    ] {
+                        let max = dustin_kernels::cuda::MMA_MAX_ROWS;
+                        runs.push((kernel, label.into(), max, None, SplitReduce::Fused));
+                    }
+                }
+                for (kernel, label, max, ring, split) in runs {
                     if m > max {
                         continue;
                     }
                     dustin_kernels::cuda::set_skinny_kernel(kernel);
                     dustin_kernels::cuda::set_ring_config(ring.unwrap_or(ring_default));
+                    dustin_kernels::cuda::set_split_reduce(split);
                     let run = || B::skinny_linear(x.clone(), w.clone(), None);
                     match run() {
                         Ok(_) => {
@@ -1015,6 +1055,7 @@ fn gemm(
                 }
                 dustin_kernels::cuda::set_ring_config(ring_default);
                 dustin_kernels::cuda::set_skinny_kernel(dustin_kernels::cuda::SkinnyKernel::Auto);
+                dustin_kernels::cuda::set_split_reduce(split_default);
             }
         }
     }
@@ -1360,6 +1401,18 @@ fn main() -> std::process::ExitCode {
     if let Some(&c) = ring_one.first() {
         dustin_kernels::cuda::set_ring_config(c);
     }
+    // where the skinny GEMMs sum their splits, for every command
+    if let Some(i) = args.iter().position(|a| a == "--split-reduce") {
+        use dustin_kernels::cuda::SplitReduce;
+        match args.get(i + 1).map(String::as_str) {
+            Some("fused") => dustin_kernels::cuda::set_split_reduce(SplitReduce::Fused),
+            Some("kernel") => dustin_kernels::cuda::set_split_reduce(SplitReduce::Kernel),
+            other => {
+                eprintln!("--split-reduce: expected fused or kernel, got {other:?}");
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+    }
     let op = args
         .iter()
         .position(|a| a == "--op")
@@ -1402,7 +1455,7 @@ fn main() -> std::process::ExitCode {
             bench(json, quick, verify_kernel);
         }
         _ => {
-            eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise|skinny|dustin] | bench [--quick] [--verify-kernel auto|flash|split] [--flash-buffers 1|2|3] [--json PATH] | gemm [--quick] [--no-burn] [--decode-only] [--model 7B|72B] [--ring-configs COLSxKCxBUFS,..] [--json PATH] | prefill [--quick] [--json PATH] | ktime --op dense|sparse512|sparse1024|sparse2048|score [--model 7B|72B] | launchcost [--json PATH] | topk [--json PATH] | all; any of them [--score-buffers 1|2|3] [--sparse-waves 1..8] [--ring-config COLSxKCxBUFS]");
+            eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise|skinny|dustin] | bench [--quick] [--verify-kernel auto|flash|split] [--flash-buffers 1|2|3] [--json PATH] | gemm [--quick] [--no-burn] [--decode-only] [--model 7B|72B] [--ring-configs COLSxKCxBUFS,..] [--json PATH] | prefill [--quick] [--json PATH] | ktime --op dense|sparse512|sparse1024|sparse2048|score [--model 7B|72B] | launchcost [--json PATH] | topk [--json PATH] | all; any of them [--score-buffers 1|2|3] [--sparse-waves 1..8] [--ring-config COLSxKCxBUFS] [--split-reduce fused|kernel]");
             return std::process::ExitCode::from(2);
         }
     }

@@ -2208,6 +2208,14 @@ pub fn skinny_mma_kernel<F: Float, NX: Size, NW: Size>(
     w1: &Array<Vector<F, NW>>,
     w2: &Array<Vector<F, NW>>,
     part: &mut Array<f32>,
+    counters: &mut Array<Atomic<u32>>,
+    out0: &mut Array<F>,
+    out1: &mut Array<F>,
+    out2: &mut Array<F>,
+    b0: &Array<F>,
+    b1: &Array<F>,
+    b2: &Array<F>,
+    bias_mask: u32,
     m: u32,
     r0: u32,
     k: u32,
@@ -2229,6 +2237,7 @@ pub fn skinny_mma_kernel<F: Float, NX: Size, NW: Size>(
     #[comptime] mt: usize,
     #[comptime] unroll: usize,
     #[comptime] db: bool,
+    #[comptime] mode: u32,
     #[define(F)] _dtype: StorageType,
 ) {
     let mut red = SharedMemory::<f32>::new(comptime![MMA_WARPS * 16 * 68]);
@@ -2358,6 +2367,57 @@ pub fn skinny_mma_kernel<F: Float, NX: Size, NW: Size>(
             mt,
             unroll,
             db,
+        );
+    }
+    if comptime![mode != SPLIT_PARTIALS] {
+        // `mma_tile` ended on a block-wide barrier after its partial sums
+        let mut wi = 0usize;
+        let mut tl = tile;
+        let mut n = n0 as usize;
+        let mut coff = col_off0 as usize;
+        if comptime![weights >= 2] {
+            if tile >= t1 {
+                wi = 1usize;
+                tl = tile - t1;
+                n = n1 as usize;
+                coff = col_off1 as usize;
+            }
+        }
+        if comptime![weights >= 3] {
+            if tile >= t2 {
+                wi = 2usize;
+                tl = tile - t2;
+                n = n2 as usize;
+                coff = col_off2 as usize;
+            }
+        }
+        // SwiGLU's gate and up tiles of the same columns share a count
+        let mut slot = tile;
+        if comptime![mode == SPLIT_SWIGLU] {
+            slot = tl;
+        }
+        split_tail::<F>(
+            part,
+            counters,
+            out0,
+            out1,
+            out2,
+            b0,
+            b1,
+            b2,
+            bias_mask,
+            slot,
+            wi,
+            tl,
+            n,
+            coff,
+            m as usize,
+            ldp as usize,
+            CUBE_COUNT_Y as usize,
+            UNIT_POS as usize,
+            MMA_TILE,
+            comptime![32 * MMA_WARPS],
+            mode,
         );
     }
 }
@@ -2527,6 +2587,14 @@ pub fn skinny_ring_kernel<F: Float, N: Size>(
     w1: &Array<Vector<F, N>>,
     w2: &Array<Vector<F, N>>,
     part: &mut Array<f32>,
+    counters: &mut Array<Atomic<u32>>,
+    out0: &mut Array<F>,
+    out1: &mut Array<F>,
+    out2: &mut Array<F>,
+    b0: &Array<F>,
+    b1: &Array<F>,
+    b2: &Array<F>,
+    bias_mask: u32,
     m: u32,
     k: u32,
     ldx: u32,
@@ -2548,6 +2616,7 @@ pub fn skinny_ring_kernel<F: Float, N: Size>(
     #[comptime] cols: usize,
     #[comptime] kc: usize,
     #[comptime] bufs: usize,
+    #[comptime] mode: u32,
     #[define(F)] _dtype: StorageType,
 ) {
     let tid = UNIT_POS as usize;
@@ -2752,6 +2821,37 @@ pub fn skinny_ring_kernel<F: Float, N: Size>(
             }
         }
     }
+    if comptime![mode != SPLIT_PARTIALS] {
+        sync_cube();
+        // SwiGLU's gate and up tiles of the same columns share a count
+        let mut slot = gt;
+        if comptime![mode == SPLIT_SWIGLU] {
+            slot = tile;
+        }
+        split_tail::<F>(
+            part,
+            counters,
+            out0,
+            out1,
+            out2,
+            b0,
+            b1,
+            b2,
+            bias_mask,
+            slot,
+            wi,
+            tile,
+            n,
+            coff,
+            rows,
+            ldp as usize,
+            CUBE_COUNT_Y as usize,
+            tid,
+            cols,
+            RING_THREADS,
+            mode,
+        );
+    }
 }
 
 /// Sum of the skinny GEMM's partial products over the splits, plus the bias, rounded once:
@@ -2884,6 +2984,210 @@ pub fn skinny_reduce_swiglu_kernel<F: Float>(
         let up = F::cast_from(su);
         let act = F::cast_from(g / (1.0f32 + (-g).exp()));
         out[i] = act * up;
+    }
+}
+
+/// Where a skinny GEMM launch leaves its sums: [`SPLIT_PARTIALS`] (only `part`, finished by
+/// a reduce kernel) or, finished inside the launch by [`split_tail`], [`SPLIT_OUTPUTS`] (each
+/// weight's own `[m, n_i]` output plus its bias) or [`SPLIT_SWIGLU`] (SwiGLU of the two
+/// weights, gate and up, into `[m, n]`).
+pub const SPLIT_PARTIALS: u32 = 0;
+/// See [`SPLIT_PARTIALS`].
+pub const SPLIT_OUTPUTS: u32 = 1;
+/// See [`SPLIT_PARTIALS`].
+pub const SPLIT_SWIGLU: u32 = 2;
+
+/// `__threadfence()`: orders this thread's global-memory writes before its later ones for
+/// every thread of the device (PTX `fence.sc.gpu`; CUDA C++ Programming Guide, "Memory Fence
+/// Functions", whose example is this use: the last block of a grid reads what the others
+/// wrote). cubecl 0.10's frontend has no fence (its C++ compiler knows
+/// `Instruction::ThreadFence` but nothing emits it), and it writes a comment that has a line
+/// break as `/* ... */`, so this comment closes itself, puts the fence on its own line and
+/// opens a comment again. The GPU check of the fused split reduction (`dustin-kernels-gpu
+/// check --op skinny`) is what shows it in effect.
+#[cube]
+fn grid_fence() {
+    comment!("grid fence (cubecl 0.10 has no frontend for it)\n*/ __threadfence(); /*");
+}
+
+/// The split reduction of a skinny GEMM inside its own launch (one launch where a GEMM and
+/// a reduce kernel took two). Called by every block after its partial sums are in `part
+/// [splits, m, ldp]` (f32) and its block-wide barrier: the block counts itself in
+/// `counters[slot]` (zero before the launch), and the block that completes the count (the
+/// last of the slot's `splits` blocks, `2 splits` with [`SPLIT_SWIGLU`], where the gate's and
+/// the up projection's tile `tile` share a slot) sums the slot's columns over the splits and
+/// writes them as the matching reduce kernel does, then sets the counter back to zero for the
+/// next launch. The writes before the count and the reads after it are ordered by
+/// [`grid_fence`] (the "last block" pattern of the CUDA C++ Programming Guide, "Memory Fence
+/// Functions").
+///
+/// - [`SPLIT_OUTPUTS`]: columns `tile * cols .. + cols` (below `n`) of weight `wi`, which
+///   start at column `coff` of `part`, into `out_wi [m, n]` as `dtype(sum + bias_wi)`
+///   (`bias_mask` bit `i`: weight `i` has a bias), as [`skinny_reduce_kernel`] and
+///   [`skinny_reduce3_kernel`];
+/// - [`SPLIT_SWIGLU`]: columns `c` of that range of the gate (`part` columns `0 .. n`) and
+///   up (`n .. 2 n`), `out0[r, c] = dtype(silu(dtype(gate))) * dtype(up)`, as
+///   [`skinny_reduce_swiglu_kernel`].
+///
+/// Uniform over the block; `threads` is the block's size.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub fn split_tail<F: Float>(
+    part: &Array<f32>,
+    counters: &mut Array<Atomic<u32>>,
+    out0: &mut Array<F>,
+    out1: &mut Array<F>,
+    out2: &mut Array<F>,
+    b0: &Array<F>,
+    b1: &Array<F>,
+    b2: &Array<F>,
+    bias_mask: u32,
+    slot: usize,
+    wi: usize,
+    tile: usize,
+    n: usize,
+    coff: usize,
+    rows: usize,
+    ldp: usize,
+    splits: usize,
+    tid: usize,
+    #[comptime] cols: usize,
+    #[comptime] threads: usize,
+    #[comptime] mode: u32,
+) {
+    let mut flag = SharedMemory::<u32>::new(1usize);
+    if tid == 0 {
+        // this block's partial sums (every thread's, ordered before this one's by the
+        // caller's barrier) before its count
+        grid_fence();
+        let mut expect = splits as u32;
+        if comptime![mode == SPLIT_SWIGLU] {
+            expect = 2u32 * splits as u32;
+        }
+        let old = counters[slot].fetch_add(1u32);
+        let mut last = 0u32;
+        if old + 1u32 == expect {
+            last = 1u32;
+            counters[slot].store(0u32);
+        }
+        // the count before the other blocks' partial sums are read
+        grid_fence();
+        flag[0] = last;
+    }
+    sync_cube();
+    if flag[0] == 1u32 {
+        // 8 consecutive columns a thread and step (`n` and the tile start are multiples of 8,
+        // so a group is all inside `n` or all past it): 8 (SwiGLU: 16) independent loads a
+        // split in flight, where one column a step left the block waiting on one load chain
+        // per element (40 rows of a 128-column tile: 40 steps of 128 threads)
+        let cbase = tile * cols;
+        let groups = comptime![cols / 8];
+        let mut e = tid;
+        while e < rows * groups {
+            let r = e / groups;
+            let c = cbase + (e % groups) * 8usize;
+            if c < n {
+                if comptime![mode == SPLIT_SWIGLU] {
+                    let mut sg = Array::<f32>::new(8usize);
+                    let mut su = Array::<f32>::new(8usize);
+                    #[unroll]
+                    for j in 0..8usize {
+                        sg[j] = 0.0f32;
+                        su[j] = 0.0f32;
+                    }
+                    // four splits a step: their loads are independent, so all are in
+                    // flight before the sums wait on them
+                    let mut sp = 0usize;
+                    while sp + 4usize <= splits {
+                        #[unroll]
+                        for u in 0..4usize {
+                            let base = ((sp + u) * rows + r) * ldp + c;
+                            #[unroll]
+                            for j in 0..8usize {
+                                sg[j] += part[base + j];
+                                su[j] += part[base + n + j];
+                            }
+                        }
+                        sp += 4usize;
+                    }
+                    while sp < splits {
+                        let base = (sp * rows + r) * ldp + c;
+                        #[unroll]
+                        for j in 0..8usize {
+                            sg[j] += part[base + j];
+                            su[j] += part[base + n + j];
+                        }
+                        sp += 1usize;
+                    }
+                    #[unroll]
+                    for j in 0..8usize {
+                        let g = f32::cast_from(F::cast_from(sg[j]));
+                        let up = F::cast_from(su[j]);
+                        let act = F::cast_from(g / (1.0f32 + (-g).exp()));
+                        out0[r * n + c + j] = act * up;
+                    }
+                } else {
+                    let mut acc = Array::<f32>::new(8usize);
+                    #[unroll]
+                    for j in 0..8usize {
+                        acc[j] = 0.0f32;
+                    }
+                    // four splits a step, as above
+                    let mut sp = 0usize;
+                    while sp + 4usize <= splits {
+                        #[unroll]
+                        for u in 0..4usize {
+                            let base = ((sp + u) * rows + r) * ldp + coff + c;
+                            #[unroll]
+                            for j in 0..8usize {
+                                acc[j] += part[base + j];
+                            }
+                        }
+                        sp += 4usize;
+                    }
+                    while sp < splits {
+                        let base = (sp * rows + r) * ldp + coff + c;
+                        #[unroll]
+                        for j in 0..8usize {
+                            acc[j] += part[base + j];
+                        }
+                        sp += 1usize;
+                    }
+                    if wi == 0 {
+                        let hb = bias_mask % 2u32 == 1u32;
+                        #[unroll]
+                        for j in 0..8usize {
+                            let mut v = acc[j];
+                            if hb {
+                                v += f32::cast_from(b0[c + j]);
+                            }
+                            out0[r * n + c + j] = F::cast_from(v);
+                        }
+                    } else if wi == 1 {
+                        let hb = (bias_mask / 2u32) % 2u32 == 1u32;
+                        #[unroll]
+                        for j in 0..8usize {
+                            let mut v = acc[j];
+                            if hb {
+                                v += f32::cast_from(b1[c + j]);
+                            }
+                            out1[r * n + c + j] = F::cast_from(v);
+                        }
+                    } else {
+                        let hb = (bias_mask / 4u32) % 2u32 == 1u32;
+                        #[unroll]
+                        for j in 0..8usize {
+                            let mut v = acc[j];
+                            if hb {
+                                v += f32::cast_from(b2[c + j]);
+                            }
+                            out2[r * n + c + j] = F::cast_from(v);
+                        }
+                    }
+                }
+            }
+            e += comptime![threads];
+        }
     }
 }
 

@@ -551,6 +551,121 @@ pub fn ring_config() -> RingConfig {
     RING_CFG.lock().map(|g| *g).unwrap_or(RING_CONFIG)
 }
 
+/// Where the skinny GEMMs sum their splits over `k` ([`set_split_reduce`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SplitReduce {
+    /// Inside the GEMM's own launch: the last block of each column tile to finish sums the
+    /// tile's partial sums and writes the output (`kernels::split_tail`; with its bias, or
+    /// SwiGLU's product), one launch a projection where two ran. The tensor-core kernels
+    /// only, the tensor-core one with at most 48 rows (one launch); the rest keep the reduce
+    /// kernel. Checked on the H200, but 1 ms slower a 72B-shape verification (20 layers,
+    /// B=8) than [`SplitReduce::Kernel`] (docs/perf.md seventeenth session), so not the
+    /// default.
+    Fused,
+    /// A reduce kernel after the GEMM (two launches). The default.
+    Kernel,
+}
+
+static SPLIT_REDUCE: AtomicU8 = AtomicU8::new(1);
+
+/// Sets where the skinny GEMMs sum their splits ([`SplitReduce`], `Kernel` by default).
+pub fn set_split_reduce(r: SplitReduce) {
+    SPLIT_REDUCE.store(
+        match r {
+            SplitReduce::Fused => 0,
+            SplitReduce::Kernel => 1,
+        },
+        Ordering::Relaxed,
+    );
+}
+
+/// The choice [`set_split_reduce`] made.
+pub fn split_reduce() -> SplitReduce {
+    match SPLIT_REDUCE.load(Ordering::Relaxed) {
+        0 => SplitReduce::Fused,
+        _ => SplitReduce::Kernel,
+    }
+}
+
+/// Arrival counts of the fused split reduction: one `u32` per column tile of a launch, zero
+/// between launches (the last block of a tile sets its count back to zero).
+const SPLIT_COUNTERS: usize = 8192;
+
+thread_local! {
+    /// One count buffer per (device, stream) used from this thread: launches of one stream
+    /// run one after another, so no two of them use a count at the same time.
+    static COUNTERS: std::cell::RefCell<Vec<(String, Ct)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The zeroed count buffer ([`SPLIT_COUNTERS`] entries) of `t`'s device and the current
+/// stream, made on first use.
+fn split_counters(t: &Ct) -> Ct {
+    let key = format!("{:?}/{}", t.device, cubecl::stream_id::StreamId::current());
+    if let Some(c) = COUNTERS.with(|c| {
+        c.borrow()
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, c)| c.clone())
+    }) {
+        return c;
+    }
+    let handle = t.client.create(cubecl::bytes::Bytes::from_bytes_vec(vec![
+        0u8;
+        4 * SPLIT_COUNTERS
+    ]));
+    let c = CubeTensor::new_contiguous(
+        t.client.clone(),
+        t.device.clone(),
+        Shape::from(vec![SPLIT_COUNTERS]),
+        handle,
+        DType::U32,
+    );
+    COUNTERS.with(|cs| cs.borrow_mut().push((key, c.clone())));
+    c
+}
+
+/// Whether a skinny GEMM on `path` of `m` rows over weights of `ns` columns finishes its
+/// split reduction in its own launch ([`SplitReduce::Fused`]): the tensor-core kernels in
+/// one launch, with a count for every column tile of the grid.
+fn fuses_split(path: SkinnyPath, m: usize, ns: &[usize]) -> bool {
+    let tiles = |cols: usize| ns.iter().map(|n| n.div_ceil(cols)).sum::<usize>();
+    split_reduce() == SplitReduce::Fused
+        && match path {
+            SkinnyPath::Cores => false,
+            SkinnyPath::Mma => {
+                m <= 16 * kernels::MMA_ROW_TILES && tiles(kernels::MMA_TILE) <= SPLIT_COUNTERS
+            }
+            SkinnyPath::Ring(rc) => tiles(rc.cols) <= SPLIT_COUNTERS,
+        }
+}
+
+/// How a skinny GEMM launch finishes ([`skinny_gemm_into`]): `mode` is one of
+/// `kernels::SPLIT_PARTIALS` (the partial sums only, for a reduce kernel),
+/// `kernels::SPLIT_OUTPUTS` (`outs[i]` `[m, n_i]` contiguous, plus `biases[i]` where bit `i`
+/// of `bias_mask` is set) or `kernels::SPLIT_SWIGLU` (`outs[0]` `[m, n]`). Unused slots hold
+/// any tensor of the dtype (never read or written).
+struct Finish<'a> {
+    mode: u32,
+    outs: [&'a Ct; 3],
+    biases: [&'a Ct; 3],
+    bias_mask: u32,
+    counters: Ct,
+}
+
+impl<'a> Finish<'a> {
+    /// The partial sums only; `x` fills the unused bindings.
+    fn partials(x: &'a Ct) -> Self {
+        Self {
+            mode: kernels::SPLIT_PARTIALS,
+            outs: [x; 3],
+            biases: [x; 3],
+            bias_mask: 0,
+            counters: split_counters(x),
+        }
+    }
+}
+
 /// Fewest rows [`SkinnyKernel::Auto`] sends to the ring kernel (`skinny_ring_kernel`); from
 /// here to [`MMA_MAX_ROWS`] it takes them all in one launch, where the tensor-core kernel
 /// re-reads the weight once per 48 rows and keeps three tiles' loads in registers.
@@ -646,6 +761,7 @@ fn skinny_gemm_into(
     rows: usize,
     splits: usize,
     path: SkinnyPath,
+    fin: &Finish<'_>,
 ) {
     let m = xp.meta.shape()[0];
     match path {
@@ -689,6 +805,14 @@ fn skinny_gemm_into(
                     sl.w[1].clone().into_array_arg(),
                     sl.w[2].clone().into_array_arg(),
                     part.clone().into_array_arg(),
+                    fin.counters.clone().into_array_arg(),
+                    fin.outs[0].clone().into_array_arg(),
+                    fin.outs[1].clone().into_array_arg(),
+                    fin.outs[2].clone().into_array_arg(),
+                    fin.biases[0].clone().into_array_arg(),
+                    fin.biases[1].clone().into_array_arg(),
+                    fin.biases[2].clone().into_array_arg(),
+                    fin.bias_mask,
                     m as u32,
                     k as u32,
                     ldx as u32,
@@ -710,6 +834,7 @@ fn skinny_gemm_into(
                     rc.cols,
                     rc.kc,
                     rc.bufs,
+                    fin.mode,
                     xp.dtype.into(),
                 )
             }
@@ -722,6 +847,8 @@ fn skinny_gemm_into(
                 let sl = WeightSlots::of(chunk, kernels::MMA_TILE);
                 // one launch per 48 rows of `x` (3 m-tiles: 96 accumulator registers a thread)
                 let group = 16 * kernels::MMA_ROW_TILES;
+                // the fused reduction sums whole tiles: one launch ([`fuses_split`])
+                debug_assert!(fin.mode == kernels::SPLIT_PARTIALS || m <= group);
                 for r0 in (0..m).step_by(group) {
                     let mt = (m - r0).min(group).div_ceil(16);
                     let (unroll, db) = mma_unroll(mt);
@@ -736,6 +863,14 @@ fn skinny_gemm_into(
                         sl.w[1].clone().into_array_arg(),
                         sl.w[2].clone().into_array_arg(),
                         part.clone().into_array_arg(),
+                        fin.counters.clone().into_array_arg(),
+                        fin.outs[0].clone().into_array_arg(),
+                        fin.outs[1].clone().into_array_arg(),
+                        fin.outs[2].clone().into_array_arg(),
+                        fin.biases[0].clone().into_array_arg(),
+                        fin.biases[1].clone().into_array_arg(),
+                        fin.biases[2].clone().into_array_arg(),
+                        fin.bias_mask,
                         m as u32,
                         r0 as u32,
                         k as u32,
@@ -757,6 +892,7 @@ fn skinny_gemm_into(
                         mt,
                         unroll,
                         db,
+                        fin.mode,
                         xp.dtype.into(),
                     )
                 }
@@ -2349,13 +2485,34 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         let part = empty(&xp, vec![splits, m, n], DType::F32);
         let out = empty(&xp, vec![m, n], fd);
         let client = xp.client.clone();
-        skinny_gemm_into(&xp, &[(wp, 0)], &part, k, n, rows, splits, path);
         let has_bias = bias.is_some();
-        // without a bias the kernel reads none; x stands in for the binding
+        // without a bias the kernels read none; x stands in for the binding
         let b = match bias {
             Some(b) => contiguous(b.into_primitive().tensor()),
-            None => xp,
+            None => xp.clone(),
         };
+        if fuses_split(path, m, &[n]) {
+            let fin = Finish {
+                mode: kernels::SPLIT_OUTPUTS,
+                outs: [&out; 3],
+                biases: [&b; 3],
+                bias_mask: u32::from(has_bias),
+                counters: split_counters(&xp),
+            };
+            skinny_gemm_into(&xp, &[(wp, 0)], &part, k, n, rows, splits, path, &fin);
+            return Ok(Tensor::from_primitive(TensorPrimitive::Float(out)));
+        }
+        skinny_gemm_into(
+            &xp,
+            &[(wp, 0)],
+            &part,
+            k,
+            n,
+            rows,
+            splits,
+            path,
+            &Finish::partials(&xp),
+        );
         kernels::skinny_reduce_kernel::launch::<CudaRuntime>(
             &client,
             elementwise_count(m * n)?,
@@ -2416,7 +2573,6 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         let client = xp.client.clone();
         let offs = [0, ns[0], ns[0] + ns[1]];
         let ws: Vec<(Ct, usize)> = wps.into_iter().zip(offs).collect();
-        skinny_gemm_into(&xp, &ws, &part, k, ldp, rows, splits, path);
         let has = [b0.is_some(), b1.is_some(), b2.is_some()];
         // a missing bias is not read; x stands in for its binding
         let bias = |b: Option<Tensor<Self, 1>>| match b {
@@ -2424,6 +2580,28 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
             None => xp.clone(),
         };
         let (b0, b1, b2) = (bias(b0), bias(b1), bias(b2));
+        if fuses_split(path, m, &ns) {
+            let fin = Finish {
+                mode: kernels::SPLIT_OUTPUTS,
+                outs: [&outs[0], &outs[1], &outs[2]],
+                biases: [&b0, &b1, &b2],
+                bias_mask: u32::from(has[0]) | u32::from(has[1]) << 1 | u32::from(has[2]) << 2,
+                counters: split_counters(&xp),
+            };
+            skinny_gemm_into(&xp, &ws, &part, k, ldp, rows, splits, path, &fin);
+            return Ok(outs.map(|o| Tensor::from_primitive(TensorPrimitive::Float(o))));
+        }
+        skinny_gemm_into(
+            &xp,
+            &ws,
+            &part,
+            k,
+            ldp,
+            rows,
+            splits,
+            path,
+            &Finish::partials(&xp),
+        );
         kernels::skinny_reduce3_kernel::launch::<CudaRuntime>(
             &client,
             elementwise_count(m * ldp)?,
@@ -2474,7 +2652,29 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         let part = empty(&xp, vec![splits, m, 2 * n], DType::F32);
         let out = empty(&xp, vec![m, n], fd);
         let client = xp.client.clone();
-        skinny_gemm_into(&xp, &[(g, 0), (u, n)], &part, k, 2 * n, rows, splits, path);
+        let ws = [(g, 0), (u, n)];
+        if fuses_split(path, m, &[n, n]) {
+            let fin = Finish {
+                mode: kernels::SPLIT_SWIGLU,
+                outs: [&out; 3],
+                biases: [&xp; 3],
+                bias_mask: 0,
+                counters: split_counters(&xp),
+            };
+            skinny_gemm_into(&xp, &ws, &part, k, 2 * n, rows, splits, path, &fin);
+            return Ok(Tensor::from_primitive(TensorPrimitive::Float(out)));
+        }
+        skinny_gemm_into(
+            &xp,
+            &ws,
+            &part,
+            k,
+            2 * n,
+            rows,
+            splits,
+            path,
+            &Finish::partials(&xp),
+        );
         kernels::skinny_reduce_swiglu_kernel::launch::<CudaRuntime>(
             &client,
             elementwise_count(m * n)?,
