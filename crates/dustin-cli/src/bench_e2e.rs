@@ -50,7 +50,8 @@ pub struct E2eArgs {
     #[arg(long)]
     pub target: PathBuf,
     /// Keep only the first N target layers (a 72B target on one GPU); the rows state the
-    /// layers measured (docs/perf.md scales them to the full depth by hand).
+    /// layers measured, and a summary at the end scales them to the config's full depth
+    /// (`Row::scaled_iter_ms`) with each mode's speed over autoregressive decoding's.
     #[arg(long)]
     pub target_layers: Option<usize>,
     /// HF `config.json` of the draft model (for example Qwen2.5-0.5B-Instruct's).
@@ -796,6 +797,22 @@ pub struct Row {
     pub floor_ms: f64,
     /// `iter_ms / floor_ms`.
     pub over_floor: f64,
+    /// The target's depth in its config; the `scaled_*` fields extrapolate to it when
+    /// `--target-layers` measured fewer (`target_layers`), as docs/perf.md did by hand for
+    /// Qwen2.5-72B's 80 layers on one GPU. Equal to `target_layers` otherwise.
+    pub full_layers: usize,
+    /// `draft_ms + (verify_ms + accept_ms + commit_ms) x full_layers / target_layers`,
+    /// milliseconds: the draft is whole, the target's phases scale with its layers (its LM
+    /// head and embedding are scaled too, a small overcount). Phase times split the GPU's
+    /// work only under `--sync-phases`; without it part of one phase's work is timed in the
+    /// next.
+    pub scaled_iter_ms: f64,
+    /// Tokens per second at `scaled_iter_ms`.
+    pub scaled_tokens_per_sec: f64,
+    /// The bandwidth floor (`floor_ms`) with the target's weights and KV at `full_layers`.
+    pub scaled_floor_ms: f64,
+    /// `scaled_iter_ms / scaled_floor_ms`.
+    pub scaled_over_floor: f64,
     /// Wall seconds of the engine's prefill: the real tail of every sequence through target
     /// and draft (the random prefixes are made before and not counted).
     pub setup_secs: f64,
@@ -902,6 +919,8 @@ pub(crate) fn mean(xs: impl Iterator<Item = f64>) -> f64 {
 fn run_on<B: KernelOps>(args: &E2eArgs, devices: Vec<B::Device>) -> Result<(), CliError> {
     let mut tcfg = QwenConfig::from_file(&args.target)?;
     let mut dcfg = QwenConfig::from_file(&args.draft)?;
+    // the depth the rows are scaled to when --target-layers keeps fewer
+    let full_layers = tcfg.num_hidden_layers;
     // every --lookahead-layers setting fits the draft, before any weights are built
     for la in &args.lookahead_layers {
         la.resolve(dcfg.num_hidden_layers)
@@ -967,7 +986,7 @@ fn run_on<B: KernelOps>(args: &E2eArgs, devices: Vec<B::Device>) -> Result<(), C
         dcfg.num_hidden_layers,
         t.elapsed().as_secs_f64()
     );
-    let cfgs = (&tcfg, &dcfg, extra);
+    let cfgs = (&tcfg, &dcfg, extra, full_layers);
     if world == 1 {
         let (target, draft) = models.remove(0);
         return measure(args, cfgs, target, draft, &devices[0], true);
@@ -1049,7 +1068,7 @@ const PREFIX_SEED: u64 = 0xd057_1e5e_ed00_0000;
 /// Every (context, batch, mode) row on one rank (`report`: print and write the rows).
 fn measure<B: KernelOps>(
     args: &E2eArgs,
-    (tcfg, dcfg, extra): (&QwenConfig, &QwenConfig, usize),
+    (tcfg, dcfg, extra, full_layers): (&QwenConfig, &QwenConfig, usize, usize),
     target: Arc<Qwen2<B>>,
     draft: Arc<Qwen2<B>>,
     dev: &B::Device,
@@ -1123,6 +1142,18 @@ fn measure<B: KernelOps>(
     let wd = weight_bytes_per_forward(dcfg, 2.0);
     let kvt = kv_bytes_per_token(tcfg, 2.0) / world;
     let kvd = kv_bytes_per_token(dcfg, 2.0);
+    // the same at the target's full depth (`--target-layers` keeps fewer)
+    let full = QwenConfig {
+        num_hidden_layers: full_layers,
+        ..tcfg.clone()
+    };
+    let layer_scale = full_layers as f64 / tcfg.num_hidden_layers as f64;
+    let (wt_full, kvt_full) = (
+        weight_bytes_per_forward(&full, 2.0) / world,
+        kv_bytes_per_token(&full, 2.0) / world,
+    );
+    // (mode, row) of every row reported, for the summary at the end
+    let mut done: Vec<(String, Row)> = Vec::new();
     if report {
         println!(
             "| mode | ctx | B | tau | draft ms | verify ms | accept+commit ms | iter ms | tokens/s | KV read (+est.) | floor ms | over floor |"
@@ -1487,6 +1518,13 @@ fn measure<B: KernelOps>(
                     };
                     let floor_bytes = wt + g * wd + draft_kv + (kv_read + est) * b * c * kvt;
                     let floor_ms = 1e3 * floor_bytes / HBM_BYTES_PER_SEC;
+                    // at full depth: the draft as measured, the target's phases (verify,
+                    // accept, commit) times full / measured layers
+                    let scaled_iter_ms =
+                        draft_ms + (verify_ms + accept_ms + commit_ms) * layer_scale;
+                    let scaled_floor_ms = 1e3
+                        * (wt_full + g * wd + draft_kv + (kv_read + est) * b * c * kvt_full)
+                        / HBM_BYTES_PER_SEC;
                     let row = Row {
                         mode: label.clone(),
                         ctx,
@@ -1513,6 +1551,11 @@ fn measure<B: KernelOps>(
                         floor_bytes,
                         floor_ms,
                         over_floor: iter_ms / floor_ms,
+                        full_layers,
+                        scaled_iter_ms,
+                        scaled_tokens_per_sec: b * tau / (scaled_iter_ms / 1e3),
+                        scaled_floor_ms,
+                        scaled_over_floor: scaled_iter_ms / scaled_floor_ms,
                         setup_secs,
                         elementwise: if B::FUSED {
                             args.elementwise
@@ -1579,11 +1622,51 @@ fn measure<B: KernelOps>(
                     if args.profile {
                         report_profile(args, &label, ctx, batch, profiled)?;
                     }
+                    done.push((mode.clone(), row));
                 }
             }
         }
     }
+    if report {
+        print_scaled_summary(&done);
+    }
     Ok(())
+}
+
+/// The rows at the target's full depth ([`Row::scaled_iter_ms`]), each with its tokens/s over
+/// that of the first `ar` row of the same context, batch and round (`-` where the run had
+/// none): the figure issue 7's goal is stated in. `rows` pairs each row with its mode.
+fn print_scaled_summary(rows: &[(String, Row)]) {
+    let Some((_, first)) = rows.first() else {
+        return;
+    };
+    println!();
+    println!(
+        "scaled to {} target layers ({} measured): the draft as measured, the target's phases x {}/{}",
+        first.full_layers, first.target_layers, first.full_layers, first.target_layers
+    );
+    println!("| mode | ctx | B | iter ms | tokens/s | x ar | floor ms | over floor |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (_, r) in rows {
+        let ar = rows
+            .iter()
+            .find(|(m, a)| m == "ar" && a.ctx == r.ctx && a.batch == r.batch && a.round == r.round);
+        let x_ar = ar.map_or_else(
+            || "-".to_string(),
+            |(_, a)| format!("{:.2}x", r.scaled_tokens_per_sec / a.scaled_tokens_per_sec),
+        );
+        println!(
+            "| {} | {} | {} | {:.2} | {:.1} | {} | {:.2} | {:.1}x |",
+            r.mode,
+            r.ctx,
+            r.batch,
+            r.scaled_iter_ms,
+            r.scaled_tokens_per_sec,
+            x_ar,
+            r.scaled_floor_ms,
+            r.scaled_over_floor
+        );
+    }
 }
 
 #[cfg(test)]

@@ -790,3 +790,91 @@ fn rows_name_the_skinny_kernel_and_ring_shape() {
     assert_eq!(rows[0]["skinny_kernel"], "no-ring", "{:?}", rows[0]);
     assert_eq!(rows[0]["ring_config"], "64x32x4", "{:?}", rows[0]);
 }
+
+/// `--target-layers 1` of the 2-layer fixture: each row keeps its measured phases and adds
+/// them at full depth (the draft once, the target's phases twice), the floor with twice the
+/// target's weights and KV; the printed summary gives each mode's scaled tokens/s over the
+/// `ar` row's. Without `--target-layers` the scaled fields equal the measured ones.
+#[test]
+fn rows_scale_to_the_full_depth_and_compare_with_ar() {
+    let dir = std::env::temp_dir().join(format!("dustin-e2e-scaled-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = fixture();
+    let run = |layers: Option<&str>| {
+        let json = dir.join(format!("rows-{}.jsonl", layers.unwrap_or("all")));
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_dustin"));
+        cmd.args(["bench-e2e", "--target", &f, "--draft", &f])
+            .args(["--ctx", "180", "--batch", "2", "--modes", "ar,dense,dustin"])
+            .args([
+                "--warmup", "1", "--iters", "2", "--tail", "40", "--budget", "90",
+            ])
+            .arg("--json")
+            .arg(&json);
+        if let Some(n) = layers {
+            cmd.args(["--target-layers", n]);
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rows: Vec<serde_json::Value> = std::fs::read_to_string(&json)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        (rows, String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let f64_of = |r: &serde_json::Value, k: &str| r[k].as_f64().unwrap();
+    let (rows, stdout) = run(Some("1"));
+    assert_eq!(rows.len(), 3);
+    for r in &rows {
+        assert_eq!(r["target_layers"], 1, "{r}");
+        assert_eq!(r["full_layers"], 2, "{r}");
+        let target = f64_of(r, "verify_ms") + f64_of(r, "accept_ms") + f64_of(r, "commit_ms");
+        let want = f64_of(r, "draft_ms") + 2.0 * target;
+        let got = f64_of(r, "scaled_iter_ms");
+        assert!((got - want).abs() <= 1e-9 * want, "{r}");
+        let tps = 2.0 * f64_of(r, "tau") / (want / 1e3);
+        assert!(
+            (f64_of(r, "scaled_tokens_per_sec") - tps).abs() <= 1e-9 * tps,
+            "{r}"
+        );
+        // more target bytes at full depth, but less than twice the floor (the draft is whole)
+        let (floor, scaled) = (f64_of(r, "floor_ms"), f64_of(r, "scaled_floor_ms"));
+        assert!(scaled > floor && scaled <= 2.0 * floor, "{r}");
+        let ratio = f64_of(r, "scaled_over_floor");
+        assert!((ratio - got / scaled).abs() <= 1e-9 * ratio, "{r}");
+    }
+    assert!(
+        stdout.contains("scaled to 2 target layers (1 measured)"),
+        "{stdout}"
+    );
+    // the summary's `x ar` column: 1.00x for ar, the tokens/s ratio for the others
+    let ar_tps = f64_of(&rows[0], "scaled_tokens_per_sec");
+    for r in &rows {
+        let mode = r["mode"].as_str().unwrap();
+        let line = stdout
+            .lines()
+            .rev()
+            .find(|l| l.starts_with(&format!("| {mode} | 180 | 2 |")))
+            .unwrap_or_else(|| panic!("no summary row for {mode}: {stdout}"));
+        let x = format!("{:.2}x", f64_of(r, "scaled_tokens_per_sec") / ar_tps);
+        assert!(line.contains(&format!("| {x} |")), "{mode}: {line}");
+    }
+    // at full depth the scaled fields are the measured ones
+    let (rows, _) = run(None);
+    for r in &rows {
+        assert_eq!(r["full_layers"], r["target_layers"], "{r}");
+        assert!(
+            (f64_of(r, "scaled_iter_ms") - f64_of(r, "iter_ms")).abs() <= 1e-9,
+            "{r}"
+        );
+        assert!(
+            (f64_of(r, "scaled_floor_ms") - f64_of(r, "floor_ms")).abs() <= 1e-9,
+            "{r}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

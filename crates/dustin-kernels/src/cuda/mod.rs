@@ -28,7 +28,7 @@ use burn_cubecl::{
     BoolElement, CubeBackend, FloatElement, IntElement,
 };
 use burn_tensor::{backend::Backend, DType, Int, Shape, Tensor, TensorData, TensorPrimitive};
-use cubecl::cuda::CudaRuntime;
+use cubecl::cuda::{CudaDevice, CudaRuntime};
 use cubecl::prelude::*;
 
 use crate::{
@@ -594,14 +594,18 @@ const SPLIT_COUNTERS: usize = 8192;
 thread_local! {
     /// One count buffer per (device, stream) used from this thread: launches of one stream
     /// run one after another, so no two of them use a count at the same time.
-    static COUNTERS: std::cell::RefCell<Vec<(String, Ct)>> =
+    static COUNTERS: std::cell::RefCell<Vec<(CountersKey, Ct)>> =
         const { std::cell::RefCell::new(Vec::new()) };
 }
+
+/// The device and stream a count buffer belongs to (compared without allocating: this runs
+/// on every skinny GEMM launch).
+type CountersKey = (CudaDevice, cubecl::stream_id::StreamId);
 
 /// The zeroed count buffer ([`SPLIT_COUNTERS`] entries) of `t`'s device and the current
 /// stream, made on first use.
 fn split_counters(t: &Ct) -> Ct {
-    let key = format!("{:?}/{}", t.device, cubecl::stream_id::StreamId::current());
+    let key: CountersKey = (t.device.clone(), cubecl::stream_id::StreamId::current());
     if let Some(c) = COUNTERS.with(|c| {
         c.borrow()
             .iter()
@@ -659,6 +663,29 @@ impl<'a> Finish<'a> {
         Self {
             mode: kernels::SPLIT_PARTIALS,
             outs: [x; 3],
+            biases: [x; 3],
+            bias_mask: 0,
+            counters: split_counters(x),
+        }
+    }
+
+    /// The outputs `outs` with `biases[i]` added where bit `i` of `bias_mask` is set; `x` is
+    /// the GEMM's input (its device and stream pick the count buffer).
+    fn outputs(x: &Ct, outs: [&'a Ct; 3], biases: [&'a Ct; 3], bias_mask: u32) -> Self {
+        Self {
+            mode: kernels::SPLIT_OUTPUTS,
+            outs,
+            biases,
+            bias_mask,
+            counters: split_counters(x),
+        }
+    }
+
+    /// SwiGLU's product into `out`; `x` fills the unused bindings.
+    fn swiglu(x: &'a Ct, out: &'a Ct) -> Self {
+        Self {
+            mode: kernels::SPLIT_SWIGLU,
+            outs: [out; 3],
             biases: [x; 3],
             bias_mask: 0,
             counters: split_counters(x),
@@ -2492,13 +2519,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
             None => xp.clone(),
         };
         if fuses_split(path, m, &[n]) {
-            let fin = Finish {
-                mode: kernels::SPLIT_OUTPUTS,
-                outs: [&out; 3],
-                biases: [&b; 3],
-                bias_mask: u32::from(has_bias),
-                counters: split_counters(&xp),
-            };
+            let fin = Finish::outputs(&xp, [&out; 3], [&b; 3], u32::from(has_bias));
             skinny_gemm_into(&xp, &[(wp, 0)], &part, k, n, rows, splits, path, &fin);
             return Ok(Tensor::from_primitive(TensorPrimitive::Float(out)));
         }
@@ -2581,13 +2602,8 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         };
         let (b0, b1, b2) = (bias(b0), bias(b1), bias(b2));
         if fuses_split(path, m, &ns) {
-            let fin = Finish {
-                mode: kernels::SPLIT_OUTPUTS,
-                outs: [&outs[0], &outs[1], &outs[2]],
-                biases: [&b0, &b1, &b2],
-                bias_mask: u32::from(has[0]) | u32::from(has[1]) << 1 | u32::from(has[2]) << 2,
-                counters: split_counters(&xp),
-            };
+            let mask = u32::from(has[0]) | u32::from(has[1]) << 1 | u32::from(has[2]) << 2;
+            let fin = Finish::outputs(&xp, [&outs[0], &outs[1], &outs[2]], [&b0, &b1, &b2], mask);
             skinny_gemm_into(&xp, &ws, &part, k, ldp, rows, splits, path, &fin);
             return Ok(outs.map(|o| Tensor::from_primitive(TensorPrimitive::Float(o))));
         }
@@ -2654,13 +2670,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         let client = xp.client.clone();
         let ws = [(g, 0), (u, n)];
         if fuses_split(path, m, &[n, n]) {
-            let fin = Finish {
-                mode: kernels::SPLIT_SWIGLU,
-                outs: [&out; 3],
-                biases: [&xp; 3],
-                bias_mask: 0,
-                counters: split_counters(&xp),
-            };
+            let fin = Finish::swiglu(&xp, &out);
             skinny_gemm_into(&xp, &ws, &part, k, 2 * n, rows, splits, path, &fin);
             return Ok(Tensor::from_primitive(TensorPrimitive::Float(out)));
         }
