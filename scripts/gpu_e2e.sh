@@ -37,8 +37,9 @@
 #   bash .device/gpu_e2e.sh selectab # both top-k kernels checked and timed; 7B 32k B 8 dense
 #                                 # and dustin, estimator kernels off/on x top-k block/warp in
 #                                 # one process (HOST=1: a host profile of each row)
-#   bash .device/gpu_e2e.sh lalayers # 7B and 72B shapes 32k B 8: dense, and dustin's lookahead
-#                                 # from all / every 2nd / every 3rd draft layer (synced phases)
+#   bash .device/gpu_e2e.sh lalayers # 7B and 72B shapes 32k B 8: dense (72B: and ar), and
+#                                 # dustin's lookahead from all / every 2nd / the later half of
+#                                 # the draft's layers (LA; synced phases)
 #   bash .device/gpu_e2e.sh dropab # 7B 32k B 8 and 72B shapes (20 layers) B 8/16: dustin's
 #                                 # early refresh with and without the noise test side by side
 #   bash .device/gpu_e2e.sh run NAME ARGS... # one group named NAME: bench-e2e with ARGS after
@@ -189,15 +190,18 @@ selectab)
         ${HOST:+--host-profile "$OUT/host"}
     ;;
 lalayers)
-    # session 34: `dustin` with its lookahead from all, every second and every third draft
-    # layer (`--lookahead-layers`, side by side in one process, phases synced unless
-    # SYNC=""), 7B at 32k, batch 8, then Qwen2.5-72B shapes (20 of 80 layers) at batch 8
+    # session 34: `dustin` with its lookahead from all draft layers, every second and the
+    # later half (LA, `;`-separated `--lookahead-layers` settings; session 37 put `last:12`,
+    # half of the 0.5B draft's 24, where `stride:3` was), side by side in one process, phases
+    # synced unless SYNC="", 7B at 32k, batch 8, then Qwen2.5-72B shapes (20 of 80 layers) at
+    # batch 8 (its summary scales to 80 layers, next to `ar`)
     SYNC=${SYNC-1}
+    LA=${LA:-all;stride:2;last:12}
     LIMIT=${LIMIT:-200} group 7b_lalayers --target "$C/Qwen2.5-7B-Instruct.config.json" \
-        --ctx 32768 --batch 8 --modes dense,dustin --lookahead-layers "all;stride:2;stride:3"
-    LIMIT=${LIMIT2:-200} group 72b_lalayers --target "$C/Qwen2.5-72B-Instruct.config.json" \
-        --target-layers 20 --ctx 32768 --batch 8 --modes dense,dustin \
-        --lookahead-layers "all;stride:2;stride:3"
+        --ctx 32768 --batch 8 --modes dense,dustin --lookahead-layers "$LA"
+    LIMIT=${LIMIT2:-240} group 72b_lalayers --target "$C/Qwen2.5-72B-Instruct.config.json" \
+        --target-layers 20 --ctx 32768 --batch 8 --modes ar,dense,dustin \
+        --lookahead-layers "$LA"
     ;;
 dropab)
     # session 33: `dustin`'s early refresh with and without the noise test
