@@ -658,22 +658,11 @@ struct Finish<'a> {
 }
 
 impl<'a> Finish<'a> {
-    /// The partial sums only; `x` fills the unused bindings.
-    fn partials(x: &'a Ct) -> Self {
+    /// A finish in `mode`; `x` is the GEMM's input (its device and stream pick the count
+    /// buffer).
+    fn new(x: &Ct, mode: u32, outs: [&'a Ct; 3], biases: [&'a Ct; 3], bias_mask: u32) -> Self {
         Self {
-            mode: kernels::SPLIT_PARTIALS,
-            outs: [x; 3],
-            biases: [x; 3],
-            bias_mask: 0,
-            counters: split_counters(x),
-        }
-    }
-
-    /// The outputs `outs` with `biases[i]` added where bit `i` of `bias_mask` is set; `x` is
-    /// the GEMM's input (its device and stream pick the count buffer).
-    fn outputs(x: &Ct, outs: [&'a Ct; 3], biases: [&'a Ct; 3], bias_mask: u32) -> Self {
-        Self {
-            mode: kernels::SPLIT_OUTPUTS,
+            mode,
             outs,
             biases,
             bias_mask,
@@ -681,15 +670,19 @@ impl<'a> Finish<'a> {
         }
     }
 
+    /// The partial sums only; `x` fills the unused bindings.
+    fn partials(x: &'a Ct) -> Self {
+        Self::new(x, kernels::SPLIT_PARTIALS, [x; 3], [x; 3], 0)
+    }
+
+    /// The outputs `outs` with `biases[i]` added where bit `i` of `bias_mask` is set.
+    fn outputs(x: &Ct, outs: [&'a Ct; 3], biases: [&'a Ct; 3], bias_mask: u32) -> Self {
+        Self::new(x, kernels::SPLIT_OUTPUTS, outs, biases, bias_mask)
+    }
+
     /// SwiGLU's product into `out`; `x` fills the unused bindings.
     fn swiglu(x: &'a Ct, out: &'a Ct) -> Self {
-        Self {
-            mode: kernels::SPLIT_SWIGLU,
-            outs: [out; 3],
-            biases: [x; 3],
-            bias_mask: 0,
-            counters: split_counters(x),
-        }
+        Self::new(x, kernels::SPLIT_SWIGLU, [out; 3], [x; 3], 0)
     }
 }
 
