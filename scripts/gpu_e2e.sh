@@ -192,11 +192,12 @@ selectab)
 lalayers)
     # session 34: `dustin` with its lookahead from all draft layers, every second and the
     # later half (LA, `;`-separated `--lookahead-layers` settings; session 37 put `last:12`,
-    # half of the 0.5B draft's 24, where `stride:3` was), side by side in one process, phases
+    # half of the 0.5B draft's 24, where `stride:3` was; session 38 `half`, the same 12 and
+    # the default since), side by side in one process, phases
     # synced unless SYNC="", 7B at 32k, batch 8, then Qwen2.5-72B shapes (20 of 80 layers) at
     # batch 8 (its summary scales to 80 layers, next to `ar`)
     SYNC=${SYNC-1}
-    LA=${LA:-all;stride:2;last:12}
+    LA=${LA:-all;stride:2;half}
     LIMIT=${LIMIT:-200} group 7b_lalayers --target "$C/Qwen2.5-7B-Instruct.config.json" \
         --ctx 32768 --batch 8 --modes dense,dustin --lookahead-layers "$LA"
     LIMIT=${LIMIT2:-240} group 72b_lalayers --target "$C/Qwen2.5-72B-Instruct.config.json" \

@@ -49,6 +49,11 @@ pub struct BenchArgs {
     /// `prefill_gemm_lib` says which ran) or `burn` (Burn's matmul).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "cublas")]
     pub prefill_gemm: Vec<PrefillGemm>,
+    /// Warps per block of the CUDA flash kernel's prefill (comma-separated, each timed in
+    /// turn with every path above): 4 (64 query rows a block, the default) or 8 (128 rows;
+    /// `dustin_kernels::cuda::set_prefill_warps`). Other backends ignore it.
+    #[arg(long, value_delimiter = ',', default_value = "4")]
+    pub prefill_warps: Vec<usize>,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
@@ -94,6 +99,9 @@ fn validate(a: &BenchArgs) -> Result<(), CliError> {
     }
     if a.decode == 0 {
         return bad("--decode 0: nothing would be timed (expected at least 1 step)".into());
+    }
+    if let Some(w) = a.prefill_warps.iter().find(|&&w| w != 4 && w != 8) {
+        return bad(format!("--prefill-warps {w}: expected 4 or 8"));
     }
     let positions = a
         .prompt_len
@@ -144,11 +152,14 @@ fn run_on<B: KernelOps>(args: &BenchArgs, dev: &B::Device) -> Result<(), CliErro
     // time to first token per path: the whole batch's prefill and its last logits read back
     let mut prefills = Vec::with_capacity(args.prefill_attention.len());
     let mut cache = None;
-    let runs = args
-        .prefill_attention
-        .iter()
-        .flat_map(|&p| args.prefill_gemm.iter().map(move |&g| (p, g)));
-    for (path, gemm) in runs {
+    let runs = args.prefill_attention.iter().flat_map(|&p| {
+        args.prefill_gemm
+            .iter()
+            .flat_map(move |&g| args.prefill_warps.iter().map(move |&w| (p, g, w)))
+    });
+    for (path, gemm, warps) in runs {
+        #[cfg(feature = "cuda")]
+        dustin_kernels::cuda::set_prefill_warps(warps);
         let m = model
             .clone()
             .with_prefill_attention(path == PrefillPath::Kernel)
@@ -160,7 +171,7 @@ fn run_on<B: KernelOps>(args: &BenchArgs, dev: &B::Device) -> Result<(), CliErro
         let t = Instant::now();
         let (c, last, _) = prefill(&m, &prompts, cap, None, &mut DenseHook, chunk, false)?;
         let _ = last.into_data();
-        prefills.push((path, gemm, t.elapsed().as_secs_f64()));
+        prefills.push((path, gemm, warps, t.elapsed().as_secs_f64()));
         cache = Some(c);
     }
     let mut cache = cache.ok_or_else(|| {
@@ -195,7 +206,7 @@ fn run_on<B: KernelOps>(args: &BenchArgs, dev: &B::Device) -> Result<(), CliErro
         step(&mut cache)?;
     }
     let decode_secs = t.elapsed().as_secs_f64();
-    for (path, gemm, prefill_secs) in prefills {
+    for (path, gemm, warps, prefill_secs) in prefills {
         let lib = match gemm {
             PrefillGemm::Cublas => B::prefill_gemm_name(dev),
             PrefillGemm::Burn => "burn",
@@ -208,6 +219,7 @@ fn run_on<B: KernelOps>(args: &BenchArgs, dev: &B::Device) -> Result<(), CliErro
             "chunk": chunk,
             "prefill_attention": format!("{path:?}").to_lowercase(),
             "prefill_gemm_lib": lib,
+            "prefill_warps": warps,
             "init_secs": init_secs,
             "prefill_secs": prefill_secs,
             "prefill_tokens_per_sec": (args.batch * args.prompt_len) as f64 / prefill_secs,

@@ -164,14 +164,14 @@ pub struct E2eArgs {
     /// `per-step`); the other modes run once.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "deferred")]
     pub lookahead_scoring: Vec<Scoring>,
-    /// Which draft layers feed the lookahead (`dustin_spec::LookaheadLayers`): `all` (the
-    /// default), `stride:S` (every S-th layer counted back from the last), `last:N` or a list
-    /// of layer indices (`0,5,9`). Several settings separated by `;` (`all;stride:2`) run
+    /// Which draft layers feed the lookahead (`dustin_spec::LookaheadLayers`): `half` (the
+    /// default: the later half), `all`, `stride:S` (every S-th layer counted back from the
+    /// last), `last:N` or a list of layer indices (`0,5,9`). Several settings separated by `;` (`all;stride:2`) run
     /// every mode whose selector reads the lookahead once per setting, side by side in one
     /// process (the table's mode then says `+laall`, `+lastride2`, `+lalast12`, `+la0_5_9`);
     /// the other modes run once. Checked against the draft's layer count before any weights
     /// are built.
-    #[arg(long, value_delimiter = ';', default_value = "all", value_parser = parse_lookahead_layers)]
+    #[arg(long, value_delimiter = ';', default_value = "half", value_parser = parse_lookahead_layers)]
     pub lookahead_layers: Vec<LookaheadLayers>,
     /// Tokens the draft attends to per layer and KV head (`ModelDrafter::with_draft_selection`,
     /// `DraftSelection::new`: sinks and window as the selectors' defaults, the rest the top of
@@ -221,6 +221,12 @@ pub struct E2eArgs {
     /// every mode runs once (its rows say `kernel`).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "kernel")]
     pub split_reduce: Vec<SplitReduce>,
+    /// Waves of resident blocks that dense attention's key splits on the CUDA flash kernel aim
+    /// for (`dustin_kernels::cuda::set_dense_waves`; 2 by default): more waves, more and
+    /// shorter splits. A list (`2,8`) runs every mode once per setting, side by side in one
+    /// process (the table's mode then says `+dw<n>`). No effect on the CPU (its rows say 2).
+    #[arg(long, value_delimiter = ',', default_value = "2")]
+    pub dense_waves: Vec<usize>,
     /// Whether a `dustin` verification that reuses its selections re-ranks every reusing
     /// layer in one call (`on`, the default: one mix and one top-k over the layers' stacked
     /// rows, `dustin_select::SelectConfig::batched_reuse`) or each layer in its turn (`off`).
@@ -510,6 +516,12 @@ fn validate(a: &E2eArgs) -> Result<(), CliError> {
     no_repeats("--estimator-kernels", &a.estimator_kernels)?;
     no_repeats("--topk-kernel", &a.topk_kernel)?;
     no_repeats("--split-reduce", &a.split_reduce)?;
+    no_repeats_named("--dense-waves", &a.dense_waves, |v| v.to_string())?;
+    if let Some(w) = a.dense_waves.iter().find(|&&w| !(1..=16).contains(&w)) {
+        return Err(CliError::Usage(format!(
+            "--dense-waves {w}: expected 1 to 16 waves"
+        )));
+    }
     no_repeats("--batched-reuse", &a.batched_reuse)?;
     if let Some(bad) = a
         .accept_drop_sigmas
@@ -847,6 +859,8 @@ pub struct Row {
     pub topk_kernel: TopkKernel,
     /// `--split-reduce` (`kernel` on the CPU, which has no fused GEMMs).
     pub split_reduce: SplitReduce,
+    /// `--dense-waves` (2 on the CPU, which has no flash kernel).
+    pub dense_waves: usize,
     /// `--batched-reuse` (`null` for modes without the `dustin` estimator, which have no
     /// one-call path).
     pub batched_reuse: Option<OnOff>,
@@ -1173,12 +1187,13 @@ fn measure<B: KernelOps>(
                 // and for the estimator kernels only `dustin` estimator modes, for the top-k
                 // kernel only modes that select
                 let mut variants = Vec::new();
-                for (pair, (pi, &sr)) in pairs
-                    .iter()
-                    .flat_map(|p| args.split_reduce.iter().enumerate().map(move |s| (p, s)))
-                {
-                    // the CPU has no fused GEMMs: one setting
-                    if pi > 0 && !B::FUSED {
+                for (pair, (pi, &sr), (wi, &dw)) in pairs.iter().flat_map(|p| {
+                    args.split_reduce.iter().enumerate().flat_map(move |s| {
+                        args.dense_waves.iter().enumerate().map(move |w| (p, s, w))
+                    })
+                }) {
+                    // the CPU has no fused GEMMs nor flash kernel: one setting
+                    if (pi > 0 || wi > 0) && !B::FUSED {
                         continue;
                     }
                     for (si, &scoring) in args.lookahead_scoring.iter().enumerate() {
@@ -1203,7 +1218,7 @@ fn measure<B: KernelOps>(
                                                     continue;
                                                 }
                                                 variants.push((
-                                                    (pair, sr),
+                                                    (pair, sr, dw),
                                                     scoring,
                                                     la.clone(),
                                                     db,
@@ -1225,7 +1240,7 @@ fn measure<B: KernelOps>(
                 for (
                     round,
                     (
-                        ((residual, target, draft), split),
+                        ((residual, target, draft), split, dense_waves),
                         scoring,
                         la_layers,
                         draft_budget,
@@ -1265,8 +1280,10 @@ fn measure<B: KernelOps>(
                     } else {
                         SplitReduce::Kernel
                     };
+                    let dense_waves = if B::FUSED { *dense_waves } else { 2 };
                     #[cfg(feature = "cuda")]
                     {
+                        dustin_kernels::cuda::set_dense_waves(dense_waves);
                         dustin_kernels::cuda::set_split_reduce(match split {
                             SplitReduce::Fused => dustin_kernels::cuda::SplitReduce::Fused,
                             SplitReduce::Kernel => dustin_kernels::cuda::SplitReduce::Kernel,
@@ -1328,6 +1345,10 @@ fn measure<B: KernelOps>(
                     // `+srk` where a list of split-reduce settings ran it with the reduce kernel
                     if args.split_reduce.len() > 1 && B::FUSED && split == SplitReduce::Kernel {
                         label.push_str("+srk");
+                    }
+                    // `+dw<n>` where a list of dense-wave settings ran it
+                    if args.dense_waves.len() > 1 && B::FUSED {
+                        label.push_str(&format!("+dw{dense_waves}"));
                     }
                     // `#r` where several rounds ran it
                     if args.rounds > 1 {
@@ -1592,6 +1613,7 @@ fn measure<B: KernelOps>(
                         estimator_kernels: est_kernels,
                         topk_kernel: topk,
                         split_reduce: split,
+                        dense_waves,
                         batched_reuse: uses_dustin_estimator(mode).then_some(batched),
                         accept_drop_sigmas: drop_sigmas,
                         sync_phases: args.sync_phases,

@@ -89,10 +89,11 @@ pub struct FidelityArgs {
     #[arg(long, default_value = "self:layers=20")]
     pub draft: String,
     /// Draft layers whose attention makes the lookahead (`dustin_spec::LookaheadLayers`):
-    /// `all` (the default), `stride:S` (every S-th layer counted back from the last),
-    /// `last:N` or a list of layer indices (`0,5,9`), of the draft's layers (a self-draft's
-    /// `N`). Applies to the teacher-forced lookaheads and to the speculative run's draft.
-    #[arg(long, default_value = "all")]
+    /// `half` (the default: the later half), `all`, `stride:S` (every S-th layer counted
+    /// back from the last), `last:N` or a list of layer indices (`0,5,9`), of the draft's
+    /// layers (a self-draft's `N`). Applies to the teacher-forced lookaheads and to the
+    /// speculative run's draft.
+    #[arg(long, default_value = "half")]
     pub lookahead_layers: String,
     /// A PG-19 book (.txt) or a directory of them.
     #[arg(long)]

@@ -76,11 +76,12 @@ pub struct GenerateArgs {
     #[arg(long, default_value_t = 0)]
     pub draft_budget: usize,
     /// Draft layers whose attention makes the lookahead the selector reads (needs --draft;
-    /// `dustin_spec::LookaheadLayers`): `all` (the default), `stride:S` (every S-th layer
-    /// counted back from the last), `last:N` or a list of layer indices (`0,5,9`). Fewer
-    /// layers cost the draft less (docs/perf.md, fifteenth session); their effect on the
-    /// selections is in docs/fidelity.md. The output does not change with greedy decoding.
-    #[arg(long, default_value = "all")]
+    /// `dustin_spec::LookaheadLayers`): `half` (the default: the later half of the draft's
+    /// layers), `all`, `stride:S` (every S-th layer counted back from the last), `last:N` or
+    /// a list of layer indices (`0,5,9`). Fewer layers cost the draft less (docs/perf.md,
+    /// fifteenth and nineteenth sessions); their effect on the selections is in
+    /// docs/fidelity.md. The output does not change with greedy decoding.
+    #[arg(long, default_value = "half")]
     pub lookahead_layers: String,
     /// TOML or JSON file with everything else: `[select]` (n_sink, window, refresh,
     /// refresh_on_accept_drop, accept_drop_sigmas, batched_reuse) and `[estimator]` (the selector's own knobs,
@@ -660,12 +661,14 @@ fn run_on<B: KernelOps>(
             args.selector
         )));
     }
-    // anything but all layers (an unreadable setting included) needs a draft
-    let every_layer = args
+    // anything but the default or all layers (an unreadable setting included) needs a draft
+    let plain_setting = args
         .lookahead_layers
         .parse::<dustin_spec::LookaheadLayers>()
-        .is_ok_and(|l| l == dustin_spec::LookaheadLayers::All);
-    if args.draft.is_none() && !every_layer {
+        .is_ok_and(|l| {
+            l == dustin_spec::LookaheadLayers::All || l == dustin_spec::LookaheadLayers::default()
+        });
+    if args.draft.is_none() && !plain_setting {
         return Err(CliError::Usage(format!(
             "--lookahead-layers {} needs speculative decoding: add --draft <path | self:layers=N | substitute>",
             args.lookahead_layers

@@ -45,7 +45,7 @@ enum Command {
     Bench(bench::BenchArgs),
     /// End-to-end decoding speed at real model shapes (random weights): autoregressive vs
     /// speculative with each selector, under a stated acceptance schedule.
-    BenchE2e(bench_e2e::E2eArgs),
+    BenchE2e(Box<bench_e2e::E2eArgs>),
     /// Plot tokens/s against context length per mode from `bench-e2e --json` rows (SVG and
     /// a Markdown table).
     PlotE2e(plot_e2e::PlotE2eArgs),
@@ -76,7 +76,7 @@ fn main() -> ExitCode {
         Command::Generate(a) => generate::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
-        Command::BenchE2e(a) => bench_e2e::run(a),
+        Command::BenchE2e(a) => bench_e2e::run(*a),
         Command::PlotE2e(a) => plot_e2e::run(a),
         Command::BenchSubspec(a) => bench_subspec::run(a),
         Command::Ppl(a) => ppl::run(a),

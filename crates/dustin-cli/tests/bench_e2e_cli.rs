@@ -141,7 +141,7 @@ fn lookahead_layers_list_runs_lookahead_modes_per_setting() {
         "lalayers",
         "dense,dustin",
         "2",
-        &["--lookahead-layers", "all;last:1;0"],
+        &["--lookahead-layers", "all;last:1;0;half"],
     );
     let got: Vec<(&str, Option<&str>)> = rows
         .iter()
@@ -154,6 +154,7 @@ fn lookahead_layers_list_runs_lookahead_modes_per_setting() {
             ("dustin+laall", Some("all")),
             ("dustin+lalast1", Some("last:1")),
             ("dustin+la0", Some("0")),
+            ("dustin+lahalf", Some("half")),
         ]
     );
     for r in &rows[1..] {
@@ -258,6 +259,8 @@ fn batched_reuse_list_runs_dustin_both_ways_and_cuda_lists_once_on_the_cpu() {
             "off,on",
             "--topk-kernel",
             "block,warp",
+            "--dense-waves",
+            "2,8",
         ],
     );
     let got: Vec<(&str, Option<&str>)> = rows
@@ -288,6 +291,8 @@ fn batched_reuse_list_runs_dustin_both_ways_and_cuda_lists_once_on_the_cpu() {
         assert!((mean - iter_ms).abs() <= 1e-9 * iter_ms, "{mean} vs {r}");
         assert_eq!(r["estimator_kernels"].as_str(), Some("off"), "{r}");
         assert_eq!(r["topk_kernel"].as_str(), Some("block"), "{r}");
+        // the CPU has no flash kernel: one row, at the default's 2 waves
+        assert_eq!(r["dense_waves"].as_u64(), Some(2), "{r}");
     }
     let kv = |i: usize| rows[i]["kv_read"].as_f64().unwrap();
     let est = |i: usize| rows[i]["estimation_read"].as_f64().unwrap();
@@ -418,6 +423,14 @@ fn bad_schedule_and_modes_are_named() {
             "--batch 100000000000 x --ctx 180: at most 16777216 context tokens in all",
         ),
         (vec!["--rounds", "0", "--modes", "ar"], "--rounds 0: expected 1 ..= 10"),
+        (
+            vec!["--dense-waves", "2,0", "--modes", "ar"],
+            "--dense-waves 0: expected 1 to 16 waves",
+        ),
+        (
+            vec!["--dense-waves", "2,2", "--modes", "ar"],
+            "--dense-waves",
+        ),
         // a ring-kernel shape the kernel has no build for (checked on every backend)
         (
             vec!["--ring-config", "96x32x4", "--modes", "ar"],
@@ -731,6 +744,10 @@ fn bench_sizes_are_named() {
             "--prompt-len 0: expected at least 1",
         ),
         (vec!["--decode", "0"], "--decode 0: nothing would be timed"),
+        (
+            vec!["--prefill-warps", "4,6"],
+            "--prefill-warps 6: expected 4 or 8",
+        ),
         (
             vec!["--prompt-len", "18446744073709551615"],
             "at most 16777216 positions",

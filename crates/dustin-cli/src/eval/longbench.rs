@@ -76,10 +76,10 @@ pub struct LongBenchArgs {
     #[arg(long, default_value = "self:layers=20")]
     pub draft: String,
     /// Draft layers whose attention makes the lookahead (`dustin_spec::LookaheadLayers`):
-    /// `all` (the default), `stride:S` (every S-th layer counted back from the last),
-    /// `last:N` or a list of layer indices (`0,5,9`), of the draft's layers (a self-draft's
-    /// `N`), as `eval fidelity --lookahead-layers`.
-    #[arg(long, default_value = "all")]
+    /// `half` (the default: the later half), `all`, `stride:S` (every S-th layer counted
+    /// back from the last), `last:N` or a list of layer indices (`0,5,9`), of the draft's
+    /// layers (a self-draft's `N`), as `eval fidelity --lookahead-layers`.
+    #[arg(long, default_value = "half")]
     pub lookahead_layers: String,
     /// LongBench data: a directory of `<task>.json` (MiniLongBench layout) or `<task>.jsonl`
     /// (original LongBench layout) files, or one such file.

@@ -16,8 +16,9 @@
 //!   topk` checks both kernels too.
 //! - `ktime --op OP [--model 7B|72B]`: one op of `bench` at B=8, 32k alone (2 warm-up calls,
 //!   then 5), for a trace of its kernels' GPU time (`scripts/gpu_prefill.sh ktime`).
-//! - `--score-buffers 1|2|3` and `--sparse-waves 1..8` (any command): the flash kernel's K tile
-//!   buffers in score mode, and the waves of blocks sparse verification's splits aim for.
+//! - `--score-buffers 1|2|3`, `--sparse-waves 1..8` and `--dense-waves 1..16` (any
+//!   command): the flash kernel's K tile buffers in score mode, and the waves of blocks
+//!   sparse and dense verification's splits aim for.
 //! - `check --op skinny`: the skinny GEMMs alone (decode and verify rows, three weights of one
 //!   `x`, SwiGLU), with the default kernel choice and with the ring kernel forced, each with
 //!   the split reduction in its own reduce kernel and inside the GEMM's launch.
@@ -128,14 +129,19 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
         if want("prefill") {
             let r = reference::attention(&q, &k, &v, &dims, &c.ctx, scale, None);
             // both kernels, each forced (the automatic choice depends on the block count)
-            for (name, kern, bufs) in [
-                ("prefill flash", AttentionKernel::Flash, 2),
-                ("prefill flash 3buf", AttentionKernel::Flash, 3),
-                ("prefill flash sync", AttentionKernel::Flash, 1),
-                ("prefill split", AttentionKernel::Split, 2),
+            // (label, kernel, flash tile buffers, flash prefill warps)
+            for (name, kern, bufs, warps) in [
+                ("prefill flash", AttentionKernel::Flash, 2, 4),
+                ("prefill flash 3buf", AttentionKernel::Flash, 3, 4),
+                ("prefill flash sync", AttentionKernel::Flash, 1, 4),
+                ("prefill flash w8", AttentionKernel::Flash, 2, 8),
+                ("prefill flash w8 3buf", AttentionKernel::Flash, 3, 8),
+                ("prefill flash w8 sync", AttentionKernel::Flash, 1, 8),
+                ("prefill split", AttentionKernel::Split, 2, 4),
             ] {
                 dustin_kernels::cuda::set_prefill_kernel(kern);
                 dustin_kernels::cuda::set_flash_buffers(bufs);
+                dustin_kernels::cuda::set_prefill_warps(warps);
                 let o =
                     B::prefill_attention(qt.clone(), kt.clone(), vt.clone(), &c.ctx, scale as f32);
                 match o {
@@ -145,6 +151,7 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
             }
             dustin_kernels::cuda::set_prefill_kernel(AttentionKernel::Auto);
             dustin_kernels::cuda::set_flash_buffers(dustin_kernels::cuda::FLASH_BUFFERS);
+            dustin_kernels::cuda::set_prefill_warps(dustin_kernels::cuda::PREFILL_WARPS);
         }
         return;
     }
@@ -1087,23 +1094,39 @@ fn prefill_attention(emit: &mut dyn FnMut(String), quick: bool) {
         // against the cache so far, GQA (7B: 4 KV heads, nothing expanded), through
         // `prefill_attention` (the kernel) and, up to 16k, the plain path (Burn ops; about
         // 1.6 s a pass at 32k)
-        // (label, chunk, plain path, kernel, flash tile buffers: 1 = no cp.async)
-        for (path, chunk, plain, kern, bufs) in [
-            ("flash", PREFILL_CHUNK, false, AttentionKernel::Flash, 2),
-            ("flash", 2048, false, AttentionKernel::Flash, 2),
-            ("flash-3buf", 2048, false, AttentionKernel::Flash, 3),
-            ("flash-sync", 2048, false, AttentionKernel::Flash, 1),
-            ("split", PREFILL_CHUNK, false, AttentionKernel::Split, 2),
-            ("plain", PREFILL_CHUNK, true, AttentionKernel::Auto, 2),
+        // (label, chunk, plain path, kernel, flash tile buffers: 1 = no cp.async, flash
+        // prefill warps: 8 = 128 rows a block); the 4- and 8-warp rows alternate so that a
+        // drift of the machine shows as disagreement between their two rounds
+        for (path, chunk, plain, kern, bufs, warps) in [
+            ("flash", PREFILL_CHUNK, false, AttentionKernel::Flash, 2, 4),
+            ("flash", 2048, false, AttentionKernel::Flash, 2, 4),
+            ("flash-w8", 2048, false, AttentionKernel::Flash, 2, 8),
+            ("flash-w8-3buf", 2048, false, AttentionKernel::Flash, 3, 8),
+            (
+                "flash-w8",
+                PREFILL_CHUNK,
+                false,
+                AttentionKernel::Flash,
+                2,
+                8,
+            ),
+            ("flash-3buf", 2048, false, AttentionKernel::Flash, 3, 4),
+            ("flash-sync", 2048, false, AttentionKernel::Flash, 1, 4),
+            ("flash", 2048, false, AttentionKernel::Flash, 2, 4),
+            ("flash-w8", 2048, false, AttentionKernel::Flash, 2, 8),
+            ("split", PREFILL_CHUNK, false, AttentionKernel::Split, 2, 4),
+            ("plain", PREFILL_CHUNK, true, AttentionKernel::Auto, 2, 4),
         ] {
             if plain && n > 16384 {
                 continue;
             }
             dustin_kernels::cuda::set_prefill_kernel(kern);
             dustin_kernels::cuda::set_flash_buffers(bufs);
+            dustin_kernels::cuda::set_prefill_warps(warps);
             let r = prefill_chunks(n, chunk, heads, 4, d, plain);
             dustin_kernels::cuda::set_prefill_kernel(AttentionKernel::Auto);
             dustin_kernels::cuda::set_flash_buffers(dustin_kernels::cuda::FLASH_BUFFERS);
+            dustin_kernels::cuda::set_prefill_warps(dustin_kernels::cuda::PREFILL_WARPS);
             match r {
                 Ok(us) => emit(format!(
                     "{{\"op\":\"prefill-attention-chunked\",\"path\":\"{path}\",\"heads\":{heads},\"kv_heads\":4,\"d\":{d},\"n\":{n},\"chunk\":{chunk},\"us\":{us:.1},\"tflops\":{:.2}}}",
@@ -1359,6 +1382,7 @@ fn main() -> std::process::ExitCode {
             dustin_kernels::cuda::set_score_buffers as fn(usize),
         ),
         ("--sparse-waves", 8, dustin_kernels::cuda::set_sparse_waves),
+        ("--dense-waves", 16, dustin_kernels::cuda::set_dense_waves),
     ] {
         match args
             .iter()
@@ -1455,7 +1479,7 @@ fn main() -> std::process::ExitCode {
             bench(json, quick, verify_kernel);
         }
         _ => {
-            eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise|skinny|dustin] | bench [--quick] [--verify-kernel auto|flash|split] [--flash-buffers 1|2|3] [--json PATH] | gemm [--quick] [--no-burn] [--decode-only] [--model 7B|72B] [--ring-configs COLSxKCxBUFS,..] [--json PATH] | prefill [--quick] [--json PATH] | ktime --op dense|sparse512|sparse1024|sparse2048|score [--model 7B|72B] | launchcost [--json PATH] | topk [--json PATH] | all; any of them [--score-buffers 1|2|3] [--sparse-waves 1..8] [--ring-config COLSxKCxBUFS] [--split-reduce fused|kernel]");
+            eprintln!("usage: dustin-kernels-gpu check [--op dense|prefill|sparse|scores|quest|topk|elementwise|skinny|dustin] | bench [--quick] [--verify-kernel auto|flash|split] [--flash-buffers 1|2|3] [--json PATH] | gemm [--quick] [--no-burn] [--decode-only] [--model 7B|72B] [--ring-configs COLSxKCxBUFS,..] [--json PATH] | prefill [--quick] [--json PATH] | ktime --op dense|sparse512|sparse1024|sparse2048|score [--model 7B|72B] | launchcost [--json PATH] | topk [--json PATH] | all; any of them [--score-buffers 1|2|3] [--sparse-waves 1..8] [--dense-waves 1..16] [--ring-config COLSxKCxBUFS] [--split-reduce fused|kernel]");
             return std::process::ExitCode::from(2);
         }
     }

@@ -3191,13 +3191,12 @@ pub fn split_tail<F: Float>(
     }
 }
 
-/// Query rows per block of [`flash_kernel`]: 4 warps x one 16-row MMA tile (prefill and
-/// verification; score mode's blocks take 16 rows, shared by the 4 warps).
+/// Query rows per block of [`flash_kernel`] in verification: 4 warps x one 16-row MMA tile
+/// (score mode's blocks take 16 rows, shared by the 4 warps). Prefill blocks take `warps x
+/// 16` rows, `warps` 4 or 8 (`cuda::set_prefill_warps`).
 pub const FLASH_ROWS: usize = 64;
 /// Keys per shared-memory tile of [`flash_kernel`] (the verification split plan's unit).
 pub const FLASH_KEYS: usize = crate::split_plan::FLASH_KEYS;
-/// Threads per block of [`flash_kernel`] (4 warps).
-pub const FLASH_THREADS: usize = 128;
 
 /// One `mma.sync.m16n8k16` (bf16/f16 in, f32 accumulate) on register fragments: the A
 /// fragment is `a[a0 .. a0 + 4]`, the B fragment `b0`, `b1`, the accumulator
@@ -3266,18 +3265,19 @@ fn flash_stage<F: Float, I: Int, N: Size>(
     #[comptime] async_copy: bool,
     #[comptime] sparse: bool,
     #[comptime] with_v: bool,
+    #[comptime] threads: usize,
 ) {
     let vpr = comptime![d / nv];
     let sqv = comptime![d / nv + 1];
     let base = buf * comptime![FLASH_KEYS * (d / nv + 1)];
-    let iters = comptime![FLASH_KEYS * d / (nv * FLASH_THREADS)];
+    let iters = comptime![FLASH_KEYS * d / (nv * threads)];
     // the cache slot of each of this thread's vectors first, then the copies: a selection's
     // index loads are then all in flight together instead of one latency per copy (eighth
     // session: 7B sparse at budget 1024 went from 33.2 to 30.4 us of GPU time)
     let mut slots = Array::<u32>::new(iters);
     #[unroll]
     for it in 0..iters {
-        let e = tid + it * FLASH_THREADS;
+        let e = tid + it * threads;
         let t = e / vpr;
         // the key's first vector (one thread a key) writes the key's flag
         let first = e % vpr;
@@ -3306,7 +3306,7 @@ fn flash_stage<F: Float, I: Int, N: Size>(
     }
     #[unroll]
     for it in 0..iters {
-        let e = tid + it * FLASH_THREADS;
+        let e = tid + it * threads;
         let t = e / vpr;
         let c = e % vpr;
         let p = slots[it] as usize;
@@ -3371,10 +3371,15 @@ pub struct FlashStrides {
 /// 64 x (d + 8) x 2 bytes (104 KB at d 128 and `nbuf` 3, so two blocks still fit an SM;
 /// half that in score mode, which stages K only).
 ///
+/// `warps` (4, or 8 for prefill only) is the block's warp count: a block stages each tile once
+/// for all its warps, so 8 warps (128 rows) halve the copies and their address arithmetic per
+/// FLOP against 4 (the sixth session's ncu on the 4-warp prefill found the integer pipe the
+/// busiest, docs/perf.md). Verification and score mode take 4.
+///
 /// The rows attend to a virtual sequence: `vctx` keys (the context `ctx[b]`, or with
 /// `sparse` the `counts[b]` positions listed in `idx`) and then the `n_new` new tokens; row
 /// token `i` sees virtual keys `0 ..= vctx + i`.
-/// - prefill (`verify` false): block `(row block, q head, sequence)` takes [`FLASH_ROWS`]
+/// - prefill (`verify` false): block `(row block, q head, sequence)` takes `16 warps`
 ///   consecutive new tokens of one query head, row blocks heaviest first, over all the keys
 ///   they see; writes `out [b, q_heads, n_new, d]` normalised.
 /// - verify: block `(split * rowblocks + row block, slot, sequence)` takes 64 rows
@@ -3433,8 +3438,11 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
     #[comptime] verify: bool,
     #[comptime] sparse: bool,
     #[comptime] score: bool,
+    #[comptime] warps: usize,
     #[define(F, I)] _dtypes: [StorageType; 2],
 ) {
+    let threads = comptime![warps * 32];
+    let rows = comptime![warps * 16];
     let tid = UNIT_POS as usize;
     let warp = tid / 32;
     let lane = tid % 32;
@@ -3477,7 +3485,7 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
         rtot = hcount * n;
     }
     // this lane's two rows, block rows r0 + g and r0 + g + 8, as (query head, token)
-    let mut r0 = rb * FLASH_ROWS + warp * 16;
+    let mut r0 = rb * rows + warp * 16;
     // score mode: the block's 16 rows are every warp's, and warp w takes keys 16 w .. 16 w +
     // 16 of each tile (its own partial maxima and sums, split `4 split + w`), so all four
     // warps compute where a head subset's rows fill one warp
@@ -3518,7 +3526,7 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
         }
         wend = kend;
     } else {
-        let mut bl = rb * FLASH_ROWS + FLASH_ROWS;
+        let mut bl = rb * rows + rows;
         if bl > n {
             bl = n;
         }
@@ -3555,9 +3563,9 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
     // listed-in-context flags of a selection's keys, per buffer
     let mut kok = SharedMemory::<u32>::new(comptime![nbuf * FLASH_KEYS]);
     // buffer i's tile is complete when every thread arrived on bar_i and its copies landed
-    let bar0 = Barrier::shared(FLASH_THREADS as u32, tid == 0);
-    let bar1 = Barrier::shared(FLASH_THREADS as u32, tid == 0);
-    let bar2 = Barrier::shared(FLASH_THREADS as u32, tid == 0);
+    let bar0 = Barrier::shared(comptime![threads as u32], tid == 0);
+    let bar1 = Barrier::shared(comptime![threads as u32], tid == 0);
+    let bar2 = Barrier::shared(comptime![threads as u32], tid == 0);
     sync_cube();
 
     let def = cmma::MmaDefinition::<F, F, f32>::new(16usize, 8usize, 16usize);
@@ -3621,7 +3629,7 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
             if tp < kend {
                 flash_stage::<F, I, N>(
                     k, v, idx, ib, i2s, k2s, v2s, &mut ks, &mut vs, &mut kok, kb, vb, vctx, ctx_b,
-                    tp, kend, pre, tid, d, nv, true, sparse, !score,
+                    tp, kend, pre, tid, d, nv, true, sparse, !score, threads,
                 );
                 if pre == 0 {
                     bar0.commit_copy_async();
@@ -3646,7 +3654,7 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
                 let nb = (tile + nbuf - 1) % nbuf;
                 flash_stage::<F, I, N>(
                     k, v, idx, ib, i2s, k2s, v2s, &mut ks, &mut vs, &mut kok, kb, vb, vctx, ctx_b,
-                    tn, kend, nb, tid, d, nv, true, sparse, !score,
+                    tn, kend, nb, tid, d, nv, true, sparse, !score, threads,
                 );
                 if nb == 0 {
                     bar0.commit_copy_async();
@@ -3672,7 +3680,7 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
             // stage the tile with plain 16-byte loads and stores between two barriers
             flash_stage::<F, I, N>(
                 k, v, idx, ib, i2s, k2s, v2s, &mut ks, &mut vs, &mut kok, kb, vb, vctx, ctx_b, t0,
-                kend, 0, tid, d, nv, false, sparse, !score,
+                kend, 0, tid, d, nv, false, sparse, !score, threads,
             );
             sync_cube();
         }

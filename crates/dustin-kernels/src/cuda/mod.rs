@@ -302,6 +302,19 @@ pub fn set_flash_buffers(n: usize) {
     FLASH_BUFS.store(n.clamp(1, 3), Ordering::Relaxed);
 }
 
+/// Warps per block of the flash kernel's prefill by default (16 query rows each).
+pub const PREFILL_WARPS: usize = 4;
+
+static PREFILL_WARP_COUNT: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(PREFILL_WARPS);
+
+/// Warps per block of the flash kernel's causal prefill: 4 (64 query rows a block) or 8
+/// (128 rows; each K/V tile staged once for twice the rows). Values other than 8 select 4.
+/// [`PREFILL_WARPS`] by default. Verification always runs 4. For checks and benchmarks.
+pub fn set_prefill_warps(n: usize) {
+    PREFILL_WARP_COUNT.store(if n == 8 { 8 } else { 4 }, Ordering::Relaxed);
+}
+
 /// K tile buffers of the flash kernel's score mode by default: two, as verification. A
 /// ring of three (two tiles' copies in flight, 52 KB of shared memory; scoring stages no V)
 /// measured 36.0 us against 35.2 with two at 7B, B=8, 32k (ncu GPU time, docs/perf.md,
@@ -330,6 +343,17 @@ static SPARSE_WAVE_COUNT: std::sync::atomic::AtomicUsize =
 /// (at least 1; [`SPARSE_WAVES`] by default). For benchmarks.
 pub fn set_sparse_waves(n: usize) {
     SPARSE_WAVE_COUNT.store(n.max(1), Ordering::Relaxed);
+}
+
+static DENSE_WAVE_COUNT: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(crate::split_plan::FLASH_WAVES);
+
+/// Waves of resident blocks dense verification and decoding on the flash kernel aim their
+/// splits at (at least 1; `split_plan::FLASH_WAVES`, 2, by default). More waves make more,
+/// shorter splits: more tiles in flight at once where a call has few (sequence, KV head)
+/// pairs, as the 0.5B draft's 16 at B=8. For benchmarks.
+pub fn set_dense_waves(n: usize) {
+    DENSE_WAVE_COUNT.store(n.max(1), Ordering::Relaxed);
 }
 
 /// Whether verification runs on the flash kernel.
@@ -1360,6 +1384,8 @@ struct FlashLaunch {
     sparse: bool,
     /// Score mode (verification only): logits and (max, sum) partials, no `P V`.
     score: bool,
+    /// Warps per block (4; prefill 4 or 8).
+    warps: usize,
 }
 
 /// Launches `flash_kernel` (shapes checked by the caller: `n_new >= 1`,
@@ -1401,7 +1427,7 @@ fn launch_flash(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32, a: Fl
         kernels::flash_kernel::launch_unchecked::<CudaRuntime>(
             &client,
             CubeCount::Static(gx as u32, gy as u32, gz as u32),
-            CubeDim::new_1d(kernels::FLASH_THREADS as u32),
+            CubeDim::new_1d(32 * a.warps as u32),
             NV,
             q.clone().into_array_arg(),
             k.clone().into_array_arg(),
@@ -1434,6 +1460,7 @@ fn launch_flash(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32, a: Fl
             a.verify,
             a.sparse,
             a.score,
+            a.warps,
             [fd.into(), id.into()],
         );
     }
@@ -1450,7 +1477,8 @@ fn flash_prefill(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32) -> C
         vec![b, dims.q_heads, dims.n_new, dims.head_dim],
         q.dtype,
     );
-    let rowblocks = dims.n_new.div_ceil(kernels::FLASH_ROWS);
+    let warps = PREFILL_WARP_COUNT.load(Ordering::Relaxed);
+    let rowblocks = dims.n_new.div_ceil(16 * warps);
     let one = empty(&q, vec![1], DType::F32);
     let a = FlashLaunch {
         grid: (rowblocks, dims.q_heads, b),
@@ -1470,6 +1498,7 @@ fn flash_prefill(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32) -> C
         verify: false,
         sparse: false,
         score: false,
+        warps,
     };
     launch_flash(q, k, v, ctx, dims, scale, a);
     out
@@ -1509,7 +1538,7 @@ fn flash_verify(
             SPARSE_WAVE_COUNT.load(Ordering::Relaxed),
         )
     } else {
-        (MIN_CHUNK, crate::split_plan::FLASH_WAVES)
+        (MIN_CHUNK, DENSE_WAVE_COUNT.load(Ordering::Relaxed))
     };
     let (splits, chunk) =
         crate::split_plan::verify_splits(per, max_keys, sm_count(&q), min_chunk, waves);
@@ -1540,6 +1569,7 @@ fn flash_verify(
         verify: true,
         sparse,
         score: false,
+        warps: 4,
     };
     launch_flash(q, k, v, ctx, dims, scale, a);
     let client = out.client.clone();
@@ -1642,6 +1672,7 @@ fn flash_scores(
         verify: true,
         sparse: false,
         score: true,
+        warps: 4,
     };
     launch_flash(q, k.clone(), k, ctx, dims, scale, a);
     FlashScores {
