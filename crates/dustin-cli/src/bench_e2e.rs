@@ -225,7 +225,7 @@ pub struct E2eArgs {
     /// for (`dustin_kernels::cuda::set_dense_waves`; 2 by default): more waves, more and
     /// shorter splits. A list (`2,8`) runs every mode once per setting, side by side in one
     /// process (the table's mode then says `+dw<n>`). No effect on the CPU (its rows say 2).
-    #[arg(long, value_delimiter = ',', default_value = "2")]
+    #[arg(long, value_delimiter = ',', default_values_t = [DENSE_WAVES])]
     pub dense_waves: Vec<usize>,
     /// Whether a `dustin` verification that reuses its selections re-ranks every reusing
     /// layer in one call (`on`, the default: one mix and one top-k over the layers' stacked
@@ -582,6 +582,10 @@ fn extra_positions(a: &E2eArgs) -> usize {
         .saturating_mul(a.gamma.saturating_add(1));
     max_new.saturating_add(a.gamma.saturating_add(2).saturating_mul(2))
 }
+
+/// `--dense-waves`'s default: the CUDA flash kernel's own (`dustin_kernels::cuda::set_dense_waves`,
+/// `split_plan::FLASH_WAVES`), and what the CPU's rows report.
+const DENSE_WAVES: usize = 2;
 
 /// `--lookahead-layers` values (`LookaheadLayers`'s `FromStr`, whose error names the input).
 fn parse_lookahead_layers(s: &str) -> Result<LookaheadLayers, String> {
@@ -1280,7 +1284,7 @@ fn measure<B: KernelOps>(
                     } else {
                         SplitReduce::Kernel
                     };
-                    let dense_waves = if B::FUSED { *dense_waves } else { 2 };
+                    let dense_waves = if B::FUSED { *dense_waves } else { DENSE_WAVES };
                     #[cfg(feature = "cuda")]
                     {
                         dustin_kernels::cuda::set_dense_waves(dense_waves);
