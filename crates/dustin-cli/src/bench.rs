@@ -54,6 +54,12 @@ pub struct BenchArgs {
     /// `dustin_kernels::cuda::set_prefill_warps`). Other backends ignore it.
     #[arg(long, value_delimiter = ',', default_value = "4")]
     pub prefill_warps: Vec<usize>,
+    /// Query m-tiles (16 rows each) per warp of the CUDA causal prefill (comma-separated,
+    /// each timed in turn with every path above): 1 (`flash_kernel`, the default) or 2
+    /// (`prefill_kernel`: 32 rows a warp, 4 warps a block whatever `--prefill-warps` says;
+    /// `dustin_kernels::cuda::set_prefill_tiles`). Other backends ignore it.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub prefill_tiles: Vec<usize>,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
@@ -102,6 +108,9 @@ fn validate(a: &BenchArgs) -> Result<(), CliError> {
     }
     if let Some(w) = a.prefill_warps.iter().find(|&&w| w != 4 && w != 8) {
         return bad(format!("--prefill-warps {w}: expected 4 or 8"));
+    }
+    if let Some(t) = a.prefill_tiles.iter().find(|&&t| t != 1 && t != 2) {
+        return bad(format!("--prefill-tiles {t}: expected 1 or 2"));
     }
     let positions = a
         .prompt_len
@@ -156,10 +165,14 @@ fn run_on<B: KernelOps>(args: &BenchArgs, dev: &B::Device) -> Result<(), CliErro
         args.prefill_gemm
             .iter()
             .flat_map(move |&g| args.prefill_warps.iter().map(move |&w| (p, g, w)))
+            .flat_map(move |(p, g, w)| args.prefill_tiles.iter().map(move |&t| (p, g, w, t)))
     });
-    for (path, gemm, warps) in runs {
+    for (path, gemm, warps, tiles) in runs {
         #[cfg(feature = "cuda")]
-        dustin_kernels::cuda::set_prefill_warps(warps);
+        {
+            dustin_kernels::cuda::set_prefill_warps(warps);
+            dustin_kernels::cuda::set_prefill_tiles(tiles);
+        }
         let m = model
             .clone()
             .with_prefill_attention(path == PrefillPath::Kernel)
@@ -171,7 +184,7 @@ fn run_on<B: KernelOps>(args: &BenchArgs, dev: &B::Device) -> Result<(), CliErro
         let t = Instant::now();
         let (c, last, _) = prefill(&m, &prompts, cap, None, &mut DenseHook, chunk, false)?;
         let _ = last.into_data();
-        prefills.push((path, gemm, warps, t.elapsed().as_secs_f64()));
+        prefills.push((path, gemm, warps, tiles, t.elapsed().as_secs_f64()));
         cache = Some(c);
     }
     let mut cache = cache.ok_or_else(|| {
@@ -206,7 +219,7 @@ fn run_on<B: KernelOps>(args: &BenchArgs, dev: &B::Device) -> Result<(), CliErro
         step(&mut cache)?;
     }
     let decode_secs = t.elapsed().as_secs_f64();
-    for (path, gemm, warps, prefill_secs) in prefills {
+    for (path, gemm, warps, tiles, prefill_secs) in prefills {
         let lib = match gemm {
             PrefillGemm::Cublas => B::prefill_gemm_name(dev),
             PrefillGemm::Burn => "burn",
@@ -220,6 +233,7 @@ fn run_on<B: KernelOps>(args: &BenchArgs, dev: &B::Device) -> Result<(), CliErro
             "prefill_attention": format!("{path:?}").to_lowercase(),
             "prefill_gemm_lib": lib,
             "prefill_warps": warps,
+            "prefill_tiles": tiles,
             "init_secs": init_secs,
             "prefill_secs": prefill_secs,
             "prefill_tokens_per_sec": (args.batch * args.prompt_len) as f64 / prefill_secs,

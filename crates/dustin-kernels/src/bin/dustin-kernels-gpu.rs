@@ -129,19 +129,32 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
         if want("prefill") {
             let r = reference::attention(&q, &k, &v, &dims, &c.ctx, scale, None);
             // both kernels, each forced (the automatic choice depends on the block count)
-            // (label, kernel, flash tile buffers, flash prefill warps)
-            for (name, kern, bufs, warps) in [
-                ("prefill flash", AttentionKernel::Flash, 2, 4),
-                ("prefill flash 3buf", AttentionKernel::Flash, 3, 4),
-                ("prefill flash sync", AttentionKernel::Flash, 1, 4),
-                ("prefill flash w8", AttentionKernel::Flash, 2, 8),
-                ("prefill flash w8 3buf", AttentionKernel::Flash, 3, 8),
-                ("prefill flash w8 sync", AttentionKernel::Flash, 1, 8),
-                ("prefill split", AttentionKernel::Split, 2, 4),
+            // (label, kernel, flash tile buffers, flash prefill warps, m-tiles a warp)
+            for (name, kern, bufs, warps, tiles) in [
+                ("prefill flash", AttentionKernel::Flash, 2, 4, 1),
+                ("prefill flash 3buf", AttentionKernel::Flash, 3, 4, 1),
+                ("prefill flash sync", AttentionKernel::Flash, 1, 4, 1),
+                ("prefill flash w8", AttentionKernel::Flash, 2, 8, 1),
+                ("prefill flash w8 3buf", AttentionKernel::Flash, 3, 8, 1),
+                ("prefill flash w8 sync", AttentionKernel::Flash, 1, 8, 1),
+                ("prefill flash x2", AttentionKernel::Flash, 2, 4, 2),
+                ("prefill flash x2 sync", AttentionKernel::Flash, 1, 4, 2),
+                ("prefill flash x2 k32", AttentionKernel::Flash, 2, 4, 32),
+                (
+                    "prefill flash x2 k32 sync",
+                    AttentionKernel::Flash,
+                    1,
+                    4,
+                    32,
+                ),
+                ("prefill split", AttentionKernel::Split, 2, 4, 1),
             ] {
                 dustin_kernels::cuda::set_prefill_kernel(kern);
                 dustin_kernels::cuda::set_flash_buffers(bufs);
                 dustin_kernels::cuda::set_prefill_warps(warps);
+                // tiles 32: two m-tiles a warp, compute steps of 32 keys
+                dustin_kernels::cuda::set_prefill_tiles(tiles.min(2));
+                dustin_kernels::cuda::set_prefill_key_step(if tiles == 32 { 32 } else { 64 });
                 let o =
                     B::prefill_attention(qt.clone(), kt.clone(), vt.clone(), &c.ctx, scale as f32);
                 match o {
@@ -152,6 +165,8 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
             dustin_kernels::cuda::set_prefill_kernel(AttentionKernel::Auto);
             dustin_kernels::cuda::set_flash_buffers(dustin_kernels::cuda::FLASH_BUFFERS);
             dustin_kernels::cuda::set_prefill_warps(dustin_kernels::cuda::PREFILL_WARPS);
+            dustin_kernels::cuda::set_prefill_tiles(dustin_kernels::cuda::PREFILL_TILES);
+            dustin_kernels::cuda::set_prefill_key_step(dustin_kernels::cuda::PREFILL_KEY_STEP);
         }
         return;
     }
@@ -1095,27 +1110,64 @@ fn prefill_attention(emit: &mut dyn FnMut(String), quick: bool) {
         // `prefill_attention` (the kernel) and, up to 16k, the plain path (Burn ops; about
         // 1.6 s a pass at 32k)
         // (label, chunk, plain path, kernel, flash tile buffers: 1 = no cp.async, flash
-        // prefill warps: 8 = 128 rows a block); the 4- and 8-warp rows alternate so that a
-        // drift of the machine shows as disagreement between their two rounds
-        for (path, chunk, plain, kern, bufs, warps) in [
-            ("flash", PREFILL_CHUNK, false, AttentionKernel::Flash, 2, 4),
-            ("flash", 2048, false, AttentionKernel::Flash, 2, 4),
-            ("flash-w8", 2048, false, AttentionKernel::Flash, 2, 8),
-            ("flash-w8-3buf", 2048, false, AttentionKernel::Flash, 3, 8),
+        // prefill warps, m-tiles a warp: 2 = prefill_kernel, 32 rows a warp, 32 = the same in
+        // compute steps of 32 keys); the flash and
+        // x2 rows alternate so that a drift of the machine shows as disagreement between
+        // their rounds
+        let pc = PREFILL_CHUNK;
+        for (path, chunk, plain, kern, bufs, warps, tiles) in [
+            ("flash", pc, false, AttentionKernel::Flash, 2, 4, 1),
+            ("flash-x2-sync", pc, false, AttentionKernel::Flash, 1, 4, 2),
+            ("flash", 2048, false, AttentionKernel::Flash, 2, 4, 1),
+            ("flash-x2", 2048, false, AttentionKernel::Flash, 2, 4, 2),
             (
-                "flash-w8",
-                PREFILL_CHUNK,
+                "flash-x2-sync",
+                2048,
+                false,
+                AttentionKernel::Flash,
+                1,
+                4,
+                2,
+            ),
+            (
+                "flash-x2-k32",
+                2048,
                 false,
                 AttentionKernel::Flash,
                 2,
-                8,
+                4,
+                32,
             ),
-            ("flash-3buf", 2048, false, AttentionKernel::Flash, 3, 4),
-            ("flash-sync", 2048, false, AttentionKernel::Flash, 1, 4),
-            ("flash", 2048, false, AttentionKernel::Flash, 2, 4),
-            ("flash-w8", 2048, false, AttentionKernel::Flash, 2, 8),
-            ("split", PREFILL_CHUNK, false, AttentionKernel::Split, 2, 4),
-            ("plain", PREFILL_CHUNK, true, AttentionKernel::Auto, 2, 4),
+            (
+                "flash-x2-k32-sync",
+                2048,
+                false,
+                AttentionKernel::Flash,
+                1,
+                4,
+                32,
+            ),
+            ("flash", 2048, false, AttentionKernel::Flash, 2, 4, 1),
+            (
+                "flash-x2-sync",
+                2048,
+                false,
+                AttentionKernel::Flash,
+                1,
+                4,
+                2,
+            ),
+            (
+                "flash-x2-k32-sync",
+                2048,
+                false,
+                AttentionKernel::Flash,
+                1,
+                4,
+                32,
+            ),
+            ("split", pc, false, AttentionKernel::Split, 2, 4, 1),
+            ("plain", pc, true, AttentionKernel::Auto, 2, 4, 1),
         ] {
             if plain && n > 16384 {
                 continue;
@@ -1123,10 +1175,14 @@ fn prefill_attention(emit: &mut dyn FnMut(String), quick: bool) {
             dustin_kernels::cuda::set_prefill_kernel(kern);
             dustin_kernels::cuda::set_flash_buffers(bufs);
             dustin_kernels::cuda::set_prefill_warps(warps);
+            dustin_kernels::cuda::set_prefill_tiles(tiles.min(2));
+            dustin_kernels::cuda::set_prefill_key_step(if tiles == 32 { 32 } else { 64 });
             let r = prefill_chunks(n, chunk, heads, 4, d, plain);
             dustin_kernels::cuda::set_prefill_kernel(AttentionKernel::Auto);
             dustin_kernels::cuda::set_flash_buffers(dustin_kernels::cuda::FLASH_BUFFERS);
             dustin_kernels::cuda::set_prefill_warps(dustin_kernels::cuda::PREFILL_WARPS);
+            dustin_kernels::cuda::set_prefill_tiles(dustin_kernels::cuda::PREFILL_TILES);
+            dustin_kernels::cuda::set_prefill_key_step(dustin_kernels::cuda::PREFILL_KEY_STEP);
             match r {
                 Ok(us) => emit(format!(
                     "{{\"op\":\"prefill-attention-chunked\",\"path\":\"{path}\",\"heads\":{heads},\"kv_heads\":4,\"d\":{d},\"n\":{n},\"chunk\":{chunk},\"us\":{us:.1},\"tflops\":{:.2}}}",

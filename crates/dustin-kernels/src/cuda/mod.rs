@@ -315,6 +315,36 @@ pub fn set_prefill_warps(n: usize) {
     PREFILL_WARP_COUNT.store(if n == 8 { 8 } else { 4 }, Ordering::Relaxed);
 }
 
+/// Query m-tiles (16 rows each) per warp of the causal prefill by default: 1, `flash_kernel`
+/// (blocks of [`set_prefill_warps`] warps).
+pub const PREFILL_TILES: usize = 1;
+
+static PREFILL_TILE_COUNT: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(PREFILL_TILES);
+
+/// Query m-tiles per warp of the causal prefill on the flash path: 1, `flash_kernel` (16
+/// rows a warp, [`set_prefill_warps`] warps a block), or 2, `prefill_kernel` (32 rows a warp,
+/// 4 warps and 128 rows a block, Q in shared memory, each K/V fragment load shared by both
+/// m-tiles; [`set_prefill_warps`] does not apply). Values other than 2 select 1.
+/// [`PREFILL_TILES`] by default. For checks and benchmarks.
+pub fn set_prefill_tiles(n: usize) {
+    PREFILL_TILE_COUNT.store(if n == 2 { 2 } else { 1 }, Ordering::Relaxed);
+}
+
+/// Keys per compute step of `prefill_kernel` by default (each staged 64-key tile in one
+/// step).
+pub const PREFILL_KEY_STEP: usize = 64;
+
+static PREFILL_STEP: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(PREFILL_KEY_STEP);
+
+/// Keys per compute step of `prefill_kernel` ([`set_prefill_tiles`] 2): 64 (a staged tile
+/// at once) or 32 (two online-softmax updates a tile, half the score registers). Values
+/// other than 32 select 64. [`PREFILL_KEY_STEP`] by default. For checks and benchmarks.
+pub fn set_prefill_key_step(n: usize) {
+    PREFILL_STEP.store(if n == 32 { 32 } else { 64 }, Ordering::Relaxed);
+}
+
 /// K tile buffers of the flash kernel's score mode by default: two, as verification. A
 /// ring of three (two tiles' copies in flight, 52 KB of shared memory; scoring stages no V)
 /// measured 36.0 us against 35.2 with two at 7B, B=8, 32k (ncu GPU time, docs/perf.md,
@@ -1477,6 +1507,10 @@ fn flash_prefill(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32) -> C
         vec![b, dims.q_heads, dims.n_new, dims.head_dim],
         q.dtype,
     );
+    if PREFILL_TILE_COUNT.load(Ordering::Relaxed) == 2 {
+        launch_prefill2(q, k, v, ctx, dims, scale, out.clone());
+        return out;
+    }
     let warps = PREFILL_WARP_COUNT.load(Ordering::Relaxed);
     let rowblocks = dims.n_new.div_ceil(16 * warps);
     let one = empty(&q, vec![1], DType::F32);
@@ -1502,6 +1536,63 @@ fn flash_prefill(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32) -> C
     };
     launch_flash(q, k, v, ctx, dims, scale, a);
     out
+}
+
+/// Launches `prefill_kernel` (two m-tiles a warp) into `out` `[b, q_heads, n_new, d]`;
+/// shapes as [`flash_prefill`]'s. A ring of more than two tile buffers would leave one
+/// block an SM (Q takes 34 KB of shared memory at d 128), so it takes at most two.
+fn launch_prefill2(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32, out: Ct) {
+    let client = q.client.clone();
+    let (fd, id) = (q.dtype, ctx.dtype);
+    let rowblocks = dims.n_new.div_ceil(kernels::PREFILL2_ROWS);
+    let sd = |t: &Ct, i: usize| t.meta.strides().get(i).copied().unwrap_or(0) as u32;
+    let st = kernels::FlashStridesLaunch::new(
+        sd(&q, 0),
+        sd(&q, 1),
+        sd(&q, 2),
+        sd(&q, 3),
+        sd(&k, 0),
+        sd(&k, 1),
+        sd(&k, 2),
+        sd(&v, 0),
+        sd(&v, 1),
+        sd(&v, 2),
+        0,
+        0,
+        0,
+        sd(&out, 0),
+        sd(&out, 1),
+        sd(&out, 2),
+        0,
+    );
+    let nbuf = FLASH_BUFS.load(Ordering::Relaxed).min(2);
+    // SAFETY: every key read is below `ctx + n_new <= capacity` of its sequence (tile slots
+    // clamped to the block's last key), rows written are below `n_new`, query heads below
+    // `q_heads` (the grid), KV heads `qh / group` below `kv_heads`; shared tiles are sized
+    // from the same comptime values.
+    unsafe {
+        kernels::prefill_kernel::launch_unchecked::<CudaRuntime>(
+            &client,
+            CubeCount::Static(rowblocks as u32, dims.q_heads as u32, dims.batch as u32),
+            CubeDim::new_1d(128),
+            NV,
+            q.into_array_arg(),
+            k.into_array_arg(),
+            v.into_array_arg(),
+            ctx.into_array_arg(),
+            out.into_array_arg(),
+            st,
+            scale,
+            dims.n_new as u32,
+            dims.group() as u32,
+            rowblocks as u32,
+            dims.head_dim,
+            NV,
+            nbuf,
+            PREFILL_STEP.load(Ordering::Relaxed),
+            [fd.into(), id.into()],
+        );
+    }
 }
 
 /// Dense or sparse verification through `flash_kernel` and
