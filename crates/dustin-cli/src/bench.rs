@@ -55,10 +55,12 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "4")]
     pub prefill_warps: Vec<usize>,
     /// Query m-tiles (16 rows each) per warp of the CUDA causal prefill (comma-separated,
-    /// each timed in turn with every path above): 1 (`flash_kernel`, the default) or 2
-    /// (`prefill_kernel`: 32 rows a warp, 4 warps a block whatever `--prefill-warps` says;
-    /// `dustin_kernels::cuda::set_prefill_tiles`). Other backends ignore it.
-    #[arg(long, value_delimiter = ',', default_value = "1")]
+    /// each timed in turn with every path above): 0 (automatic, the default: `prefill_kernel`
+    /// in one tile buffer for chunks of 2048 or more, else `flash_kernel`), 1
+    /// (`flash_kernel`) or 2 (`prefill_kernel`: 32 rows a warp, 4 warps a block whatever
+    /// `--prefill-warps` says; `dustin_kernels::cuda::set_prefill_tiles`). Other backends
+    /// ignore it.
+    #[arg(long, value_delimiter = ',', default_value = "0")]
     pub prefill_tiles: Vec<usize>,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
@@ -109,8 +111,8 @@ fn validate(a: &BenchArgs) -> Result<(), CliError> {
     if let Some(w) = a.prefill_warps.iter().find(|&&w| w != 4 && w != 8) {
         return bad(format!("--prefill-warps {w}: expected 4 or 8"));
     }
-    if let Some(t) = a.prefill_tiles.iter().find(|&&t| t != 1 && t != 2) {
-        return bad(format!("--prefill-tiles {t}: expected 1 or 2"));
+    if let Some(t) = a.prefill_tiles.iter().find(|&&t| t > 2) {
+        return bad(format!("--prefill-tiles {t}: expected 0, 1 or 2"));
     }
     let positions = a
         .prompt_len

@@ -315,9 +315,17 @@ pub fn set_prefill_warps(n: usize) {
     PREFILL_WARP_COUNT.store(if n == 8 { 8 } else { 4 }, Ordering::Relaxed);
 }
 
-/// Query m-tiles (16 rows each) per warp of the causal prefill by default: 1, `flash_kernel`
-/// (blocks of [`set_prefill_warps`] warps).
-pub const PREFILL_TILES: usize = 1;
+/// Query m-tiles (16 rows each) per warp of the causal prefill by default: 0, automatic:
+/// `prefill_kernel` (two a warp) in one tile buffer for chunks of at least
+/// [`PREFILL2_MIN_NEW`] new tokens, `flash_kernel` (one) below. On the H200 (docs/perf.md,
+/// twentieth session, call 2, 7B heads, chunks of 2048) the one-buffer `prefill_kernel` ran
+/// 226.6 / 227.9 TFLOP/s at 16k and 243.6 / 243.4 at 32k against `flash_kernel`'s 204.2 /
+/// 207.0 and 217.3 / 217.9; in chunks of 512 it was slower (176.6 against 180.7 at 16k).
+pub const PREFILL_TILES: usize = 0;
+
+/// Fewest new tokens of a chunk the automatic choice ([`PREFILL_TILES`] 0) sends to
+/// `prefill_kernel`: 2048, the smallest chunk at which it was measured faster.
+pub const PREFILL2_MIN_NEW: usize = 2048;
 
 static PREFILL_TILE_COUNT: std::sync::atomic::AtomicUsize =
     std::sync::atomic::AtomicUsize::new(PREFILL_TILES);
@@ -325,10 +333,10 @@ static PREFILL_TILE_COUNT: std::sync::atomic::AtomicUsize =
 /// Query m-tiles per warp of the causal prefill on the flash path: 1, `flash_kernel` (16
 /// rows a warp, [`set_prefill_warps`] warps a block), or 2, `prefill_kernel` (32 rows a warp,
 /// 4 warps and 128 rows a block, Q in shared memory, each K/V fragment load shared by both
-/// m-tiles; [`set_prefill_warps`] does not apply). Values other than 2 select 1.
-/// [`PREFILL_TILES`] by default. For checks and benchmarks.
+/// m-tiles; [`set_prefill_warps`] does not apply; [`set_flash_buffers`]' count, at most 2),
+/// or 0, automatic ([`PREFILL_TILES`]). Other values select 1. For checks and benchmarks.
 pub fn set_prefill_tiles(n: usize) {
-    PREFILL_TILE_COUNT.store(if n == 2 { 2 } else { 1 }, Ordering::Relaxed);
+    PREFILL_TILE_COUNT.store(if n <= 2 { n } else { 1 }, Ordering::Relaxed);
 }
 
 /// Keys per compute step of `prefill_kernel` by default (each staged 64-key tile in one
@@ -1507,9 +1515,17 @@ fn flash_prefill(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32) -> C
         vec![b, dims.q_heads, dims.n_new, dims.head_dim],
         q.dtype,
     );
-    if PREFILL_TILE_COUNT.load(Ordering::Relaxed) == 2 {
-        launch_prefill2(q, k, v, ctx, dims, scale, out.clone());
-        return out;
+    match PREFILL_TILE_COUNT.load(Ordering::Relaxed) {
+        2 => {
+            let nbuf = FLASH_BUFS.load(Ordering::Relaxed).min(2);
+            launch_prefill2(q, k, v, ctx, dims, scale, out.clone(), nbuf);
+            return out;
+        }
+        0 if dims.n_new >= PREFILL2_MIN_NEW => {
+            launch_prefill2(q, k, v, ctx, dims, scale, out.clone(), 1);
+            return out;
+        }
+        _ => {}
     }
     let warps = PREFILL_WARP_COUNT.load(Ordering::Relaxed);
     let rowblocks = dims.n_new.div_ceil(16 * warps);
@@ -1538,10 +1554,20 @@ fn flash_prefill(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32) -> C
     out
 }
 
-/// Launches `prefill_kernel` (two m-tiles a warp) into `out` `[b, q_heads, n_new, d]`;
-/// shapes as [`flash_prefill`]'s. A ring of more than two tile buffers would leave one
-/// block an SM (Q takes 34 KB of shared memory at d 128), so it takes at most two.
-fn launch_prefill2(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32, out: Ct) {
+/// Launches `prefill_kernel` (two m-tiles a warp) into `out` `[b, q_heads, n_new, d]` with
+/// `nbuf` (1 or 2) K/V tile buffers; shapes as [`flash_prefill`]'s. A ring of more than two
+/// buffers would leave one block an SM (Q takes 34 KB of shared memory at d 128).
+#[allow(clippy::too_many_arguments)]
+fn launch_prefill2(
+    q: Ct,
+    k: Ct,
+    v: Ct,
+    ctx: Ct,
+    dims: &AttnDims,
+    scale: f32,
+    out: Ct,
+    nbuf: usize,
+) {
     let client = q.client.clone();
     let (fd, id) = (q.dtype, ctx.dtype);
     let rowblocks = dims.n_new.div_ceil(kernels::PREFILL2_ROWS);
@@ -1565,7 +1591,6 @@ fn launch_prefill2(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32, ou
         sd(&out, 2),
         0,
     );
-    let nbuf = FLASH_BUFS.load(Ordering::Relaxed).min(2);
     // SAFETY: every key read is below `ctx + n_new <= capacity` of its sequence (tile slots
     // clamped to the block's last key), rows written are below `n_new`, query heads below
     // `q_heads` (the grid), KV heads `qh / group` below `kv_heads`; shared tiles are sized
