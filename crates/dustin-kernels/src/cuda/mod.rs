@@ -297,7 +297,9 @@ static FLASH_BUFS: std::sync::atomic::AtomicUsize =
 /// Shared-memory K/V tile buffers of the flash kernel (prefill and verification): 2 or 3, a
 /// ring whose next 1 or 2 tiles are copied by `cp.async` while the current one is computed
 /// on; 1, each tile staged with plain loads between two block barriers. Other values are
-/// clamped to `1..=3`. [`FLASH_BUFFERS`] by default. For checks and benchmarks.
+/// clamped to `1..=3`. [`FLASH_BUFFERS`] by default. The automatic prefill's `prefill_kernel`
+/// ([`PREFILL_TILES`]) always takes one; a forced `set_prefill_tiles(2)` takes this count,
+/// at most 2. For checks and benchmarks.
 pub fn set_flash_buffers(n: usize) {
     FLASH_BUFS.store(n.clamp(1, 3), Ordering::Relaxed);
 }
