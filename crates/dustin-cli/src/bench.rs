@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use clap::Args;
 use dustin_core::{DenseHook, Phase};
-use dustin_qwen::generate::{prefill, resolve_prefill_chunk, AUTO_PREFILL_CHUNK};
+use dustin_qwen::generate::{prefill, resolve_prefill_chunk};
 use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2, QwenConfig};
 
 use crate::backend::DeviceKind;
@@ -32,10 +32,11 @@ pub struct BenchArgs {
     /// Untimed decode steps first (JIT compilation and autotuning on the GPU).
     #[arg(long, default_value_t = 8)]
     pub warmup: usize,
-    /// Prefill chunk, tokens; 0 (the default) for the backend's own (2048 on CUDA, 512 on
-    /// the CPU; `dustin_qwen::generate::auto_prefill_chunk`).
-    #[arg(long, default_value_t = AUTO_PREFILL_CHUNK)]
-    pub chunk: usize,
+    /// Prefill chunks, tokens (comma-separated, each timed in turn with every path below);
+    /// 0 (the default) for the backend's own (16384 on CUDA, 512 on the CPU;
+    /// `dustin_qwen::generate::auto_prefill_chunk`).
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    pub chunk: Vec<usize>,
     /// Attention of the prefill chunks (comma-separated; each timed in turn on the same
     /// model, one JSON line each): `kernel` (`KernelOps::prefill_attention`, the default; on
     /// CUDA the FlashAttention-2 style kernel, or the flash-decoding split kernel for chunks
@@ -56,10 +57,10 @@ pub struct BenchArgs {
     pub prefill_warps: Vec<usize>,
     /// Query m-tiles (16 rows each) per warp of the CUDA causal prefill (comma-separated,
     /// each timed in turn with every path above): 0 (automatic, the default: `prefill_kernel`
-    /// in one tile buffer for chunks of 2048 or more, else `flash_kernel`), 1
-    /// (`flash_kernel`) or 2 (`prefill_kernel`: 32 rows a warp, 4 warps a block whatever
-    /// `--prefill-warps` says; `dustin_kernels::cuda::set_prefill_tiles`). Other backends
-    /// ignore it.
+    /// for chunks of 2048 or more, else `flash_kernel`), 1
+    /// (`flash_kernel`), 2 (`prefill_kernel`: 32 rows a warp, 4 warps a block whatever
+    /// `--prefill-warps` says) or 3 (`prefill_kernel` with K and V staged apart by
+    /// `cp.async`); `dustin_kernels::cuda::set_prefill_tiles`. Other backends ignore it.
     #[arg(long, value_delimiter = ',', default_value = "0")]
     pub prefill_tiles: Vec<usize>,
     /// Where to run.
@@ -111,8 +112,8 @@ fn validate(a: &BenchArgs) -> Result<(), CliError> {
     if let Some(w) = a.prefill_warps.iter().find(|&&w| w != 4 && w != 8) {
         return bad(format!("--prefill-warps {w}: expected 4 or 8"));
     }
-    if let Some(t) = a.prefill_tiles.iter().find(|&&t| t > 2) {
-        return bad(format!("--prefill-tiles {t}: expected 0, 1 or 2"));
+    if let Some(t) = a.prefill_tiles.iter().find(|&&t| t > 3) {
+        return bad(format!("--prefill-tiles {t}: expected 0, 1, 2 or 3"));
     }
     let positions = a
         .prompt_len
@@ -157,19 +158,22 @@ fn run_on<B: KernelOps>(args: &BenchArgs, dev: &B::Device) -> Result<(), CliErro
                 .collect()
         })
         .collect();
-    let chunk = resolve_prefill_chunk(&model, &DenseHook, None, args.chunk);
-    // a short prompt run untimed before each path's prefill (kernel compilation)
-    let warm: Vec<Vec<u32>> = vec![prompts[0][..chunk.min(args.prompt_len)].to_vec()];
-    // time to first token per path: the whole batch's prefill and its last logits read back
+    // time to first token per chunk and path: the whole batch's prefill and its last logits
+    // read back
     let mut prefills = Vec::with_capacity(args.prefill_attention.len());
     let mut cache = None;
-    let runs = args.prefill_attention.iter().flat_map(|&p| {
-        args.prefill_gemm
-            .iter()
-            .flat_map(move |&g| args.prefill_warps.iter().map(move |&w| (p, g, w)))
-            .flat_map(move |(p, g, w)| args.prefill_tiles.iter().map(move |&t| (p, g, w, t)))
+    let runs = args.chunk.iter().flat_map(|&c| {
+        args.prefill_attention.iter().flat_map(move |&p| {
+            args.prefill_gemm
+                .iter()
+                .flat_map(move |&g| args.prefill_warps.iter().map(move |&w| (p, g, w)))
+                .flat_map(move |(p, g, w)| args.prefill_tiles.iter().map(move |&t| (c, p, g, w, t)))
+        })
     });
-    for (path, gemm, warps, tiles) in runs {
+    for (chunk, path, gemm, warps, tiles) in runs {
+        let chunk = resolve_prefill_chunk(&model, &DenseHook, None, chunk);
+        // a short prompt run untimed before each path's prefill (kernel compilation)
+        let warm: Vec<Vec<u32>> = vec![prompts[0][..chunk.min(args.prompt_len)].to_vec()];
         #[cfg(feature = "cuda")]
         {
             dustin_kernels::cuda::set_prefill_warps(warps);
@@ -186,7 +190,7 @@ fn run_on<B: KernelOps>(args: &BenchArgs, dev: &B::Device) -> Result<(), CliErro
         let t = Instant::now();
         let (c, last, _) = prefill(&m, &prompts, cap, None, &mut DenseHook, chunk, false)?;
         let _ = last.into_data();
-        prefills.push((path, gemm, warps, tiles, t.elapsed().as_secs_f64()));
+        prefills.push((chunk, path, gemm, warps, tiles, t.elapsed().as_secs_f64()));
         cache = Some(c);
     }
     let mut cache = cache.ok_or_else(|| {
@@ -221,7 +225,7 @@ fn run_on<B: KernelOps>(args: &BenchArgs, dev: &B::Device) -> Result<(), CliErro
         step(&mut cache)?;
     }
     let decode_secs = t.elapsed().as_secs_f64();
-    for (path, gemm, warps, tiles, prefill_secs) in prefills {
+    for (chunk, path, gemm, warps, tiles, prefill_secs) in prefills {
         let lib = match gemm {
             PrefillGemm::Cublas => B::prefill_gemm_name(dev),
             PrefillGemm::Burn => "burn",

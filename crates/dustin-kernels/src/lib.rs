@@ -62,11 +62,14 @@ pub use ring::{RingConfig, RING_CONFIG};
 pub const MAX_NEW: usize = 16;
 
 /// Most new tokens per sequence of one [`KernelOps::prefill_attention`] call (a prefill
-/// chunk; the model prefills in chunks of 512, the last one up to 768). The bound keeps the
-/// CUDA kernel's partial results (`f32 [batch, kv_heads, splits, group * n_new, head_dim]`;
-/// one split once the row blocks fill the GPU) at 4096 new tokens to about 59 MB per sequence
-/// at Qwen2.5-7B shapes (4 KV heads, group 7) and 134 MB at 72B (8 KV heads, group 8).
-pub const MAX_PREFILL_NEW: usize = 4096;
+/// chunk; the model prefills in chunks of 512 on the CPU and 16384 on CUDA, the last one up
+/// to half a chunk longer): 32768, a whole Qwen2.5 context (its `max_position_embeddings`,
+/// model card). The CUDA flash kernels keep nothing per new token beyond the output; the
+/// flash-decoding split kernel (forced by `cuda::set_prefill_kernel`, or where a chunk is too
+/// small to fill the GPU) keeps partial results `f32 [batch, kv_heads, splits, group *
+/// n_new, head_dim]`, one split once the row blocks fill the GPU: about 59 MB per sequence
+/// at 4096 new tokens at Qwen2.5-7B shapes (4 KV heads, group 7), 470 MB at 32768.
+pub const MAX_PREFILL_NEW: usize = 32768;
 
 /// Which positions the top-k step always keeps and how many it keeps in all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,9 +125,11 @@ pub trait KernelOps: Backend {
     /// Prefill chunk, in tokens, this backend runs fastest with when no hook needs the
     /// attention probabilities of the chunk (`dustin_qwen::generate::auto_prefill_chunk`):
     /// 512 by default (the score matrix the plain path builds is `[heads, chunk, context]`);
-    /// 2048 on CUDA, whose prefill builds no score matrix (at 7B shapes, a 32k prompt's time
-    /// to first token went from 3.73 s in chunks of 512 to 2.18 s in chunks of 2048 on an
-    /// H200, docs/perf.md, sixth session). At most [`MAX_PREFILL_NEW`].
+    /// 16384 on CUDA, whose prefill builds no score matrix (at 7B shapes, a 32k prompt's time
+    /// to first token on an H200 went from 3.73 s in chunks of 512 to 2.18 s in chunks of
+    /// 2048, docs/perf.md, sixth session, and from 2.02 s in chunks of 2048 to 1.48 s in
+    /// chunks of 16384, twenty-first session; at batch 8, whose sequences prefill one after
+    /// another, from 15.97 s to 12.48 s in chunks of 8192). At most [`MAX_PREFILL_NEW`].
     const PREFILL_CHUNK: usize = 512;
 
     /// Which of the `dustin` estimator's history fold ([`KernelOps::fold_rows`]) and

@@ -24,7 +24,7 @@ pub const DEFAULT_PREFILL_CHUNK: usize = 512;
 pub const AUTO_PREFILL_CHUNK: usize = 0;
 
 /// The chunk [`AUTO_PREFILL_CHUNK`] stands for: the backend's [`KernelOps::PREFILL_CHUNK`]
-/// (2048 on CUDA, whose prefill kernel builds no score matrix) where `hook` wants no layer's
+/// (16384 on CUDA, whose prefill kernel builds no score matrix) where `hook` wants no layer's
 /// attention probabilities during prefill (neither in the last chunk nor before it, asked
 /// for each of `layers` layers, the model's by default) and no layer of `model` is offloaded;
 /// else [`DEFAULT_PREFILL_CHUNK`]: the probabilities of a chunk are a `[heads, chunk,

@@ -139,6 +139,7 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
                 ("prefill flash w8 sync", AttentionKernel::Flash, 1, 8, 1),
                 ("prefill flash x2", AttentionKernel::Flash, 2, 4, 2),
                 ("prefill flash x2 sync", AttentionKernel::Flash, 1, 4, 2),
+                ("prefill flash x2 kv", AttentionKernel::Flash, 1, 4, 3),
                 ("prefill flash x2 k32", AttentionKernel::Flash, 2, 4, 32),
                 (
                     "prefill flash x2 k32 sync",
@@ -152,8 +153,9 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
                 dustin_kernels::cuda::set_prefill_kernel(kern);
                 dustin_kernels::cuda::set_flash_buffers(bufs);
                 dustin_kernels::cuda::set_prefill_warps(warps);
-                // tiles 32: two m-tiles a warp, compute steps of 32 keys
-                dustin_kernels::cuda::set_prefill_tiles(tiles.min(2));
+                // tiles 32: two m-tiles a warp, compute steps of 32 keys; 3: two m-tiles, K
+                // and V staged apart
+                dustin_kernels::cuda::set_prefill_tiles(if tiles == 32 { 2 } else { tiles });
                 dustin_kernels::cuda::set_prefill_key_step(if tiles == 32 { 32 } else { 64 });
                 let o =
                     B::prefill_attention(qt.clone(), kt.clone(), vt.clone(), &c.ctx, scale as f32);
@@ -1110,72 +1112,46 @@ fn prefill_attention(emit: &mut dyn FnMut(String), quick: bool) {
         // `prefill_attention` (the kernel) and, up to 16k, the plain path (Burn ops; about
         // 1.6 s a pass at 32k)
         // (label, chunk, plain path, kernel, flash tile buffers: 1 = no cp.async, flash
-        // prefill warps, m-tiles a warp: 2 = prefill_kernel, 32 rows a warp, 32 = the same in
-        // compute steps of 32 keys); the flash and
+        // prefill warps, m-tiles a warp: 2 = prefill_kernel, 32 rows a warp, 3 = the same with
+        // K and V staged apart by cp.async); the flash and
         // x2 rows alternate so that a drift of the machine shows as disagreement between
         // their rounds
         let pc = PREFILL_CHUNK;
-        for (path, chunk, plain, kern, bufs, warps, tiles) in [
+        let mut rows = vec![
             ("flash", pc, false, AttentionKernel::Flash, 2, 4, 1),
-            ("flash-x2-sync", pc, false, AttentionKernel::Flash, 1, 4, 2),
+            ("flash-x2-kv", pc, false, AttentionKernel::Flash, 1, 4, 3),
             ("flash", 2048, false, AttentionKernel::Flash, 2, 4, 1),
+            (
+                "flash-x2-sync",
+                2048,
+                false,
+                AttentionKernel::Flash,
+                1,
+                4,
+                2,
+            ),
+            ("flash-x2-kv", 2048, false, AttentionKernel::Flash, 1, 4, 3),
             ("flash-x2", 2048, false, AttentionKernel::Flash, 2, 4, 2),
-            (
-                "flash-x2-sync",
-                2048,
-                false,
-                AttentionKernel::Flash,
-                1,
-                4,
-                2,
-            ),
-            (
-                "flash-x2-k32",
-                2048,
-                false,
-                AttentionKernel::Flash,
-                2,
-                4,
-                32,
-            ),
-            (
-                "flash-x2-k32-sync",
-                2048,
-                false,
-                AttentionKernel::Flash,
-                1,
-                4,
-                32,
-            ),
-            ("flash", 2048, false, AttentionKernel::Flash, 2, 4, 1),
-            (
-                "flash-x2-sync",
-                2048,
-                false,
-                AttentionKernel::Flash,
-                1,
-                4,
-                2,
-            ),
-            (
-                "flash-x2-k32-sync",
-                2048,
-                false,
-                AttentionKernel::Flash,
-                1,
-                4,
-                32,
-            ),
-            ("split", pc, false, AttentionKernel::Split, 2, 4, 1),
-            ("plain", pc, true, AttentionKernel::Auto, 2, 4, 1),
-        ] {
+            ("flash", 4096, false, AttentionKernel::Flash, 2, 4, 1),
+        ];
+        // larger chunks (up to the whole prompt in one call, as SDPA's row takes it)
+        for c in [4096, 8192, 16384, 32768] {
+            if c <= n {
+                rows.push(("flash-x2-sync", c, false, AttentionKernel::Flash, 1, 4, 2));
+                rows.push(("flash-x2-kv", c, false, AttentionKernel::Flash, 1, 4, 3));
+                rows.push(("flash-x2", c, false, AttentionKernel::Flash, 2, 4, 2));
+            }
+        }
+        rows.push(("split", pc, false, AttentionKernel::Split, 2, 4, 1));
+        rows.push(("plain", pc, true, AttentionKernel::Auto, 2, 4, 1));
+        for (path, chunk, plain, kern, bufs, warps, tiles) in rows {
             if plain && n > 16384 {
                 continue;
             }
             dustin_kernels::cuda::set_prefill_kernel(kern);
             dustin_kernels::cuda::set_flash_buffers(bufs);
             dustin_kernels::cuda::set_prefill_warps(warps);
-            dustin_kernels::cuda::set_prefill_tiles(tiles.min(2));
+            dustin_kernels::cuda::set_prefill_tiles(if tiles == 32 { 2 } else { tiles });
             dustin_kernels::cuda::set_prefill_key_step(if tiles == 32 { 32 } else { 64 });
             let r = prefill_chunks(n, chunk, heads, 4, d, plain);
             dustin_kernels::cuda::set_prefill_kernel(AttentionKernel::Auto);

@@ -3986,6 +3986,7 @@ pub fn prefill_kernel<F: Float, I: Int, N: Size>(
     #[comptime] nv: usize,
     #[comptime] nbuf: usize,
     #[comptime] kstep: usize,
+    #[comptime] kv_apart: bool,
     #[define(F, I)] _dtypes: [StorageType; 2],
 ) {
     let threads = comptime![128usize];
@@ -4035,27 +4036,7 @@ pub fn prefill_kernel<F: Float, I: Int, N: Size>(
     }
     let lmin = lim[0];
 
-    // Q tile of the block's rows (zeros past n_new), 16-byte vectors, padded rows
     let mut qs = SharedMemory::<Vector<F, N>>::new_aligned(comptime![rows * sqv], 16usize);
-    let qb = b * st.q0 as usize + qh * st.q1 as usize;
-    let mut e = tid;
-    while e < rows * vpr {
-        let r = e / vpr;
-        let c = e % vpr;
-        let i = rb * rows + r;
-        let mut vv = Vector::<F, N>::empty();
-        #[unroll]
-        for x in 0..nv {
-            let mut val = F::new(0.0);
-            if i < n {
-                val = q[qb + i * st.q2 as usize + (c * nv + x) * st.q3 as usize];
-            }
-            vv[x] = val;
-        }
-        qs[r * sqv + c] = vv;
-        e += threads;
-    }
-
     let tsz = comptime![FLASH_KEYS * sqv];
     let mut ks = SharedMemory::<Vector<F, N>>::new_aligned(comptime![nbuf * tsz], 16usize);
     let mut vs = SharedMemory::<Vector<F, N>>::new_aligned(comptime![nbuf * tsz], 16usize);
@@ -4115,78 +4096,166 @@ pub fn prefill_kernel<F: Float, I: Int, N: Size>(
             }
         }
     }
+    if comptime![kv_apart] {
+        // K and V of the first tile in flight while Q is staged
+        prefill_stage::<F, N>(k, &mut ks, kb, k2s, 0usize, kend, tid, d, nv, threads);
+        bar0.commit_copy_async();
+        let _a = bar0.arrive();
+        prefill_stage::<F, N>(v, &mut vs, vb, v2s, 0usize, kend, tid, d, nv, threads);
+        bar1.commit_copy_async();
+        let _a = bar1.arrive();
+    }
+    // Q tile of the block's rows (zeros past n_new), 16-byte vectors, padded rows
+    let qb = b * st.q0 as usize + qh * st.q1 as usize;
+    let mut e = tid;
+    while e < rows * vpr {
+        let r = e / vpr;
+        let c = e % vpr;
+        let i = rb * rows + r;
+        let mut vv = Vector::<F, N>::empty();
+        #[unroll]
+        for x in 0..nv {
+            let mut val = F::new(0.0);
+            if i < n {
+                val = q[qb + i * st.q2 as usize + (c * nv + x) * st.q3 as usize];
+            }
+            vv[x] = val;
+        }
+        qs[r * sqv + c] = vv;
+        e += threads;
+    }
+
+    sync_cube();
+    // P of the current tile (bf16 A fragments of both m-tiles), from `prefill_scores` to
+    // `prefill_pv`
+    let mut pa = Array::<Vector<F, Const<2>>>::new(comptime![2 * kstep / 4]);
+
     let mut t0 = 0usize;
     let mut tile = 0usize;
     while t0 < kend {
-        let mut sb = 0usize;
-        if comptime![nbuf > 1] {
-            sb = tile % nbuf;
-            let tn = t0 + (nbuf - 1) * FLASH_KEYS;
-            if tn < kend {
-                let nb = (tile + nbuf - 1) % nbuf;
-                flash_stage::<F, I, N>(
-                    k, v, ctx, 0usize, 0usize, k2s, v2s, &mut ks, &mut vs, &mut kok, kb, vb, vctx,
-                    ctx_b, tn, kend, nb, tid, d, nv, true, false, true, threads,
+        if comptime![kv_apart] {
+            // FlashAttention-2's schedule with one K and one V buffer: V of this tile was
+            // staged during the previous tile's P V, K of the next one is staged during this
+            // tile's P V, and V of the next one during its scores
+            let ph = (tile % 2) as u32;
+            let comp = active && t0 < wend;
+            bar0.wait_parity(ph);
+            if comp {
+                prefill_scores::<F, N>(
+                    def, &qs, &ks, &mut pa, &mut oacc, &mut mrun, &mut lrun, &lim, 0usize, qoff,
+                    koff, t0, lmin, t4, scale, d, nv, kstep,
                 );
-                if nb == 0 {
-                    bar0.commit_copy_async();
-                    let _a = bar0.arrive();
-                } else if nb == 1 {
-                    bar1.commit_copy_async();
-                    let _a = bar1.arrive();
-                } else {
-                    bar2.commit_copy_async();
-                    let _a = bar2.arrive();
-                }
             }
-            let ph = ((tile / nbuf) % 2) as u32;
-            if sb == 0 {
-                bar0.wait_parity(ph);
-            } else if sb == 1 {
-                bar1.wait_parity(ph);
-            } else {
-                bar2.wait_parity(ph);
-            }
-        } else {
-            flash_stage::<F, I, N>(
-                k, v, ctx, 0usize, 0usize, k2s, v2s, &mut ks, &mut vs, &mut kok, kb, vb, vctx,
-                ctx_b, t0, kend, 0, tid, d, nv, false, false, true, threads,
-            );
             sync_cube();
-        }
-        let so = sb * tsz;
-
-        // the staged tile in compute steps of `kstep` keys, each its own online-softmax
-        // update (32 keys halve the score registers; the accumulators are rescaled only
-        // where a row maximum moved)
-        #[unroll]
-        for hs in 0..comptime![FLASH_KEYS / kstep] {
-            let ko = hs * kstep;
-            if active && t0 + ko < wend {
-                prefill_step::<F, N>(
-                    def,
-                    &qs,
-                    &ks,
-                    &vs,
-                    &mut oacc,
-                    &mut mrun,
-                    &mut lrun,
-                    &lim,
-                    so + ko * sqv,
-                    qoff,
-                    koff,
-                    voff,
-                    t0 + ko,
-                    lmin,
-                    t4,
-                    scale,
+            let more = t0 + FLASH_KEYS < kend;
+            if more {
+                prefill_stage::<F, N>(
+                    k,
+                    &mut ks,
+                    kb,
+                    k2s,
+                    t0 + FLASH_KEYS,
+                    kend,
+                    tid,
                     d,
                     nv,
-                    kstep,
+                    threads,
                 );
+                bar0.commit_copy_async();
+                let _a = bar0.arrive();
             }
+            bar1.wait_parity(ph);
+            if comp {
+                prefill_pv::<F, N>(def, &vs, &pa, &mut oacc, 0usize, voff, d, nv, kstep);
+            }
+            sync_cube();
+            if more {
+                prefill_stage::<F, N>(
+                    v,
+                    &mut vs,
+                    vb,
+                    v2s,
+                    t0 + FLASH_KEYS,
+                    kend,
+                    tid,
+                    d,
+                    nv,
+                    threads,
+                );
+                bar1.commit_copy_async();
+                let _a = bar1.arrive();
+            }
+        } else {
+            let mut sb = 0usize;
+            if comptime![nbuf > 1] {
+                sb = tile % nbuf;
+                let tn = t0 + (nbuf - 1) * FLASH_KEYS;
+                if tn < kend {
+                    let nb = (tile + nbuf - 1) % nbuf;
+                    flash_stage::<F, I, N>(
+                        k, v, ctx, 0usize, 0usize, k2s, v2s, &mut ks, &mut vs, &mut kok, kb, vb,
+                        vctx, ctx_b, tn, kend, nb, tid, d, nv, true, false, true, threads,
+                    );
+                    if nb == 0 {
+                        bar0.commit_copy_async();
+                        let _a = bar0.arrive();
+                    } else if nb == 1 {
+                        bar1.commit_copy_async();
+                        let _a = bar1.arrive();
+                    } else {
+                        bar2.commit_copy_async();
+                        let _a = bar2.arrive();
+                    }
+                }
+                let ph = ((tile / nbuf) % 2) as u32;
+                if sb == 0 {
+                    bar0.wait_parity(ph);
+                } else if sb == 1 {
+                    bar1.wait_parity(ph);
+                } else {
+                    bar2.wait_parity(ph);
+                }
+            } else {
+                flash_stage::<F, I, N>(
+                    k, v, ctx, 0usize, 0usize, k2s, v2s, &mut ks, &mut vs, &mut kok, kb, vb, vctx,
+                    ctx_b, t0, kend, 0, tid, d, nv, false, false, true, threads,
+                );
+                sync_cube();
+            }
+            let so = sb * tsz;
+
+            // the staged tile in compute steps of `kstep` keys, each its own online-softmax
+            // update (32 keys halve the score registers; the accumulators are rescaled only
+            // where a row maximum moved)
+            #[unroll]
+            for hs in 0..comptime![FLASH_KEYS / kstep] {
+                let ko = hs * kstep;
+                if active && t0 + ko < wend {
+                    prefill_scores::<F, N>(
+                        def,
+                        &qs,
+                        &ks,
+                        &mut pa,
+                        &mut oacc,
+                        &mut mrun,
+                        &mut lrun,
+                        &lim,
+                        so + ko * sqv,
+                        qoff,
+                        koff,
+                        t0 + ko,
+                        lmin,
+                        t4,
+                        scale,
+                        d,
+                        nv,
+                        kstep,
+                    );
+                    prefill_pv::<F, N>(def, &vs, &pa, &mut oacc, so + ko * sqv, voff, d, nv, kstep);
+                }
+            }
+            sync_cube();
         }
-        sync_cube();
         t0 += FLASH_KEYS;
         tile += 1;
     }
@@ -4215,20 +4284,21 @@ pub fn prefill_kernel<F: Float, I: Int, N: Size>(
     }
 }
 
-/// One compute step of [`prefill_kernel`] over the `kstep` (32 or 64) staged keys at
-/// shared-memory offset `so` (virtual keys `t0 ..`): `S = Q K^T` for both m-tiles of the warp
-/// (each K fragment load feeding both), scale, the causal mask where the step reaches a
-/// row's limit `lim`, the online softmax of the lane's four rows (`mrun`, `lrun`; the
-/// accumulators rescaled only when a maximum of the warp moved), and `O += P V` (each V
-/// fragment load feeding both m-tiles). `qoff`, `koff`, `voff`: this lane's `ldmatrix` row
-/// offsets into the Q, K and V tiles.
+/// The scores half of one compute step of [`prefill_kernel`] over the `kstep` (32 or 64)
+/// staged keys at shared-memory offset `so` (virtual keys `t0 ..`): `S = Q K^T` for both
+/// m-tiles of the warp (each K fragment load feeding both), scale, the causal mask where the
+/// step reaches a row's limit `lim`, the online softmax of the lane's four rows (`mrun`,
+/// `lrun`; the accumulators `oacc` rescaled only when a maximum of the warp moved), and the
+/// probabilities into `pa` (bf16 A fragments of `P V`, m-tile `mi`'s key n-tile `j` at
+/// `pa[kstep / 4 mi + 2 j]`, rows `g` and `g + 8`). `qoff`, `koff`: this lane's `ldmatrix`
+/// row offsets into the Q and K tiles.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn prefill_step<F: Float, N: Size>(
+fn prefill_scores<F: Float, N: Size>(
     def: cmma::MmaDefinition<F, F, f32>,
     qs: &SharedMemory<Vector<F, N>>,
     ks: &SharedMemory<Vector<F, N>>,
-    vs: &SharedMemory<Vector<F, N>>,
+    pa: &mut Array<Vector<F, Const<2>>>,
     oacc: &mut Array<Vector<f32, Const<2>>>,
     mrun: &mut Array<f32>,
     lrun: &mut Array<f32>,
@@ -4236,7 +4306,6 @@ fn prefill_step<F: Float, N: Size>(
     so: usize,
     qoff: usize,
     koff: usize,
-    voff: usize,
     t0: usize,
     lmin: usize,
     t4: usize,
@@ -4287,86 +4356,63 @@ fn prefill_step<F: Float, N: Size>(
             mma_16816::<F>(def, &qa1, 0usize, bk[2], bk[3], &mut sacc, mst + np * 4 + 2);
         }
     }
-    let diag = t0 + kstep > lmin;
-    let mut pa = Array::<Vector<F, Const<2>>>::new(comptime![2 * kstep / 4]);
+    // the causal mask, only in a step that reaches a row's limit (warp-uniform: the other
+    // steps branch over it)
+    if t0 + kstep > lmin {
+        #[unroll]
+        for mi in 0..2usize {
+            let la = lim[2 * mi];
+            let lc = lim[2 * mi + 1];
+            #[unroll]
+            for j in 0..comptime![kstep / 8] {
+                let mut s0 = sacc[mst * mi + 2 * j];
+                let mut s1 = sacc[mst * mi + 2 * j + 1];
+                #[unroll]
+                for x in 0..2usize {
+                    let kp = t0 + j * 8 + t4 * 2 + x;
+                    s0[x] = select(kp >= la, lowest, s0[x]);
+                    s1[x] = select(kp >= lc, lowest, s1[x]);
+                }
+                sacc[mst * mi + 2 * j] = s0;
+                sacc[mst * mi + 2 * j + 1] = s1;
+            }
+        }
+    }
+    // the online softmax on the raw scores (the scale is positive, so their maxima are the
+    // scaled scores' maxima divided by it): `exp(scale s - scale m)` as one `fma` and `exp`
+    // (FlashAttention-2 folds the scale the same way); `mrun` holds raw maxima
     let mut alpha = Array::<f32>::new(4usize);
     let mut moved = false;
     #[unroll]
     for mi in 0..2usize {
-        let la = lim[2 * mi];
-        let lc = lim[2 * mi + 1];
         let mut mx0 = lowest;
         let mut mx1 = lowest;
         #[unroll]
         for j in 0..comptime![kstep / 8] {
-            let mut s0 = sacc[mst * mi + 2 * j];
-            let mut s1 = sacc[mst * mi + 2 * j + 1];
-            #[unroll]
-            for x in 0..2usize {
-                let kp = t0 + j * 8 + t4 * 2 + x;
-                let mut a = s0[x] * scale;
-                let mut c = s1[x] * scale;
-                if diag {
-                    if kp >= la {
-                        a = lowest;
-                    }
-                    if kp >= lc {
-                        c = lowest;
-                    }
-                }
-                s0[x] = a;
-                s1[x] = c;
-                if a > mx0 {
-                    mx0 = a;
-                }
-                if c > mx1 {
-                    mx1 = c;
-                }
-            }
-            sacc[mst * mi + 2 * j] = s0;
-            sacc[mst * mi + 2 * j + 1] = s1;
+            let s0 = sacc[mst * mi + 2 * j];
+            let s1 = sacc[mst * mi + 2 * j + 1];
+            mx0 = max(mx0, max(s0[0], s0[1]));
+            mx1 = max(mx1, max(s1[0], s1[1]));
         }
-        let xa = plane_shuffle_xor(mx0, 1u32);
-        if xa > mx0 {
-            mx0 = xa;
-        }
-        let xb = plane_shuffle_xor(mx0, 2u32);
-        if xb > mx0 {
-            mx0 = xb;
-        }
-        let xc = plane_shuffle_xor(mx1, 1u32);
-        if xc > mx1 {
-            mx1 = xc;
-        }
-        let xd = plane_shuffle_xor(mx1, 2u32);
-        if xd > mx1 {
-            mx1 = xd;
-        }
+        mx0 = max(mx0, plane_shuffle_xor(mx0, 1u32));
+        mx0 = max(mx0, plane_shuffle_xor(mx0, 2u32));
+        mx1 = max(mx1, plane_shuffle_xor(mx1, 1u32));
+        mx1 = max(mx1, plane_shuffle_xor(mx1, 2u32));
         let m0 = mrun[2 * mi];
         let m1 = mrun[2 * mi + 1];
-        let mut mn0 = m0;
-        if mx0 > mn0 {
-            mn0 = mx0;
+        let mn0 = max(m0, mx0);
+        let mn1 = max(m1, mx1);
+        if mn0 > m0 || mn1 > m1 {
             moved = true;
         }
-        let mut mn1 = m1;
-        if mx1 > mn1 {
-            mn1 = mx1;
-            moved = true;
-        }
-        alpha[2 * mi] = (m0 - mn0).exp();
-        alpha[2 * mi + 1] = (m1 - mn1).exp();
+        alpha[2 * mi] = ((m0 - mn0) * scale).exp();
+        alpha[2 * mi + 1] = ((m1 - mn1) * scale).exp();
         mrun[2 * mi] = mn0;
         mrun[2 * mi + 1] = mn1;
-        // 0 while every key of the row so far was masked (see flash_kernel)
-        let mut me0 = mn0;
-        if mn0 == lowest {
-            me0 = 0.0f32;
-        }
-        let mut me1 = mn1;
-        if mn1 == lowest {
-            me1 = 0.0f32;
-        }
+        // 0 while every key of the row so far was masked (see flash_kernel): masked raw
+        // scores, f32::MIN, then give exp(scale f32::MIN) = 0
+        let nm0 = select(mn0 == lowest, 0.0f32, -(mn0 * scale));
+        let nm1 = select(mn1 == lowest, 0.0f32, -(mn1 * scale));
         let mut ps0 = 0.0f32;
         let mut ps1 = 0.0f32;
         #[unroll]
@@ -4377,8 +4423,8 @@ fn prefill_step<F: Float, N: Size>(
             let mut p1 = Vector::<F, Const<2>>::empty();
             #[unroll]
             for x in 0..2usize {
-                let a = (s0[x] - me0).exp();
-                let c = (s1[x] - me1).exp();
+                let a = fma(s0[x], scale, nm0).exp();
+                let c = fma(s1[x], scale, nm1).exp();
                 ps0 += a;
                 ps1 += c;
                 p0[x] = F::cast_from(a);
@@ -4409,7 +4455,29 @@ fn prefill_step<F: Float, N: Size>(
             }
         }
     }
-    // O += P V: one ldmatrix x4 .trans of V for both m-tiles
+}
+
+/// The `O += P V` half of one compute step of [`prefill_kernel`]: the probabilities `pa` of
+/// [`prefill_scores`] against the `kstep` staged V rows at shared-memory offset `so`, one
+/// `ldmatrix` x4 `.trans` of V feeding both m-tiles. `voff`: this lane's `ldmatrix` row
+/// offset into the V tile.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn prefill_pv<F: Float, N: Size>(
+    def: cmma::MmaDefinition<F, F, f32>,
+    vs: &SharedMemory<Vector<F, N>>,
+    pa: &Array<Vector<F, Const<2>>>,
+    oacc: &mut Array<Vector<f32, Const<2>>>,
+    so: usize,
+    voff: usize,
+    #[comptime] d: usize,
+    #[comptime] nv: usize,
+    #[comptime] kstep: usize,
+) {
+    let sqv = comptime![d / nv + 1];
+    let otiles = comptime![d / 4];
+    let mst = comptime![kstep / 4];
+    // one ldmatrix x4 .trans of V for both m-tiles
     #[unroll]
     for kc in 0..comptime![kstep / 16] {
         #[unroll]
@@ -4421,12 +4489,12 @@ fn prefill_step<F: Float, N: Size>(
                 4usize,
                 true,
             );
-            mma_16816::<F>(def, &pa, kc * 4, bv[0], bv[1], oacc, dp * 4);
-            mma_16816::<F>(def, &pa, kc * 4, bv[2], bv[3], oacc, dp * 4 + 2);
-            mma_16816::<F>(def, &pa, mst + kc * 4, bv[0], bv[1], oacc, otiles + dp * 4);
+            mma_16816::<F>(def, pa, kc * 4, bv[0], bv[1], oacc, dp * 4);
+            mma_16816::<F>(def, pa, kc * 4, bv[2], bv[3], oacc, dp * 4 + 2);
+            mma_16816::<F>(def, pa, mst + kc * 4, bv[0], bv[1], oacc, otiles + dp * 4);
             mma_16816::<F>(
                 def,
-                &pa,
+                pa,
                 mst + kc * 4,
                 bv[2],
                 bv[3],
@@ -4434,5 +4502,45 @@ fn prefill_step<F: Float, N: Size>(
                 otiles + dp * 4 + 2,
             );
         }
+    }
+}
+
+/// Stages the [`FLASH_KEYS`] rows `t0 ..` of one of [`prefill_kernel`]'s K or V caches
+/// (clamped to `kend - 1`; dense keys) into its shared tile `dst` by `cp.async`, rows of
+/// `d / nv` 16-byte vectors at stride `d / nv + 1`; the caller commits the copies to the
+/// tile's barrier. `base`: the sequence's and KV head's first element of `src`, `s2` its
+/// stride along positions. Every thread of the block takes part.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn prefill_stage<F: Float, N: Size>(
+    src: &Array<Vector<F, N>>,
+    dst: &mut SharedMemory<Vector<F, N>>,
+    base: usize,
+    s2: usize,
+    t0: usize,
+    kend: usize,
+    tid: usize,
+    #[comptime] d: usize,
+    #[comptime] nv: usize,
+    #[comptime] threads: usize,
+) {
+    let vpr = comptime![d / nv];
+    let sqv = comptime![d / nv + 1];
+    #[unroll]
+    for it in 0..comptime![FLASH_KEYS * d / (nv * threads)] {
+        let e = tid + it * threads;
+        let t = e / vpr;
+        let c = e % vpr;
+        let mut j = t0 + t;
+        if j >= kend {
+            j = kend - 1;
+        }
+        let x = (base + j * s2) / nv + c;
+        let o = t * sqv + c;
+        copy_async(
+            &src.slice(x, x + 1),
+            &mut dst.slice_mut(o, o + 1),
+            nv as u32,
+        );
     }
 }

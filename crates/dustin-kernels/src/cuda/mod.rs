@@ -298,8 +298,8 @@ static FLASH_BUFS: std::sync::atomic::AtomicUsize =
 /// ring whose next 1 or 2 tiles are copied by `cp.async` while the current one is computed
 /// on; 1, each tile staged with plain loads between two block barriers. Other values are
 /// clamped to `1..=3`. [`FLASH_BUFFERS`] by default. The automatic prefill's `prefill_kernel`
-/// ([`PREFILL_TILES`]) always takes one; a forced `set_prefill_tiles(2)` takes this count,
-/// at most 2. For checks and benchmarks.
+/// ([`PREFILL_TILES`]) takes one or two by its own rule ([`PREFILL2_RING_MIN_KEYS`]); a
+/// forced `set_prefill_tiles(2)` takes this count, at most 2. For checks and benchmarks.
 pub fn set_flash_buffers(n: usize) {
     FLASH_BUFS.store(n.clamp(1, 3), Ordering::Relaxed);
 }
@@ -318,16 +318,26 @@ pub fn set_prefill_warps(n: usize) {
 }
 
 /// Query m-tiles (16 rows each) per warp of the causal prefill by default: 0, automatic:
-/// `prefill_kernel` (two a warp) in one tile buffer for chunks of at least
-/// [`PREFILL2_MIN_NEW`] new tokens, `flash_kernel` (one) below. On the H200 (docs/perf.md,
-/// twentieth session, call 2, 7B heads, chunks of 2048) the one-buffer `prefill_kernel` ran
-/// 226.6 / 227.9 TFLOP/s at 16k and 243.6 / 243.4 at 32k against `flash_kernel`'s 204.2 /
-/// 207.0 and 217.3 / 217.9; in chunks of 512 it was slower (176.6 against 180.7 at 16k).
+/// `prefill_kernel` (two a warp) for chunks of at least [`PREFILL2_MIN_NEW`] new tokens, in
+/// a ring of two tile buffers where the chunk's keys reach [`PREFILL2_RING_MIN_KEYS`] and in
+/// one below; `flash_kernel` (one) for smaller chunks. On the H200 (docs/perf.md,
+/// twenty-first session, call 3, 7B heads, one sequence) `prefill_kernel` ran 255-310
+/// TFLOP/s at 16k and 275-329 at 32k in chunks of 2048 to the whole prompt, against
+/// `flash_kernel`'s 206-216 and 218-224; in chunks of 512 it was slower in the twentieth
+/// session (176.6 against 180.7 at 16k).
 pub const PREFILL_TILES: usize = 0;
 
 /// Fewest new tokens of a chunk the automatic choice ([`PREFILL_TILES`] 0) sends to
 /// `prefill_kernel`: 2048, the smallest chunk at which it was measured faster.
 pub const PREFILL2_MIN_NEW: usize = 2048;
+
+/// Fewest keys (`ctx + n_new` of the longest sequence) of a chunk for which the automatic
+/// `prefill_kernel` stages its K/V tiles in a ring of two buffers (`cp.async`); one buffer
+/// of plain copies below. On the H200 (docs/perf.md, twenty-first session, call 3) the ring
+/// was faster in 8 of the 9 chunkings measured at 16k and 32k (by 1-9%; 322.7 against 328.7
+/// TFLOP/s for a 32k prompt in one chunk) and slower for a 4k prompt (154.5 against 172.4 in
+/// one chunk, 137.9 against 139.9 in chunks of 2048).
+pub const PREFILL2_RING_MIN_KEYS: usize = 8192;
 
 static PREFILL_TILE_COUNT: std::sync::atomic::AtomicUsize =
     std::sync::atomic::AtomicUsize::new(PREFILL_TILES);
@@ -336,9 +346,12 @@ static PREFILL_TILE_COUNT: std::sync::atomic::AtomicUsize =
 /// rows a warp, [`set_prefill_warps`] warps a block), or 2, `prefill_kernel` (32 rows a warp,
 /// 4 warps and 128 rows a block, Q in shared memory, each K/V fragment load shared by both
 /// m-tiles; [`set_prefill_warps`] does not apply; [`set_flash_buffers`]' count, at most 2),
-/// or 0, automatic ([`PREFILL_TILES`]). Other values select 1. For checks and benchmarks.
+/// 3, `prefill_kernel` with one K and one V buffer staged apart by `cp.async`
+/// (FlashAttention-2's schedule: V of a tile in flight during its scores, K of the next
+/// during its `P V`), or 0, automatic ([`PREFILL_TILES`]). Other values select 1. For
+/// checks and benchmarks.
 pub fn set_prefill_tiles(n: usize) {
-    PREFILL_TILE_COUNT.store(if n <= 2 { n } else { 1 }, Ordering::Relaxed);
+    PREFILL_TILE_COUNT.store(if n <= 3 { n } else { 1 }, Ordering::Relaxed);
 }
 
 /// Keys per compute step of `prefill_kernel` by default (each staged 64-key tile in one
@@ -1520,11 +1533,20 @@ fn flash_prefill(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32) -> C
     match PREFILL_TILE_COUNT.load(Ordering::Relaxed) {
         2 => {
             let nbuf = FLASH_BUFS.load(Ordering::Relaxed).min(2);
-            launch_prefill2(q, k, v, ctx, dims, scale, out.clone(), nbuf);
+            launch_prefill2(q, k, v, ctx, dims, scale, out.clone(), nbuf, false);
+            return out;
+        }
+        3 => {
+            launch_prefill2(q, k, v, ctx, dims, scale, out.clone(), 1, true);
             return out;
         }
         0 if dims.n_new >= PREFILL2_MIN_NEW => {
-            launch_prefill2(q, k, v, ctx, dims, scale, out.clone(), 1);
+            let nbuf = if dims.keys >= PREFILL2_RING_MIN_KEYS {
+                2
+            } else {
+                1
+            };
+            launch_prefill2(q, k, v, ctx, dims, scale, out.clone(), nbuf, false);
             return out;
         }
         _ => {}
@@ -1557,7 +1579,8 @@ fn flash_prefill(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32) -> C
 }
 
 /// Launches `prefill_kernel` (two m-tiles a warp) into `out` `[b, q_heads, n_new, d]` with
-/// `nbuf` (1 or 2) K/V tile buffers; shapes as [`flash_prefill`]'s. A ring of more than two
+/// `nbuf` (1 or 2) K/V tile buffers, or with `kv_apart` one K and one V buffer staged apart
+/// by `cp.async` (`nbuf` then 1); shapes as [`flash_prefill`]'s. A ring of more than two
 /// buffers would leave one block an SM (Q takes 34 KB of shared memory at d 128).
 #[allow(clippy::too_many_arguments)]
 fn launch_prefill2(
@@ -1569,10 +1592,17 @@ fn launch_prefill2(
     scale: f32,
     out: Ct,
     nbuf: usize,
+    kv_apart: bool,
 ) {
     let client = q.client.clone();
     let (fd, id) = (q.dtype, ctx.dtype);
     let rowblocks = dims.n_new.div_ceil(kernels::PREFILL2_ROWS);
+    // K and V staged apart compute each tile in one step
+    let kstep = if kv_apart {
+        64
+    } else {
+        PREFILL_STEP.load(Ordering::Relaxed)
+    };
     let sd = |t: &Ct, i: usize| t.meta.strides().get(i).copied().unwrap_or(0) as u32;
     let st = kernels::FlashStridesLaunch::new(
         sd(&q, 0),
@@ -1616,7 +1646,8 @@ fn launch_prefill2(
             dims.head_dim,
             NV,
             nbuf,
-            PREFILL_STEP.load(Ordering::Relaxed),
+            kstep,
+            kv_apart,
             [fd.into(), id.into()],
         );
     }
@@ -1963,7 +1994,7 @@ pub(crate) fn make_current(index: usize) -> Result<()> {
 
 impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, BT> {
     const FUSED: bool = true;
-    const PREFILL_CHUNK: usize = 2048;
+    const PREFILL_CHUNK: usize = 16384;
 
     fn estimator_kernels() -> EstimatorKernels {
         let bits = ESTIMATOR_KERNELS.load(Ordering::Relaxed);
