@@ -3953,16 +3953,21 @@ pub const PREFILL2_ROWS: usize = 4 * PREFILL2_WARP_ROWS;
 /// 16-column chunk of every key tile (64 registers a thread fewer than keeping both
 /// m-tiles' fragments resident). Each staged tile is computed in steps of `kstep` keys (64:
 /// the tile at once; 32: two online-softmax updates, half the score registers), and the
-/// accumulators are rescaled only when a row maximum of the warp moved. At `kstep` 64 the
-/// first version took 255 registers a thread and spilled (ncu, docs/perf.md, twentieth
-/// session).
+/// accumulators are rescaled only when a row maximum of the warp moved. The softmax works
+/// on the raw scores: the causal mask only in a step that reaches a row's limit, maxima by
+/// `max`, and `exp(scale s - scale m)` as one `fma` and `exp` (FlashAttention-2's folding
+/// of the scale); that cut a tile's instructions from 1535 to 1278 (SASS, docs/perf.md,
+/// twenty-first session). ptxas: 255 registers a thread (252 with `kv_apart`).
 ///
 /// Block `(row block, q head, sequence)`, row blocks heaviest first: new tokens
 /// `128 rb .. 128 rb + 128` of query head `qh` (KV head `qh / group`) against the virtual keys
 /// `0 ..= ctx[b] + i` (the cached context, then the new tokens; row `i` sees its own key);
 /// writes `out [b, q_heads, n_new, d]` normalised. K/V tiles of [`FLASH_KEYS`] keys are
 /// staged by [`flash_stage`] into a ring of `nbuf` buffers (`cp.async` with one mbarrier per
-/// buffer; `nbuf` 1: plain loads between two block barriers). Shared memory per block:
+/// buffer; `nbuf` 1: plain loads between two block barriers), or with `kv_apart` (`nbuf` 1,
+/// `kstep` 64) into one K and one V buffer by [`prefill_stage`], each with its own
+/// mbarrier, FlashAttention-2's schedule: a tile's V is in flight during its scores
+/// ([`prefill_scores`]), the next tile's K during its `P V` ([`prefill_pv`]). Shared memory per block:
 /// `128 (d + 8) 2` bytes of Q and `nbuf 2 64 (d + 8) 2` of K/V (104 KB at d 128, `nbuf` 2).
 /// The online softmax is [`flash_kernel`]'s (row maxima and sums over the quad by two
 /// shuffles, `exp` as `__expf`, masked logits `f32::MIN`).
