@@ -59,8 +59,8 @@
 #   bash .device/gpu_prefill.sh model    # the model rows of kernel-check alone (2-layer model through
 #                                        # every kernel against its plain path; needs more than 200 s
 #                                        # on a fresh machine)
-# `dustin bench` prefills in chunks of 2048 on CUDA by default since session 26 (its
-# automatic chunk); rows meant for chunks of 512 say `--chunk 512`.
+# `dustin bench` prefills in chunks of 16384 on CUDA by default since session 40 (its
+# automatic chunk; 2048 from session 26); rows meant for other chunks say `--chunk N`.
 # Env: OUT (results folder).
 set -u
 D=.device

@@ -57,7 +57,8 @@ pub struct BenchArgs {
     pub prefill_warps: Vec<usize>,
     /// Query m-tiles (16 rows each) per warp of the CUDA causal prefill (comma-separated,
     /// each timed in turn with every path above): 0 (automatic, the default: `prefill_kernel`
-    /// for chunks of 2048 or more, else `flash_kernel`), 1
+    /// for chunks of 512 or more, its K/V tiles in a ring of two buffers from 8192 keys;
+    /// `flash_kernel` below; `dustin_kernels::cuda::PREFILL_TILES`), 1
     /// (`flash_kernel`), 2 (`prefill_kernel`: 32 rows a warp, 4 warps a block whatever
     /// `--prefill-warps` says) or 3 (`prefill_kernel` with K and V staged apart by
     /// `cp.async`); `dustin_kernels::cuda::set_prefill_tiles`. Other backends ignore it.
@@ -171,9 +172,6 @@ fn run_on<B: KernelOps>(args: &BenchArgs, dev: &B::Device) -> Result<(), CliErro
         })
     });
     for (chunk, path, gemm, warps, tiles) in runs {
-        let chunk = resolve_prefill_chunk(&model, &DenseHook, None, chunk);
-        // a short prompt run untimed before each path's prefill (kernel compilation)
-        let warm: Vec<Vec<u32>> = vec![prompts[0][..chunk.min(args.prompt_len)].to_vec()];
         #[cfg(feature = "cuda")]
         {
             dustin_kernels::cuda::set_prefill_warps(warps);
@@ -183,7 +181,12 @@ fn run_on<B: KernelOps>(args: &BenchArgs, dev: &B::Device) -> Result<(), CliErro
             .clone()
             .with_prefill_attention(path == PrefillPath::Kernel)
             .with_prefill_gemm(gemm == PrefillGemm::Cublas);
-        // one chunk first with this path (its kernels' compilation is not timed)
+        // the automatic chunk of this path (the plain one builds score matrices: 512)
+        let chunk = resolve_prefill_chunk(&m, &DenseHook, None, chunk);
+        // the first prompt run untimed before each path's prefill: every chunk of it, so
+        // the kernels that only later chunks take (on CUDA the ring of `prefill_kernel`
+        // from 8192 keys) are compiled before the timing too
+        let warm: Vec<Vec<u32>> = vec![prompts[0].clone()];
         let (_, l, _) = prefill(&m, &warm, cap, None, &mut DenseHook, chunk, false)?;
         let _ = l.into_data();
         drop(cache.take());

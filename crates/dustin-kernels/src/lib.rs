@@ -67,8 +67,12 @@ pub const MAX_NEW: usize = 16;
 /// model card). The CUDA flash kernels keep nothing per new token beyond the output; the
 /// flash-decoding split kernel (forced by `cuda::set_prefill_kernel`, or where a chunk is too
 /// small to fill the GPU) keeps partial results `f32 [batch, kv_heads, splits, group *
-/// n_new, head_dim]`, one split once the row blocks fill the GPU: about 59 MB per sequence
-/// at 4096 new tokens at Qwen2.5-7B shapes (4 KV heads, group 7), 470 MB at 32768.
+/// n_new, head_dim]`, one split once the row blocks fill the GPU: per sequence about 59 MB
+/// at 4096 new tokens and 470 MB at 32768 at Qwen2.5-7B shapes (4 KV heads, group 7), 134
+/// MB and 1.07 GB at 72B (8 KV heads, group 8). The plain path (`plain::prefill_attention`,
+/// the CPU) builds the chunk's score matrix, `[batch, q_heads, n_new, ctx + n_new]`: a
+/// caller that chunks a long prompt there keeps the chunk small (the model's automatic chunk
+/// on the plain path is 512).
 pub const MAX_PREFILL_NEW: usize = 32768;
 
 /// Which positions the top-k step always keeps and how many it keeps in all.
@@ -131,6 +135,13 @@ pub trait KernelOps: Backend {
     /// chunks of 16384, twenty-first session; at batch 8, whose sequences prefill one after
     /// another, from 15.97 s to 12.48 s in chunks of 8192). At most [`MAX_PREFILL_NEW`].
     const PREFILL_CHUNK: usize = 512;
+
+    /// Head widths [`KernelOps::prefill_attention`] runs as this backend's kernel; others
+    /// return [`KernelError::Unsupported`] and the model takes its plain path, which builds
+    /// the chunk's score matrix (so the model's automatic chunk is then
+    /// `dustin_qwen::generate::DEFAULT_PREFILL_CHUNK`, not [`KernelOps::PREFILL_CHUNK`]).
+    /// None by default (the plain path everywhere); 64 and 128 on CUDA.
+    const PREFILL_HEAD_DIMS: &'static [usize] = &[];
 
     /// Which of the `dustin` estimator's history fold ([`KernelOps::fold_rows`]) and
     /// normalise-and-mix ([`KernelOps::mix_scores`]) run as this backend's kernels; the others

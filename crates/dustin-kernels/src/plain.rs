@@ -99,7 +99,10 @@ pub fn kv_write<B: Backend>(
 
 /// Dense prefill attention
 /// ([`KernelOps::prefill_attention`](crate::KernelOps::prefill_attention)): the verify
-/// attention's masked score matrix for up to [`MAX_PREFILL_NEW`] new tokens.
+/// attention's masked score matrix for up to [`MAX_PREFILL_NEW`] new tokens. The matrix is
+/// `[batch, kv_heads, group * n_new, ctx + n_new]` in `q`'s dtype: keep chunks small (the
+/// model's automatic chunk here is 512; 32768 new tokens over themselves at 28 heads would
+/// be 120 GB in f32).
 ///
 /// # Errors
 /// As the trait method.

@@ -24,11 +24,13 @@ pub const DEFAULT_PREFILL_CHUNK: usize = 512;
 pub const AUTO_PREFILL_CHUNK: usize = 0;
 
 /// The chunk [`AUTO_PREFILL_CHUNK`] stands for: the backend's [`KernelOps::PREFILL_CHUNK`]
-/// (16384 on CUDA, whose prefill kernel builds no score matrix) where `hook` wants no layer's
-/// attention probabilities during prefill (neither in the last chunk nor before it, asked
-/// for each of `layers` layers, the model's by default) and no layer of `model` is offloaded;
-/// else [`DEFAULT_PREFILL_CHUNK`]: the probabilities of a chunk are a `[heads, chunk,
-/// context]` matrix, and an offloaded model's memory plan ([`crate::plan_offload`]) leaves
+/// (16384 on CUDA, whose prefill kernel builds no score matrix) where the model's prefill
+/// attention runs as that kernel ([`Qwen2::prefill_attention_fused`]), `hook` wants no
+/// layer's attention probabilities during prefill (neither in the last chunk nor before it,
+/// asked for each of `layers` layers, the model's by default) and no layer of `model` is
+/// offloaded; else [`DEFAULT_PREFILL_CHUNK`]: the plain path and the probabilities of a
+/// chunk are `[heads, chunk, context]` matrices (at 16384 new tokens over a 32k context, 30
+/// GB a 7B layer), and an offloaded model's memory plan ([`crate::plan_offload`]) leaves
 /// activations to the budget's slack, which larger chunks would grow.
 pub fn auto_prefill_chunk<B: KernelOps, H: AttentionHook<B> + ?Sized>(
     model: &Qwen2<B>,
@@ -36,8 +38,13 @@ pub fn auto_prefill_chunk<B: KernelOps, H: AttentionHook<B> + ?Sized>(
     layers: Option<usize>,
 ) -> usize {
     let n = model.kv_shape(1, 1, layers).layers;
+    let backend_chunk = if model.prefill_attention_fused() {
+        B::PREFILL_CHUNK
+    } else {
+        DEFAULT_PREFILL_CHUNK
+    };
     choose_prefill_chunk(
-        B::PREFILL_CHUNK,
+        backend_chunk,
         hook_wants_prefill_probs(hook, n),
         !model.offloaded_layers().is_empty(),
     )

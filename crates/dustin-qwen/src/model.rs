@@ -1168,6 +1168,18 @@ impl<B: Backend> Qwen2<B> {
 }
 
 impl<B: KernelOps> Qwen2<B> {
+    /// Whether the dense attention of prefill chunks runs as the backend's kernel
+    /// ([`KernelOps::prefill_attention`], no score matrix in memory): the model's kernels on
+    /// ([`Qwen2::with_kernels`], by default where the backend has them), its prefill kernel
+    /// on ([`Qwen2::with_prefill_attention`]) and its head width one the backend takes
+    /// ([`KernelOps::PREFILL_HEAD_DIMS`]). Chunks whose probabilities a hook wants take the
+    /// plain path either way.
+    pub fn prefill_attention_fused(&self) -> bool {
+        self.kernels.unwrap_or(B::FUSED)
+            && self.prefill_kernel.unwrap_or(true)
+            && B::PREFILL_HEAD_DIMS.contains(&self.config.head_dim())
+    }
+
     /// `norm` applied to `x` `[batch, n, hidden]`, by the fused kernel when chosen.
     fn norm_forward(&self, norm: &RmsNorm<B>, x: Tensor<B, 3>) -> Result<Tensor<B, 3>> {
         if self.elementwise.unwrap_or(B::FUSED) {

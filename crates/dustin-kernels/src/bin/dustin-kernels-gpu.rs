@@ -1089,11 +1089,12 @@ fn gemm(
 }
 
 /// Causal prefill attention at 4k, 16k, 32k tokens (28 heads, d 128: Qwen2.5-7B): ours in
-/// chunks as the model runs it (4 KV heads): the flash kernel in chunks of
-/// [`PREFILL_CHUNK`] and 2048 (and, at 2048, with the tiles staged without `cp.async`:
-/// `flash-sync`), the split kernel and (up to 16k) the plain path in chunks of
-/// [`PREFILL_CHUNK`]; then Burn's attention op at 4k (K/V expanded to 28 heads: the
-/// op wants equal head counts). One JSON line a shape to `emit`; TFLOP/s count the causal
+/// chunks against the cache so far (4 KV heads): `flash_kernel` in chunks of
+/// [`PREFILL_CHUNK`], 2048 and 4096; `prefill_kernel` with one K/V buffer (`x2-sync`), a
+/// ring of two (`x2`) and K and V staged apart (`x2-kv`) in chunks of 2048 to the whole
+/// prompt (the model's CUDA chunk is 16384); the split kernel and (up to 16k) the plain path
+/// in chunks of [`PREFILL_CHUNK`]; then Burn's attention op at 4k (K/V expanded to 28
+/// heads: the op wants equal head counts). One JSON line a shape to `emit`; TFLOP/s count the causal
 /// half, `2 * 2 * heads * d * n^2 / 2`.
 fn prefill_attention(emit: &mut dyn FnMut(String), quick: bool) {
     let dev = dev();
@@ -1113,9 +1114,7 @@ fn prefill_attention(emit: &mut dyn FnMut(String), quick: bool) {
         // 1.6 s a pass at 32k)
         // (label, chunk, plain path, kernel, flash tile buffers: 1 = no cp.async, flash
         // prefill warps, m-tiles a warp: 2 = prefill_kernel, 32 rows a warp, 3 = the same with
-        // K and V staged apart by cp.async); the flash and
-        // x2 rows alternate so that a drift of the machine shows as disagreement between
-        // their rounds
+        // K and V staged apart by cp.async)
         let pc = PREFILL_CHUNK;
         let mut rows = vec![
             ("flash", pc, false, AttentionKernel::Flash, 2, 4, 1),
@@ -1208,7 +1207,8 @@ fn prefill_attention(emit: &mut dyn FnMut(String), quick: bool) {
     }
 }
 
-/// Query tokens per prefill chunk, as the model prefills (`ModelVerifier`'s chunks).
+/// Query tokens per prefill chunk of the first rows: the model's chunk where a hook wants
+/// the probabilities, an offloaded model's and the CPU's (`DEFAULT_PREFILL_CHUNK`).
 const PREFILL_CHUNK: usize = 512;
 
 /// Microseconds of one causal prefill of `n` tokens, attention only, one layer: chunks of

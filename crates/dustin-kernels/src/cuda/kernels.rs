@@ -3969,8 +3969,9 @@ pub const PREFILL2_ROWS: usize = 4 * PREFILL2_WARP_ROWS;
 /// mbarrier, FlashAttention-2's schedule: a tile's V is in flight during its scores
 /// ([`prefill_scores`]), the next tile's K during its `P V` ([`prefill_pv`]). Shared memory per block:
 /// `128 (d + 8) 2` bytes of Q and `nbuf 2 64 (d + 8) 2` of K/V (104 KB at d 128, `nbuf` 2).
-/// The online softmax is [`flash_kernel`]'s (row maxima and sums over the quad by two
-/// shuffles, `exp` as `__expf`, masked logits `f32::MIN`).
+/// Row maxima and sums are reduced over the quad by two shuffles as in [`flash_kernel`]
+/// (`exp` as `__expf`, masked logits `f32::MIN`), but on raw scores (above). `scale` must
+/// be positive (maxima of raw scores are then those of the scaled ones).
 #[cube(
     launch_unchecked,
     fast_math = FastMath::ReducedPrecision | FastMath::NotNaN | FastMath::NotInf
@@ -4291,9 +4292,10 @@ pub fn prefill_kernel<F: Float, I: Int, N: Size>(
 
 /// The scores half of one compute step of [`prefill_kernel`] over the `kstep` (32 or 64)
 /// staged keys at shared-memory offset `so` (virtual keys `t0 ..`): `S = Q K^T` for both
-/// m-tiles of the warp (each K fragment load feeding both), scale, the causal mask where the
-/// step reaches a row's limit `lim`, the online softmax of the lane's four rows (`mrun`,
-/// `lrun`; the accumulators `oacc` rescaled only when a maximum of the warp moved), and the
+/// m-tiles of the warp (each K fragment load feeding both), the causal mask where the step
+/// reaches a row's limit `lim`, the online softmax of the lane's four rows on the raw scores
+/// (`mrun` raw maxima, `lrun` sums; `exp(scale s - scale m)` as one `fma` and `exp`; the
+/// accumulators `oacc` rescaled only when a maximum of the warp moved), and the
 /// probabilities into `pa` (bf16 A fragments of `P V`, m-tile `mi`'s key n-tile `j` at
 /// `pa[kstep / 4 mi + 2 j]`, rows `g` and `g + 8`). `qoff`, `koff`: this lane's `ldmatrix`
 /// row offsets into the Q and K tiles.
@@ -4361,8 +4363,9 @@ fn prefill_scores<F: Float, N: Size>(
             mma_16816::<F>(def, &qa1, 0usize, bk[2], bk[3], &mut sacc, mst + np * 4 + 2);
         }
     }
-    // the causal mask, only in a step that reaches a row's limit (warp-uniform: the other
-    // steps branch over it)
+    // the causal mask, only in a step that reaches one of the lane's rows' limits (`lmin`,
+    // its smallest: lanes of one warp can disagree, each masking its own rows; the steps
+    // before the diagonal branch over it)
     if t0 + kstep > lmin {
         #[unroll]
         for mi in 0..2usize {

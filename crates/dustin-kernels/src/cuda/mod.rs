@@ -320,7 +320,8 @@ pub fn set_prefill_warps(n: usize) {
 /// Query m-tiles (16 rows each) per warp of the causal prefill by default: 0, automatic:
 /// `prefill_kernel` (two a warp) for chunks of at least [`PREFILL2_MIN_NEW`] new tokens, in
 /// a ring of two tile buffers where the chunk's keys reach [`PREFILL2_RING_MIN_KEYS`] and in
-/// one below; `flash_kernel` (one) for smaller chunks. On the H200 (docs/perf.md,
+/// one below; from [`PREFILL2_KV_MIN_NEW`] to [`PREFILL2_MIN_NEW`] `prefill_kernel` with K
+/// and V staged apart; `flash_kernel` (one) for smaller chunks. On the H200 (docs/perf.md,
 /// twenty-first session, call 3, 7B heads, one sequence) `prefill_kernel` ran 255-310
 /// TFLOP/s at 16k and 275-329 at 32k in chunks of 2048 to the whole prompt, against
 /// `flash_kernel`'s 206-216 and 218-224; in chunks of 512 it was slower in the twentieth
@@ -328,15 +329,25 @@ pub fn set_prefill_warps(n: usize) {
 pub const PREFILL_TILES: usize = 0;
 
 /// Fewest new tokens of a chunk the automatic choice ([`PREFILL_TILES`] 0) sends to
-/// `prefill_kernel`: 2048, the smallest chunk at which it was measured faster.
+/// `prefill_kernel` with its tiles in one buffer or a ring: 2048, the smallest chunk at
+/// which those were measured faster than `flash_kernel` (in chunks of 512 one buffer was
+/// slower: 176.6 against 180.7 TFLOP/s at 16k, docs/perf.md, twentieth session).
 pub const PREFILL2_MIN_NEW: usize = 2048;
+
+/// Fewest new tokens of a chunk the automatic choice sends to `prefill_kernel` with K and V
+/// staged apart (below [`PREFILL2_MIN_NEW`]; `flash_kernel` below this): 512. In chunks of
+/// 512 it was faster than `flash_kernel` at 4k, 16k and 32k in both calls that timed it
+/// (docs/perf.md, twenty-first session: 115.7 / 180.1 / 192.6 against 111.0 / 178.6 /
+/// 188.7 TFLOP/s before the softmax change, 135.1 / 195.6 / 209.1 against 105.5 / 180.4 /
+/// 189.0 after); smaller chunks were not timed.
+pub const PREFILL2_KV_MIN_NEW: usize = 512;
 
 /// Fewest keys (`ctx + n_new` of the longest sequence) of a chunk for which the automatic
 /// `prefill_kernel` stages its K/V tiles in a ring of two buffers (`cp.async`); one buffer
 /// of plain copies below. On the H200 (docs/perf.md, twenty-first session, call 3) the ring
-/// was faster in 8 of the 9 chunkings measured at 16k and 32k (by 1-9%; 322.7 against 328.7
-/// TFLOP/s for a 32k prompt in one chunk) and slower for a 4k prompt (154.5 against 172.4 in
-/// one chunk, 137.9 against 139.9 in chunks of 2048).
+/// was faster by 1-9% in 8 of the 9 chunkings measured at 16k and 32k (slower only for a 32k
+/// prompt in one chunk: 322.7 against 328.7 TFLOP/s) and slower for a 4k prompt (154.5
+/// against 172.4 in one chunk, 137.9 against 139.9 in chunks of 2048).
 pub const PREFILL2_RING_MIN_KEYS: usize = 8192;
 
 static PREFILL_TILE_COUNT: std::sync::atomic::AtomicUsize =
@@ -1549,6 +1560,10 @@ fn flash_prefill(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32) -> C
             launch_prefill2(q, k, v, ctx, dims, scale, out.clone(), nbuf, false);
             return out;
         }
+        0 if dims.n_new >= PREFILL2_KV_MIN_NEW => {
+            launch_prefill2(q, k, v, ctx, dims, scale, out.clone(), 1, true);
+            return out;
+        }
         _ => {}
     }
     let warps = PREFILL_WARP_COUNT.load(Ordering::Relaxed);
@@ -1597,7 +1612,13 @@ fn launch_prefill2(
     let client = q.client.clone();
     let (fd, id) = (q.dtype, ctx.dtype);
     let rowblocks = dims.n_new.div_ceil(kernels::PREFILL2_ROWS);
-    // K and V staged apart compute each tile in one step
+    // the kernel's softmax takes the maxima of raw scores
+    debug_assert!(scale > 0.0, "prefill_kernel needs a positive scale");
+    // K and V staged apart compute each tile in one step, from one buffer each
+    debug_assert!(
+        !kv_apart || nbuf == 1,
+        "kv_apart stages one K and one V buffer"
+    );
     let kstep = if kv_apart {
         64
     } else {
@@ -1995,6 +2016,7 @@ pub(crate) fn make_current(index: usize) -> Result<()> {
 impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, BT> {
     const FUSED: bool = true;
     const PREFILL_CHUNK: usize = 16384;
+    const PREFILL_HEAD_DIMS: &'static [usize] = &[64, 128];
 
     fn estimator_kernels() -> EstimatorKernels {
         let bits = ESTIMATOR_KERNELS.load(Ordering::Relaxed);
