@@ -51,7 +51,10 @@ pub fn auto_prefill_chunk<B: KernelOps, H: AttentionHook<B> + ?Sized>(
 }
 
 /// `chunk` as [`prefill`] runs it: [`auto_prefill_chunk`]'s choice for [`AUTO_PREFILL_CHUNK`]
-/// (0), any other value as given. For callers that report or slice by the chunk used.
+/// (0), any other value as given up to [`MAX_AUTO_PREFILL_CHUNK`] (larger values run as that:
+/// the last chunk, up to half a chunk longer, must stay within the kernels'
+/// [`dustin_kernels::MAX_PREFILL_NEW`], past which a chunk would take the plain path and its
+/// score matrix). For callers that report or slice by the chunk used.
 pub fn resolve_prefill_chunk<B: KernelOps, H: AttentionHook<B> + ?Sized>(
     model: &Qwen2<B>,
     hook: &H,
@@ -61,7 +64,7 @@ pub fn resolve_prefill_chunk<B: KernelOps, H: AttentionHook<B> + ?Sized>(
     if chunk == AUTO_PREFILL_CHUNK {
         auto_prefill_chunk(model, hook, layers)
     } else {
-        chunk
+        chunk.min(MAX_AUTO_PREFILL_CHUNK)
     }
 }
 

@@ -7,7 +7,7 @@ use burn_flex::{Flex, FlexDevice};
 use dustin_core::{AttentionHook, DenseHook, LayerAttnCtx, LayerSelection, Phase};
 use dustin_qwen::generate::{
     auto_prefill_chunk, choose_prefill_chunk, hook_wants_prefill_probs, prefill,
-    AUTO_PREFILL_CHUNK, DEFAULT_PREFILL_CHUNK,
+    resolve_prefill_chunk, AUTO_PREFILL_CHUNK, DEFAULT_PREFILL_CHUNK,
 };
 use dustin_qwen::{Qwen2, QwenConfig, SafetensorsDir};
 
@@ -81,4 +81,8 @@ fn auto_prefills_as_the_backend_chunk_does() {
     // same logits, bit for bit (the CPU's logits do not depend on the chunking at all, so
     // which chunk it chose is checked above and in the rule's test, not here)
     assert_eq!(auto, run(512), "auto is the backend's 512 on the CPU");
+    // explicit chunks run as given up to the largest the kernels' bound allows (the last
+    // chunk takes up to half a chunk more: 21845 + 10922 < 32768 new tokens)
+    assert_eq!(resolve_prefill_chunk(&m, &DenseHook, None, 100), 100);
+    assert_eq!(resolve_prefill_chunk(&m, &DenseHook, None, 1 << 20), 21845);
 }
