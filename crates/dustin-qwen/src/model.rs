@@ -1785,8 +1785,7 @@ impl<B: KernelOps> Qwen2<B> {
                 None if fused && n <= MAX_NEW && (mass_done || !wants_probs) => fallback(
                     B::verify_attention(q.clone(), view.k.clone(), view.v.clone(), ctx_lens, scale),
                 )?,
-                None if fused
-                    && self.prefill_kernel.unwrap_or(true)
+                None if self.prefill_attention_fused()
                     && n > MAX_NEW
                     && n <= MAX_PREFILL_NEW
                     && !wants_probs =>

@@ -1299,8 +1299,12 @@ fn run_split(a: SplitArgs, batch: usize) -> Partials {
     }
 }
 
+/// Head widths the CUDA attention kernels take (their shared-memory tiles and `ldmatrix`
+/// layouts are built for these; `KernelOps::PREFILL_HEAD_DIMS` on CUDA).
+const KERNEL_HEAD_DIMS: &[usize] = &[64, 128];
+
 fn check_kernel_dims(dims: &AttnDims) -> Result<()> {
-    if dims.head_dim != 64 && dims.head_dim != 128 {
+    if !KERNEL_HEAD_DIMS.contains(&dims.head_dim) {
         return Err(KernelError::Unsupported(format!(
             "head_dim {} (the CUDA attention kernels take 64 or 128)",
             dims.head_dim
@@ -2016,7 +2020,7 @@ pub(crate) fn make_current(index: usize) -> Result<()> {
 impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, BT> {
     const FUSED: bool = true;
     const PREFILL_CHUNK: usize = 16384;
-    const PREFILL_HEAD_DIMS: &'static [usize] = &[64, 128];
+    const PREFILL_HEAD_DIMS: &'static [usize] = KERNEL_HEAD_DIMS;
 
     fn estimator_kernels() -> EstimatorKernels {
         let bits = ESTIMATOR_KERNELS.load(Ordering::Relaxed);
