@@ -140,6 +140,41 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
                 ("prefill flash x2", AttentionKernel::Flash, 2, 4, 2),
                 ("prefill flash x2 sync", AttentionKernel::Flash, 1, 4, 2),
                 ("prefill flash x2 kv", AttentionKernel::Flash, 1, 4, 3),
+                (
+                    "prefill flash x2 run1",
+                    AttentionKernel::Flash,
+                    2,
+                    4,
+                    2 + RUN,
+                ),
+                (
+                    "prefill flash x2 run7",
+                    AttentionKernel::Flash,
+                    2,
+                    4,
+                    2 + 7 * RUN,
+                ),
+                (
+                    "prefill flash x2 kv run1",
+                    AttentionKernel::Flash,
+                    1,
+                    4,
+                    3 + RUN,
+                ),
+                (
+                    "prefill flash x2 eager",
+                    AttentionKernel::Flash,
+                    2,
+                    4,
+                    2 + EAGER,
+                ),
+                (
+                    "prefill flash x2 kv eager",
+                    AttentionKernel::Flash,
+                    1,
+                    4,
+                    3 + EAGER,
+                ),
                 ("prefill flash x2 k32", AttentionKernel::Flash, 2, 4, 32),
                 (
                     "prefill flash x2 k32 sync",
@@ -150,13 +185,7 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
                 ),
                 ("prefill split", AttentionKernel::Split, 2, 4, 1),
             ] {
-                dustin_kernels::cuda::set_prefill_kernel(kern);
-                dustin_kernels::cuda::set_flash_buffers(bufs);
-                dustin_kernels::cuda::set_prefill_warps(warps);
-                // tiles 32: two m-tiles a warp, compute steps of 32 keys; 3: two m-tiles, K
-                // and V staged apart
-                dustin_kernels::cuda::set_prefill_tiles(if tiles == 32 { 2 } else { tiles });
-                dustin_kernels::cuda::set_prefill_key_step(if tiles == 32 { 32 } else { 64 });
+                set_prefill_variant(kern, bufs, warps, tiles);
                 let o =
                     B::prefill_attention(qt.clone(), kt.clone(), vt.clone(), &c.ctx, scale as f32);
                 match o {
@@ -164,11 +193,7 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
                     Err(e) => rep.add(c.name, &format!("{name} error {e}"), f64::INFINITY, BOUND),
                 }
             }
-            dustin_kernels::cuda::set_prefill_kernel(AttentionKernel::Auto);
-            dustin_kernels::cuda::set_flash_buffers(dustin_kernels::cuda::FLASH_BUFFERS);
-            dustin_kernels::cuda::set_prefill_warps(dustin_kernels::cuda::PREFILL_WARPS);
-            dustin_kernels::cuda::set_prefill_tiles(dustin_kernels::cuda::PREFILL_TILES);
-            dustin_kernels::cuda::set_prefill_key_step(dustin_kernels::cuda::PREFILL_KEY_STEP);
+            reset_prefill_variant();
         }
         return;
     }
@@ -1092,8 +1117,10 @@ fn gemm(
 /// chunks against the cache so far (4 KV heads): `flash_kernel` in chunks of
 /// [`PREFILL_CHUNK`], 2048 and 4096; `prefill_kernel` with one K/V buffer (`x2-sync`), a
 /// ring of two (`x2`) and K and V staged apart (`x2-kv`) in chunks of 2048 to the whole
-/// prompt (the model's CUDA chunk is 16384); the split kernel and (up to 16k) the plain path
-/// in chunks of [`PREFILL_CHUNK`]; then Burn's attention op at 4k (K/V expanded to 28
+/// prompt (the model's CUDA chunk is 16384), and `x2-kv` again with the grid in runs of 1
+/// and 28 heads (`-run1`, `-run28`; the default is 7) and with eager rescaling (`-eager`)
+/// in chunks of 512, 2048, 16384 and the whole prompt; the split kernel and (up to 16k) the
+/// plain path in chunks of [`PREFILL_CHUNK`]; then Burn's attention op at 4k (K/V expanded to 28
 /// heads: the op wants equal head counts). One JSON line a shape to `emit`; TFLOP/s count the causal
 /// half, `2 * 2 * heads * d * n^2 / 2`.
 fn prefill_attention(emit: &mut dyn FnMut(String), quick: bool) {
@@ -1141,23 +1168,35 @@ fn prefill_attention(emit: &mut dyn FnMut(String), quick: bool) {
                 rows.push(("flash-x2", c, false, AttentionKernel::Flash, 2, 4, 2));
             }
         }
+        // head runs of prefill_kernel's grid (automatic: one KV head's query heads, 7 here;
+        // 1 = row blocks along x; 28 = all heads) and rescaling wherever a maximum moves, K
+        // and V staged apart (the automatic choice), at the model's chunkings
+        for c in [512, 2048, 16384, 32768] {
+            if c > n {
+                continue;
+            }
+            for (run, path) in [(1, "flash-x2-kv-run1"), (28, "flash-x2-kv-run28")] {
+                rows.push((path, c, false, AttentionKernel::Flash, 1, 4, 3 + run * RUN));
+            }
+            rows.push((
+                "flash-x2-kv-eager",
+                c,
+                false,
+                AttentionKernel::Flash,
+                1,
+                4,
+                3 + EAGER,
+            ));
+        }
         rows.push(("split", pc, false, AttentionKernel::Split, 2, 4, 1));
         rows.push(("plain", pc, true, AttentionKernel::Auto, 2, 4, 1));
         for (path, chunk, plain, kern, bufs, warps, tiles) in rows {
             if plain && n > 16384 {
                 continue;
             }
-            dustin_kernels::cuda::set_prefill_kernel(kern);
-            dustin_kernels::cuda::set_flash_buffers(bufs);
-            dustin_kernels::cuda::set_prefill_warps(warps);
-            dustin_kernels::cuda::set_prefill_tiles(if tiles == 32 { 2 } else { tiles });
-            dustin_kernels::cuda::set_prefill_key_step(if tiles == 32 { 32 } else { 64 });
+            set_prefill_variant(kern, bufs, warps, tiles);
             let r = prefill_chunks(n, chunk, heads, 4, d, plain);
-            dustin_kernels::cuda::set_prefill_kernel(AttentionKernel::Auto);
-            dustin_kernels::cuda::set_flash_buffers(dustin_kernels::cuda::FLASH_BUFFERS);
-            dustin_kernels::cuda::set_prefill_warps(dustin_kernels::cuda::PREFILL_WARPS);
-            dustin_kernels::cuda::set_prefill_tiles(dustin_kernels::cuda::PREFILL_TILES);
-            dustin_kernels::cuda::set_prefill_key_step(dustin_kernels::cuda::PREFILL_KEY_STEP);
+            reset_prefill_variant();
             match r {
                 Ok(us) => emit(format!(
                     "{{\"op\":\"prefill-attention-chunked\",\"path\":\"{path}\",\"heads\":{heads},\"kv_heads\":4,\"d\":{d},\"n\":{n},\"chunk\":{chunk},\"us\":{us:.1},\"tflops\":{:.2}}}",
@@ -1205,6 +1244,41 @@ fn prefill_attention(emit: &mut dyn FnMut(String), quick: bool) {
             flops / us / 1e6
         ));
     }
+}
+
+/// Times this, added to a prefill variant's m-tile code (`tiles`, [`set_prefill_variant`]):
+/// the query heads per run of `prefill_kernel`'s grid (`cuda::set_prefill_head_run`; none
+/// added: automatic).
+const RUN: usize = 1000;
+
+/// Added to a prefill variant's m-tile code: `prefill_kernel` rescales wherever a maximum
+/// moves (`cuda::set_prefill_lazy_rescale(false)`).
+const EAGER: usize = 500;
+
+/// Forces one causal-prefill variant: `kern`, `bufs` flash tile buffers (1: plain copies),
+/// `warps` flash prefill warps, and `tiles` the m-tiles a warp (1 `flash_kernel`; 2
+/// `prefill_kernel`; 3 the same with K and V staged apart; 32 `prefill_kernel` in 32-key
+/// steps) plus a head run times [`RUN`] and / or [`EAGER`].
+fn set_prefill_variant(kern: AttentionKernel, bufs: usize, warps: usize, tiles: usize) {
+    let (run, eager, t) = (tiles / RUN, tiles % RUN >= EAGER, tiles % EAGER);
+    dustin_kernels::cuda::set_prefill_lazy_rescale(!eager);
+    dustin_kernels::cuda::set_prefill_kernel(kern);
+    dustin_kernels::cuda::set_flash_buffers(bufs);
+    dustin_kernels::cuda::set_prefill_warps(warps);
+    dustin_kernels::cuda::set_prefill_tiles(if t == 32 { 2 } else { t });
+    dustin_kernels::cuda::set_prefill_key_step(if t == 32 { 32 } else { 64 });
+    dustin_kernels::cuda::set_prefill_head_run(run);
+}
+
+/// Puts every causal-prefill setting back to its default.
+fn reset_prefill_variant() {
+    dustin_kernels::cuda::set_prefill_kernel(AttentionKernel::Auto);
+    dustin_kernels::cuda::set_flash_buffers(dustin_kernels::cuda::FLASH_BUFFERS);
+    dustin_kernels::cuda::set_prefill_warps(dustin_kernels::cuda::PREFILL_WARPS);
+    dustin_kernels::cuda::set_prefill_tiles(dustin_kernels::cuda::PREFILL_TILES);
+    dustin_kernels::cuda::set_prefill_key_step(dustin_kernels::cuda::PREFILL_KEY_STEP);
+    dustin_kernels::cuda::set_prefill_head_run(0);
+    dustin_kernels::cuda::set_prefill_lazy_rescale(dustin_kernels::cuda::PREFILL_LAZY_RESCALE);
 }
 
 /// Query tokens per prefill chunk of the first rows: the model's chunk where a hook wants

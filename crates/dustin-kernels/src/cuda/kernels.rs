@@ -3957,9 +3957,14 @@ pub const PREFILL2_ROWS: usize = 4 * PREFILL2_WARP_ROWS;
 /// on the raw scores: the causal mask only in a step that reaches a row's limit, maxima by
 /// `max`, and `exp(scale s - scale m)` as one `fma` and `exp` (FlashAttention-2's folding
 /// of the scale); that cut a tile's instructions from 1535 to 1278 (SASS, docs/perf.md,
-/// twenty-first session). ptxas: 255 registers a thread (252 with `kv_apart`).
+/// twenty-first session; ptxas there: 255 registers a thread, 252 with `kv_apart`). With
+/// `kv_apart` (the automatic choice) each copy's offsets come from per-thread terms the
+/// kernel computes once ([`prefill_stage`]).
 ///
-/// Block `(row block, q head, sequence)`, row blocks heaviest first: new tokens
+/// Block `(row block, q head, sequence)`, row blocks heaviest first, in runs of `heads_x`
+/// query heads (a divisor of `q_heads`): x runs over a run's heads fastest, then its row
+/// blocks, y over the runs (every head of a run starts its heaviest block before any starts
+/// a lighter one; `heads_x` 1: row blocks along x, heads along y): new tokens
 /// `128 rb .. 128 rb + 128` of query head `qh` (KV head `qh / group`) against the virtual keys
 /// `0 ..= ctx[b] + i` (the cached context, then the new tokens; row `i` sees its own key);
 /// writes `out [b, q_heads, n_new, d]` normalised. K/V tiles of [`FLASH_KEYS`] keys are
@@ -3971,7 +3976,10 @@ pub const PREFILL2_ROWS: usize = 4 * PREFILL2_WARP_ROWS;
 /// `128 (d + 8) 2` bytes of Q and `nbuf 2 64 (d + 8) 2` of K/V (104 KB at d 128, `nbuf` 2).
 /// Row maxima and sums are reduced over the quad by two shuffles as in [`flash_kernel`]
 /// (`exp` as `__expf`, masked logits `f32::MIN`), but on raw scores (above). `scale` must
-/// be positive (maxima of raw scores are then those of the scaled ones).
+/// be positive (maxima of raw scores are then those of the scaled ones). `slack`: how far
+/// (raw-score units, `>= 0`) a tile's row maximum may pass the row's reference maximum before
+/// the reference moves and the accumulators are rescaled (FlashAttention-4's conditional
+/// rescaling; `RESCALE_SLACK / scale` keeps every probability below `e^8`).
 #[cube(
     launch_unchecked,
     fast_math = FastMath::ReducedPrecision | FastMath::NotNaN | FastMath::NotInf
@@ -3985,9 +3993,11 @@ pub fn prefill_kernel<F: Float, I: Int, N: Size>(
     out: &mut Array<F>,
     st: &FlashStrides,
     scale: f32,
+    slack: f32,
     n_new: u32,
     group: u32,
     rowblocks: u32,
+    heads_x: u32,
     #[comptime] d: usize,
     #[comptime] nv: usize,
     #[comptime] nbuf: usize,
@@ -4010,8 +4020,11 @@ pub fn prefill_kernel<F: Float, I: Int, N: Size>(
     let vpr = comptime![d / nv];
     let sqv = comptime![d / nv + 1];
     let otiles = comptime![d / 4];
-    let rb = rowblocks as usize - 1 - CUBE_POS_X as usize;
-    let qh = CUBE_POS_Y as usize;
+    // runs of `heads_x` query heads along x (x = heads_x (rowblocks - 1 - rb) + qh % heads_x,
+    // y = qh / heads_x): each run's heaviest row blocks before any lighter one
+    let hx = heads_x as usize;
+    let rb = rowblocks as usize - 1 - CUBE_POS_X as usize / hx;
+    let qh = CUBE_POS_X as usize % hx + CUBE_POS_Y as usize * hx;
     let kvh = qh / grp;
     let vctx = ctx_b;
 
@@ -4083,6 +4096,14 @@ pub fn prefill_kernel<F: Float, I: Int, N: Size>(
     let kb = b * st.k0 as usize + kvh * st.k1 as usize;
     let vb = b * st.v0 as usize + kvh * st.v1 as usize;
     let (k2s, v2s) = (st.k2 as usize, st.v2 as usize);
+    // `prefill_stage`'s per-thread terms (K and V staged apart): this thread's column vector
+    // and first row of a tile, in vectors (element offsets and strides are multiples of nv)
+    let srow = tid / vpr;
+    let scol = tid % vpr;
+    let (kvb, vvb) = (kb / nv + scol, vb / nv + scol);
+    let (k2v, v2v) = (k2s / nv, v2s / nv);
+    let sob = srow * sqv + scol;
+    let klast = kend - 1;
     if comptime![nbuf > 1] {
         #[unroll]
         for pre in 0..comptime![nbuf - 1] {
@@ -4104,10 +4125,10 @@ pub fn prefill_kernel<F: Float, I: Int, N: Size>(
     }
     if comptime![kv_apart] {
         // K and V of the first tile in flight while Q is staged
-        prefill_stage::<F, N>(k, &mut ks, kb, k2s, 0usize, kend, tid, d, nv, threads);
+        prefill_stage::<F, N>(k, &mut ks, kvb, k2v, srow, klast, sob, d, nv, threads);
         bar0.commit_copy_async();
         let _a = bar0.arrive();
-        prefill_stage::<F, N>(v, &mut vs, vb, v2s, 0usize, kend, tid, d, nv, threads);
+        prefill_stage::<F, N>(v, &mut vs, vvb, v2v, srow, klast, sob, d, nv, threads);
         bar1.commit_copy_async();
         let _a = bar1.arrive();
     }
@@ -4149,7 +4170,7 @@ pub fn prefill_kernel<F: Float, I: Int, N: Size>(
             if comp {
                 prefill_scores::<F, N>(
                     def, &qs, &ks, &mut pa, &mut oacc, &mut mrun, &mut lrun, &lim, 0usize, qoff,
-                    koff, t0, lmin, t4, scale, d, nv, kstep,
+                    koff, t0, lmin, t4, scale, slack, d, nv, kstep,
                 );
             }
             sync_cube();
@@ -4158,11 +4179,11 @@ pub fn prefill_kernel<F: Float, I: Int, N: Size>(
                 prefill_stage::<F, N>(
                     k,
                     &mut ks,
-                    kb,
-                    k2s,
-                    t0 + FLASH_KEYS,
-                    kend,
-                    tid,
+                    kvb,
+                    k2v,
+                    t0 + FLASH_KEYS + srow,
+                    klast,
+                    sob,
                     d,
                     nv,
                     threads,
@@ -4179,11 +4200,11 @@ pub fn prefill_kernel<F: Float, I: Int, N: Size>(
                 prefill_stage::<F, N>(
                     v,
                     &mut vs,
-                    vb,
-                    v2s,
-                    t0 + FLASH_KEYS,
-                    kend,
-                    tid,
+                    vvb,
+                    v2v,
+                    t0 + FLASH_KEYS + srow,
+                    klast,
+                    sob,
                     d,
                     nv,
                     threads,
@@ -4253,6 +4274,7 @@ pub fn prefill_kernel<F: Float, I: Int, N: Size>(
                         lmin,
                         t4,
                         scale,
+                        slack,
                         d,
                         nv,
                         kstep,
@@ -4294,8 +4316,10 @@ pub fn prefill_kernel<F: Float, I: Int, N: Size>(
 /// staged keys at shared-memory offset `so` (virtual keys `t0 ..`): `S = Q K^T` for both
 /// m-tiles of the warp (each K fragment load feeding both), the causal mask where the step
 /// reaches a row's limit `lim`, the online softmax of the lane's four rows on the raw scores
-/// (`mrun` raw maxima, `lrun` sums; `exp(scale s - scale m)` as one `fma` and `exp`; the
-/// accumulators `oacc` rescaled only when a maximum of the warp moved), and the
+/// (`mrun` raw reference maxima, moved only where the step's maximum passes them by more
+/// than `slack` raw units, so `P <= exp(scale slack)`; `lrun` sums; `exp(scale s - scale m)`
+/// as one `fma` and `exp`; the accumulators `oacc` rescaled only when a reference maximum of
+/// the warp moved), and the
 /// probabilities into `pa` (bf16 A fragments of `P V`, m-tile `mi`'s key n-tile `j` at
 /// `pa[kstep / 4 mi + 2 j]`, rows `g` and `g + 8`). `qoff`, `koff`: this lane's `ldmatrix`
 /// row offsets into the Q and K tiles.
@@ -4317,6 +4341,7 @@ fn prefill_scores<F: Float, N: Size>(
     lmin: usize,
     t4: usize,
     scale: f32,
+    slack: f32,
     #[comptime] d: usize,
     #[comptime] nv: usize,
     #[comptime] kstep: usize,
@@ -4406,11 +4431,15 @@ fn prefill_scores<F: Float, N: Size>(
         mx0 = max(mx0, plane_shuffle_xor(mx0, 2u32));
         mx1 = max(mx1, plane_shuffle_xor(mx1, 1u32));
         mx1 = max(mx1, plane_shuffle_xor(mx1, 2u32));
+        // a reference maximum moves only where the step's maximum passes it by more than
+        // `slack` (raw units; 0: wherever it passes it)
         let m0 = mrun[2 * mi];
         let m1 = mrun[2 * mi + 1];
-        let mn0 = max(m0, mx0);
-        let mn1 = max(m1, mx1);
-        if mn0 > m0 || mn1 > m1 {
+        let up0 = mx0 > m0 + slack;
+        let up1 = mx1 > m1 + slack;
+        let mn0 = select(up0, mx0, m0);
+        let mn1 = select(up1, mx1, m1);
+        if up0 || up1 {
             moved = true;
         }
         alpha[2 * mi] = ((m0 - mn0) * scale).exp();
@@ -4513,38 +4542,37 @@ fn prefill_pv<F: Float, N: Size>(
     }
 }
 
-/// Stages the [`FLASH_KEYS`] rows `t0 ..` of one of [`prefill_kernel`]'s K or V caches
-/// (clamped to `kend - 1`; dense keys) into its shared tile `dst` by `cp.async`, rows of
-/// `d / nv` 16-byte vectors at stride `d / nv + 1`; the caller commits the copies to the
-/// tile's barrier. `base`: the sequence's and KV head's first element of `src`, `s2` its
-/// stride along positions. Every thread of the block takes part.
+/// Stages the [`FLASH_KEYS`] rows from `jb - srow` of one of [`prefill_kernel`]'s K or V
+/// caches (clamped to `klast`, the block's last key; dense keys) into its shared tile `dst`
+/// by `cp.async`, rows of `d / nv` 16-byte vectors at stride `d / nv + 1`; the caller commits
+/// the copies to the tile's barrier. Thread `tid` copies column vector `scol = tid % (d /
+/// nv)` of rows `srow = tid / (d / nv)`, `srow + threads / (d / nv)`, ..: `jb` is the tile's
+/// first row plus `srow`, `vbase` the vector index of the sequence's and KV head's column
+/// `scol` at position 0 (its first element over `nv`, plus `scol`), `s2v` the stride along
+/// positions in vectors, `obase` `srow (d / nv + 1) + scol`. Every thread of the block takes
+/// part; per copy one add, one `min` and one multiply-add of addresses.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn prefill_stage<F: Float, N: Size>(
     src: &Array<Vector<F, N>>,
     dst: &mut SharedMemory<Vector<F, N>>,
-    base: usize,
-    s2: usize,
-    t0: usize,
-    kend: usize,
-    tid: usize,
+    vbase: usize,
+    s2v: usize,
+    jb: usize,
+    klast: usize,
+    obase: usize,
     #[comptime] d: usize,
     #[comptime] nv: usize,
     #[comptime] threads: usize,
 ) {
-    let vpr = comptime![d / nv];
     let sqv = comptime![d / nv + 1];
+    // rows a pass of the block's threads covers
+    let rpi = comptime![threads / (d / nv)];
     #[unroll]
     for it in 0..comptime![FLASH_KEYS * d / (nv * threads)] {
-        let e = tid + it * threads;
-        let t = e / vpr;
-        let c = e % vpr;
-        let mut j = t0 + t;
-        if j >= kend {
-            j = kend - 1;
-        }
-        let x = (base + j * s2) / nv + c;
-        let o = t * sqv + c;
+        let j = min(jb + it * rpi, klast);
+        let x = vbase + j * s2v;
+        let o = obase + it * rpi * sqv;
         copy_async(
             &src.slice(x, x + 1),
             &mut dst.slice_mut(o, o + 1),

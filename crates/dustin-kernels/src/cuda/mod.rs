@@ -298,8 +298,8 @@ static FLASH_BUFS: std::sync::atomic::AtomicUsize =
 /// ring whose next 1 or 2 tiles are copied by `cp.async` while the current one is computed
 /// on; 1, each tile staged with plain loads between two block barriers. Other values are
 /// clamped to `1..=3`. [`FLASH_BUFFERS`] by default. The automatic prefill's `prefill_kernel`
-/// ([`PREFILL_TILES`]) takes one or two by its own rule ([`PREFILL2_RING_MIN_KEYS`]); a
-/// forced `set_prefill_tiles(2)` takes this count, at most 2. For checks and benchmarks.
+/// ([`PREFILL_TILES`]) stages K and V apart instead; a forced `set_prefill_tiles(2)` takes
+/// this count, at most 2. For checks and benchmarks.
 pub fn set_flash_buffers(n: usize) {
     FLASH_BUFS.store(n.clamp(1, 3), Ordering::Relaxed);
 }
@@ -318,37 +318,21 @@ pub fn set_prefill_warps(n: usize) {
 }
 
 /// Query m-tiles (16 rows each) per warp of the causal prefill by default: 0, automatic:
-/// `prefill_kernel` (two a warp) for chunks of at least [`PREFILL2_MIN_NEW`] new tokens, in
-/// a ring of two tile buffers where the chunk's keys reach [`PREFILL2_RING_MIN_KEYS`] and in
-/// one below; from [`PREFILL2_KV_MIN_NEW`] to [`PREFILL2_MIN_NEW`] `prefill_kernel` with K
-/// and V staged apart; `flash_kernel` (one) for smaller chunks. On the H200 (docs/perf.md,
-/// twenty-first session, call 3, 7B heads, one sequence) `prefill_kernel` ran 255-310
-/// TFLOP/s at 16k and 275-329 at 32k in chunks of 2048 to the whole prompt, against
-/// `flash_kernel`'s 206-216 and 218-224; in chunks of 512 it was slower in the twentieth
-/// session (176.6 against 180.7 at 16k).
+/// `prefill_kernel` (two a warp) with K and V staged apart for chunks of at least
+/// [`PREFILL2_KV_MIN_NEW`] new tokens, `flash_kernel` (one) for smaller chunks. On the H200
+/// (docs/perf.md, twenty-second session, call 3, 7B heads, one sequence) K and V staged
+/// apart ran 1.00-1.08x the ring of two buffers and 1.03-1.09x one buffer at every chunk of
+/// 2048 to 32768 at 16k and 32k (334.8-340.6 TFLOP/s for a 16k prompt in one chunk), and
+/// 1.17-1.19x `flash_kernel` in chunks of 512 at 16k and 32k (211.9 against 179.2 at 16k).
 pub const PREFILL_TILES: usize = 0;
 
 /// Fewest new tokens of a chunk the automatic choice ([`PREFILL_TILES`] 0) sends to
-/// `prefill_kernel` with its tiles in one buffer or a ring: 2048, the smallest chunk at
-/// which those were measured faster than `flash_kernel` (in chunks of 512 one buffer was
-/// slower: 176.6 against 180.7 TFLOP/s at 16k, docs/perf.md, twentieth session).
-pub const PREFILL2_MIN_NEW: usize = 2048;
-
-/// Fewest new tokens of a chunk the automatic choice sends to `prefill_kernel` with K and V
-/// staged apart (below [`PREFILL2_MIN_NEW`]; `flash_kernel` below this): 512. In chunks of
-/// 512 it was faster than `flash_kernel` at 4k, 16k and 32k in both calls that timed it
-/// (docs/perf.md, twenty-first session: 115.7 / 180.1 / 192.6 against 111.0 / 178.6 /
-/// 188.7 TFLOP/s before the softmax change, 135.1 / 195.6 / 209.1 against 105.5 / 180.4 /
-/// 189.0 after); smaller chunks were not timed.
+/// `prefill_kernel` (K and V staged apart); `flash_kernel` below. In chunks of 512 it was
+/// faster than `flash_kernel` at 4k, 16k and 32k in every call that timed it (docs/perf.md,
+/// twenty-first session: 135.1 / 195.6 / 209.1 against 105.5 / 180.4 / 189.0 TFLOP/s;
+/// twenty-second session, call 2: 133.3 / 206.2 / 217.5 against 107.8 / 179.5 / 188.8);
+/// smaller chunks were not timed.
 pub const PREFILL2_KV_MIN_NEW: usize = 512;
-
-/// Fewest keys (`ctx + n_new` of the longest sequence) of a chunk for which the automatic
-/// `prefill_kernel` stages its K/V tiles in a ring of two buffers (`cp.async`); one buffer
-/// of plain copies below. On the H200 (docs/perf.md, twenty-first session, call 3) the ring
-/// was faster by 1-9% in 8 of the 9 chunkings measured at 16k and 32k (slower only for a 32k
-/// prompt in one chunk: 322.7 against 328.7 TFLOP/s) and slower for a 4k prompt (154.5
-/// against 172.4 in one chunk, 137.9 against 139.9 in chunks of 2048).
-pub const PREFILL2_RING_MIN_KEYS: usize = 8192;
 
 static PREFILL_TILE_COUNT: std::sync::atomic::AtomicUsize =
     std::sync::atomic::AtomicUsize::new(PREFILL_TILES);
@@ -377,6 +361,50 @@ static PREFILL_STEP: std::sync::atomic::AtomicUsize =
 /// other than 32 select 64. [`PREFILL_KEY_STEP`] by default. For checks and benchmarks.
 pub fn set_prefill_key_step(n: usize) {
     PREFILL_STEP.store(if n == 32 { 32 } else { 64 }, Ordering::Relaxed);
+}
+
+static PREFILL_HEAD_RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Query heads per run of `prefill_kernel`'s grid: x runs over a run's heads fastest, then
+/// its row blocks heaviest first, y over the runs, so that the last blocks of a run to start
+/// are the lightest of all its heads rather than the lightest of one head (greedy list
+/// schedule of a 16k prompt's 3584 blocks on 264 slots: 1.068x the ideal span with runs of
+/// one head, 1.011x with 7, 1.002x with 28). 0 (the default): automatic, one KV head's query
+/// heads (`group`), whose blocks share that head's K and V in L2; 1: row blocks along x,
+/// heads along y (the layout before). Measured on the H200 (docs/perf.md, twenty-second
+/// session, 7B heads): runs of 7 against 1 for a 16k prompt in one chunk, 1.07x (call 2,
+/// the ring: 329.1 against 306.6 TFLOP/s) and 1.05-1.06x (call 3, K and V apart: 334.8-340.6
+/// against 316.5-322.5); at 32k in chunks of 16384 within noise; runs of 28 within 2% of 7.
+/// A count that does not divide `q_heads` falls back to automatic. For checks and
+/// benchmarks.
+pub fn set_prefill_head_run(n: usize) {
+    PREFILL_HEAD_RUN.store(n, Ordering::Relaxed);
+}
+
+/// Query heads per run of `prefill_kernel`'s grid ([`set_prefill_head_run`]) for `dims`.
+fn prefill_head_run(dims: &AttnDims) -> usize {
+    let forced = PREFILL_HEAD_RUN.load(Ordering::Relaxed);
+    if forced > 0 && dims.q_heads.is_multiple_of(forced) {
+        forced
+    } else {
+        dims.group()
+    }
+}
+
+/// Whether `prefill_kernel` moves a row's reference maximum (and rescales its accumulators)
+/// only where a tile's maximum passes it by more than [`kernels::RESCALE_SLACK`] (natural-log
+/// units: every probability stays below `e^8`), by default: FlashAttention-4's conditional
+/// rescaling, as the split kernel does. Without it, every tile that raises a maximum of the
+/// warp rescales 128 accumulators a lane.
+pub const PREFILL_LAZY_RESCALE: bool = true;
+
+static PREFILL_LAZY: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(PREFILL_LAZY_RESCALE);
+
+/// `prefill_kernel`'s rescaling: conditional (`true`, [`PREFILL_LAZY_RESCALE`]) or wherever
+/// a maximum moves. For checks and benchmarks.
+pub fn set_prefill_lazy_rescale(on: bool) {
+    PREFILL_LAZY.store(on, Ordering::Relaxed);
 }
 
 /// K tile buffers of the flash kernel's score mode by default: two, as verification. A
@@ -1555,15 +1583,6 @@ fn flash_prefill(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32) -> C
             launch_prefill2(q, k, v, ctx, dims, scale, out.clone(), 1, true);
             return out;
         }
-        0 if dims.n_new >= PREFILL2_MIN_NEW => {
-            let nbuf = if dims.keys >= PREFILL2_RING_MIN_KEYS {
-                2
-            } else {
-                1
-            };
-            launch_prefill2(q, k, v, ctx, dims, scale, out.clone(), nbuf, false);
-            return out;
-        }
         0 if dims.n_new >= PREFILL2_KV_MIN_NEW => {
             launch_prefill2(q, k, v, ctx, dims, scale, out.clone(), 1, true);
             return out;
@@ -1648,14 +1667,34 @@ fn launch_prefill2(
         sd(&out, 2),
         0,
     );
+    // prefill_stage's vector offsets (K and V staged apart) take element offsets over NV
+    debug_assert!(
+        [0usize, 1, 2].iter().all(|&i| {
+            k.meta.strides().get(i).is_none_or(|s| s % NV == 0)
+                && v.meta.strides().get(i).is_none_or(|s| s % NV == 0)
+        }),
+        "prefill_kernel needs K/V strides that are multiples of {NV}"
+    );
+    let run = prefill_head_run(dims);
+    // the slack in raw-score units (the kernel's maxima are of raw scores)
+    let slack = if PREFILL_LAZY.load(Ordering::Relaxed) {
+        kernels::RESCALE_SLACK / scale
+    } else {
+        0.0
+    };
+    let grid = CubeCount::Static(
+        (rowblocks * run) as u32,
+        (dims.q_heads / run) as u32,
+        dims.batch as u32,
+    );
     // SAFETY: every key read is below `ctx + n_new <= capacity` of its sequence (tile slots
-    // clamped to the block's last key), rows written are below `n_new`, query heads below
-    // `q_heads` (the grid), KV heads `qh / group` below `kv_heads`; shared tiles are sized
-    // from the same comptime values.
+    // clamped to the block's last key), rows written are below `n_new`, query heads
+    // `x % run + y run` below `q_heads` (`run` divides it; the grid), KV heads `qh / group`
+    // below `kv_heads`; shared tiles are sized from the same comptime values.
     unsafe {
         kernels::prefill_kernel::launch_unchecked::<CudaRuntime>(
             &client,
-            CubeCount::Static(rowblocks as u32, dims.q_heads as u32, dims.batch as u32),
+            grid,
             CubeDim::new_1d(128),
             NV,
             q.into_array_arg(),
@@ -1665,9 +1704,11 @@ fn launch_prefill2(
             out.into_array_arg(),
             st,
             scale,
+            slack,
             dims.n_new as u32,
             dims.group() as u32,
             rowblocks as u32,
+            run as u32,
             dims.head_dim,
             NV,
             nbuf,
