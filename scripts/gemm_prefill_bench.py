@@ -47,6 +47,24 @@ with torch.inference_mode():
                                   "m": m, "k": k, "n": n, "us": round(us, 2),
                                   "tflops": round(2 * m * k * n / us / 1e6, 2),
                                   "weight_tbps": round(2 * k * n / us / 1e6, 3)}), flush=True)
+        # the products of one input as a model runs them: q, k, v (with Qwen2.5's biases, as
+        # addmm) and gate, up; compared with our prefill_linear_many rows ("cublas_many")
+        for what, widths, bias in [("q+k+v", [qo, kvo, kvo], True), ("gate+up", [inter, inter], False)]:
+            if sdpa_only:
+                continue
+            ws = [torch.randn(h, n, device=dev, dtype=torch.bfloat16) * 0.02 for n in widths]
+            bs = [torch.randn(n, device=dev, dtype=torch.bfloat16) * 0.02 for n in widths]
+            for m in prefill:
+                x = torch.randn(m, h, device=dev, dtype=torch.bfloat16)
+                if bias:
+                    run = lambda: [torch.addmm(b, x, w) for w, b in zip(ws, bs)]
+                else:
+                    run = lambda: [x @ w for w in ws]
+                us = timed(run, 30, 10)
+                n = sum(widths)
+                print(json.dumps({"op": "matmul_many", "peer": "torch", "model": name, "proj": what,
+                                  "m": m, "k": h, "n": n, "us": round(us, 2),
+                                  "tflops": round(2 * m * h * n / us / 1e6, 2)}), flush=True)
     heads, d = 28, 128
     for n in [] if decode_only else prefill:
         q, k, v = (torch.randn(1, heads, n, d, device=dev, dtype=torch.bfloat16) for _ in range(3))

@@ -2,7 +2,7 @@
 //! [`KernelOps::silu_mul`], [`KernelOps::rope`], [`KernelOps::dequantize_packed`]) and the
 //! skinny GEMMs
 //! ([`KernelOps::skinny_linear`], [`KernelOps::skinny_linear3`], [`KernelOps::skinny_swiglu`]),
-//! the prefill GEMM ([`KernelOps::prefill_linear`]),
+//! the prefill GEMMs ([`KernelOps::prefill_linear`], [`KernelOps::prefill_linear_many`]),
 //! the KV-cache view [`KernelOps::kv_prefix`] and writes [`KernelOps::kv_write`],
 //! [`KernelOps::kv_write_pair`], and the `dustin` estimator's [`KernelOps::fold_rows`] and
 //! [`KernelOps::mix_scores`]
@@ -277,6 +277,61 @@ pub fn check_elementwise<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<Ch
             &want,
             bound,
         ));
+    }
+    // Prefill GEMMs of one x together (KernelOps::prefill_linear_many: on CUDA the products
+    // back to back under one pair of device waits): q/k/v-like widths, a bias on the first
+    // and last, the last weight a transposed view; each output against its own reference
+    {
+        let (m, k) = (300usize, 512usize);
+        let x = reference::random_bf16(m * k, 2.0, 7480);
+        let xt = Tensor::<B, 2>::from_data(up(x.clone(), vec![m, k]), device);
+        let mut parts = Vec::new();
+        let mut wants = Vec::new();
+        for (j, &(n, with_bias, transposed)) in [
+            (320usize, true, false),
+            (64, false, false),
+            (96, true, true),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let seed = 7481 + 3 * j as u64;
+            let w = reference::random_bf16(k * n, 0.05, seed);
+            let b = reference::random_bf16(n, 1.0, seed + 1);
+            wants.push(reference::linear(
+                &x,
+                &w,
+                with_bias.then_some(&b[..]),
+                m,
+                k,
+                n,
+            ));
+            let wt = if transposed {
+                let wt: Vec<f32> = (0..n * k).map(|i| w[(i % k) * n + i / k]).collect();
+                Tensor::<B, 2>::from_data(up(wt, vec![n, k]), device).transpose()
+            } else {
+                Tensor::<B, 2>::from_data(up(w, vec![k, n]), device)
+            };
+            let bt = with_bias.then(|| Tensor::<B, 1>::from_data(up(b, vec![n]), device));
+            parts.push((wt, bt));
+        }
+        let widths: Vec<usize> = parts.iter().map(|(w, _)| w.dims()[1]).collect();
+        let outs = B::prefill_linear_many(xt, parts);
+        for (j, want) in wants.iter().enumerate() {
+            let out = match &outs {
+                Ok(v) => v.get(j).cloned().ok_or_else(|| {
+                    crate::KernelError::invalid("prefill_linear_many outputs", 3, v.len())
+                }),
+                Err(e) => Err(crate::KernelError::Driver(e.to_string())),
+            };
+            rows_out.push(row(
+                format!("[{m}, {k}] x [{k}, {}], {} of 3", widths[j], j + 1),
+                "prefill_gemm_many",
+                out,
+                want,
+                bound,
+            ));
+        }
     }
     // The first 37 of 40 cached positions as a view (KernelOps::kv_prefix), through a Burn op
     // that reads it by its strides: [2, 3, 40, 64] keys, 384 bytes cut from each head's end

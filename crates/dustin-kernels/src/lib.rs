@@ -579,6 +579,27 @@ pub trait KernelOps: Backend {
         plain::linear(x, w, bias)
     }
 
+    /// [`KernelOps::prefill_linear`] of one `x` `[m, k]` with each of `parts` (weight `[k,
+    /// n_i]`, optional bias `[n_i]`), in order: `[m, n_i]` each. For the products of one
+    /// input (the q, k and v projections; gate and up), which a backend may issue together:
+    /// on CUDA through cuBLAS the call's two device waits (before, for cubecl's queue, and
+    /// after, for cuBLAS) are paid once for all of them instead of once each, which is most
+    /// of a small product's time (a 7B k or v projection of 16384 rows is about 100 us of
+    /// GEMM behind 60-70 us of waits; docs/perf.md, fifth session). Each product by
+    /// [`KernelOps::prefill_linear`] by default.
+    ///
+    /// # Errors
+    /// As [`KernelOps::prefill_linear`], for the first part that fails.
+    fn prefill_linear_many(
+        x: Tensor<Self, 2>,
+        parts: Vec<LinearParts<Self>>,
+    ) -> Result<Vec<Tensor<Self, 2>>> {
+        parts
+            .into_iter()
+            .map(|(w, bias)| Self::prefill_linear(x.clone(), w, bias))
+            .collect()
+    }
+
     /// Most rows (`batch x new tokens`) [`KernelOps::skinny_linear`] and the grouped skinny
     /// GEMMs run as a skinny GEMM; the model sends larger products to Burn's matmul (or from
     /// [`PREFILL_GEMM_MIN_ROWS`] rows to [`KernelOps::prefill_linear`]). [`SKINNY_MAX_ROWS`]

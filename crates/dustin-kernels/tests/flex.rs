@@ -364,14 +364,19 @@ fn bad_input_is_an_error_not_a_panic() {
 /// dequantization (4 and 3 bits, a short last group), the skinny GEMM (15 shapes, 1 to 128
 /// rows, with and without bias) and its grouped forms (three weights of one `x`: 15 rows, two of
 /// the five cases split over `k` with biases on some weights; SwiGLU: 5),
-/// the prefill GEMM (4 rows, a transposed weight view among them), the cache writes (2 rows
+/// the prefill GEMM (4 rows, a transposed weight view among them) and three products of one
+/// `x` together (3 rows: `prefill_linear_many`), the cache writes (2 rows
 /// of `kv_write`, 4 of `kv_write_pair`), the `dustin` fold and mix (2 rows each) of the plain
 /// path against float64 loops; f32, so within 1e-5.
 #[test]
 fn elementwise_ops_match_float64() {
     let rows = dustin_kernels::check::check_elementwise::<Flex>(&dev(), 1e-5);
-    assert_eq!(rows.len(), 71, "{rows:?}");
+    assert_eq!(rows.len(), 74, "{rows:?}");
     assert_eq!(rows.iter().filter(|r| r.op == "prefill_gemm").count(), 4);
+    assert_eq!(
+        rows.iter().filter(|r| r.op == "prefill_gemm_many").count(),
+        3
+    );
     assert_eq!(rows.iter().filter(|r| r.op == "skinny3").count(), 15);
     assert_eq!(rows.iter().filter(|r| r.op == "swiglu").count(), 5);
     // 15 skinny shapes: 1 to 128 rows, the ring kernel's 80-128-row cases included

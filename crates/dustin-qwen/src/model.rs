@@ -1236,6 +1236,49 @@ impl<B: KernelOps> Qwen2<B> {
         Ok(lin.forward_dense(x, w))
     }
 
+    /// Each of `lins` applied to one `x` `[batch, n, in]`, in order, as [`Qwen2::linear`]
+    /// would; where that would take [`KernelOps::prefill_linear`], the products go through
+    /// [`KernelOps::prefill_linear_many`] together (on CUDA one pair of device waits for
+    /// all of them).
+    fn linear_many<const N: usize>(
+        &self,
+        lins: [&Linear<B>; N],
+        x: Tensor<B, 3>,
+    ) -> Result<[Tensor<B, 3>; N]> {
+        let [b, n, d] = x.dims();
+        let rows = b * n;
+        let ys: Vec<Tensor<B, 3>> = if self.skinny_rows(rows)
+            || !self.prefill_gemm.unwrap_or(B::FUSED)
+            || rows < dustin_kernels::PREFILL_GEMM_MIN_ROWS
+        {
+            lins.iter()
+                .map(|lin| self.linear(lin, x.clone()))
+                .collect::<Result<_>>()?
+        } else {
+            let dev = x.device();
+            let parts = lins
+                .iter()
+                .map(|lin| Ok((self.dense_weight(lin, &dev)?, lin.bias.clone())))
+                .collect::<Result<Vec<_>>>()?;
+            B::prefill_linear_many(x.reshape([rows, d]), parts)?
+                .into_iter()
+                .map(|y| {
+                    let out = y.dims()[1];
+                    y.reshape([b, n, out])
+                })
+                .collect()
+        };
+        let found = ys.len();
+        ys.try_into().map_err(|_| {
+            dustin_kernels::KernelError::invalid(
+                "prefill_linear_many outputs",
+                format!("{N}, one a weight"),
+                found,
+            )
+            .into()
+        })
+    }
+
     /// `x` `[batch, heads, n, head_dim]` rotated by `rope`, by the fused kernel when chosen.
     fn rope_forward(&self, rope: &RopeAt<B>, x: Tensor<B, 4>) -> Result<Tensor<B, 4>> {
         if self.elementwise.unwrap_or(B::FUSED) {
@@ -1589,10 +1632,7 @@ impl<B: KernelOps> Qwen2<B> {
                 let act = B::skinny_swiglu(h.reshape([b * n, d]), wg, wu)?.reshape([b, n, inter]);
                 return self.linear(&layer.down, act);
             }
-            let (gate, up) = (
-                self.linear(&layer.gate, h.clone())?,
-                self.linear(&layer.up, h)?,
-            );
+            let [gate, up] = self.linear_many([&layer.gate, &layer.up], h)?;
             let act = if self.elementwise.unwrap_or(B::FUSED) {
                 fallback(B::silu_mul(gate.clone(), up.clone()))?
             } else {
@@ -1689,19 +1729,12 @@ impl<B: KernelOps> Qwen2<B> {
                     v.reshape([batch, n, kvh, hd]).swap_dims(1, 2),
                 ));
             }
-            let q = self
-                .linear(&layer.q, h.clone())?
-                .reshape([batch, n, nh, hd])
-                .swap_dims(1, 2);
-            let k = self
-                .linear(&layer.k, h.clone())?
-                .reshape([batch, n, kvh, hd])
-                .swap_dims(1, 2);
-            let v = self
-                .linear(&layer.v, h)?
-                .reshape([batch, n, kvh, hd])
-                .swap_dims(1, 2);
-            Ok((q, k, v))
+            let [q, k, v] = self.linear_many([&layer.q, &layer.k, &layer.v], h)?;
+            Ok((
+                q.reshape([batch, n, nh, hd]).swap_dims(1, 2),
+                k.reshape([batch, n, kvh, hd]).swap_dims(1, 2),
+                v.reshape([batch, n, kvh, hd]).swap_dims(1, 2),
+            ))
         })?;
         let (q, k) = timer.time("rope", || -> Result<_> {
             Ok((self.rope_forward(rope, q)?, self.rope_forward(rope, k)?))

@@ -1107,6 +1107,57 @@ fn gemm(
                 dustin_kernels::cuda::set_split_reduce(split_default);
             }
         }
+        // the products of one input as the model issues them at prefill rows
+        // (`prefill_linear_many`: one pair of device waits) against the same products one
+        // call each, in the same process: q+k+v (with Qwen2.5's q/k/v biases) and gate+up
+        for (what, widths, bias) in [
+            ("q+k+v", vec![qo, kvo, kvo], true),
+            ("gate+up", vec![inter, inter], false),
+        ] {
+            let parts: Vec<(Tensor<B, 2>, Option<Tensor<B, 1>>)> = widths
+                .iter()
+                .map(|&n| {
+                    let w = Tensor::<B, 2>::random([h, n], Distribution::Normal(0.0, 0.02), &dev);
+                    let b = bias.then(|| {
+                        Tensor::<B, 1>::random([n], Distribution::Normal(0.0, 0.02), &dev)
+                    });
+                    (w, b)
+                })
+                .collect();
+            let n_sum: usize = widths.iter().sum();
+            for &m in prefill {
+                let x = Tensor::<B, 2>::random([m, h], Distribution::Normal(0.0, 1.0), &dev);
+                let flops = 2.0 * (m * h * n_sum) as f64;
+                let together = || B::prefill_linear_many(x.clone(), parts.clone());
+                let apart = || -> dustin_kernels::Result<()> {
+                    for (w, b) in &parts {
+                        B::prefill_linear(x.clone(), w.clone(), b.clone())?;
+                    }
+                    Ok(())
+                };
+                match together().and_then(|_| apart()) {
+                    Ok(()) => {
+                        for (label, us) in [
+                            ("cublas_many", time_us(3, 10, || {
+                                let _ = together();
+                            })),
+                            ("cublas_each", time_us(3, 10, || {
+                                let _ = apart();
+                            })),
+                        ] {
+                            emit(format!(
+                                "{{\"op\":\"{label}\",\"model\":\"{name}\",\"proj\":\"{what}\",\"m\":{m},\"k\":{h},\"n\":{n_sum},\"us\":{us:.2},\"tflops\":{:.2}}}",
+                                flops / us / 1e6
+                            ));
+                        }
+                    }
+                    Err(e) => emit(
+                        serde_json::json!({"op": "cublas_many", "proj": what, "m": m, "error": e.to_string()})
+                            .to_string(),
+                    ),
+                }
+            }
+        }
     }
     if !no_burn && !decode_only {
         prefill_attention(&mut emit, quick);

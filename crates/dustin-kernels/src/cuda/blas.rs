@@ -59,25 +59,51 @@ fn weight_layout(w: &Ct, k: usize, n: usize) -> Option<(sys::cublasOperation_t, 
 
 /// `x [m, k] . w [k, n] (+ bias [n])` into a fresh `[m, n]` of `x`'s dtype; `None` (the
 /// caller then takes Burn's matmul) when the dtype is not bf16 or f16, a size is zero, or a
-/// size or row stride does not fit cuBLAS's 32-bit integers.
+/// size or row stride does not fit cuBLAS's 32-bit integers. [`linear_many`] of one weight.
+pub(crate) fn linear(x: Ct, w: Ct, bias: Option<Ct>) -> Result<Option<Ct>> {
+    Ok(linear_many(x, vec![(w, bias)])?.map(|mut outs| outs.remove(0)))
+}
+
+/// One weight's share of [`linear_many`]: the weight as cuBLAS reads it, and the output it
+/// writes (the broadcast bias with `beta = 1`, or uninitialised with `beta = 0`).
+struct Gemm {
+    w: Ct,
+    op_w: sys::cublasOperation_t,
+    ldw: i32,
+    n: usize,
+    c: Ct,
+    beta: f32,
+}
+
+/// `x [m, k] . w_i [k, n_i] (+ bias_i [n_i])` for each `(w_i, bias_i)` of `ws`, into fresh
+/// `[m, n_i]` of `x`'s dtype, as one wait for cubecl's queue, the GEMMs back to back on the
+/// legacy stream, and one wait for them (the two host waits of a call shared by the
+/// products of one input, such as the q, k and v projections); `None` (the caller then
+/// takes Burn's matmul for every weight) when the dtype is not bf16 or f16 for all of them,
+/// a size is zero, or a size or row stride does not fit cuBLAS's 32-bit integers.
 ///
 /// Row-major `C = X W` is column-major `C^T = W^T X^T`, so cuBLAS computes an `n x m`
 /// product with `W^T` first: `gemm(op_w, N, n, m, k, W, ld_w, X, k, C, n)`.
-pub(crate) fn linear(x: Ct, w: Ct, bias: Option<Ct>) -> Result<Option<Ct>> {
+pub(crate) fn linear_many(x: Ct, ws: Vec<(Ct, Option<Ct>)>) -> Result<Option<Vec<Ct>>> {
     let (dtype, cuda_type) = match x.dtype {
         DType::BF16 => (DType::BF16, sys::cudaDataType::CUDA_R_16BF),
         DType::F16 => (DType::F16, sys::cudaDataType::CUDA_R_16F),
         _ => return Ok(None),
     };
-    if w.dtype != dtype || bias.as_ref().is_some_and(|b| b.dtype != dtype) {
+    if ws
+        .iter()
+        .any(|(w, b)| w.dtype != dtype || b.as_ref().is_some_and(|b| b.dtype != dtype))
+    {
         return Ok(None);
     }
     let (m, k) = (x.meta.shape()[0], x.meta.shape()[1]);
-    let n = w.meta.shape()[1];
     let fits = |v: usize| i32::try_from(v).ok().filter(|&v| v > 0);
-    let (Some(mi), Some(ki), Some(ni)) = (fits(m), fits(k), fits(n)) else {
+    let (Some(mi), Some(ki)) = (fits(m), fits(k)) else {
         return Ok(None);
     };
+    if ws.iter().any(|(w, _)| fits(w.meta.shape()[1]).is_none()) {
+        return Ok(None);
+    }
     // x row-major with unit column stride; its row stride is cuBLAS's ldb
     let x = {
         let s = x.meta.strides();
@@ -90,37 +116,49 @@ pub(crate) fn linear(x: Ct, w: Ct, bias: Option<Ct>) -> Result<Option<Ct>> {
     let Some(ldx) = fits(x.meta.strides()[0]) else {
         return Ok(None);
     };
-    let (w, (op_w, ldw)) = match weight_layout(&w, k, n) {
-        Some(l) => (w, l),
-        None => {
-            let w = into_contiguous(w);
-            let l = weight_layout(&w, k, n).unwrap_or((sys::cublasOperation_t::CUBLAS_OP_N, n));
-            (w, l)
-        }
-    };
-    let Some(ldw) = fits(ldw) else {
-        return Ok(None);
-    };
-    // the output: the bias broadcast over the rows (beta = 1), or uninitialised (beta = 0);
-    // always a fresh contiguous buffer only this call holds
-    let (c, beta) = match bias {
-        Some(b) => {
-            let out = empty(&x, vec![m, n], dtype);
-            let client = x.client.clone();
-            super::kernels::broadcast_rows_kernel::launch::<CudaRuntime>(
-                &client,
-                super::elementwise_count(m * n)?,
-                cubecl::prelude::CubeDim::new_1d(super::kernels::ELEM_THREADS as u32),
-                b.into_tensor_arg(),
-                out.clone().into_tensor_arg(),
-                (m * n) as u32,
-                n as u32,
-                dtype.into(),
-            );
-            (out, 1.0f32)
-        }
-        None => (empty(&x, vec![m, n], dtype), 0.0f32),
-    };
+    let mut gemms = Vec::with_capacity(ws.len());
+    for (w, bias) in ws {
+        let n = w.meta.shape()[1];
+        let (w, (op_w, ldw)) = match weight_layout(&w, k, n) {
+            Some(l) => (w, l),
+            None => {
+                let w = into_contiguous(w);
+                let l = weight_layout(&w, k, n).unwrap_or((sys::cublasOperation_t::CUBLAS_OP_N, n));
+                (w, l)
+            }
+        };
+        let Some(ldw) = fits(ldw) else {
+            return Ok(None);
+        };
+        // the output: the bias broadcast over the rows (beta = 1), or uninitialised (beta =
+        // 0); always a fresh contiguous buffer only this call holds
+        let (c, beta) = match bias {
+            Some(b) => {
+                let out = empty(&x, vec![m, n], dtype);
+                let client = x.client.clone();
+                super::kernels::broadcast_rows_kernel::launch::<CudaRuntime>(
+                    &client,
+                    super::elementwise_count(m * n)?,
+                    cubecl::prelude::CubeDim::new_1d(super::kernels::ELEM_THREADS as u32),
+                    b.into_tensor_arg(),
+                    out.clone().into_tensor_arg(),
+                    (m * n) as u32,
+                    n as u32,
+                    dtype.into(),
+                );
+                (out, 1.0f32)
+            }
+            None => (empty(&x, vec![m, n], dtype), 0.0f32),
+        };
+        gemms.push(Gemm {
+            w,
+            op_w,
+            ldw,
+            n,
+            c,
+            beta,
+        });
+    }
     let client = x.client.clone();
     let index = x.device.index;
     let bind = |t: &Ct, name| {
@@ -128,8 +166,12 @@ pub(crate) fn linear(x: Ct, w: Ct, bias: Option<Ct>) -> Result<Option<Ct>> {
             .get_resource(t.handle.clone())
             .map_err(|e| driver(&format!("{name} buffer"), e))
     };
-    let (rx, rw, rc) = (bind(&x, "x")?, bind(&w, "w")?, bind(&c, "output")?);
-    // the inputs (and the bias fill) are queued on cubecl's stream: wait for them
+    let rx = bind(&x, "x")?;
+    let mut bound = Vec::with_capacity(gemms.len());
+    for g in &gemms {
+        bound.push((bind(&g.w, "w")?, bind(&g.c, "output")?));
+    }
+    // the inputs (and the bias fills) are queued on cubecl's stream: wait for them
     cubecl::future::block_on(client.sync()).map_err(|e| driver("stream sync", e))?;
     make_current(index)?;
     let handles = HANDLES.get_or_init(|| Mutex::new(HashMap::new()));
@@ -145,44 +187,64 @@ pub(crate) fn linear(x: Ct, w: Ct, bias: Option<Ct>) -> Result<Option<Ct>> {
         }
     };
     let alpha = 1.0f32;
-    // SAFETY: the three pointers are live device buffers of the sizes the leading dimensions
-    // and shapes describe (held by the bindings until the end of this call), the handle
-    // belongs to this context and its lock is held; the legacy stream is waited on before
-    // the buffers go back to cubecl.
-    unsafe {
-        blas::gemm_ex(
-            handle,
-            op_w,
-            sys::cublasOperation_t::CUBLAS_OP_N,
-            ni,
-            mi,
-            ki,
-            (&alpha as *const f32).cast::<c_void>(),
-            rw.resource().ptr as *const c_void,
-            cuda_type,
-            ldw,
-            rx.resource().ptr as *const c_void,
-            cuda_type,
-            ldx,
-            (&beta as *const f32).cast::<c_void>(),
-            rc.resource().ptr as *mut c_void,
-            cuda_type,
-            ni,
-            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-            sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-        )
+    // the first refused GEMM stops the rest; the stream is waited on either way, so no
+    // buffer goes back to cubecl while a queued GEMM may still use it
+    let mut refused = None;
+    for (g, (rw, rc)) in gemms.iter().zip(&bound) {
+        let ni = g.n as i32;
+        // SAFETY: the three pointers are live device buffers of the sizes the leading
+        // dimensions and shapes describe (held by the bindings until the end of this call),
+        // the handle belongs to this context and its lock is held; the legacy stream is
+        // waited on before the buffers go back to cubecl.
+        let r = unsafe {
+            blas::gemm_ex(
+                handle,
+                g.op_w,
+                sys::cublasOperation_t::CUBLAS_OP_N,
+                ni,
+                mi,
+                ki,
+                (&alpha as *const f32).cast::<c_void>(),
+                rw.resource().ptr as *const c_void,
+                cuda_type,
+                g.ldw,
+                rx.resource().ptr as *const c_void,
+                cuda_type,
+                ldx,
+                (&g.beta as *const f32).cast::<c_void>(),
+                rc.resource().ptr as *mut c_void,
+                cuda_type,
+                ni,
+                sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        };
+        let r = r.map_err(|e| blas_err(&format!("cublasGemmEx [{m}, {k}] x [{k}, {}]", g.n), e));
+        if let Err(e) = r {
+            refused = Some(e);
+            break;
+        }
     }
-    .map_err(|e| blas_err(&format!("cublasGemmEx [{m}, {k}] x [{k}, {n}]"), e))?;
     drop(table);
     // SAFETY: waits for the legacy stream of the current context.
     unsafe { cudarc::driver::result::stream::synchronize(std::ptr::null_mut()) }
         .map_err(|e| driver("cuStreamSynchronize after cuBLAS", e))?;
-    drop((rx, rw, rc));
-    Ok(Some(CubeTensor::new_contiguous(
-        c.client,
-        c.device,
-        Shape::new([m, n]),
-        c.handle,
-        dtype,
-    )))
+    drop((rx, bound));
+    if let Some(e) = refused {
+        return Err(e);
+    }
+    Ok(Some(
+        gemms
+            .into_iter()
+            .map(|g| {
+                CubeTensor::new_contiguous(
+                    g.c.client,
+                    g.c.device,
+                    Shape::new([m, g.n]),
+                    g.c.handle,
+                    dtype,
+                )
+            })
+            .collect(),
+    ))
 }

@@ -2960,6 +2960,51 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         )
     }
 
+    fn prefill_linear_many(
+        x: Tensor<Self, 2>,
+        parts: Vec<crate::LinearParts<Self>>,
+    ) -> Result<Vec<Tensor<Self, 2>>> {
+        for (w, bias) in &parts {
+            check_skinny(x.dims(), w.dims(), bias.as_ref().map(|b| b.dims()))?;
+        }
+        let plain = |x: Tensor<Self, 2>, parts: Vec<crate::LinearParts<Self>>| {
+            parts
+                .into_iter()
+                .map(|(w, bias)| crate::plain::linear(x.clone(), w, bias))
+                .collect::<Result<Vec<_>>>()
+        };
+        if !blas::available() {
+            return plain(x, parts);
+        }
+        let xp = x.into_primitive().tensor();
+        let ps: Vec<(Ct, Option<Ct>)> = parts
+            .into_iter()
+            .map(|(w, b)| {
+                (
+                    w.into_primitive().tensor(),
+                    b.map(|b| b.into_primitive().tensor()),
+                )
+            })
+            .collect();
+        if let Some(outs) = blas::linear_many(xp.clone(), ps.clone())? {
+            return Ok(outs
+                .into_iter()
+                .map(|o| Tensor::from_primitive(TensorPrimitive::Float(o)))
+                .collect());
+        }
+        plain(
+            Tensor::from_primitive(TensorPrimitive::Float(xp)),
+            ps.into_iter()
+                .map(|(w, b)| {
+                    (
+                        Tensor::from_primitive(TensorPrimitive::Float(w)),
+                        b.map(|b| Tensor::from_primitive(TensorPrimitive::Float(b))),
+                    )
+                })
+                .collect(),
+        )
+    }
+
     fn skinny_max_rows() -> usize {
         match skinny_kernel() {
             SkinnyKernel::Mma | SkinnyKernel::Ring | SkinnyKernel::Auto => MMA_MAX_ROWS,
