@@ -585,8 +585,9 @@ pub trait KernelOps: Backend {
     /// on CUDA through cuBLAS the call's two device waits (before, for cubecl's queue, and
     /// after, for cuBLAS) are paid once for all of them instead of once each, which is most
     /// of a small product's time (a 7B k or v projection of 16384 rows is about 100 us of
-    /// GEMM behind 60-70 us of waits; docs/perf.md, fifth session). Each product by
-    /// [`KernelOps::prefill_linear`] by default.
+    /// GEMM behind 60-70 us of waits; docs/perf.md, fifth session); there, a part cuBLAS
+    /// does not take (another dtype, a size past its 32-bit integers) sends every part to
+    /// Burn's matmul. Each product by [`KernelOps::prefill_linear`] by default.
     ///
     /// # Errors
     /// As [`KernelOps::prefill_linear`], for the first part that fails.
@@ -959,6 +960,13 @@ pub const SKINNY_MAX_ROWS: usize = 16;
 /// (20-150 us) cannot afford. 256 rows is a choice, not a measured break-even: there a
 /// Qwen2.5-7B gate projection is 35 GFLOP, about 50 us of cuBLAS work.
 pub const PREFILL_GEMM_MIN_ROWS: usize = 256;
+
+/// Fewest rows the model sends through [`KernelOps::prefill_linear_many`] (the q, k and v
+/// products, gate and up, together); fewer take one [`KernelOps::prefill_linear`] each. On
+/// the H200 (docs/perf.md, twenty-second session, calls 4 and 5, 7B q+k+v) together took
+/// 0.85-0.92x the time of three calls at 16384 rows and 0.89x at 32768, but 1.14-1.52x at
+/// 4096 (not understood); 8192, between the two, was not timed.
+pub const PREFILL_MANY_MIN_ROWS: usize = 8192;
 
 /// One linear layer's weight `[k, n]` (the `[in, out]` layout) and optional bias `[n]`, as
 /// [`KernelOps::skinny_linear3`] takes them.

@@ -1239,7 +1239,10 @@ impl<B: KernelOps> Qwen2<B> {
     /// Each of `lins` applied to one `x` `[batch, n, in]`, in order, as [`Qwen2::linear`]
     /// would; where that would take [`KernelOps::prefill_linear`], the products go through
     /// [`KernelOps::prefill_linear_many`] together (on CUDA one pair of device waits for
-    /// all of them).
+    /// all of them) from [`dustin_kernels::PREFILL_MANY_MIN_ROWS`] rows, except where a
+    /// weight is packed (a substitute draft's): dequantized
+    /// together, the weights would all be dense at once, so those go one at a time as
+    /// before.
     fn linear_many<const N: usize>(
         &self,
         lins: [&Linear<B>; N],
@@ -1249,7 +1252,10 @@ impl<B: KernelOps> Qwen2<B> {
         let rows = b * n;
         let ys: Vec<Tensor<B, 3>> = if self.skinny_rows(rows)
             || !self.prefill_gemm.unwrap_or(B::FUSED)
-            || rows < dustin_kernels::PREFILL_GEMM_MIN_ROWS
+            || rows < dustin_kernels::PREFILL_MANY_MIN_ROWS
+            || lins
+                .iter()
+                .any(|lin| matches!(lin.weight, Weight::Packed(_)))
         {
             lins.iter()
                 .map(|lin| self.linear(lin, x.clone()))

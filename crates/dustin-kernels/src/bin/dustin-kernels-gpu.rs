@@ -147,12 +147,21 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
                     4,
                     2 + RUN,
                 ),
+                // runs spanning two KV heads and smaller than a group (the g7 row has 14 q
+                // heads, 2 KV heads: the default run is 7; g5 falls back to 5)
                 (
-                    "prefill flash x2 run7",
+                    "prefill flash x2 kv run14",
                     AttentionKernel::Flash,
-                    2,
+                    1,
                     4,
-                    2 + 7 * RUN,
+                    3 + 14 * RUN,
+                ),
+                (
+                    "prefill flash x2 kv run2",
+                    AttentionKernel::Flash,
+                    1,
+                    4,
+                    3 + 2 * RUN,
                 ),
                 (
                     "prefill flash x2 kv run1",
@@ -1152,7 +1161,7 @@ fn gemm(
                         }
                     }
                     Err(e) => emit(
-                        serde_json::json!({"op": "cublas_many", "proj": what, "m": m, "error": e.to_string()})
+                        serde_json::json!({"op": "cublas_many", "model": name, "proj": what, "m": m, "error": e.to_string()})
                             .to_string(),
                     ),
                 }
