@@ -65,6 +65,23 @@ fn host<B: KernelOps, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
         .unwrap_or_default()
 }
 
+/// A row-major `[k, n]` weight `w` on `device`, or (`transposed`) the same values as a
+/// transposed view of a row-major `[n, k]` (strides `[1, k]`).
+fn weight_tensor<B: KernelOps>(
+    w: Vec<f32>,
+    k: usize,
+    n: usize,
+    transposed: bool,
+    device: &B::Device,
+) -> Tensor<B, 2> {
+    if transposed {
+        let wt: Vec<f32> = (0..n * k).map(|j| w[(j % k) * n + j / k]).collect();
+        Tensor::<B, 2>::from_data(TensorData::new(wt, vec![n, k]), device).transpose()
+    } else {
+        Tensor::<B, 2>::from_data(TensorData::new(w, vec![k, n]), device)
+    }
+}
+
 fn row<B: KernelOps, const D: usize>(
     case: String,
     op: &'static str,
@@ -259,12 +276,7 @@ pub fn check_elementwise<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<Ch
         let b = reference::random_bf16(n, 1.0, seed + 2);
         let want = reference::linear(&x, &w, with_bias.then_some(&b[..]), m, k, n);
         let xt = Tensor::<B, 2>::from_data(up(x, vec![m, k]), device);
-        let wt = if transposed {
-            let wt: Vec<f32> = (0..n * k).map(|j| w[(j % k) * n + j / k]).collect();
-            Tensor::<B, 2>::from_data(up(wt, vec![n, k]), device).transpose()
-        } else {
-            Tensor::<B, 2>::from_data(up(w, vec![k, n]), device)
-        };
+        let wt = weight_tensor::<B>(w, k, n, transposed, device);
         let bt = with_bias.then(|| Tensor::<B, 1>::from_data(up(b, vec![n]), device));
         rows_out.push(row(
             format!(
@@ -306,12 +318,7 @@ pub fn check_elementwise<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<Ch
                 k,
                 n,
             ));
-            let wt = if transposed {
-                let wt: Vec<f32> = (0..n * k).map(|i| w[(i % k) * n + i / k]).collect();
-                Tensor::<B, 2>::from_data(up(wt, vec![n, k]), device).transpose()
-            } else {
-                Tensor::<B, 2>::from_data(up(w, vec![k, n]), device)
-            };
+            let wt = weight_tensor::<B>(w, k, n, transposed, device);
             let bt = with_bias.then(|| Tensor::<B, 1>::from_data(up(b, vec![n]), device));
             parts.push((wt, bt));
         }

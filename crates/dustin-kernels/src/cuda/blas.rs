@@ -1,4 +1,5 @@
-//! [`KernelOps::prefill_linear`](crate::KernelOps::prefill_linear) on CUDA through cuBLAS
+//! [`KernelOps::prefill_linear`](crate::KernelOps::prefill_linear) and
+//! [`KernelOps::prefill_linear_many`](crate::KernelOps::prefill_linear_many) on CUDA through cuBLAS
 //! (`cublasGemmEx`, reached through the `cudarc` bindings cubecl-cuda already links; the
 //! library is loaded at run time, so nothing is needed at build time).
 //!
@@ -55,13 +56,6 @@ fn weight_layout(w: &Ct, k: usize, n: usize) -> Option<(sys::cublasOperation_t, 
     } else {
         None
     }
-}
-
-/// `x [m, k] . w [k, n] (+ bias [n])` into a fresh `[m, n]` of `x`'s dtype; `None` (the
-/// caller then takes Burn's matmul) when the dtype is not bf16 or f16, a size is zero, or a
-/// size or row stride does not fit cuBLAS's 32-bit integers. [`linear_many`] of one weight.
-pub(crate) fn linear(x: Ct, w: Ct, bias: Option<Ct>) -> Result<Option<Ct>> {
-    Ok(linear_many(x, vec![(w, bias)])?.map(|mut outs| outs.remove(0)))
 }
 
 /// One weight's share of [`linear_many`]: the weight as cuBLAS reads it, and the output it

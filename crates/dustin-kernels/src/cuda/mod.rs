@@ -2944,20 +2944,9 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         w: Tensor<Self, 2>,
         bias: Option<Tensor<Self, 1>>,
     ) -> Result<Tensor<Self, 2>> {
-        check_skinny(x.dims(), w.dims(), bias.as_ref().map(|b| b.dims()))?;
-        if !blas::available() {
-            return crate::plain::linear(x, w, bias);
-        }
-        let (xp, wp) = (x.into_primitive().tensor(), w.into_primitive().tensor());
-        let bp = bias.map(|b| b.into_primitive().tensor());
-        if let Some(out) = blas::linear(xp.clone(), wp.clone(), bp.clone())? {
-            return Ok(Tensor::from_primitive(TensorPrimitive::Float(out)));
-        }
-        crate::plain::linear(
-            Tensor::from_primitive(TensorPrimitive::Float(xp)),
-            Tensor::from_primitive(TensorPrimitive::Float(wp)),
-            bp.map(|b| Tensor::from_primitive(TensorPrimitive::Float(b))),
-        )
+        // the one-part case of prefill_linear_many (one output for one part)
+        let mut outs = Self::prefill_linear_many(x, vec![(w, bias)])?;
+        Ok(outs.remove(0))
     }
 
     fn prefill_linear_many(
