@@ -5,8 +5,10 @@
 //!   (see [`reader`] for the layout); every malformed input is a [`QwenError::Format`] naming
 //!   the file and the problem, and no length read from the file is trusted for an allocation
 //!   before it is checked against the bytes that hold it;
-//! - [`dequantize`] turns F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K and Q6_K data into `f32`
-//!   (block layouts of `ggml-common.h`, see [`dequant`]);
+//! - [`dequantize`] turns F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K,
+//!   Q5_K, Q6_K, IQ4_NL and IQ4_XS data into `f32` (block layouts of `ggml-common.h`, see
+//!   [`dequant`]); any other ggml type is reported as [`QwenError::UnsupportedDtype`] naming
+//!   the tensor, its type and [`SUPPORTED_TYPES`];
 //! - [`GgufFile`] implements [`WeightSource`]: `load("model.layers.0.self_attn.q_proj.weight")`
 //!   reads `blk.0.attn_q.weight`, dequantises it, reverses GGUF's innermost-first dims to the HF
 //!   shape `[out, in]` and, for `general.architecture == "llama"`, undoes llama.cpp's q/k row

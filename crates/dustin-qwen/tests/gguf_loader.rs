@@ -343,22 +343,22 @@ fn layout_checks() {
 fn unsupported_type_is_named_on_load() {
     let dir = scratch("unsupported");
     let mut s = Spec::minimal();
-    // One Q5_K block (256 values, 176 bytes) named like an HF-mapped tensor.
+    // One IQ2_XXS block (256 values, 66 bytes) named like an HF-mapped tensor.
     s.tensors = vec![(
         "blk.0.ffn_up.weight".into(),
         vec![256],
-        GgmlType::Q5K.id(),
+        GgmlType::IQ2XXS.id(),
         0,
     )];
-    s.data = vec![0; 176];
-    let (_, r) = open_bytes(&dir, "q5k.gguf", &s.bytes());
+    s.data = vec![0; 66];
+    let (_, r) = open_bytes(&dir, "iq2xxs.gguf", &s.bytes());
     let g = r.unwrap();
     assert!(g.contains("model.layers.0.mlp.up_proj.weight"));
     match g.load("model.layers.0.mlp.up_proj.weight") {
         Err(e @ QwenError::UnsupportedDtype { .. }) => {
             let msg = e.to_string();
             assert!(
-                msg.contains("Q5_K")
+                msg.contains("IQ2_XXS")
                     && msg.contains("up_proj")
                     && msg.contains("blk.0.ffn_up.weight"),
                 "{msg}"

@@ -3,15 +3,24 @@
 //! Block layouts are those of `ggml-common.h` (all little-endian, `ggml_half` = IEEE f16), and
 //! the arithmetic follows the reference `dequantize_row_*` functions of `ggml-quants.c` in the
 //! same order of `f32` operations, so results match ggml and the `gguf` Python package
-//! (`gguf.quants.dequantize`) bit for bit:
+//! (`gguf.quants.dequantize`, `gguf/quants.py`) bit for bit. Legacy 32-element blocks are
+//! decoded in this file, k-quants (256-element super-blocks) in `dequant/kquants.rs`, the
+//! non-linear 4-bit `IQ4` types in `dequant/iquants.rs`:
 //!
 //! | type | block struct | elements | bytes | value |
 //! |---|---|---|---|---|
-//! | `Q8_0` | `{ half d; int8 qs[32]; }` | 32 | 34 | `d * qs[i]` |
-//! | `Q4_0` | `{ half d; uint8 qs[16]; }` | 32 | 18 | `(nibble - 8) * d`; low nibbles are elements 0..16, high nibbles 16..32 |
-//! | `Q4_1` | `{ half d; half m; uint8 qs[16]; }` | 32 | 20 | `nibble * d + m`, nibbles as `Q4_0` |
-//! | `Q4_K` | `{ half d; half dmin; uint8 scales[12]; uint8 qs[128]; }` | 256 | 144 | 8 sub-blocks of 32 with 6-bit scale `sc` and min `m`: `(d*sc) * nibble - (dmin*m)` |
-//! | `Q6_K` | `{ uint8 ql[128]; uint8 qh[64]; int8 scales[16]; half d; }` | 256 | 210 | 16 sub-blocks of 16: `(d*scales[s]) * (q6 - 32)` |
+//! | `Q8_0` | `block_q8_0 { half d; int8 qs[32]; }` | 32 | 34 | `d * qs[i]` |
+//! | `Q4_0` | `block_q4_0 { half d; uint8 qs[16]; }` | 32 | 18 | `(nibble - 8) * d`; low nibbles are elements 0..16, high nibbles 16..32 |
+//! | `Q4_1` | `block_q4_1 { half d; half m; uint8 qs[16]; }` | 32 | 20 | `nibble * d + m`, nibbles as `Q4_0` |
+//! | `Q5_0` | `block_q5_0 { half d; uint8 qh[4]; uint8 qs[16]; }` | 32 | 22 | `(q5 - 16) * d`; nibbles as `Q4_0`, bit `i` of the little-endian `u32` `qh` is bit 4 of element `i` |
+//! | `Q5_1` | `block_q5_1 { half d; half m; uint8 qh[4]; uint8 qs[16]; }` | 32 | 24 | `q5 * d + m`, `q5` as `Q5_0` |
+//! | `Q2_K` | `block_q2_K { uint8 scales[16]; uint8 qs[64]; half d; half dmin; }` | 256 | 84 | 16 sub-blocks of 16 with 4-bit scale and min: `(d*sc) * q2 - (dmin*m)` |
+//! | `Q3_K` | `block_q3_K { uint8 hmask[32]; uint8 qs[64]; uint8 scales[12]; half d; }` | 256 | 110 | 16 sub-blocks of 16 with 6-bit scale: `(d*(sc-32)) * (q2 - 4*!hbit)` |
+//! | `Q4_K` | `block_q4_K { half d; half dmin; uint8 scales[12]; uint8 qs[128]; }` | 256 | 144 | 8 sub-blocks of 32 with 6-bit scale `sc` and min `m`: `(d*sc) * nibble - (dmin*m)` |
+//! | `Q5_K` | `block_q5_K { half d; half dmin; uint8 scales[12]; uint8 qh[32]; uint8 qs[128]; }` | 256 | 176 | as `Q4_K` with a fifth bit from `qh`: `(d*sc) * q5 - (dmin*m)` |
+//! | `Q6_K` | `block_q6_K { uint8 ql[128]; uint8 qh[64]; int8 scales[16]; half d; }` | 256 | 210 | 16 sub-blocks of 16: `(d*scales[s]) * (q6 - 32)` |
+//! | `IQ4_NL` | `block_iq4_nl { half d; uint8 qs[16]; }` | 32 | 18 | `d * kvalues_iq4nl[nibble]`, nibbles as `Q4_0` |
+//! | `IQ4_XS` | `block_iq4_xs { half d; uint16 scales_h; uint8 scales_l[4]; uint8 qs[128]; }` | 256 | 136 | 8 sub-blocks of 32 with 6-bit scale: `(d*(sc-32)) * kvalues_iq4nl[nibble]` |
 //!
 //! Plain types: `F32`, `F16`, `BF16` (upper half of an `f32`).
 
@@ -19,6 +28,9 @@ use half::f16;
 use thiserror::Error;
 
 use super::types::{GgmlType, SUPPORTED_TYPES};
+
+mod iquants;
+mod kquants;
 
 /// Why a buffer could not be dequantised.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -65,9 +77,9 @@ pub fn byte_size(ty: GgmlType, n: u64) -> Option<u64> {
 /// Large buffers are split over the available CPU threads (by whole blocks).
 ///
 /// # Errors
-/// [`DequantError::Unsupported`] for a type other than F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K,
-/// Q6_K; [`DequantError::PartialBlock`] / [`DequantError::Size`] when `data` does not hold
-/// exactly `out.len()` elements.
+/// [`DequantError::Unsupported`] for a type that [`GgmlType::is_supported`] rejects (the list
+/// is [`SUPPORTED_TYPES`]); [`DequantError::PartialBlock`] / [`DequantError::Size`] when
+/// `data` does not hold exactly `out.len()` elements.
 pub fn dequantize(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<(), DequantError> {
     if !ty.is_supported() {
         return Err(DequantError::Unsupported(ty));
@@ -124,33 +136,31 @@ fn dequant_blocks(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
                 *o = f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16);
             }
         }
-        GgmlType::Q8_0 => {
-            for (o, b) in dst.chunks_exact_mut(32).zip(src.chunks_exact(34)) {
-                q8_0(b, o);
-            }
-        }
-        GgmlType::Q4_0 => {
-            for (o, b) in dst.chunks_exact_mut(32).zip(src.chunks_exact(18)) {
-                q4_0(b, o);
-            }
-        }
-        GgmlType::Q4_1 => {
-            for (o, b) in dst.chunks_exact_mut(32).zip(src.chunks_exact(20)) {
-                q4_1(b, o);
-            }
-        }
-        GgmlType::Q4K => {
-            for (o, b) in dst.chunks_exact_mut(256).zip(src.chunks_exact(144)) {
-                q4_k(b, o);
-            }
-        }
-        GgmlType::Q6K => {
-            for (o, b) in dst.chunks_exact_mut(256).zip(src.chunks_exact(210)) {
-                q6_k(b, o);
-            }
-        }
+        GgmlType::Q8_0 => each_block(ty, src, dst, q8_0),
+        GgmlType::Q4_0 => each_block(ty, src, dst, q4_0),
+        GgmlType::Q4_1 => each_block(ty, src, dst, q4_1),
+        GgmlType::Q5_0 => each_block(ty, src, dst, q5_0),
+        GgmlType::Q5_1 => each_block(ty, src, dst, q5_1),
+        GgmlType::Q2K => each_block(ty, src, dst, kquants::q2_k),
+        GgmlType::Q3K => each_block(ty, src, dst, kquants::q3_k),
+        GgmlType::Q4K => each_block(ty, src, dst, kquants::q4_k),
+        GgmlType::Q5K => each_block(ty, src, dst, kquants::q5_k),
+        GgmlType::Q6K => each_block(ty, src, dst, kquants::q6_k),
+        GgmlType::IQ4NL => each_block(ty, src, dst, iquants::iq4_nl),
+        GgmlType::IQ4XS => each_block(ty, src, dst, iquants::iq4_xs),
         // `dequantize` rejects the others before calling this.
         _ => {}
+    }
+}
+
+/// Calls `f` on each `(block bytes, block values)` pair of `ty`'s geometry: `f` gets exactly
+/// `ty.type_size()` bytes and `ty.block_size()` values.
+#[inline]
+fn each_block(ty: GgmlType, src: &[u8], dst: &mut [f32], f: impl Fn(&[u8], &mut [f32])) {
+    let bs = ty.block_size() as usize;
+    let ts = ty.type_size() as usize;
+    for (o, b) in dst.chunks_exact_mut(bs).zip(src.chunks_exact(ts)) {
+        f(b, o);
     }
 }
 
@@ -160,7 +170,7 @@ fn half16(b: &[u8], at: usize) -> f32 {
     f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
 }
 
-/// `block_q8_0` (34 bytes) -> 32 values: `d * qs[i]`.
+/// `block_q8_0` (34 bytes) -> 32 values: `d * qs[i]`, as `dequantize_row_q8_0`.
 fn q8_0(b: &[u8], y: &mut [f32]) {
     let d = half16(b, 0);
     for (o, &q) in y.iter_mut().zip(&b[2..34]) {
@@ -168,7 +178,7 @@ fn q8_0(b: &[u8], y: &mut [f32]) {
     }
 }
 
-/// `block_q4_0` (18 bytes) -> 32 values: `(nibble - 8) * d`.
+/// `block_q4_0` (18 bytes) -> 32 values: `(nibble - 8) * d`, as `dequantize_row_q4_0`.
 fn q4_0(b: &[u8], y: &mut [f32]) {
     let d = half16(b, 0);
     let qs = &b[2..18];
@@ -180,7 +190,7 @@ fn q4_0(b: &[u8], y: &mut [f32]) {
     }
 }
 
-/// `block_q4_1` (20 bytes) -> 32 values: `nibble * d + m`.
+/// `block_q4_1` (20 bytes) -> 32 values: `nibble * d + m`, as `dequantize_row_q4_1`.
 fn q4_1(b: &[u8], y: &mut [f32]) {
     let d = half16(b, 0);
     let m = half16(b, 2);
@@ -193,63 +203,37 @@ fn q4_1(b: &[u8], y: &mut [f32]) {
     }
 }
 
-/// `get_scale_min_k4` of `ggml-quants.c`: the 6-bit scale and min of sub-block `j` (0..8) from
-/// the 12 packed bytes of a `Q4_K` block.
+/// The 5-bit values `j` and `j + 16` (`j` in 0..16) of a `block_q5_0` / `block_q5_1`: the low
+/// and high nibble of `qs[j]`, with bit 4 from bits `j` and `j + 16` of `qh`.
 #[inline]
-fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
-    if j < 4 {
-        (q[j] & 63, q[j + 4] & 63)
-    } else {
-        (
-            (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4),
-            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
-        )
-    }
+fn q5_pair(qs: &[u8], qh: u32, j: usize) -> (u8, u8) {
+    let h0 = ((qh >> j) & 1) as u8;
+    let h1 = ((qh >> (j + 16)) & 1) as u8;
+    ((qs[j] & 0x0F) | (h0 << 4), (qs[j] >> 4) | (h1 << 4))
 }
 
-/// `block_q4_K` (144 bytes) -> 256 values, as `dequantize_row_q4_K`.
-fn q4_k(b: &[u8], y: &mut [f32]) {
+/// `block_q5_0` (22 bytes) -> 32 values: `(q5 - 16) * d`, as `dequantize_row_q5_0`.
+fn q5_0(b: &[u8], y: &mut [f32]) {
     let d = half16(b, 0);
-    let min = half16(b, 2);
-    let scales = &b[4..16];
-    let qs = &b[16..144];
-    for (chunk, (q, out)) in qs.chunks_exact(32).zip(y.chunks_exact_mut(64)).enumerate() {
-        let is = 2 * chunk;
-        let (sc, m) = scale_min_k4(is, scales);
-        let d1 = d * sc as f32;
-        let m1 = min * m as f32;
-        let (sc, m) = scale_min_k4(is + 1, scales);
-        let d2 = d * sc as f32;
-        let m2 = min * m as f32;
-        for l in 0..32 {
-            out[l] = d1 * (q[l] & 0x0F) as f32 - m1;
-            out[l + 32] = d2 * (q[l] >> 4) as f32 - m2;
-        }
+    let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+    let qs = &b[6..22];
+    for j in 0..16 {
+        let (x0, x1) = q5_pair(qs, qh, j);
+        y[j] = (x0 as i32 - 16) as f32 * d;
+        y[j + 16] = (x1 as i32 - 16) as f32 * d;
     }
 }
 
-/// `block_q6_K` (210 bytes) -> 256 values, as `dequantize_row_q6_K`.
-fn q6_k(b: &[u8], y: &mut [f32]) {
-    let ql_all = &b[0..128];
-    let qh_all = &b[128..192];
-    let sc_all = &b[192..208];
-    let d = half16(b, 208);
-    for n in 0..2 {
-        let ql = &ql_all[64 * n..64 * n + 64];
-        let qh = &qh_all[32 * n..32 * n + 32];
-        let sc = &sc_all[8 * n..8 * n + 8];
-        let out = &mut y[128 * n..128 * n + 128];
-        for l in 0..32 {
-            let is = l / 16;
-            let q1 = ((ql[l] & 0x0F) | ((qh[l] & 3) << 4)) as i32 - 32;
-            let q2 = ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32;
-            let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32;
-            let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32;
-            out[l] = d * (sc[is] as i8) as f32 * q1 as f32;
-            out[l + 32] = d * (sc[is + 2] as i8) as f32 * q2 as f32;
-            out[l + 64] = d * (sc[is + 4] as i8) as f32 * q3 as f32;
-            out[l + 96] = d * (sc[is + 6] as i8) as f32 * q4 as f32;
-        }
+/// `block_q5_1` (24 bytes) -> 32 values: `q5 * d + m`, as `dequantize_row_q5_1`.
+fn q5_1(b: &[u8], y: &mut [f32]) {
+    let d = half16(b, 0);
+    let m = half16(b, 2);
+    let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+    let qs = &b[8..24];
+    for j in 0..16 {
+        let (x0, x1) = q5_pair(qs, qh, j);
+        y[j] = x0 as f32 * d + m;
+        y[j + 16] = x1 as f32 * d + m;
     }
 }
 
@@ -280,6 +264,20 @@ mod tests {
     }
 
     #[test]
+    fn q5_0_by_hand() {
+        let mut b = vec![0u8; 22];
+        b[0..2].copy_from_slice(&f16::from_f32(0.5).to_bits().to_le_bytes());
+        // qh bit 0 -> element 0 gets bit 4; bit 17 -> element 17 gets bit 4
+        b[2..6].copy_from_slice(&(1u32 | 1 << 17).to_le_bytes());
+        b[6] = 0x3A; // low 0xA -> element 0, high 0x3 -> element 16
+        b[7] = 0x50; // low 0x0 -> element 1, high 0x5 -> element 17
+        let mut y = vec![0.0; 32];
+        dequantize(GgmlType::Q5_0, &b, &mut y).unwrap();
+        // (26 - 16) / 2, (3 - 16) / 2, (0 - 16) / 2, (21 - 16) / 2
+        assert_eq!((y[0], y[16], y[1], y[17]), (5.0, -6.5, -8.0, 2.5));
+    }
+
+    #[test]
     fn size_errors() {
         let mut y = vec![0.0; 31];
         assert!(matches!(
@@ -292,8 +290,8 @@ mod tests {
             Err(DequantError::Size { .. })
         ));
         assert_eq!(
-            dequantize(GgmlType::Q5K, &[0; 176], &mut vec![0.0; 256]),
-            Err(DequantError::Unsupported(GgmlType::Q5K))
+            dequantize(GgmlType::IQ2XXS, &[0; 66], &mut vec![0.0; 256]),
+            Err(DequantError::Unsupported(GgmlType::IQ2XXS))
         );
     }
 

@@ -148,8 +148,10 @@ const TABLE: &[(u32, GgmlType, &str, u64, u64)] = &[
     (41, GgmlType::Q1_0, "Q1_0", 128, 18),
 ];
 
-/// The types [`super::dequantize`] reads, for error messages.
-pub const SUPPORTED_TYPES: &str = "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K";
+/// The types [`super::dequantize`] reads, for error messages (the names of the
+/// [`GgmlType::is_supported`] types).
+pub const SUPPORTED_TYPES: &str =
+    "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS";
 
 impl GgmlType {
     fn row(self) -> &'static (u32, GgmlType, &'static str, u64, u64) {
@@ -193,8 +195,15 @@ impl GgmlType {
                 | Self::Q8_0
                 | Self::Q4_0
                 | Self::Q4_1
+                | Self::Q5_0
+                | Self::Q5_1
+                | Self::Q2K
+                | Self::Q3K
                 | Self::Q4K
+                | Self::Q5K
                 | Self::Q6K
+                | Self::IQ4NL
+                | Self::IQ4XS
         )
     }
 }
@@ -219,5 +228,17 @@ mod tests {
         }
         assert_eq!(GgmlType::from_id(4), None);
         assert_eq!(GgmlType::from_id(1000), None);
+    }
+
+    #[test]
+    fn supported_list_matches_is_supported() {
+        let listed: Vec<&str> = SUPPORTED_TYPES.split(", ").collect();
+        for &(_, ty, name, _, _) in TABLE {
+            assert_eq!(ty.is_supported(), listed.contains(&name), "{name}");
+        }
+        assert_eq!(
+            listed.len(),
+            TABLE.iter().filter(|r| r.1.is_supported()).count()
+        );
     }
 }
