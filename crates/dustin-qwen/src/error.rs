@@ -81,6 +81,25 @@ pub enum QwenError {
         /// What is wrong.
         msg: String,
     },
+    /// A chat template does not compile (a syntax error) or fails to render (an undefined
+    /// value used, a type error, or the template's own `raise_exception`); see
+    /// [`crate::chat`].
+    #[error("chat template of {origin}: {msg}")]
+    ChatTemplate {
+        /// Where the template came from (the GGUF file or `tokenizer_config.json`).
+        origin: String,
+        /// What went wrong, with the template line where known.
+        msg: String,
+    },
+    /// A chat conversation was asked of a model that ships no chat template.
+    #[error(
+        "{model} has no chat template (no `tokenizer.chat_template` in a GGUF file, no \
+         `chat_template` in tokenizer_config.json or chat_template.jinja in a model directory)"
+    )]
+    NoChatTemplate {
+        /// The model's path.
+        model: String,
+    },
     /// Tensor parallelism cannot split or run this model as asked ([`crate::tp`]): a size that
     /// does not divide by the world size, a rank outside its group, a weight that is not a
     /// dense device tensor, or a rank the others waited on in vain.

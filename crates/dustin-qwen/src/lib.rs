@@ -6,6 +6,8 @@
 //! - [`weights`], [`safetensors_loader`], [`gguf`]: weight loaders (HF directory with
 //!   safetensors shards, GGUF v3 with dequantisation);
 //! - [`tokenizer`]: `tokenizer.json` or the tokenizer embedded in GGUF metadata;
+//! - [`chat`]: the model's chat template (GGUF metadata or `tokenizer_config.json`), rendered
+//!   as transformers' `apply_chat_template` renders it, and its end-of-turn tokens;
 //! - [`model`]: the forward pass with a preallocated ragged KV cache, chunked prefill and an
 //!   [`dustin_core::AttentionHook`] per layer for sparse attention and signal taps;
 //! - [`generate`]: autoregressive generation with greedy and temperature / top-p / top-k
@@ -19,6 +21,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod chat;
 pub mod check;
 pub mod config;
 mod error;
@@ -34,6 +37,7 @@ pub mod tokenizer;
 pub mod tp;
 pub mod weights;
 
+pub use chat::ChatTemplate;
 pub use config::{Family, QwenConfig};
 pub use error::{QwenError, Result};
 pub use load::ModelFiles;

@@ -4,6 +4,7 @@ use std::path::Path;
 
 use burn_tensor::backend::Backend;
 
+use crate::chat::ChatTemplate;
 use crate::config::QwenConfig;
 use crate::error::{QwenError, Result};
 use crate::gguf::{config_from_gguf, tokenizer_from_gguf, GgufFile};
@@ -20,6 +21,9 @@ pub struct ModelFiles {
     pub weights: Box<dyn WeightSource>,
     /// Tokenizer with EOS ids.
     pub tokenizer: Tokenizer,
+    /// The chat template (GGUF `tokenizer.chat_template`, or `chat_template.jinja` /
+    /// `tokenizer_config.json` of an HF directory); `None` when the model ships none.
+    pub chat_template: Option<ChatTemplate>,
 }
 
 impl std::fmt::Debug for ModelFiles {
@@ -27,16 +31,22 @@ impl std::fmt::Debug for ModelFiles {
         f.debug_struct("ModelFiles")
             .field("config", &self.config)
             .field("weights", &self.weights.describe())
+            .field(
+                "chat_template",
+                &self.chat_template.as_ref().map(|t| t.origin()),
+            )
             .finish()
     }
 }
 
 impl ModelFiles {
     /// Opens an HF model directory (`config.json`, safetensors, `tokenizer.json`, optional
-    /// `generation_config.json` whose `eos_token_id` wins) or a `.gguf` file.
+    /// `generation_config.json` whose `eos_token_id` wins, optional chat template in
+    /// `chat_template.jinja` or `tokenizer_config.json`) or a `.gguf` file.
     ///
     /// # Errors
-    /// [`QwenError::Io`] when the path does not exist or lacks a file, and the loaders' errors.
+    /// [`QwenError::Io`] when the path does not exist or lacks a file, and the loaders' errors
+    /// (those of [`ChatTemplate::from_gguf`] and [`ChatTemplate::from_hf_dir`] included).
     pub fn open(path: &Path) -> Result<Self> {
         if !path.exists() {
             return Err(QwenError::Io {
@@ -52,10 +62,12 @@ impl ModelFiles {
             let config = config_from_gguf(&g)?;
             let inner = tokenizer_from_gguf(&g)?;
             let tokenizer = Tokenizer::new(inner, config.eos_ids());
+            let chat_template = ChatTemplate::from_gguf(&g)?;
             return Ok(Self {
                 config,
                 weights: Box::new(g),
                 tokenizer,
+                chat_template,
             });
         }
         let config = QwenConfig::from_file(&path.join("config.json"))?;
@@ -79,10 +91,12 @@ impl ModelFiles {
         }
         let tokenizer = Tokenizer::from_file(&path.join("tokenizer.json"), eos)?;
         let weights = SafetensorsDir::open(path)?;
+        let chat_template = ChatTemplate::from_hf_dir(path)?;
         Ok(Self {
             config,
             weights: Box::new(weights),
             tokenizer,
+            chat_template,
         })
     }
 
