@@ -1,56 +1,78 @@
-//! `dustin demo`: the main job on real input. SmolLM2-135M-Instruct continues a shipped
-//! excerpt of a public-domain book with five decoding modes, and the command prints the
-//! Dustin continuation as it streams, then one table; it writes the table as JSON and
-//! Markdown and a plot (SVG) into an output folder.
+//! `dustin demo`: the main job on real input. Qwen2.5-Coder-0.5B-Instruct drafts for
+//! Qwen2.5-Coder-1.5B-Instruct (both fetched by name into the cache the first time) on a
+//! shipped public source file: autoregressive decoding of the target, then speculative
+//! decoding with dense verification and with sparse verification through `dustin` and two
+//! baselines at a budget well below the context. The command streams Dustin's continuation,
+//! prints one table, and writes it as JSON and Markdown with a plot (SVG) into an output
+//! folder.
 
 use dustin_kernels::KernelOps;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Instant;
 
-use clap::Args;
-use dustin_core::{DenseHook, SelectionPolicy};
+use clap::{Args, ValueEnum};
+use dustin_core::SamplingConfig;
 use dustin_eval::report::{plot_lines, Table};
-use dustin_qwen::{ModelFiles, Qwen2, StreamDecoder, Tokenizer};
-use dustin_select::{estimators::dustin::recommended_select_config, SelectConfig};
-use dustin_spec::{
-    autoregressive, ModelDrafter, ModelVerifier, SpecConfig, SpecOutput, SpeculativeDecoder,
-};
+use dustin_qwen::StreamDecoder;
+use dustin_spec::SpecOutput;
 use serde::Serialize;
 
 use crate::backend::DeviceKind;
+use crate::pair::{Mode, Pair, RunConfig, SharedPrefill};
 use crate::CliError;
 
-/// The shipped prompt: the opening of "A Niece of Snapshot Harry's", the first story of Bret
-/// Harte's *From Sand Hill to Pine* (1900), Project Gutenberg eBook #2544, from the PG-19
-/// test split (`../shared/data/pg19/2544.txt`), public domain: the story's title and its
-/// first 7,400 characters (1,949 SmolLM2 tokens), cut in the middle of a sentence ("There was
-/// no other light than") so that the continuation has a sentence to finish.
+/// The default prompt: the first 261 lines of `src/map.rs` of the crate indexmap 2.14.2
+/// (MIT OR Apache-2.0; `assets/README.md`), about 2,000 Qwen2.5 tokens, ending with the doc
+/// comment of `IndexMap::values` so that the continuation starts with that method.
+pub const CODE_PROMPT: &str = include_str!("../assets/indexmap_map_head.rs");
+
+/// The prose prompt (`--prompt prose`): the opening of "A Niece of Snapshot Harry's", the
+/// first story of Bret Harte's *From Sand Hill to Pine* (1900), Project Gutenberg eBook
+/// #2544, from the PG-19 test split, public domain: the story's title and its first 7,400
+/// characters, cut in the middle of a sentence ("There was no other light than").
 pub const EXCERPT: &str = include_str!("../assets/excerpt_2544.txt");
+
+/// The shipped prompts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ShippedPrompt {
+    /// Rust source ([`CODE_PROMPT`]).
+    Code,
+    /// A public-domain story ([`EXCERPT`]).
+    Prose,
+}
 
 /// Arguments of `dustin demo`.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Model (HF directory or .gguf). Default: SmolLM2-135M-Instruct, fetched into the cache.
-    #[arg(long)]
-    pub model: Option<PathBuf>,
-    /// Prompt file instead of the shipped book excerpt.
+    /// Target model: a model name (`dustin fetch-model --list`), an HF directory or a .gguf
+    /// file.
+    #[arg(long, default_value = "qwen2.5-coder-1.5b-instruct")]
+    pub model: String,
+    /// Draft model (same tokenizer as the target): a model name or a path.
+    #[arg(long, default_value = "qwen2.5-coder-0.5b-instruct")]
+    pub draft: String,
+    /// Which shipped prompt to continue.
+    #[arg(long, value_enum, default_value_t = ShippedPrompt::Code)]
+    pub prompt: ShippedPrompt,
+    /// A prompt file instead of a shipped prompt.
     #[arg(long)]
     pub prompt_file: Option<PathBuf>,
     /// Tokens to generate per mode.
     #[arg(long, default_value_t = 64)]
     pub max_new_tokens: usize,
-    /// KV budget of the sparse modes: context tokens kept per layer and KV head. 512 is
-    /// about 1/4 of the shipped excerpt: at 1/8 (256) SmolLM2-135M's greedy continuation
-    /// under every sparse selector drifts into loops within a few lines (docs/decisions.md).
-    #[arg(long, default_value_t = 512)]
+    /// KV budget of the sparse modes: context tokens kept per layer and KV head (sinks and
+    /// recent window included). 256 is 1/8 of the code prompt (docs/decisions.md).
+    #[arg(long, default_value_t = 256)]
     pub budget: usize,
-    /// Draft tokens per iteration (gamma).
+    /// Draft tokens per iteration (gamma; docs/decisions.md).
     #[arg(long, default_value_t = 4)]
     pub gamma: usize,
-    /// Layers of the early-exit self-draft (the target's first N layers and its LM head).
-    #[arg(long, default_value_t = 20)]
-    pub draft_layers: usize,
+    /// Tokens the draft attends to per layer and KV head (0: dense drafting).
+    #[arg(long, default_value_t = 0)]
+    pub draft_budget: usize,
+    /// The sparse modes (comma-separated selectors); the first streams its continuation.
+    #[arg(long, value_delimiter = ',', default_value = "dustin,streaming,quest")]
+    pub selectors: Vec<String>,
     /// Output folder for demo.json, demo.md and demo.svg.
     #[arg(long, default_value = "out/demo")]
     pub out: PathBuf,
@@ -92,120 +114,117 @@ pub struct ModeResult {
 }
 
 /// `dustin demo`.
+///
+/// # Errors
+/// Bad arguments (named), fetch, model and engine errors, and I/O errors writing the tables.
 pub fn run(args: DemoArgs) -> Result<(), CliError> {
     crate::with_backend!(args.device, |B, dev| run_on::<B>(&args, &dev))
 }
 
-enum Mode {
-    Autoregressive,
-    Speculative { selector: &'static str },
-}
+/// The prompt's last tokens each mode runs itself after the shared prefill (so that each
+/// selection policy observes the end of the prompt, as SnapKV's window and Dustin's
+/// calibration need); the rest is prefilled once for all modes.
+const DEMO_TAIL: usize = 128;
 
 fn run_on<B: KernelOps>(args: &DemoArgs, dev: &B::Device) -> Result<(), CliError> {
     let t_all = Instant::now();
-    let path = crate::generate::model_path(&args.model)?;
+    crate::check_gamma(args.gamma)?;
+    if args.max_new_tokens == 0 {
+        return Err(CliError::Usage(
+            "--max-new-tokens 0: expected at least 1".into(),
+        ));
+    }
+    if args.selectors.is_empty() {
+        return Err(CliError::Usage("--selectors: expected at least one".into()));
+    }
     let prompt = match &args.prompt_file {
         Some(p) => std::fs::read_to_string(p).map_err(|source| CliError::Io {
             path: p.display().to_string(),
             source,
         })?,
-        None => EXCERPT.to_string(),
+        None => match args.prompt {
+            ShippedPrompt::Code => CODE_PROMPT.to_string(),
+            ShippedPrompt::Prose => EXCERPT.to_string(),
+        },
     };
-    let files = ModelFiles::open(&path)?;
-    let tok = files.tokenizer.clone();
-    let ids = tok.encode(&prompt)?;
+    let run = RunConfig {
+        gamma: args.gamma,
+        max_new_tokens: args.max_new_tokens,
+        sampling: SamplingConfig::greedy(),
+        seed: 0,
+        lookahead_layers: "half".into(),
+    };
+    let t = Instant::now();
+    let files = crate::pair::PairFiles::open(&args.model, &args.draft)?;
+    let ids = files.tokenizer().encode(&prompt)?;
     if ids.is_empty() {
         return Err(CliError::Usage("the prompt is empty".into()));
     }
-    let extra = args.max_new_tokens + 2 * (args.gamma + 2);
-    let model = Arc::new(files.build::<B>(ids.len() + extra, dev)?);
-    if args.draft_layers == 0 || args.draft_layers >= model.config.num_hidden_layers {
+    let pair: Pair<B> = files.build(ids.len() + run.extra(), dev)?;
+    if args.budget == 0 || args.budget >= ids.len() {
         return Err(CliError::Usage(format!(
-            "--draft-layers {}: expected 1 ..= {}",
-            args.draft_layers,
-            model.config.num_hidden_layers - 1
+            "--budget {}: expected 1 ..= {} (below the prompt's {} tokens)",
+            args.budget,
+            ids.len() - 1,
+            ids.len()
         )));
     }
     eprintln!(
-        "dustin demo: {} ({} layers) continues {} prompt tokens by {} tokens in 5 modes (gamma {}, self-draft of {} layers, budget {} tokens = {:.1}% of the context)",
-        path.display(),
-        model.config.num_hidden_layers,
+        "dustin demo: draft {} ({} layers) for target {} ({} layers), loaded in {:.1} s; {} prompt tokens continued by {} tokens, greedy, gamma {}, sparse budget {} tokens per layer and KV head ({:.1}% of the context)",
+        args.draft,
+        pair.draft.config.num_hidden_layers,
+        args.model,
+        pair.target.config.num_hidden_layers,
+        t.elapsed().as_secs_f64(),
         ids.len(),
         args.max_new_tokens,
         args.gamma,
-        args.draft_layers,
         args.budget,
         100.0 * args.budget as f64 / ids.len() as f64
     );
-    let modes: [(&str, Mode); 5] = [
-        ("autoregressive, dense", Mode::Autoregressive),
+    let mut modes: Vec<(String, Mode)> = vec![
+        ("autoregressive, dense".into(), Mode::Autoregressive),
         (
-            "speculative, dense verification",
-            Mode::Speculative { selector: "dense" },
-        ),
-        (
-            "speculative, dustin",
-            Mode::Speculative { selector: "dustin" },
-        ),
-        (
-            "speculative, streaming",
+            "speculative, dense verification".into(),
             Mode::Speculative {
-                selector: "streaming",
+                selector: "dense".into(),
+                budget: ids.len(),
+                draft_budget: args.draft_budget,
             },
         ),
-        (
-            "speculative, quest",
-            Mode::Speculative { selector: "quest" },
-        ),
     ];
-    // One dense prefill of the prompt minus its last chunk, shared by every mode (cloned);
-    // each mode runs the last chunk itself, so its selection policy sees the end of the
-    // prompt (SnapKV's window, Dustin's calibration) as in a full prefill. The self-draft
-    // takes the first layers of the same cache: its KV entries equal the target's there.
-    let tail = dustin_qwen::generate::DEFAULT_PREFILL_CHUNK.min(ids.len() - 1);
-    let t = Instant::now();
-    let prefix = if ids.len() > tail {
-        let (c, _, _) = dustin_qwen::generate::prefill(
-            &model,
-            &[ids[..ids.len() - tail].to_vec()],
-            ids.len() + extra,
-            None,
-            &mut DenseHook,
-            dustin_qwen::generate::DEFAULT_PREFILL_CHUNK,
-            false,
-        )?;
-        Some(c)
-    } else {
-        None
-    };
+    for s in &args.selectors {
+        modes.push((
+            format!("speculative, {s}"),
+            Mode::Speculative {
+                selector: s.clone(),
+                budget: args.budget,
+                draft_budget: args.draft_budget,
+            },
+        ));
+    }
+    let prefill = SharedPrefill::with_tail(&pair, ids.clone(), run.extra(), DEMO_TAIL)?;
     eprintln!(
-        "shared dense prefill of {} tokens: {:.1} s (the last {tail} prompt tokens go through each mode's own prefill)",
-        ids.len() - tail,
-        t.elapsed().as_secs_f64()
+        "shared dense prefill of {} tokens: target {:.1} s, draft {:.1} s (the last {} prompt tokens go through each mode's own prefill)",
+        prefill.shared_tokens(),
+        prefill.target_secs,
+        prefill.draft_secs,
+        ids.len() - prefill.shared_tokens()
     );
+    let n = modes.len();
     let mut results: Vec<ModeResult> = Vec::new();
     let mut reference: Vec<u32> = Vec::new();
     for (i, (name, mode)) in modes.iter().enumerate() {
-        let stream = matches!(mode, Mode::Speculative { selector: "dustin" });
-        eprintln!("[{}/5] {name} ...", i + 1);
+        let stream = i == 2;
+        eprintln!("[{}/{n}] {name} ...", i + 1);
         if stream {
-            eprintln!("--- Dustin continuation ---");
+            eprintln!("--- {} continuation ---", args.selectors[0]);
         }
-        let r = run_mode(
-            args,
-            &model,
-            &tok,
-            &ids,
-            prefix.as_ref(),
-            mode,
-            extra,
-            stream,
-        )?;
+        let (out, wall, timeline) = run_mode(&pair, &prefill, mode, &run, stream)?;
         if stream {
             println!();
             eprintln!("---------------------------");
         }
-        let (out, wall, timeline) = r;
         let toks = out.tokens[0].clone();
         if i == 0 {
             reference = toks.clone();
@@ -228,7 +247,7 @@ fn run_on<B: KernelOps>(args: &DemoArgs, dev: &B::Device) -> Result<(), CliError
             identical_prefix: prefix,
             wall_secs: wall,
             prefill_secs: s.prefill_secs,
-            text: tok.decode(&toks)?,
+            text: pair.tok.decode(&toks)?,
             timeline,
         };
         eprintln!(
@@ -269,13 +288,15 @@ fn run_on<B: KernelOps>(args: &DemoArgs, dev: &B::Device) -> Result<(), CliError
         source,
     })?;
     let json = serde_json::json!({
-        "model": path.display().to_string(),
+        "model": args.model,
+        "draft": args.draft,
         "prompt_tokens": ids.len(),
         "max_new_tokens": args.max_new_tokens,
         "gamma": args.gamma,
-        "draft": format!("self:layers={}", args.draft_layers),
         "budget": args.budget,
+        "draft_budget": args.draft_budget,
         "device": format!("{:?}", args.device),
+        "shared_prefill_secs": prefill.target_secs + prefill.draft_secs,
         "results": results,
     });
     let write = |name: &str, text: String| -> Result<PathBuf, CliError> {
@@ -312,25 +333,15 @@ fn run_on<B: KernelOps>(args: &DemoArgs, dev: &B::Device) -> Result<(), CliError
 
 type ModeRun = (SpecOutput, f64, Vec<(f64, f64)>);
 
-#[allow(clippy::too_many_arguments)]
+/// One mode from the shared prefill: its output, wall seconds (its own part of the prefill
+/// included) and (seconds since its first token, tokens so far) as they came.
 fn run_mode<B: KernelOps>(
-    args: &DemoArgs,
-    model: &Arc<Qwen2<B>>,
-    tok: &Tokenizer,
-    ids: &[u32],
-    prefix: Option<&dustin_kv::DenseKvCache<B>>,
+    pair: &Pair<B>,
+    prefill: &SharedPrefill<B>,
     mode: &Mode,
-    extra: usize,
+    run: &RunConfig,
     stream: bool,
 ) -> Result<ModeRun, CliError> {
-    let vocab = tok.vocab_size().min(model.config.vocab_size);
-    let cfg = SpecConfig {
-        gamma: args.gamma,
-        max_new_tokens: args.max_new_tokens,
-        eos: tok.eos_ids.clone(),
-        ..SpecConfig::default()
-    };
-    let prompts = vec![ids.to_vec()];
     let mut dec = StreamDecoder::default();
     let mut timeline = vec![(0.0, 0.0)];
     let mut count = 0usize;
@@ -340,7 +351,7 @@ fn run_mode<B: KernelOps>(
         count += t.len();
         timeline.push((st.elapsed().as_secs_f64(), count as f64));
         if stream {
-            if let Ok(s) = dec.push(tok, t) {
+            if let Ok(s) = dec.push(&pair.tok, t) {
                 print!("{s}");
                 use std::io::Write;
                 let _ = std::io::stdout().flush();
@@ -348,32 +359,6 @@ fn run_mode<B: KernelOps>(
         }
     };
     let t = Instant::now();
-    let out = match mode {
-        Mode::Autoregressive => {
-            let mut v = ModelVerifier::new(model.clone(), DenseHook, extra, vocab);
-            if let Some(p) = prefix {
-                v = v.with_prefix(vec![p.clone()]);
-            }
-            autoregressive(&mut v, &prompts, &cfg, Some(tok), &mut on_tokens)?
-        }
-        Mode::Speculative { selector } => {
-            let select = if *selector == "dustin" {
-                recommended_select_config(args.budget)
-            } else {
-                SelectConfig::with_budget(args.budget)
-            };
-            let policy: Box<dyn SelectionPolicy<B>> = dustin_select::build::<B>(selector, &select)
-                .map_err(|e| CliError::Usage(e.to_string()))?;
-            let mut drafter = ModelDrafter::new(model.clone(), Some(args.draft_layers), extra);
-            let mut verifier = ModelVerifier::new(model.clone(), policy, extra, vocab);
-            if let Some(p) = prefix {
-                drafter = drafter.with_prefix(vec![p.clone()]);
-                verifier = verifier.with_prefix(vec![p.clone()]);
-            }
-            let mut d = SpeculativeDecoder::new(drafter, verifier);
-            d.generate(&prompts, &cfg, Some(tok), &mut on_tokens)?
-        }
-    };
-    let wall = t.elapsed().as_secs_f64();
-    Ok((out, wall, timeline))
+    let out = crate::pair::run_mode(pair, prefill, mode, run, &mut on_tokens)?;
+    Ok((out, t.elapsed().as_secs_f64(), timeline))
 }

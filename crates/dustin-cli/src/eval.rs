@@ -49,6 +49,7 @@ use crate::backend::DeviceKind;
 use crate::generate::{model_path, parse_draft, DraftSpec};
 use crate::CliError;
 
+mod acceptance;
 mod longbench;
 mod pg19;
 
@@ -75,18 +76,22 @@ pub enum EvalCommand {
     /// LongBench tasks answered by greedy speculative decoding with sparse verification,
     /// scored with LongBench's metrics, per selector and budget, against dense.
     Longbench(longbench::LongBenchArgs),
+    /// Mean acceptance length and speed of a draft/target pair per gamma, temperature,
+    /// selector and budget, beside autoregressive decoding on the same prompts (resumable).
+    Acceptance(acceptance::AcceptanceArgs),
 }
 
 /// Arguments of `dustin eval fidelity`.
 #[derive(Debug, Args)]
 pub struct FidelityArgs {
-    /// Target model (HF directory or .gguf). Default: the cached SmolLM2-135M-Instruct.
+    /// Target model: HF directory, .gguf file, or a model name (`dustin fetch-model
+    /// --list`). Default: qwen2.5-coder-1.5b-instruct from the cache.
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// Draft: `self:layers=N` (early-exit self-draft), `substitute[:bits=B][:group=G][:layers=L]`
-    /// (SubSpec: the target with the listed layers group-quantized) or a model path (same
-    /// tokenizer).
-    #[arg(long, default_value = "self:layers=20")]
+    /// (SubSpec: the target with the listed layers group-quantized) or a model path or name
+    /// (same tokenizer).
+    #[arg(long, default_value = "qwen2.5-coder-0.5b-instruct")]
     pub draft: String,
     /// Draft layers whose attention makes the lookahead (`dustin_spec::LookaheadLayers`):
     /// `half` (the default: the later half), `all`, `stride:S` (every S-th layer counted
@@ -153,6 +158,9 @@ pub fn run(args: EvalArgs) -> Result<(), CliError> {
         }
         EvalCommand::Longbench(a) => {
             crate::with_backend!(a.device, |B, dev| longbench::longbench::<B>(&a, &dev))
+        }
+        EvalCommand::Acceptance(a) => {
+            crate::with_backend!(a.device, |B, dev| acceptance::acceptance::<B>(&a, &dev))
         }
     }
 }
@@ -1584,7 +1592,7 @@ pub(crate) fn eval_draft<B: KernelOps>(
             (target.clone(), Some(n), true)
         }
         DraftSpec::Model(p) => {
-            let df = ModelFiles::open(&p)?;
+            let df = ModelFiles::open(&crate::models::resolve_model_path(&p)?)?;
             if let Some(tok) = tok {
                 crate::generate::check_vocab(tok, &df.tokenizer)?;
             }

@@ -19,8 +19,9 @@ use crate::CliError;
 /// Arguments of `dustin generate`.
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
-    /// Target model: an HF model directory (config.json, safetensors, tokenizer.json) or a
-    /// .gguf file. Default: SmolLM2-135M-Instruct from the cache (fetched if missing).
+    /// Target model: an HF model directory (config.json, safetensors, tokenizer.json), a
+    /// .gguf file, or a model name (`dustin fetch-model --list`; fetched into the cache if
+    /// missing). Default: qwen2.5-coder-1.5b-instruct.
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// Text file holding one prompt; repeat for a batch of prompts of different lengths.
@@ -29,6 +30,10 @@ pub struct GenerateArgs {
     /// Prompt text (alternative to --prompt-file); repeatable.
     #[arg(long = "prompt")]
     pub prompts: Vec<String>,
+    /// Chat prompts rendered with the model's chat template (--chat, --system, --user,
+    /// --chat-file).
+    #[command(flatten)]
+    pub chat: crate::chat::ChatArgs,
     /// Tokens to generate per sequence at most.
     #[arg(long, default_value_t = 64)]
     pub max_new_tokens: usize,
@@ -50,7 +55,7 @@ pub struct GenerateArgs {
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
-    /// Draft for speculative decoding: a model path (same tokenizer as the target),
+    /// Draft for speculative decoding: a model path or name (same tokenizer as the target),
     /// `self:layers=N` (the target's first N layers and its LM head: early-exit self-draft),
     /// or `substitute[:bits=4][:group=64][:layers=half|a-b,c]` (SubSpec: the whole target with
     /// the listed layers, default the second half, group-quantized to `bits` bits).
@@ -307,10 +312,12 @@ pub fn read_prompts(args: &GenerateArgs) -> Result<Vec<String>, CliError> {
     Ok(out)
 }
 
-/// Resolves `--model`, fetching the default model when absent.
+/// Resolves `--model`: a registry name becomes its cached file (fetched if missing), a
+/// path passes through (`crate::models::resolve_model_path`); absent, the default model
+/// (fetched if missing).
 pub fn model_path(model: &Option<PathBuf>) -> Result<PathBuf, CliError> {
     match model {
-        Some(p) => Ok(p.clone()),
+        Some(p) => crate::models::resolve_model_path(p),
         None => crate::fetch::ensure_default_model(&crate::fetch::cache_root()),
     }
 }
@@ -648,7 +655,8 @@ fn run_on<B: KernelOps>(
     dev: &B::Device,
     cancel: &CancelToken,
 ) -> Result<(), CliError> {
-    let prompts = read_prompts(args)?;
+    let has_plain = !args.prompts.is_empty() || !args.prompt_files.is_empty();
+    let inputs = crate::chat::Inputs::from_args(&args.chat, || read_prompts(args), has_plain)?;
     let file = read_config(&args.config)?;
     crate::check_gamma(args.gamma)?;
     // a bad --output path is found before the model runs, not after (the tokens were lost)
@@ -687,7 +695,8 @@ fn run_on<B: KernelOps>(
     build_policy::<B>(&args.selector, args.budget, &file)?;
     let path = model_path(&args.model)?;
     let files = ModelFiles::open(&path)?;
-    let tok = files.tokenizer.clone();
+    // with --chat: the rendered conversations, and EOS ids that include the end-of-turn tokens
+    let (prompts, tok) = inputs.render(&files, &path)?;
     let ids: Vec<Vec<u32>> = prompts
         .iter()
         .map(|p| tok.encode(p))
@@ -696,7 +705,9 @@ fn run_on<B: KernelOps>(
     let positions = (longest + args.max_new_tokens + 2 * (args.gamma + 2))
         .min(files.config.max_position_embeddings);
     let draft_files = match args.draft.as_deref().map(parse_draft).transpose()? {
-        Some(DraftSpec::Model(p)) => Some(ModelFiles::open(&p)?),
+        Some(DraftSpec::Model(p)) => {
+            Some(ModelFiles::open(&crate::models::resolve_model_path(&p)?)?)
+        }
         _ => None,
     };
     let mut cfgs = vec![&files.config];
@@ -800,7 +811,7 @@ fn run_on<B: KernelOps>(
                 DraftSpec::Model(p) => {
                     let df = match draft_files {
                         Some(df) => df,
-                        None => ModelFiles::open(&p)?,
+                        None => ModelFiles::open(&crate::models::resolve_model_path(&p)?)?,
                     };
                     check_vocab(&tok, &df.tokenizer)?;
                     let n = df.config.num_hidden_layers;

@@ -12,12 +12,15 @@ mod backend;
 mod bench;
 mod bench_e2e;
 mod bench_subspec;
+mod chat;
 mod demo;
 mod eval;
 mod fetch;
 mod generate;
 mod host_profile;
 mod kernel_check;
+mod models;
+mod pair;
 mod plot_e2e;
 mod ppl;
 mod tp_check;
@@ -33,11 +36,12 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// The main job: continue a shipped public-domain book excerpt (Bret Harte) with SmolLM2-135M in five modes
-    /// (autoregressive; speculative with dense, dustin, streaming and quest verification)
-    /// and print one table (also written as JSON, Markdown and SVG).
+    /// The main job: Qwen2.5-Coder-0.5B drafting for Qwen2.5-Coder-1.5B on a shipped source
+    /// file, in five modes (autoregressive; speculative with dense, dustin, streaming and
+    /// quest verification), printing one table (also written as JSON, Markdown and SVG).
     Demo(demo::DemoArgs),
-    /// Generate a continuation of a prompt file (autoregressive, or speculative with --draft).
+    /// Generate a continuation of a prompt file, or a chat reply with --chat (autoregressive,
+    /// or speculative with --draft).
     Generate(generate::GenerateArgs),
     /// Perplexity of a text file under a model (dense attention) and a tokenizer round trip.
     Ppl(ppl::PplArgs),
@@ -66,7 +70,8 @@ enum Command {
     /// Evaluations per selector and budget against dense verification: `eval fidelity`,
     /// `eval pg19` (perplexity) and `eval longbench` (LongBench scores).
     Eval(eval::EvalArgs),
-    /// Download the default small model (SmolLM2-135M-Instruct, Q4_1 GGUF) into the cache.
+    /// Download a model by name into the cache (default: qwen2.5-coder-1.5b-instruct;
+    /// `--list` shows the names), or check one already there.
     FetchModel(fetch::FetchArgs),
 }
 
@@ -84,7 +89,7 @@ fn main() -> ExitCode {
         Command::UploadCheck(a) => upload_check::run(a),
         Command::KernelCheck(a) => kernel_check::run(a),
         Command::Eval(a) => eval::run(a),
-        Command::FetchModel(a) => fetch::run(a).map(|p| println!("{}", p.display())),
+        Command::FetchModel(a) => fetch::run(a),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
@@ -147,9 +152,10 @@ pub enum CliError {
     /// A core error.
     #[error(transparent)]
     Core(#[from] dustin_core::CoreError),
-    /// Fetching the model failed.
-    #[error("{0}")]
-    Fetch(String),
+    /// Fetching a model failed (boxed: it carries the instructions for placing the file by
+    /// hand).
+    #[error(transparent)]
+    Fetch(Box<fetch::FetchError>),
     /// Generation was cancelled (Ctrl-C); finished and partial texts were written.
     #[error(
         "cancelled: {cancelled} of {total} sequences were unfinished (their partial text and \

@@ -15,7 +15,8 @@ use crate::CliError;
 /// Arguments of `dustin ppl`.
 #[derive(Debug, Args)]
 pub struct PplArgs {
-    /// Model (HF directory or .gguf). Default: the cached SmolLM2-135M-Instruct.
+    /// Model: HF directory, .gguf file, or a model name (`dustin fetch-model --list`).
+    /// Default: qwen2.5-coder-1.5b-instruct from the cache.
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// Text file; a Project Gutenberg header and footer are stripped.

@@ -6,8 +6,13 @@
 //! 1. the LongBench prompt (`Sample::prompt`) is tokenized and truncated in the middle to the
 //!    context minus the task's generation limit and `gamma` (room for the last verification
 //!    block), keeping the head and tail halves as LongBench's `pred.py` does
-//!    ([`truncate_middle`]); with `--chat auto` the prompt is then wrapped in a ChatML user turn
-//!    (except for LongBench's few-shot tasks, as `pred.py` does);
+//!    ([`truncate_middle`]); with `--chat auto` and a model that ships a chat template, the
+//!    prompt is then wrapped as the template renders a single user message with
+//!    `add_generation_prompt` (the token ids of the rendering before and after the message's
+//!    text, `ChatTemplate::user_affixes`; Qwen2.5's and SmolLM2's templates add their default
+//!    system prompt), except for LongBench's few-shot tasks, as `pred.py` does; with the
+//!    template in use, generation (of every task) also stops at its end-of-turn tokens
+//!    (`ChatTemplate::stop_token_ids`);
 //! 2. one dense prefill of the prompt, in the chunks of `ModelVerifier`'s own prefill, whose
 //!    chunks are shown to every (selector, budget) policy of the sample through the fidelity
 //!    harness's fan-out hook, so each policy sees exactly what its own prefill would show it;
@@ -31,7 +36,7 @@ use dustin_eval::longbench::{self as lb, Sample};
 use dustin_eval::metrics;
 use dustin_eval::report::{plot_lines, Cell, ResultStore, Table};
 use dustin_qwen::generate::{prefill, prefill_from, DEFAULT_PREFILL_CHUNK};
-use dustin_qwen::{ModelFiles, Qwen2, Tokenizer};
+use dustin_qwen::{ChatTemplate, ModelFiles, Qwen2, Tokenizer};
 use dustin_select::BudgetedPolicy;
 use dustin_spec::{SpecConfig, SpeculativeDecoder};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -54,10 +59,10 @@ const NO_CHAT_TASKS: [&str; 6] = ["trec", "triviaqa", "samsum", "lsht", "lcc", "
 /// Whether prompts are wrapped in the model's chat format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
 pub enum ChatMode {
-    /// A ChatML user turn (`<|im_start|>user\n ... <|im_end|>\n<|im_start|>assistant\n`) when
-    /// the vocabulary has `<|im_start|>` and `<|im_end|>` (SmolLM2, Qwen2.5), except for
-    /// trec, triviaqa, samsum, lsht, lcc and repobench-p (as LongBench's `pred.py`); plain
-    /// otherwise.
+    /// A single user message in the model's chat template (transformers'
+    /// `apply_chat_template` with `add_generation_prompt`), when the model ships one, except
+    /// for trec, triviaqa, samsum, lsht, lcc and repobench-p (as LongBench's `pred.py`);
+    /// plain otherwise. Generation also stops at the template's end-of-turn tokens.
     #[default]
     Auto,
     /// The plain LongBench prompt for every task.
@@ -67,13 +72,14 @@ pub enum ChatMode {
 /// Arguments of `dustin eval longbench`.
 #[derive(Debug, Args)]
 pub struct LongBenchArgs {
-    /// Target model (HF directory or .gguf). Default: the cached SmolLM2-135M-Instruct.
+    /// Target model: HF directory, .gguf file, or a model name (`dustin fetch-model
+    /// --list`). Default: qwen2.5-coder-1.5b-instruct from the cache.
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// Draft: `self:layers=N` (early-exit self-draft), `substitute[:bits=B][:group=G][:layers=L]`
-    /// (SubSpec: the target with the listed layers group-quantized) or a model path (same
-    /// tokenizer).
-    #[arg(long, default_value = "self:layers=20")]
+    /// (SubSpec: the target with the listed layers group-quantized) or a model path or name
+    /// (same tokenizer).
+    #[arg(long, default_value = "qwen2.5-coder-0.5b-instruct")]
     pub draft: String,
     /// Draft layers whose attention makes the lookahead (`dustin_spec::LookaheadLayers`):
     /// `half` (the default: the later half), `all`, `stride:S` (every S-th layer counted
@@ -142,39 +148,53 @@ pub fn truncate_middle(ids: &[TokenId], limit: usize) -> Vec<TokenId> {
     out
 }
 
-/// The token ids around a prompt in a ChatML user turn.
+/// The token ids around a prompt in the model's chat template (a single user message with
+/// `add_generation_prompt`), and the ids that end the assistant's turn.
 #[derive(Debug, Clone)]
 struct Chat {
     prefix: Vec<TokenId>,
     suffix: Vec<TokenId>,
+    /// EOS and the template's end-of-turn tokens.
+    stop: Vec<TokenId>,
+    /// Where the template came from.
+    origin: String,
 }
 
 impl Chat {
-    /// The ChatML wrapper for `mode`, when the tokenizer has the ChatML markers.
-    fn for_model(tok: &Tokenizer, mode: ChatMode) -> Result<Option<Self>, CliError> {
-        if mode == ChatMode::Off {
-            return Ok(None);
-        }
-        let (Some(start), Some(end)) = (
-            tok.token_to_id("<|im_start|>"),
-            tok.token_to_id("<|im_end|>"),
-        ) else {
+    /// The wrapper of the model's chat template for `mode`; `None` with `--chat off` or a
+    /// model without a template.
+    fn for_model(
+        template: Option<&ChatTemplate>,
+        tok: &Tokenizer,
+        mode: ChatMode,
+    ) -> Result<Option<Self>, CliError> {
+        let Some(t) = template.filter(|_| mode != ChatMode::Off) else {
             return Ok(None);
         };
-        let prefix = tok.encode("<|im_start|>user\n")?;
-        let suffix = tok.encode("<|im_end|>\n<|im_start|>assistant\n")?;
-        if prefix.first() != Some(&start) || suffix.first() != Some(&end) {
-            return Err(CliError::Usage(
-                "--chat auto: the tokenizer does not read <|im_start|> / <|im_end|> as single \
-                 tokens; use --chat off"
-                    .into(),
-            ));
-        }
-        Ok(Some(Self { prefix, suffix }))
+        let (prefix, suffix) = t.user_affixes().map_err(|e| {
+            CliError::Usage(format!("--chat auto: {e}; --chat off reads plain prompts"))
+        })?;
+        Ok(Some(Self {
+            prefix: tok.encode(&prefix)?,
+            suffix: tok.encode(&suffix)?,
+            stop: t.stop_token_ids(tok),
+            origin: t.origin().to_string(),
+        }))
     }
 
     fn len(&self) -> usize {
         self.prefix.len() + self.suffix.len()
+    }
+
+    /// What identifies the wrapper in result keys: its token ids and stop ids.
+    fn key(&self) -> String {
+        format!(
+            "template:{:016x}",
+            fnv(&format!(
+                "{:?}|{:?}|{:?}",
+                self.prefix, self.suffix, self.stop
+            ))
+        )
     }
 }
 
@@ -397,7 +417,8 @@ struct KeyBase<'a> {
     args: &'a LongBenchArgs,
     ctx: usize,
     model: String,
-    chat: bool,
+    /// `false`, or the chat wrapper's [`Chat::key`].
+    chat: String,
 }
 
 impl KeyBase<'_> {
@@ -605,8 +626,11 @@ pub(super) fn longbench<B: KernelOps>(
         )));
     }
     let runs = run_specs(&sels, &budgets, ctx)?;
-    let tok = files.tokenizer.clone();
-    let chat = Chat::for_model(&tok, args.chat)?;
+    let mut tok = files.tokenizer.clone();
+    let chat = Chat::for_model(files.chat_template.as_ref(), &tok, args.chat)?;
+    if let Some(c) = &chat {
+        tok.eos_ids = c.stop.clone();
+    }
     for t in &tasks {
         let max_new = check_task(t)?;
         let wrap = chat
@@ -639,7 +663,7 @@ pub(super) fn longbench<B: KernelOps>(
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default(),
-        chat: chat.is_some(),
+        chat: chat.as_ref().map_or_else(|| "false".to_string(), Chat::key),
     };
 
     std::fs::create_dir_all(&args.out).map_err(|source| CliError::Io {
@@ -684,7 +708,10 @@ pub(super) fn longbench<B: KernelOps>(
             chosen.iter().map(|c| c.1.len()).sum::<usize>(),
             chosen.len(),
             runs.len(),
-            if chat.is_some() { "ChatML (not for few-shot tasks)" } else { "none" }
+            chat.as_ref().map_or_else(
+                || "none".to_string(),
+                |c| format!("the chat template of {} (not for few-shot tasks)", c.origin)
+            )
         ),
     );
     for (task, samples) in &chosen {

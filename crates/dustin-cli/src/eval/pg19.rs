@@ -23,12 +23,13 @@ use crate::CliError;
 /// Arguments of `dustin eval pg19`.
 #[derive(Debug, Args)]
 pub struct Pg19Args {
-    /// Target model (HF directory or .gguf). Default: the cached SmolLM2-135M-Instruct.
+    /// Target model: HF directory, .gguf file, or a model name (`dustin fetch-model
+    /// --list`). Default: qwen2.5-coder-1.5b-instruct from the cache.
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// Draft whose lookahead the draft-aware selectors read: `self:layers=N` (early-exit
-    /// self-draft) or a model path (same tokenizer).
-    #[arg(long, default_value = "self:layers=20")]
+    /// self-draft) or a model path or name (same tokenizer).
+    #[arg(long, default_value = "qwen2.5-coder-0.5b-instruct")]
     pub draft: String,
     /// A PG-19 book (.txt) or a directory of them.
     #[arg(long, default_value = "../shared/data/pg19")]

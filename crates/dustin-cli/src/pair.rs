@@ -1,0 +1,390 @@
+//! A draft/target pair run in several decoding modes from one shared prefill per prompt: the
+//! demo's rows and the cells of `dustin eval acceptance`.
+//!
+//! Both models prefill the prompt minus its last chunk once ([`SharedPrefill::new`]); each
+//! mode clones those caches and runs the last chunk itself, so its selection policy sees the
+//! end of the prompt (SnapKV's observation window, Dustin's calibration) as in a full prefill.
+//! Decoding then goes through the engine itself: [`ModelDrafter`], [`ModelVerifier`] and
+//! [`SpeculativeDecoder`] (or [`autoregressive`] with the target alone).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use dustin_core::{DenseHook, KvStore, SamplingConfig, SelectionPolicy};
+use dustin_kernels::KernelOps;
+use dustin_kv::DenseKvCache;
+use dustin_qwen::generate::DEFAULT_PREFILL_CHUNK;
+use dustin_qwen::{ModelFiles, Qwen2, Tokenizer};
+use dustin_spec::{
+    autoregressive, LookaheadConfig, LookaheadLayers, ModelDrafter, ModelVerifier, SpecConfig,
+    SpecOutput, SpeculativeDecoder,
+};
+
+use crate::generate::{parse_draft, DraftSpec, SubstituteSpec};
+use crate::CliError;
+
+/// A target and its separate draft model (same tokenizer), built on one device.
+pub struct Pair<B: KernelOps> {
+    /// The target model.
+    pub target: Arc<Qwen2<B>>,
+    /// The draft model.
+    pub draft: Arc<Qwen2<B>>,
+    /// The target's tokenizer (the draft's has the same vocabulary: `generate::check_vocab`).
+    pub tok: Tokenizer,
+}
+
+/// The files of a target and its draft, opened by name or path
+/// ([`crate::models::resolve_model`], fetching named models that are not cached), with a
+/// shared vocabulary checked; [`PairFiles::build`] loads the weights. The draft may also be
+/// the target's own SubSpec substitute (`substitute[:bits=B][:group=G][:layers=L]`, see
+/// `generate --draft`), built from the target's weights.
+pub struct PairFiles {
+    target: ModelFiles,
+    draft: DraftFiles,
+}
+
+enum DraftFiles {
+    Model(Box<ModelFiles>),
+    Substitute(SubstituteSpec),
+}
+
+impl PairFiles {
+    /// Opens both models' files (config, tokenizer, weight index; no weights read yet).
+    ///
+    /// # Errors
+    /// Fetch and model errors; [`CliError::Usage`] when the tokenizers differ or the draft is
+    /// an early-exit self-draft (`self:layers=N`, which reads the target's own cache).
+    pub fn open(target: &str, draft: &str) -> Result<Self, CliError> {
+        let target = ModelFiles::open(&crate::models::resolve_model(target)?)?;
+        let draft = match parse_draft(draft)? {
+            DraftSpec::Model(_) => {
+                let d = ModelFiles::open(&crate::models::resolve_model(draft)?)?;
+                crate::generate::check_vocab(&target.tokenizer, &d.tokenizer)?;
+                DraftFiles::Model(Box::new(d))
+            }
+            DraftSpec::Substitute(s) if !s.target_kv => DraftFiles::Substitute(s),
+            _ => {
+                return Err(CliError::Usage(format!(
+                    "--draft {draft}: expected a model (name or path) or a substitute with its own KV cache"
+                )))
+            }
+        };
+        Ok(Self { target, draft })
+    }
+
+    /// The target's tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.target.tokenizer
+    }
+
+    /// Loads both models on `dev` with RoPE tables for `positions` positions.
+    ///
+    /// # Errors
+    /// Model errors (unsupported tensor types, memory); a substitute's bad settings.
+    pub fn build<B: KernelOps>(
+        &self,
+        positions: usize,
+        dev: &B::Device,
+    ) -> Result<Pair<B>, CliError> {
+        let target = self.target.build::<B>(positions, dev)?;
+        let draft = match &self.draft {
+            DraftFiles::Model(d) => d.build::<B>(positions, dev)?,
+            DraftFiles::Substitute(s) => s.build(&target)?,
+        };
+        Ok(Pair {
+            target: Arc::new(target),
+            draft: Arc::new(draft),
+            tok: self.target.tokenizer.clone(),
+        })
+    }
+}
+
+/// One decoding mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    /// The target alone, one token per forward pass, dense attention.
+    Autoregressive,
+    /// The draft proposes `gamma` tokens; the target verifies them against the KV entries
+    /// that `selector` keeps (`dense`: all of them).
+    Speculative {
+        /// Registry name of the selection policy (`dustin_select::build`).
+        selector: String,
+        /// Context tokens kept per layer and KV head by the target's verification.
+        budget: usize,
+        /// Tokens the draft attends to per layer and KV head (0: dense drafting).
+        draft_budget: usize,
+    },
+}
+
+impl Mode {
+    /// A short label: `autoregressive`, `dense`, or `<selector>@<budget>` (with
+    /// `+draft<draft budget>` when the draft reads a selection too).
+    pub fn label(&self) -> String {
+        match self {
+            Mode::Autoregressive => "autoregressive".into(),
+            Mode::Speculative {
+                selector,
+                budget,
+                draft_budget,
+            } => {
+                let mut s = if selector == "dense" {
+                    "dense".to_string()
+                } else {
+                    format!("{selector}@{budget}")
+                };
+                if *draft_budget > 0 {
+                    s += &format!("+draft{draft_budget}");
+                }
+                s
+            }
+        }
+    }
+}
+
+/// What every mode shares: gamma, length, sampling and the lookahead layers.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// Draft tokens per iteration.
+    pub gamma: usize,
+    /// Tokens to generate.
+    pub max_new_tokens: usize,
+    /// Sampling rule of target and draft (greedy at temperature 0).
+    pub sampling: SamplingConfig,
+    /// Seed of all draws.
+    pub seed: u64,
+    /// Draft layers whose attention makes the lookahead (`LookaheadLayers`'s syntax).
+    pub lookahead_layers: String,
+}
+
+impl RunConfig {
+    /// KV capacity each cache needs beyond the prompt: the generated tokens plus two rounds
+    /// of drafts (a verification writes `gamma + 1` rows before the rollback).
+    pub fn extra(&self) -> usize {
+        self.max_new_tokens + 2 * (self.gamma + 2)
+    }
+}
+
+/// The (target, draft) caches of one prompt prefix.
+type CachePair<B> = (DenseKvCache<B>, DenseKvCache<B>);
+
+/// The dense caches of both models over the prompt minus its last chunk, cloned by each mode.
+pub struct SharedPrefill<B: KernelOps> {
+    /// The prompt's token ids.
+    pub ids: Vec<u32>,
+    /// The target's cache of `ids[..ids.len() - tail]` (`None` when the prompt is one chunk).
+    target: Option<DenseKvCache<B>>,
+    /// The draft's cache of the same tokens.
+    draft: Option<DenseKvCache<B>>,
+    /// Both caches extended to all but the last prompt token, made on first use by a mode
+    /// whose verification is dense (no selection policy observes the prompt's end).
+    dense: std::cell::OnceCell<CachePair<B>>,
+    /// Prefill capacity of the caches (prompt + extra positions).
+    cap: usize,
+    /// Seconds the target's shared prefill took.
+    pub target_secs: f64,
+    /// Seconds the draft's shared prefill took.
+    pub draft_secs: f64,
+}
+
+impl<B: KernelOps> SharedPrefill<B> {
+    /// Prefills both models on `ids` minus its last chunk (at most
+    /// [`DEFAULT_PREFILL_CHUNK`] tokens, always at least one), with room for `extra` more
+    /// positions.
+    ///
+    /// # Errors
+    /// [`CliError::Usage`] for an empty prompt; model errors (memory, prompt longer than the
+    /// model's context).
+    pub fn new(pair: &Pair<B>, ids: Vec<u32>, extra: usize) -> Result<Self, CliError> {
+        Self::with_tail(pair, ids, extra, DEFAULT_PREFILL_CHUNK)
+    }
+
+    /// As [`SharedPrefill::new`], leaving the last `tail` prompt tokens (at least one) to
+    /// each mode.
+    ///
+    /// # Errors
+    /// As [`SharedPrefill::new`].
+    pub fn with_tail(
+        pair: &Pair<B>,
+        ids: Vec<u32>,
+        extra: usize,
+        tail: usize,
+    ) -> Result<Self, CliError> {
+        if ids.is_empty() {
+            return Err(CliError::Usage("the prompt is empty".into()));
+        }
+        let tail = tail.clamp(1, ids.len());
+        let head = ids.len() - tail;
+        let cap = ids.len() + extra;
+        let run = |m: &Qwen2<B>| -> Result<(Option<DenseKvCache<B>>, f64), CliError> {
+            if head == 0 {
+                return Ok((None, 0.0));
+            }
+            let t = Instant::now();
+            let (c, _, _) = dustin_qwen::generate::prefill(
+                m,
+                &[ids[..head].to_vec()],
+                cap,
+                None,
+                &mut DenseHook,
+                DEFAULT_PREFILL_CHUNK,
+                false,
+            )?;
+            Ok((Some(c), t.elapsed().as_secs_f64()))
+        };
+        let (target, target_secs) = run(&pair.target)?;
+        let (draft, draft_secs) = run(&pair.draft)?;
+        Ok(Self {
+            ids,
+            target,
+            draft,
+            dense: std::cell::OnceCell::new(),
+            cap,
+            target_secs,
+            draft_secs,
+        })
+    }
+
+    /// The (target, draft) caches of all but the last prompt token, for dense modes: the
+    /// shared caches extended once by the rest of the prompt but its last token, then kept
+    /// for every later dense mode. `None` for a prompt of one token.
+    ///
+    /// # Errors
+    /// Model errors of the extension.
+    fn dense_prefix(&self, pair: &Pair<B>) -> Result<Option<&CachePair<B>>, CliError> {
+        if self.ids.len() < 2 {
+            return Ok(None);
+        }
+        if let Some(d) = self.dense.get() {
+            return Ok(Some(d));
+        }
+        let upto = [self.ids[..self.ids.len() - 1].to_vec()];
+        let extend =
+            |m: &Qwen2<B>, c: &Option<DenseKvCache<B>>| -> Result<DenseKvCache<B>, CliError> {
+                let (c, _, _) = dustin_qwen::generate::prefill_from(
+                    m,
+                    &upto,
+                    c.as_ref().map(|c| vec![c.clone()]),
+                    self.cap,
+                    None,
+                    &mut DenseHook,
+                    DEFAULT_PREFILL_CHUNK,
+                    false,
+                )?;
+                Ok(c)
+            };
+        let made = if self.shared_tokens() == self.ids.len() - 1 {
+            match (&self.target, &self.draft) {
+                (Some(t), Some(d)) => (t.clone(), d.clone()),
+                _ => unreachable!("a shared part of ids.len() - 1 >= 1 tokens exists"),
+            }
+        } else {
+            (
+                extend(&pair.target, &self.target)?,
+                extend(&pair.draft, &self.draft)?,
+            )
+        };
+        Ok(Some(self.dense.get_or_init(|| made)))
+    }
+
+    /// Tokens of the shared part.
+    pub fn shared_tokens(&self) -> usize {
+        self.target.as_ref().map_or(0, |c| c.lens()[0])
+    }
+}
+
+/// Builds the selection policy of a speculative mode: Dustin's recommended configuration
+/// for `dustin`, the registry's defaults at `budget` otherwise.
+///
+/// # Errors
+/// [`CliError::Usage`] for an unknown selector name.
+pub fn policy<B: KernelOps>(
+    selector: &str,
+    budget: usize,
+) -> Result<Box<dyn SelectionPolicy<B>>, CliError> {
+    let select = if selector == "dustin" {
+        dustin_select::estimators::dustin::recommended_select_config(budget)
+    } else {
+        dustin_select::SelectConfig::with_budget(budget)
+    };
+    dustin_select::build::<B>(selector, &select)
+        .map_err(|e| CliError::Usage(format!("selector {selector}: {e}")))
+}
+
+/// Runs one mode from `prefill`, calling `on_tokens` with each sequence's new tokens as they
+/// are emitted.
+///
+/// # Errors
+/// [`CliError::Usage`] for a bad selector, lookahead layers or draft budget; engine errors.
+pub fn run_mode<B: KernelOps>(
+    pair: &Pair<B>,
+    prefill: &SharedPrefill<B>,
+    mode: &Mode,
+    cfg: &RunConfig,
+    on_tokens: &mut dyn FnMut(usize, &[u32]),
+) -> Result<SpecOutput, CliError> {
+    let extra = cfg.extra();
+    let vocab = pair.tok.vocab_size().min(pair.target.config.vocab_size);
+    let spec = SpecConfig {
+        gamma: cfg.gamma,
+        max_new_tokens: cfg.max_new_tokens,
+        sampling: cfg.sampling,
+        seed: cfg.seed,
+        eos: pair.tok.eos_ids.clone(),
+        stop_strings: Vec::new(),
+    };
+    let prompts = vec![prefill.ids.clone()];
+    match mode {
+        Mode::Autoregressive => {
+            let mut v = ModelVerifier::new(pair.target.clone(), DenseHook, extra, vocab);
+            if let Some((t, _)) = prefill.dense_prefix(pair)? {
+                v = v.with_prefix(vec![t.clone()]);
+            }
+            Ok(autoregressive(
+                &mut v,
+                &prompts,
+                &spec,
+                Some(&pair.tok),
+                on_tokens,
+            )?)
+        }
+        Mode::Speculative {
+            selector,
+            budget,
+            draft_budget,
+        } => {
+            let la_bad = |e: dustin_spec::SpecError| {
+                CliError::Usage(format!("lookahead layers {}: {e}", cfg.lookahead_layers))
+            };
+            let layers = cfg
+                .lookahead_layers
+                .parse::<LookaheadLayers>()
+                .map_err(la_bad)?
+                .resolve(pair.draft.config.num_hidden_layers)
+                .map_err(la_bad)?;
+            let mut drafter = ModelDrafter::new(pair.draft.clone(), None, extra)
+                .with_lookahead(LookaheadConfig {
+                    layers,
+                    ..Default::default()
+                })
+                .with_draft_selection(crate::generate::draft_selection(*draft_budget)?)
+                .map_err(|e| CliError::Usage(format!("draft budget {draft_budget}: {e}")))?;
+            let mut verifier = ModelVerifier::new(
+                pair.target.clone(),
+                policy::<B>(selector, *budget)?,
+                extra,
+                vocab,
+            );
+            let prefix = if selector == "dense" {
+                prefill.dense_prefix(pair)?.map(|(t, d)| (t, d))
+            } else {
+                prefill.target.as_ref().zip(prefill.draft.as_ref())
+            };
+            if let Some((t, d)) = prefix {
+                drafter = drafter.with_prefix(vec![d.clone()]);
+                verifier = verifier.with_prefix(vec![t.clone()]);
+            }
+            let mut dec = SpeculativeDecoder::new(drafter, verifier);
+            Ok(dec.generate(&prompts, &spec, Some(&pair.tok), on_tokens)?)
+        }
+    }
+}
