@@ -42,6 +42,7 @@
 #![warn(missing_docs)]
 
 pub mod check;
+pub mod cpu_skinny;
 pub mod error;
 pub mod pinned;
 pub mod plain;
@@ -125,6 +126,13 @@ pub trait KernelOps: Backend {
     /// when this is true, so CPU numerics stay those of the plain path; `false` for
     /// [`burn_flex::Flex`], `true` for the CUDA backend.
     const FUSED: bool = false;
+
+    /// Whether the model runs linear layers of at most [`KernelOps::skinny_max_rows`] rows
+    /// (decoding and verification) through [`KernelOps::skinny_linear`] unless told otherwise
+    /// (`dustin_qwen::Qwen2::with_skinny_gemm`). [`KernelOps::FUSED`] by default; `true` for
+    /// [`burn_flex::Flex`], whose f32 skinny GEMM reads each weight once for all rows
+    /// ([`cpu_skinny`]) where Burn's matmul packs the weight from 2 rows on.
+    const SKINNY_GEMM: bool = Self::FUSED;
 
     /// Prefill chunk, in tokens, this backend runs fastest with when no hook needs the
     /// attention probabilities of the chunk (`dustin_qwen::generate::auto_prefill_chunk`):
@@ -605,7 +613,9 @@ pub trait KernelOps: Backend {
     /// GEMMs run as a skinny GEMM; the model sends larger products to Burn's matmul (or from
     /// [`PREFILL_GEMM_MIN_ROWS`] rows to [`KernelOps::prefill_linear`]). [`SKINNY_MAX_ROWS`]
     /// by default; on CUDA 48 (`cuda::AUTO_MMA_MAX_ROWS`), 128 with the tensor-core kernel
-    /// forced, 16 with the CUDA-core kernel only (`cuda::set_skinny_kernel`).
+    /// forced, 16 with the CUDA-core kernel only (`cuda::set_skinny_kernel`); on the CPU
+    /// [`cpu_skinny::CPU_SKINNY_MAX_ROWS`] (64: at 1.5B shapes its skinny GEMM took about half
+    /// the time of Burn's matmul at every `m` from 2 to 64, `benches/skinny_gemm.rs`).
     fn skinny_max_rows() -> usize {
         SKINNY_MAX_ROWS
     }
@@ -1256,5 +1266,20 @@ pub fn check_pages(
     Ok(c.div_ceil(page_size).max(1))
 }
 
-/// The plain path ([`plain`]) for the CPU backend.
-impl KernelOps for burn_flex::Flex {}
+/// The plain path ([`plain`]) for the CPU backend, with the f32 skinny GEMM of
+/// [`cpu_skinny`] for decode and verify rows.
+impl KernelOps for burn_flex::Flex {
+    const SKINNY_GEMM: bool = true;
+
+    fn skinny_linear(
+        x: Tensor<Self, 2>,
+        w: Tensor<Self, 2>,
+        bias: Option<Tensor<Self, 1>>,
+    ) -> Result<Tensor<Self, 2>> {
+        cpu_skinny::skinny_linear(x, w, bias)
+    }
+
+    fn skinny_max_rows() -> usize {
+        cpu_skinny::CPU_SKINNY_MAX_ROWS
+    }
+}

@@ -404,8 +404,8 @@ pub struct Qwen2<B: Backend> {
     /// when the backend has fused kernels, [`KernelOps::FUSED`]: `None`).
     elementwise: Option<bool>,
     /// Whether linear layers of at most [`KernelOps::skinny_max_rows`] rows run through
-    /// [`KernelOps::skinny_linear`] ([`Qwen2::with_skinny_gemm`]; by default exactly when the
-    /// backend has fused kernels: `None`).
+    /// [`KernelOps::skinny_linear`] ([`Qwen2::with_skinny_gemm`]; by default
+    /// [`KernelOps::SKINNY_GEMM`]: `None`).
     skinny_gemm: Option<bool>,
     /// Whether the q/k/v projections and the MLP's gate/up/SiLU of at most
     /// [`KernelOps::skinny_max_rows`] rows run as one grouped skinny GEMM each
@@ -828,10 +828,11 @@ impl<B: Backend> Qwen2<B> {
 
     /// Runs linear layers of at most [`KernelOps::skinny_max_rows`] rows (decoding and
     /// verification: batch x new tokens) through [`KernelOps::skinny_linear`] (`true`) or
-    /// Burn's matmul (`false`). The default is `true` exactly when the backend has fused
-    /// kernels (CUDA: 7B decoding at batch 1 went from 25.4 to 74.8 tokens/s, the 0.5B draft
-    /// got 3-5% slower, docs/perf.md 2026-11-30; `bench-e2e --skinny-gemm on|off` compares).
-    /// The same products up to f32 summation order.
+    /// Burn's matmul (`false`). The default is [`KernelOps::SKINNY_GEMM`]: on for CUDA (7B
+    /// decoding at batch 1 went from 25.4 to 74.8 tokens/s, the 0.5B draft got 3-5% slower,
+    /// docs/perf.md 2026-11-30) and on the CPU (`dustin_kernels::cpu_skinny`: Burn's matmul
+    /// packs the weight from 2 rows on); `bench-e2e --skinny-gemm on|off` compares. The same
+    /// products up to f32 summation order.
     pub fn with_skinny_gemm(mut self, on: bool) -> Self {
         self.skinny_gemm = Some(on);
         self
@@ -1206,7 +1207,7 @@ impl<B: KernelOps> Qwen2<B> {
     /// Whether a product of `rows` rows goes through the skinny GEMM
     /// ([`Qwen2::with_skinny_gemm`], at most [`KernelOps::skinny_max_rows`] rows).
     fn skinny_rows(&self, rows: usize) -> bool {
-        self.skinny_gemm.unwrap_or(B::FUSED) && rows <= B::skinny_max_rows()
+        self.skinny_gemm.unwrap_or(B::SKINNY_GEMM) && rows <= B::skinny_max_rows()
     }
 
     /// Whether `rows` rows go through the grouped skinny GEMMs ([`Qwen2::with_grouped_gemm`]).

@@ -71,7 +71,10 @@ fn check(name: &str, file: &str) {
     // tokenizer: ours from the GGUF metadata vs transformers' GGUF tokenizer
     let text = std::fs::read_to_string(dir.join("prompt.txt")).expect("prompt.txt");
     let ours = files.tokenizer.encode(&text).expect("encode");
-    assert_eq!(ours, r.prompt_ids, "{name}: tokenizer differs from transformers'");
+    assert_eq!(
+        ours, r.prompt_ids,
+        "{name}: tokenizer differs from transformers'"
+    );
 
     let n = r.prompt_ids.len();
     let cap = n + r.greedy.len() + 8;
@@ -88,7 +91,12 @@ fn check(name: &str, file: &str) {
     .expect("prefill");
     let [_, rows, v] = all[0].dims();
     assert_eq!([rows, v], [n, r.vocab], "{name}: logits shape");
-    let data: Vec<f32> = all[0].clone().into_data().convert::<f32>().into_vec().expect("f32");
+    let data: Vec<f32> = all[0]
+        .clone()
+        .into_data()
+        .convert::<f32>()
+        .into_vec()
+        .expect("f32");
     let mut worst = (0.0f32, 0usize);
     for p in 0..n {
         let row = &data[p * v..(p + 1) * v];
@@ -101,7 +109,13 @@ fn check(name: &str, file: &str) {
         let best = row
             .iter()
             .enumerate()
-            .fold((0usize, f32::NEG_INFINITY), |m, (i, &x)| if x > m.1 { (i, x) } else { m });
+            .fold((0usize, f32::NEG_INFINITY), |m, (i, &x)| {
+                if x > m.1 {
+                    (i, x)
+                } else {
+                    m
+                }
+            });
         assert_eq!(
             best.0 as u32, r.top_ids[p][0],
             "{name}: argmax differs at position {p}"
@@ -118,8 +132,14 @@ fn check(name: &str, file: &str) {
         stop_at_eos: false,
         ..GenerateConfig::default()
     };
-    let out = generate(&model, std::slice::from_ref(&r.prompt_ids), &cfg, None, &mut |_, _| {})
-        .expect("generate");
+    let out = generate(
+        &model,
+        std::slice::from_ref(&r.prompt_ids),
+        &cfg,
+        None,
+        &mut |_, _| {},
+    )
+    .expect("generate");
     let got = &out.tokens[0];
     let first_diff = got.iter().zip(&r.greedy).position(|(a, b)| a != b);
     println!(
