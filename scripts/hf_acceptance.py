@@ -39,6 +39,15 @@ def load(path: Path):
 
 
 @torch.no_grad()
+def crop(cache, keep):
+    """Drops the cache's entries past the first `keep` positions (transformers 5 takes the
+    number to drop as a negative count)."""
+    drop = cache.get_seq_length() - keep
+    if drop > 0:
+        cache.crop(-drop)
+
+
+@torch.no_grad()
 def forward(model, ids, cache):
     out = model(torch.tensor([ids]), past_key_values=cache, use_cache=True)
     return out.logits[0]
@@ -72,13 +81,10 @@ def speculative(target, draft, prompt, gamma, new_tokens, eos):
         emitted = props[:a] + [choice[a]]
         lens.append(a + 1)
         t_len += 1 + a
-        tc.crop(t_len)
+        crop(tc, t_len)
         seq.extend(emitted)
-        if d_len > len(seq) - 1:
-            d_len = len(seq) - 1
-            dc.crop(d_len)
-        else:
-            dc.crop(d_len)
+        d_len = min(d_len, len(seq) - 1)
+        crop(dc, d_len)
     out = seq[len(prompt) :][:new_tokens]
     return out, lens
 

@@ -149,12 +149,22 @@ impl Inputs {
     }
 }
 
-/// A conversation file: a JSON list of messages, or an object with `messages`.
+/// The roles a conversation file may use.
+const ROLES: [&str; 4] = ["system", "user", "assistant", "tool"];
+
+/// A conversation file: a JSON list of messages, or an object with `messages`; each role
+/// one of [`ROLES`], each system or user message with text.
 fn read_chat_file(path: &Path) -> Result<Vec<Message>, CliError> {
     let bad = |why: String| CliError::Usage(format!("--chat-file {}: {why}", path.display()));
-    let text = std::fs::read_to_string(path).map_err(|source| CliError::Io {
-        path: path.display().to_string(),
-        source,
+    let text = std::fs::read_to_string(path).map_err(|source| {
+        if source.kind() == std::io::ErrorKind::InvalidData {
+            bad("not UTF-8 text (expected a JSON file)".into())
+        } else {
+            CliError::Io {
+                path: path.display().to_string(),
+                source,
+            }
+        }
     })?;
     let v: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| bad(format!("not JSON ({e})")))?;
@@ -180,12 +190,23 @@ fn read_chat_file(path: &Path) -> Result<Vec<Message>, CliError> {
     list.into_iter()
         .enumerate()
         .map(|(i, m)| {
-            serde_json::from_value::<Message>(m).map_err(|e| {
+            let m = serde_json::from_value::<Message>(m).map_err(|e| {
                 bad(format!(
                     "message {i}: {e} (a message is {{\"role\": \"...\", \"content\": \"...\"}} \
                      with text content)"
                 ))
-            })
+            })?;
+            if !ROLES.contains(&m.role.as_str()) {
+                return Err(bad(format!(
+                    "message {i}: role {:?}, expected one of {}",
+                    m.role,
+                    ROLES.join(", ")
+                )));
+            }
+            if (m.role == "system" || m.role == "user") && m.content.trim().is_empty() {
+                return Err(bad(format!("message {i}: the {} message is empty", m.role)));
+            }
+            Ok(m)
         })
         .collect()
 }

@@ -137,11 +137,27 @@ fn run_on<B: KernelOps>(args: &DemoArgs, dev: &B::Device) -> Result<(), CliError
     if args.selectors.is_empty() {
         return Err(CliError::Usage("--selectors: expected at least one".into()));
     }
+    // every selector name, the draft budget and the output folder are checked before any
+    // model loads
+    for s in &args.selectors {
+        crate::pair::check_selector(s)?;
+    }
+    crate::generate::draft_selection(args.draft_budget)?;
+    crate::create_out_dir(&args.out)?;
     let prompt = match &args.prompt_file {
-        Some(p) => std::fs::read_to_string(p).map_err(|source| CliError::Io {
-            path: p.display().to_string(),
-            source,
-        })?,
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|source| CliError::Io {
+                path: format!("--prompt-file {}", p.display()),
+                source,
+            })?;
+            if text.trim().is_empty() {
+                return Err(CliError::Usage(format!(
+                    "--prompt-file {}: no text (expected the prompt to continue)",
+                    p.display()
+                )));
+            }
+            text
+        }
         None => match args.prompt {
             ShippedPrompt::Code => CODE_PROMPT.to_string(),
             ShippedPrompt::Prose => EXCERPT.to_string(),
@@ -160,7 +176,6 @@ fn run_on<B: KernelOps>(args: &DemoArgs, dev: &B::Device) -> Result<(), CliError
     if ids.is_empty() {
         return Err(CliError::Usage("the prompt is empty".into()));
     }
-    let pair: Pair<B> = files.build(ids.len() + run.extra(), dev)?;
     if args.budget == 0 || args.budget >= ids.len() {
         return Err(CliError::Usage(format!(
             "--budget {}: expected 1 ..= {} (below the prompt's {} tokens)",
@@ -169,6 +184,23 @@ fn run_on<B: KernelOps>(args: &DemoArgs, dev: &B::Device) -> Result<(), CliError
             ids.len()
         )));
     }
+    if ids.len() + run.extra() > files.max_positions() {
+        return Err(CliError::Usage(format!(
+            "the prompt's {} tokens and --max-new-tokens {} need {} positions, more than the \
+             models take ({})",
+            ids.len(),
+            args.max_new_tokens,
+            ids.len() + run.extra(),
+            files.max_positions()
+        )));
+    }
+    // every sparse mode's selector builds at the budget before the models load
+    for s in &args.selectors {
+        crate::pair::policy::<B>(s, args.budget).map_err(|e| {
+            CliError::Usage(format!("--selectors {s} --budget {}: {e}", args.budget))
+        })?;
+    }
+    let pair: Pair<B> = files.build(ids.len() + run.extra(), dev)?;
     eprintln!(
         "dustin demo: draft {} ({} layers) for target {} ({} layers), loaded in {:.1} s; {} prompt tokens continued by {} tokens, greedy, gamma {}, sparse budget {} tokens per layer and KV head ({:.1}% of the context)",
         args.draft,
@@ -283,10 +315,6 @@ fn run_on<B: KernelOps>(args: &DemoArgs, dev: &B::Device) -> Result<(), CliError
     }
     println!();
     println!("{}", table.to_markdown());
-    std::fs::create_dir_all(&args.out).map_err(|source| CliError::Io {
-        path: args.out.display().to_string(),
-        source,
-    })?;
     let json = serde_json::json!({
         "model": args.model,
         "draft": args.draft,

@@ -163,6 +163,12 @@ pub enum FetchFailure {
         /// Its size.
         got: u64,
     },
+    /// Something other than a file is where the model's file belongs.
+    #[error("{path} is not a file (delete or move it to fetch the model there)")]
+    NotAFile {
+        /// The path of the model's file.
+        path: String,
+    },
     /// A cached file has the wrong sha256 (`--verify`).
     #[error(
         "{path}: sha256 mismatch: expected {expected}, got {got} (delete it to fetch it again)"
@@ -193,9 +199,10 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> FetchFailure + '_ {
     }
 }
 
-/// The cache root: `$DUSTIN_CACHE`, else `$HOME/.cache/dustin`, else `./.cache`.
+/// The cache root: `$DUSTIN_CACHE` (when set and not empty), else `$HOME/.cache/dustin`,
+/// else `./.cache`.
 pub fn cache_root() -> PathBuf {
-    if let Some(p) = std::env::var_os("DUSTIN_CACHE") {
+    if let Some(p) = std::env::var_os("DUSTIN_CACHE").filter(|p| !p.is_empty()) {
         return PathBuf::from(p);
     }
     if let Some(h) = std::env::var_os("HOME") {
@@ -555,7 +562,20 @@ pub fn fetch_with(
 /// [`CliError::Usage`] for an unknown name; [`CliError::Fetch`] when the fetch or check
 /// fails.
 pub fn run(args: FetchArgs) -> Result<(), CliError> {
+    let from = if args.cache.is_some() {
+        "--cache"
+    } else if std::env::var_os("DUSTIN_CACHE").is_some_and(|p| !p.is_empty()) {
+        "$DUSTIN_CACHE"
+    } else {
+        "the cache folder"
+    };
     let root = args.cache.unwrap_or_else(cache_root);
+    if root.exists() && !root.is_dir() {
+        return Err(CliError::Usage(format!(
+            "{from} {}: a file, expected a folder",
+            root.display()
+        )));
+    }
     if args.list {
         print!("{}", models::list(&root));
         return Ok(());

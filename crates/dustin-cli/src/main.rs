@@ -129,6 +129,30 @@ pub(crate) fn check_gamma(gamma: usize) -> Result<(), CliError> {
     Ok(())
 }
 
+/// Creates the output folder `--out` (and its parents) and checks that a file can be
+/// written in it, so that a bad folder is named before any work is done.
+///
+/// # Errors
+/// [`CliError::Usage`] when `out` is a file; [`CliError::Io`] naming `--out` when the
+/// folder cannot be created or written.
+pub(crate) fn create_out_dir(out: &std::path::Path) -> Result<(), CliError> {
+    if out.exists() && !out.is_dir() {
+        return Err(CliError::Usage(format!(
+            "--out {}: a file, expected a folder (created when missing)",
+            out.display()
+        )));
+    }
+    let io = |source| CliError::Io {
+        path: format!("--out {}", out.display()),
+        source,
+    };
+    std::fs::create_dir_all(out).map_err(io)?;
+    let probe = out.join(format!(".dustin-write-check-{}", std::process::id()));
+    std::fs::write(&probe, b"").map_err(io)?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
 /// Errors of the command line.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {

@@ -209,12 +209,19 @@ pub fn unknown(name: &str) -> CliError {
 /// The cached file of `spec` under `root`, checked by size only, or `None` when absent.
 ///
 /// # Errors
-/// [`FetchFailure::CachedSize`] when a file of another size is there (it is left alone), or
-/// an I/O error reading its metadata.
+/// [`FetchFailure::CachedSize`] when a file of another size is there (it is left alone),
+/// [`FetchFailure::NotAFile`] when a folder is there, or an I/O error reading its metadata.
 pub fn cached(spec: &ModelSpec, root: &Path) -> Result<Option<PathBuf>, FetchError> {
     let target = spec.path(root);
     match std::fs::metadata(&target) {
         Ok(m) if m.is_file() && m.len() == spec.size => Ok(Some(target)),
+        Ok(m) if !m.is_file() => Err(FetchError::new(
+            spec,
+            &target,
+            FetchFailure::NotAFile {
+                path: target.display().to_string(),
+            },
+        )),
         Ok(m) => Err(FetchError::new(
             spec,
             &target,
@@ -299,7 +306,7 @@ pub fn list(root: &Path) -> String {
         let state = match cached(m, root) {
             Ok(Some(p)) => format!("cached at {}", p.display()),
             Ok(None) => "not cached".to_string(),
-            Err(_) => format!("{} has the wrong size", m.path(root).display()),
+            Err(e) => e.failure.to_string(),
         };
         let default = if m.name == DEFAULT_MODEL {
             " (default)"

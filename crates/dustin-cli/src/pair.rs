@@ -77,6 +77,15 @@ impl PairFiles {
         &self.target.tokenizer
     }
 
+    /// The positions both models take (`max_position_embeddings`, the smaller of the two).
+    pub fn max_positions(&self) -> usize {
+        let t = self.target.config.max_position_embeddings;
+        match &self.draft {
+            DraftFiles::Model(d) => t.min(d.config.max_position_embeddings),
+            DraftFiles::Substitute(_) => t,
+        }
+    }
+
     /// Loads both models on `dev` with RoPE tables for `positions` positions.
     ///
     /// # Errors
@@ -295,12 +304,23 @@ impl<B: KernelOps> SharedPrefill<B> {
 /// Builds the selection policy of a speculative mode: Dustin's recommended configuration
 /// for `dustin`, the registry's defaults at `budget` otherwise.
 ///
+/// Dense verification reads every entry whatever the budget, so its budget is raised to
+/// the smallest one the selector config accepts (a prompt may be shorter than the sinks and
+/// window).
+///
 /// # Errors
-/// [`CliError::Usage`] for an unknown selector name.
+/// [`CliError::Usage`] for an unknown selector name or a budget the selector refuses.
 pub fn policy<B: KernelOps>(
     selector: &str,
     budget: usize,
 ) -> Result<Box<dyn SelectionPolicy<B>>, CliError> {
+    check_selector(selector)?;
+    let budget = if selector.trim() == "dense" {
+        let k = dustin_select::SelectConfig::default().keep();
+        budget.max(k.n_sink + k.window + 1)
+    } else {
+        budget
+    };
     let select = if selector == "dustin" {
         dustin_select::estimators::dustin::recommended_select_config(budget)
     } else {
@@ -308,6 +328,17 @@ pub fn policy<B: KernelOps>(
     };
     dustin_select::build::<B>(selector, &select)
         .map_err(|e| CliError::Usage(format!("selector {selector}: {e}")))
+}
+
+/// Checks that `selector` is a name of the selection registry (`dense`, `streaming`, ...,
+/// or `pyramid(<name>)`), without building it.
+///
+/// # Errors
+/// [`CliError::Usage`] naming `--selectors` and the value, listing the known names.
+pub fn check_selector(selector: &str) -> Result<(), CliError> {
+    dustin_select::registry::resolved_config(selector, None)
+        .map(|_| ())
+        .map_err(|e| CliError::Usage(format!("--selectors {selector:?}: {e}")))
 }
 
 /// Runs one mode from `prefill`, calling `on_tokens` with each sequence's new tokens as they

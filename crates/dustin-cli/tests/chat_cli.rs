@@ -206,6 +206,26 @@ fn chat_errors_are_named() {
     let (code, err) = fails(&raising, &["--chat", "--chat-file", bad.to_str().unwrap()]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("message 0: missing field `content`"), "{err}");
+    // roles the templates do not know, empty user turns and files that are not text
+    for (text, want) in [
+        (
+            &br#"[{"role": "user", "content": "t5"}, {"role": "wizard", "content": "t6"}]"#[..],
+            "message 1: role \"wizard\", expected one of system, user, assistant, tool",
+        ),
+        (
+            br#"[{"role": "user", "content": " "}]"#,
+            "message 0: the user message is empty",
+        ),
+        (b"\xff\xfe[]", "not UTF-8 text (expected a JSON file)"),
+    ] {
+        std::fs::write(&bad, text).unwrap();
+        let (code, err) = fails(&raising, &["--chat", "--chat-file", bad.to_str().unwrap()]);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(
+            err.contains(&format!("--chat-file {}: {want}", bad.display())),
+            "{err}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

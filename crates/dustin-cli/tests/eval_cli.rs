@@ -446,3 +446,156 @@ fn bad_eval_inputs_are_named() {
         "{err}"
     );
 }
+
+/// `dustin eval acceptance` with the tiny model drafting for itself, 4 new tokens per cell.
+fn acceptance(s: &Setup, out: &Path, args: &[&str]) -> Command {
+    let mut c = dustin();
+    c.args(["eval", "acceptance", "--model"])
+        .arg(&s.model)
+        .arg("--draft")
+        .arg(&s.model)
+        .args(["--new-tokens", "4"])
+        .args(args)
+        .arg("--out")
+        .arg(out);
+    c
+}
+
+#[test]
+fn acceptance_runs_dense_on_short_prompts_and_names_bad_inputs_before_loading() {
+    let s = setup("acceptance");
+    let text = s.dir.join("text.txt");
+    std::fs::write(&text, words(200, 5).join(" ")).unwrap();
+    let text = text.to_str().unwrap();
+    // a prompt shorter than the selectors' sinks and window (4 + 64): dense verification
+    // still runs, and with the model drafting for itself equals autoregressive decoding
+    let out = s.dir.join("out");
+    let (o, _, err) = run(&mut acceptance(&s, &out, &["--data", text, "--ctx", "32"]));
+    assert!(o.status.success(), "{err}");
+    let rs = rows(&out);
+    assert_eq!(rs.len(), 2, "{rs:?}");
+    let by_mode = |m: &str| rs.iter().find(|r| r["mode"] == m).expect(m).clone();
+    let (ar, dense) = (by_mode("autoregressive"), by_mode("dense"));
+    assert_eq!(ar["output"].as_array().unwrap().len(), 4);
+    assert_eq!(ar["output"], dense["output"]);
+    assert_eq!(dense["mean_acceptance_length"], 5.0);
+    assert!(out.join("acceptance.md").is_file());
+
+    // a stored cell of another shape is named; the finished cells stay in the tables
+    let mut jsonl = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    jsonl += "{\"key\":\"stray\",\"value\":{\"foo\":1}}\n";
+    std::fs::write(out.join("results.jsonl"), jsonl).unwrap();
+    let twice = format!("{text},{text}");
+    let (o, _, err) = run(&mut acceptance(
+        &s,
+        &out,
+        &["--data", &twice, "--ctx", "32"],
+    ));
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("1 sources"), "{err}");
+    assert!(
+        err.contains(
+            "1 stored cells are not acceptance cells and are left out of the tables: stray"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("(2 cells)"), "{err}");
+    assert_eq!(rows(&out).len(), 3);
+
+    let short = s.dir.join("short.txt");
+    std::fs::write(&short, "t1 t2 t3").unwrap();
+    let binary = s.dir.join("binary.dat");
+    std::fs::write(&binary, [0xffu8, 0xfe, 0x00, 0x80]).unwrap();
+    let empty = s.dir.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let a_file = s.dir.join("a-file");
+    std::fs::write(&a_file, "x").unwrap();
+    let (short, binary, empty, a_file) = (
+        short.to_str().unwrap(),
+        binary.to_str().unwrap(),
+        empty.to_str().unwrap(),
+        a_file.to_str().unwrap(),
+    );
+    let other = s.dir.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("text.txt"), words(200, 6).join(" ")).unwrap();
+    let same_name = format!("{text},{}", other.display());
+    let same_name_msg = format!(
+        "--data: {text} and {} have the same file name",
+        other.join("text.txt").display()
+    );
+    let bad_out = s.dir.join("bad-out");
+    let short_msg = format!("--data {short}: 3 tokens, fewer than --ctx 32");
+    let text_and_short = format!("{text},{short}");
+    let binary_msg = format!("--data {binary}: not UTF-8 text");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["--data", text, "--ctx", "0"],
+            "--ctx 0: expected a prompt length of at least 1",
+        ),
+        (
+            vec!["--data", text, "--ctx", "32", "--selectors", "dense,nope"],
+            "--selectors \"nope\": unknown selector `nope`; known: dense, streaming",
+        ),
+        (
+            vec!["--data", text, "--ctx", "32", "--selectors", ""],
+            "--selectors \"\": unknown selector",
+        ),
+        (
+            vec!["--data", text, "--ctx", "32", "--selectors", "streaming"],
+            "--selectors streaming --budget 1/16 at --ctx 32",
+        ),
+        (
+            vec!["--data", text, "--ctx", "32", "--lookahead-layers", "bogus"],
+            "--lookahead-layers bogus: invalid `lookahead layers`",
+        ),
+        (
+            vec!["--data", text, "--ctx", "32", "--draft-budget", "5"],
+            "--draft-budget 5: expected more than the sinks and window",
+        ),
+        (vec!["--data", &text_and_short, "--ctx", "32"], &short_msg),
+        (vec!["--data", binary, "--ctx", "32"], &binary_msg),
+        (vec!["--data", empty, "--ctx", "32"], "--data: no files"),
+        (vec!["--data", &same_name, "--ctx", "32"], &same_name_msg),
+        (
+            vec!["--data", text, "--ctx", "32", "--time-limit=-1"],
+            "--time-limit -1: expected a finite number of seconds >= 0",
+        ),
+        (
+            vec!["--data", text, "--ctx", "4090"],
+            "--ctx 4090: with --new-tokens 4 and --gamma 4 it needs 4106 positions, more than \
+             the models take (4096)",
+        ),
+        (
+            vec!["--data", text, "--ctx", "32", "--gamma", "99"],
+            "--gamma 99: expected 1 ..= 15",
+        ),
+        (
+            vec!["--data", text, "--ctx", "32", "--temperature=-1"],
+            "--temperature -1: expected a finite number >= 0",
+        ),
+        (
+            vec!["--data", text, "--ctx", "32", "--budget", "2/1"],
+            "--budget 2/1: expected K, a/b or a fraction",
+        ),
+    ];
+    for (args, want) in cases {
+        let (o, _, err) = run(&mut acceptance(&s, &bad_out, &args));
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+        // refused before the models load
+        assert!(!err.contains("eval acceptance:"), "{args:?}: {err}");
+    }
+    let (o, _, err) = run(&mut acceptance(
+        &s,
+        Path::new(a_file),
+        &["--data", text, "--ctx", "32"],
+    ));
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("--out {a_file}: a file, expected a folder")),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&s.dir);
+}

@@ -1,5 +1,6 @@
 //! `dustin fetch-model` and `--model <name>` as a user runs them, without network: the
-//! list, unknown names, wheels that are not there, and a cached file of the wrong size.
+//! list, unknown names, wheels that are not there, a cached file of the wrong size, a folder
+//! where the file belongs, and a cache that is a file.
 
 mod common;
 
@@ -178,5 +179,60 @@ fn no_python_or_no_pip_is_named() {
     assert!(!dir
         .join("cache/models/SmolLM2-135M-Instruct.Q4_1.gguf")
         .exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_cache_that_is_a_file_and_a_folder_at_the_model_path_are_named() {
+    let dir = common::scratch("fetch-not-a-folder");
+    let a_file = dir.join("a-file");
+    std::fs::write(&a_file, "x").unwrap();
+    for args in [
+        vec!["fetch-model", "--list"],
+        vec!["fetch-model", "smollm2-135m-instruct"],
+    ] {
+        let o = dustin(&a_file, &args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        let want = format!(
+            "$DUSTIN_CACHE {}: a file, expected a folder",
+            a_file.display()
+        );
+        assert!(stderr(&o).contains(&want), "{}", stderr(&o));
+        let mut with_flag = args.clone();
+        let cache = a_file.to_str().unwrap();
+        with_flag.extend(["--cache", cache]);
+        let o = dustin(&dir, &with_flag);
+        assert_eq!(o.status.code(), Some(1), "{with_flag:?}");
+        let want = format!("--cache {cache}: a file, expected a folder");
+        assert!(stderr(&o).contains(&want), "{}", stderr(&o));
+    }
+    // a folder where the model's file belongs: named as such by the list and the fetch
+    let target = dir.join("cache/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    std::fs::create_dir_all(&target).unwrap();
+    let want = format!("{} is not a file", target.display());
+    let o = dustin(&dir.join("cache"), &["fetch-model", "--list"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains(&want), "{out}");
+    assert!(!out.contains("wrong size"), "{out}");
+    let o = dustin(
+        &dir.join("cache"),
+        &["fetch-model", "smollm2-135m-instruct"],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains(&want), "{}", stderr(&o));
+    assert!(target.is_dir());
+    // an empty $DUSTIN_CACHE is the default cache, not the working folder
+    let o = Command::new(env!("CARGO_BIN_EXE_dustin"))
+        .env("DUSTIN_CACHE", "")
+        .env("HOME", &dir)
+        .current_dir(dir.join("cache"))
+        .args(["fetch-model", "--list"])
+        .output()
+        .expect("run dustin");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(out.matches("not cached").count(), 3, "{out}");
+    assert!(!out.contains("is not a file"), "{out}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -159,12 +159,31 @@ pub fn acceptance<B: KernelOps>(args: &AcceptanceArgs, dev: &B::Device) -> Resul
             "--new-tokens 0: expected at least 1".into(),
         ));
     }
+    if let Some(l) = args.time_limit.filter(|l| !(l.is_finite() && *l >= 0.0)) {
+        return Err(CliError::Usage(format!(
+            "--time-limit {l}: expected a finite number of seconds >= 0"
+        )));
+    }
+    if let Some(c) = args.ctx.iter().find(|c| **c == 0) {
+        return Err(CliError::Usage(format!(
+            "--ctx {c}: expected a prompt length of at least 1 token"
+        )));
+    }
     let budgets: Vec<(String, BudgetSpec)> = args
         .budget
         .iter()
         .map(|b| BudgetSpec::parse(b).map(|s| (b.trim().to_string(), s)))
         .collect::<Result<_, _>>()?;
     let sources = list_sources(&args.data)?;
+    for sel in &args.selectors {
+        crate::pair::check_selector(sel)?;
+    }
+    args.lookahead_layers
+        .parse::<dustin_spec::LookaheadLayers>()
+        .map_err(|e| {
+            CliError::Usage(format!("--lookahead-layers {}: {e}", args.lookahead_layers))
+        })?;
+    crate::generate::draft_selection(args.draft_budget)?;
     // every selector at every budget of every context builds before any model loads
     for sel in args.selectors.iter().filter(|s| *s != "dense") {
         for &ctx in &args.ctx {
@@ -177,17 +196,44 @@ pub fn acceptance<B: KernelOps>(args: &AcceptanceArgs, dev: &B::Device) -> Resul
             }
         }
     }
-    std::fs::create_dir_all(&args.out).map_err(|source| CliError::Io {
-        path: args.out.display().to_string(),
-        source,
-    })?;
+    crate::create_out_dir(&args.out)?;
     let mut store = ResultStore::open(args.out.join("results.jsonl"))
         .map_err(|e| CliError::Usage(e.to_string()))?;
     let max_ctx = args.ctx.iter().copied().max().unwrap_or(0);
     let max_gamma = args.gamma.iter().copied().max().unwrap_or(1);
     let extra = args.new_tokens + 2 * (max_gamma + 2);
-    let pair =
-        crate::pair::PairFiles::open(&args.model, &args.draft)?.build::<B>(max_ctx + extra, dev)?;
+    let files = crate::pair::PairFiles::open(&args.model, &args.draft)?;
+    if max_ctx + extra > files.max_positions() {
+        return Err(CliError::Usage(format!(
+            "--ctx {max_ctx}: with --new-tokens {} and --gamma {max_gamma} it needs {} positions, \
+             more than the models take ({})",
+            args.new_tokens,
+            max_ctx + extra,
+            files.max_positions()
+        )));
+    }
+    // every source is read, tokenized and checked against the contexts it still has cells
+    // at before the models load
+    let mut prompts = Vec::with_capacity(sources.len());
+    for src in &sources {
+        let name = src
+            .file_name()
+            .map_or_else(|| src.display().to_string(), |n| n.to_string_lossy().into());
+        let mut ids = files.tokenizer().encode(&read_source(src)?)?;
+        for &ctx in &args.ctx {
+            let cells = cells_of(args, &budgets, &name, ctx);
+            if ids.len() < ctx && !cells.iter().all(|(k, _, _)| store.is_done(k)) {
+                return Err(CliError::Usage(format!(
+                    "--data {}: {} tokens, fewer than --ctx {ctx}",
+                    src.display(),
+                    ids.len()
+                )));
+            }
+        }
+        ids.truncate(max_ctx);
+        prompts.push((name, ids));
+    }
+    let pair = files.build::<B>(max_ctx + extra, dev)?;
     eprintln!(
         "eval acceptance: {} sources x contexts {:?}; target {}, draft {}",
         sources.len(),
@@ -195,7 +241,7 @@ pub fn acceptance<B: KernelOps>(args: &AcceptanceArgs, dev: &B::Device) -> Resul
         args.model,
         args.draft
     );
-    let res = run_cells(args, &budgets, &sources, &pair, &mut store, extra, t0);
+    let res = run_cells(args, &budgets, &prompts, &pair, &mut store, extra, t0);
     // the tables hold every finished cell, also when a later one failed
     write_tables(&store, &args.out)?;
     if res? {
@@ -207,37 +253,28 @@ pub fn acceptance<B: KernelOps>(args: &AcceptanceArgs, dev: &B::Device) -> Resul
     Ok(())
 }
 
-/// Runs every cell not yet in `store`; `Ok(true)` when `--time-limit` stopped it early.
+/// Runs every cell not yet in `store` on the prompts (source name, token ids at least as
+/// long as each context with cells to run); `Ok(true)` when `--time-limit` stopped it
+/// early.
 #[allow(clippy::too_many_arguments)]
 fn run_cells<B: KernelOps>(
     args: &AcceptanceArgs,
     budgets: &[(String, BudgetSpec)],
-    sources: &[PathBuf],
+    prompts: &[(String, Vec<u32>)],
     pair: &crate::pair::Pair<B>,
     store: &mut ResultStore,
     extra: usize,
     t0: Instant,
 ) -> Result<bool, CliError> {
     let mut stopped = false;
-    'outer: for src in sources {
-        let name = src
-            .file_name()
-            .map_or_else(|| src.display().to_string(), |n| n.to_string_lossy().into());
-        let text = read_source(src)?;
-        let all = pair.tok.encode(&text)?;
+    'outer: for (name, all) in prompts {
+        let name = name.as_str();
         for &ctx in &args.ctx {
-            let cells = cells_of(args, budgets, &name, ctx);
+            let cells = cells_of(args, budgets, name, ctx);
             if cells.iter().all(|(k, _, _)| store.is_done(k)) {
                 continue;
             }
-            if all.len() < ctx {
-                return Err(CliError::Usage(format!(
-                    "--data {}: {} tokens, fewer than --ctx {ctx}",
-                    src.display(),
-                    all.len()
-                )));
-            }
-            write_prompt(&args.out, &name, &all[..ctx])?;
+            write_prompt(&args.out, name, &all[..ctx])?;
             let prefill = SharedPrefill::new(pair, all[..ctx].to_vec(), extra)?;
             eprintln!(
                 "{name} at {ctx} tokens: shared prefill of {} tokens, target {:.1} s, draft {:.1} s",
@@ -257,7 +294,7 @@ fn run_cells<B: KernelOps>(
                     break 'outer;
                 }
                 let out = crate::pair::run_mode(pair, &prefill, &mode, &run, &mut |_, _| {})?;
-                let mut rec = record(&name, ctx, &mode, &run, budgets, &out);
+                let mut rec = record(name, ctx, &mode, &run, budgets, &out);
                 rec.draft = args.draft.clone();
                 eprintln!(
                     "  {key}: acceptance length {:.2}, {:.2} tokens/s",
@@ -314,14 +351,53 @@ fn list_sources(data: &[PathBuf]) -> Result<Vec<PathBuf>, CliError> {
     if out.is_empty() {
         return Err(CliError::Usage("--data: no files".into()));
     }
-    Ok(out)
+    // cells are stored by file name: one file given twice runs once, two files of one
+    // name are refused
+    let mut seen: BTreeMap<std::ffi::OsString, PathBuf> = BTreeMap::new();
+    let mut unique = Vec::with_capacity(out.len());
+    for p in out {
+        let name = p.file_name().unwrap_or(p.as_os_str()).to_os_string();
+        match seen.get(&name) {
+            Some(q) if same_file(q, &p) => {}
+            Some(q) => {
+                return Err(CliError::Usage(format!(
+                    "--data: {} and {} have the same file name, which keys their cells in \
+                     results.jsonl; expected sources of distinct file names",
+                    q.display(),
+                    p.display()
+                )))
+            }
+            None => {
+                seen.insert(name, p.clone());
+                unique.push(p);
+            }
+        }
+    }
+    Ok(unique)
+}
+
+/// Whether `a` and `b` name the same file (compared canonically, else as given).
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => a == b,
+    }
 }
 
 /// A source's text: UTF-8, without a Gutenberg header and footer where it has them.
 fn read_source(path: &Path) -> Result<String, CliError> {
-    let raw = std::fs::read_to_string(path).map_err(|source| CliError::Io {
-        path: path.display().to_string(),
-        source,
+    let raw = std::fs::read_to_string(path).map_err(|source| {
+        if source.kind() == std::io::ErrorKind::InvalidData {
+            CliError::Usage(format!(
+                "--data {}: not UTF-8 text (expected a text file)",
+                path.display()
+            ))
+        } else {
+            CliError::Io {
+                path: path.display().to_string(),
+                source,
+            }
+        }
     })?;
     Ok(dustin_eval::pg19::strip_gutenberg(&raw).text)
 }
@@ -467,6 +543,24 @@ pub fn write_tables(store: &ResultStore, out: &Path) -> Result<(), CliError> {
     let (records, _) = store
         .records::<CellRecord>()
         .map_err(|e| CliError::Usage(e.to_string()))?;
+    // lines that are no JSON were named when the store opened; records of another shape
+    // are named here
+    let (all, _) = store
+        .records::<serde_json::Value>()
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    if all.len() > records.len() {
+        let bad: Vec<&str> = all
+            .iter()
+            .filter(|(_, v)| serde_json::from_value::<CellRecord>(v.clone()).is_err())
+            .map(|(k, _)| k.as_str())
+            .collect();
+        eprintln!(
+            "warning: {}: {} stored cells are not acceptance cells and are left out of the tables: {}",
+            store.path().display(),
+            bad.len(),
+            bad.join(", ")
+        );
+    }
     let recs: Vec<CellRecord> = records.into_iter().map(|(_, r)| r).collect();
     let ar: BTreeMap<(String, usize), &CellRecord> = recs
         .iter()
