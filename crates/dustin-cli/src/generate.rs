@@ -83,9 +83,8 @@ pub struct GenerateArgs {
     /// Draft layers whose attention makes the lookahead the selector reads (needs --draft;
     /// `dustin_spec::LookaheadLayers`): `half` (the default: the later half of the draft's
     /// layers), `all`, `stride:S` (every S-th layer counted back from the last), `last:N` or
-    /// a list of layer indices (`0,5,9`). Fewer layers cost the draft less (docs/perf.md,
-    /// fifteenth and nineteenth sessions); their effect on the selections is in
-    /// docs/fidelity.md. The output does not change with greedy decoding.
+    /// a list of layer indices (`0,5,9`). Fewer layers cost the draft less (docs/perf.md);
+    /// their effect on the selections is in docs/fidelity.md. The output does not change with greedy decoding.
     #[arg(long, default_value = "half")]
     pub lookahead_layers: String,
     /// TOML or JSON file with everything else: `[select]` (n_sink, window, refresh,

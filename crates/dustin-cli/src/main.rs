@@ -54,13 +54,13 @@ enum Command {
     /// a Markdown table).
     PlotE2e(plot_e2e::PlotE2eArgs),
     /// SubSpec at a GPU-memory budget: offloaded autoregressive decoding vs a substitute
-    /// draft, random weights at real shapes, acceptance from a schedule (issue 10).
+    /// draft, random weights at real shapes, acceptance from a schedule.
     BenchSubspec(bench_subspec::SubspecArgs),
     /// Tensor parallelism check: the target split over --tp devices against the whole
-    /// model, same random weights (logits and greedy tokens; issue 11).
+    /// model, same random weights (logits and greedy tokens).
     TpCheck(tp_check::TpCheckArgs),
     /// Host-to-device copies of weight matrices: Burn's pageable path against page-locked
-    /// memory (bit-for-bit check and GB/s; CUDA; issue 10).
+    /// memory (bit-for-bit check and GB/s; CUDA).
     UploadCheck(upload_check::UploadCheckArgs),
     /// The per-layer kernels (RMSNorm, SwiGLU product, RoPE, packed dequantization, skinny
     /// GEMM) against float64 references on random inputs, then a 2-layer random model's
