@@ -281,16 +281,14 @@ impl<B: KernelOps> SharedPrefill<B> {
                 )?;
                 Ok(c)
             };
-        let made = if self.shared_tokens() == self.ids.len() - 1 {
-            match (&self.target, &self.draft) {
-                (Some(t), Some(d)) => (t.clone(), d.clone()),
-                _ => unreachable!("a shared part of ids.len() - 1 >= 1 tokens exists"),
+        let made = match (&self.target, &self.draft) {
+            (Some(t), Some(d)) if self.shared_tokens() == self.ids.len() - 1 => {
+                (t.clone(), d.clone())
             }
-        } else {
-            (
+            _ => (
                 extend(&pair.target, &self.target)?,
                 extend(&pair.draft, &self.draft)?,
-            )
+            ),
         };
         Ok(Some(self.dense.get_or_init(|| made)))
     }
