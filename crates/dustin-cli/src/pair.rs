@@ -319,12 +319,7 @@ pub fn policy<B: KernelOps>(
     } else {
         budget
     };
-    let select = if selector == "dustin" {
-        dustin_select::estimators::dustin::recommended_select_config(budget)
-    } else {
-        dustin_select::SelectConfig::with_budget(budget)
-    };
-    dustin_select::build::<B>(selector, &select)
+    crate::generate::build_policy::<B>(selector, budget, &crate::generate::FileConfig::default())
         .map_err(|e| CliError::Usage(format!("selector {selector}: {e}")))
 }
 

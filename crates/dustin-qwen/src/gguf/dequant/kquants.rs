@@ -93,6 +93,19 @@ pub(super) fn q3_k(b: &[u8], y: &mut [f32]) {
     }
 }
 
+/// The scales and minima of sub-blocks `is` and `is + 1` of a `Q4_K` / `Q5_K` block:
+/// `[d * sc(is), dmin * m(is), d * sc(is + 1), dmin * m(is + 1)]` (`dequantize_row_q4_K`).
+fn pair_scales(is: usize, d: f32, min: f32, scales: &[u8]) -> [f32; 4] {
+    let (sc1, m1) = scale_min_k4(is, scales);
+    let (sc2, m2) = scale_min_k4(is + 1, scales);
+    [
+        d * sc1 as f32,
+        min * m1 as f32,
+        d * sc2 as f32,
+        min * m2 as f32,
+    ]
+}
+
 /// `block_q4_K` (144 bytes: `half d; half dmin; uint8 scales[12]; uint8 qs[128];`) -> 256
 /// values, as `dequantize_row_q4_K`: 8 sub-blocks of 32, `(d * sc) * nibble - (dmin * m)`;
 /// each 32 bytes of `qs` hold two sub-blocks (low nibbles, then high nibbles).
@@ -103,12 +116,7 @@ pub(super) fn q4_k(b: &[u8], y: &mut [f32]) {
     let qs = &b[16..144];
     for (chunk, (q, out)) in qs.chunks_exact(32).zip(y.chunks_exact_mut(64)).enumerate() {
         let is = 2 * chunk;
-        let (sc, m) = scale_min_k4(is, scales);
-        let d1 = d * sc as f32;
-        let m1 = min * m as f32;
-        let (sc, m) = scale_min_k4(is + 1, scales);
-        let d2 = d * sc as f32;
-        let m2 = min * m as f32;
+        let [d1, m1, d2, m2] = pair_scales(is, d, min, scales);
         for l in 0..32 {
             out[l] = d1 * (q[l] & 0x0F) as f32 - m1;
             out[l + 32] = d2 * (q[l] >> 4) as f32 - m2;
@@ -127,12 +135,7 @@ pub(super) fn q5_k(b: &[u8], y: &mut [f32]) {
     let qs = &b[48..176];
     for (chunk, (q, out)) in qs.chunks_exact(32).zip(y.chunks_exact_mut(64)).enumerate() {
         let is = 2 * chunk;
-        let (sc, m) = scale_min_k4(is, scales);
-        let d1 = d * sc as f32;
-        let m1 = min * m as f32;
-        let (sc, m) = scale_min_k4(is + 1, scales);
-        let d2 = d * sc as f32;
-        let m2 = min * m as f32;
+        let [d1, m1, d2, m2] = pair_scales(is, d, min, scales);
         for l in 0..32 {
             let h1 = ((qh[l] >> is) & 1) << 4;
             let h2 = ((qh[l] >> (is + 1)) & 1) << 4;
