@@ -1,4 +1,4 @@
-"""PyTorch side of `dustin-kernels-gpu gemm` (issue 12: measure first), same shapes.
+"""PyTorch side of `dustin-kernels-gpu gemm` (the peer our GEMMs are measured against), same shapes.
 
 bf16 `x @ w` at the projection shapes of Qwen2.5-7B and 72B (prefill rows 4k/16k/32k, decode /
 verify rows 8/40/128; 30 warm-ups, mean of 10 by CUDA events) and SDPA causal prefill (28 heads,

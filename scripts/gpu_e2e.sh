@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end GPU benchmark of issue 7, run on the GPU machine from the repository root with
+# End-to-end GPU benchmark (dustin bench-e2e), run on the GPU machine from the repository root with
 # `.device` carried (staged by `cargo run --release -p xtask -- gpu-e2e`).
 #   bash .device/gpu_e2e.sh 7b    # row-score kernel check; Qwen2.5-7B target + 0.5B draft,
 #                                 # contexts 32k, 8k, 16k, batch 1, 8, 16, every mode
@@ -9,7 +9,7 @@
 #                                 # on this machine, `dustin plot-e2e --json <its e2e.jsonl>
 #                                 # --batch 8 --target-layers 28 --out docs/perf/....svg` draws
 #                                 # tokens/s against context per mode (and its table)
-#   bash .device/gpu_e2e.sh plot  # issue 7's plot data alone: 7B at B=8, contexts 8k, 16k, 32k,
+#   bash .device/gpu_e2e.sh plot  # the tokens/s-against-context plot's data alone: 7B at B=8, contexts 8k, 16k, 32k,
 #                                 # every mode (about 5 minutes); draw it here with plot-e2e
 #   bash .device/gpu_e2e.sh hf    # the HF transformers peers only
 #   bash .device/gpu_e2e.sh final # 32k: 7B B 1/8/16, 72B B 8 (HF=1: HF peers at 32k B 1/8)
@@ -109,7 +109,7 @@ final)
     fi
     ;;
 verifyk)
-    # session 25's open question, end to end (one process each, 2 warm-up and 6 timed
+    # the verification kernels end to end (one process each, 2 warm-up and 6 timed
     # iterations, ragged acceptance): every verification on the split kernel, on the flash
     # kernel (the 0.5B draft's head_dim 64 too), and `auto` (flash for the 7B target only)
     T7=(--target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 32768 --batch 8
@@ -120,7 +120,7 @@ verifyk)
     done
     ;;
 s7)
-    # seventh session's closing figures, ragged acceptance: 7B at 32k, B 1 and 8, and 72B
+    # ragged acceptance: 7B at 32k, B 1 and 8, and 72B
     # (first 20 of 80 layers) at 32k, B 8; ar, dense, dustin
     LIMIT=${LIMIT_7B:-170} RAGGED=on group 7b_32768 --target "$C/Qwen2.5-7B-Instruct.config.json" \
         --ctx 32768 --batch 1,8 --modes ar,dense,dustin
@@ -141,8 +141,8 @@ skinny)
     done
     ;;
 draft)
-    # session 30, side by side in one process each: the draft's lookahead scored after
-    # drafting (the default) and in every step, and a dense draft against one that attends
+    # side by side in one process each: the draft's lookahead scored after drafting (the
+    # default) and in every step, and a dense draft against one that attends
     # to DRAFT_BUDGETS (default 0,1024) tokens; 7B, 32k, B 8 (BATCH), MODES default
     # dense,dustin
     T7=(--target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 32768 --batch "${BATCH:-8}"
@@ -159,7 +159,7 @@ ab)
     LIMIT=${LIMIT2:-200} RESIDUAL=off,on group 7b_new "${T7[@]}"
     ;;
 prof)
-    # session 31: every kernel of MODES (default dustin) timed on its own by cubecl's profiler
+    # every kernel of MODES (default dustin) timed on its own by cubecl's profiler
     # (a sync per kernel, so the run is slower; the summary ranks kernels by total time), and
     # a host profile of the same run; 7B, 32k, B 8
     printf '[profiling.logger]\nlevel = "basic"\nfile = "%s"\n' /tmp/prof.log > cubecl.toml
@@ -170,12 +170,12 @@ prof)
     head -50 "$OUT/prof_summary.txt"
     ;;
 selectab)
-    # session 32 (staged by `xtask gpu-e2e` and `xtask gpu-kernels`): both top-k kernels
-    # checked and timed, the dustin fold/mix kernels checked, then 7B, 32k, B 8 (BATCH), dense
+    # both top-k kernels checked and timed (stage both binaries: `xtask gpu-e2e` and
+    # `xtask gpu-kernels`), the dustin fold/mix kernels checked, then 7B, 32k, B 8 (BATCH), dense
     # and dustin with the estimator kernels off/on x the top-k kernel block/warp side by side
     # in one process (dustin+tkb, dustin+tkw, dustin+ek+tkb, dustin+ek+tkw), then dustin with
     # the one-call reuse on and off in another; HOST=1: a host profile of each row in
-    # $OUT/host. Finds which of session 31's changes slowed `dustin` down
+    # $OUT/host. Shows what each estimator kernel and the top-k kernel gain
     if [ -x "$D/dustin-kernels-gpu" ]; then
         timeout 60 "$D/dustin-kernels-gpu" check --op topk 2>&1 | tee "$OUT/check_topk.txt" | tail -20
         timeout 45 "$D/dustin-kernels-gpu" check --op dustin 2>&1 | tee "$OUT/check_dustin.txt" | tail -8
@@ -184,16 +184,15 @@ selectab)
     T7=(--target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 32768 --batch "${BATCH:-8}")
     LIMIT=${LIMIT:-240} group 7b_selectab "${T7[@]}" --modes "${MODES:-dense,dustin}" \
         --estimator-kernels off,on --topk-kernel block,warp ${HOST:+--host-profile "$OUT/host"}
-    # then the one-call reuse (session 32, on by default, never run on a GPU) against layer
+    # then the one-call reuse (on by default) against layer
     # by layer, with the default kernels
     LIMIT=${LIMIT2:-180} group 7b_batched "${T7[@]}" --modes dustin --batched-reuse on,off \
         ${HOST:+--host-profile "$OUT/host"}
     ;;
 lalayers)
-    # session 34: `dustin` with its lookahead from all draft layers, every second and the
-    # later half (LA, `;`-separated `--lookahead-layers` settings; session 37 put `last:12`,
-    # half of the 0.5B draft's 24, where `stride:3` was; session 38 `half`, the same 12 and
-    # the default since), side by side in one process, phases
+    # `dustin` with its lookahead from all draft layers, every second and the later half
+    # (LA, `;`-separated `--lookahead-layers` settings; `half` is the default, the last 12
+    # of the 0.5B draft's 24), side by side in one process, phases
     # synced unless SYNC="", 7B at 32k, batch 8, then Qwen2.5-72B shapes (20 of 80 layers) at
     # batch 8 (its summary scales to 80 layers, next to `ar`)
     SYNC=${SYNC-1}
@@ -205,7 +204,7 @@ lalayers)
         --lookahead-layers "$LA"
     ;;
 dropab)
-    # session 33: `dustin`'s early refresh with and without the noise test
+    # `dustin`'s early refresh with and without the noise test
     # (`--accept-drop-sigmas 0,3`, side by side in one process), 7B at 32k, batch 8 (BATCH),
     # then Qwen2.5-72B shapes (20 of 80 layers) at batch 8 and 16, ar / dense / dustin
     LIMIT=${LIMIT:-200} group 7b_dropab --target "$C/Qwen2.5-7B-Instruct.config.json" \
@@ -215,7 +214,7 @@ dropab)
         --accept-drop-sigmas 0,3
     ;;
 ab2)
-    # session 31: the binary of an earlier commit ($D/dustin-base, staged by hand) against
+    # the binary of an earlier commit ($D/dustin-base, staged by hand) against
     # this one, one process each, default settings; 7B, 32k, B 8, MODES (default
     # dense,dustin)
     T7=(--target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 32768 --batch "${BATCH:-8}" --modes "${MODES:-dense,dustin}")
@@ -223,7 +222,7 @@ ab2)
     LIMIT=${LIMIT2:-150} group 7b_new "${T7[@]}"
     ;;
 launch)
-    # session 24, side by side at 7B, 32k, B 1 and 8 (MODES, default ar,dense,dustin), one
+    # side by side at 7B, 32k, B 1 and 8 (MODES, default ar,dense,dustin), one
     # process each: the tensor-core skinny GEMM (opt-in), the CUDA-core one (the default), the fused
     # residual, then ragged acceptance with Burn's slice-assigns and with the kv_write kernel
     T7=(--target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 32768 --batch 1,8
@@ -244,7 +243,8 @@ elementwise)
         exit 1
     fi
     # CONFIGS: elementwise:skinny:grouped triples (default: the grouped GEMMs against the
-    # per-projection skinny GEMM; session 20 measured plain:off:off fused:off:off fused:on:off)
+    # per-projection skinny GEMM; plain:off:off and fused:off:off give the plain Burn ops and
+    # the fused element-wise kernels without the skinny GEMM)
     for cfg in ${CONFIGS:-fused:on:off fused:on:on}; do
         IFS=: read -r ew sk gr <<<"$cfg"
         ELEMENTWISE=$ew SKINNY=$sk GROUPED=$gr group "7b_32768_${ew}_skinny_${sk}_grouped_${gr}" \
@@ -342,7 +342,7 @@ hf)
     PYTHONUNBUFFERED=1 timeout "${HF_LIMIT:-300}" python3 "$D/hf_e2e_bench.py" "$C" 2>&1 | tee "$OUT/hf.jsonl"
     ;;
 run)
-    # session 32: any one group, `run NAME bench-e2e-args...`
+    # any one group, `run NAME bench-e2e-args...`
     shift
     name=$1
     shift

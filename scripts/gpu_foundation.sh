@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 2, must-show 4: random-weight Qwen2.5-0.5B and -7B shapes in bf16 on the GPU,
+# The first GPU benchmark: random-weight Qwen2.5-0.5B and -7B shapes in bf16 on the GPU,
 # prefill 4k tokens and decode 128. Run on the device machine from the repo root with
 # `.device` carried (built by `cargo run -p xtask -- stage-gpu`).
 set -uo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prefill and verify-attention measurements of issues 6 and 12, run on the GPU machine from the
+# Prefill, attention and GEMM kernel measurements, run on the GPU machine from the
 # repository root with `.device` carried (`cargo run --release -p xtask -- gpu-e2e`, then
 # `-- gpu-kernels`: both binaries fit one carry).
 #   bash .device/gpu_prefill.sh kernels  # dustin-kernels-gpu check (prefill rows included);
@@ -59,8 +59,8 @@
 #   bash .device/gpu_prefill.sh model    # the model rows of kernel-check alone (2-layer model through
 #                                        # every kernel against its plain path; needs more than 200 s
 #                                        # on a fresh machine)
-# `dustin bench` prefills in chunks of 16384 on CUDA by default since session 40 (its
-# automatic chunk; 2048 from session 26); rows meant for other chunks say `--chunk N`.
+# `dustin bench` prefills in chunks of 16384 on CUDA by default (its automatic chunk); rows
+# meant for other chunks say `--chunk N`.
 # Env: OUT (results folder).
 set -u
 D=.device
@@ -208,7 +208,7 @@ flashcheck)
     ;;
 checkall)
     # every op of the check, one process per op (the whole check in one process took more
-    # than 240 s on 2026-12-01, tenth session): a limit cuts one group only
+    # than 240 s on 2026-12-01): a limit cuts one group only
     for op in dense sparse prefill scores quest topk elementwise; do
         timeout "${CHECK_LIMIT:-150}" "$D/dustin-kernels-gpu" check --op $op 2>&1 | tee -a "$OUT/check.txt" | grep -E "FAIL|error|check:"
     done

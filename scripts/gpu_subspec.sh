@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# SubSpec benchmark of issue 10 on the GPU machine, from the repository root with `.device`
-# carried (staged by `cargo run --release -p xtask -- gpu-e2e`).
+# SubSpec (offloaded target, substitute draft) on the GPU machine, from the repository
+# root with `.device` carried (staged by `cargo run --release -p xtask -- gpu-e2e`).
 #   bash .device/gpu_subspec.sh        # Qwen2.5-7B at 8 GiB, then Qwen2.5-32B at 24 GiB
 #   bash .device/gpu_subspec.sh 7b     # 7B only
 #   bash .device/gpu_subspec.sh 32b-only

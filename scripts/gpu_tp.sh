@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tensor parallelism of issue 11 on a machine with 2 or more GPUs, from the repository root
+# Tensor parallelism on a machine with 2 or more GPUs, from the repository root
 # with `.device` carried (staged by `cargo run --release -p xtask -- gpu-e2e`).
 #   bash .device/gpu_tp.sh check   # tp-check: Qwen2.5-72B shapes, first 4 layers, split over
 #                                  # TP GPUs vs whole on GPU 0, f32 and bf16

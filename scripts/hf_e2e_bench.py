@@ -1,4 +1,4 @@
-"""HF transformers peers of `dustin bench-e2e` (issue 7), on the GPU machine's python3.
+"""HF transformers peers of `dustin bench-e2e`, on the GPU machine's python3.
 
 Random-init Qwen2.5-7B-Instruct target (and 0.5B draft for assisted generation) from the same
 config.json files, bf16, SDPA attention. Greedy `generate` of 33 new tokens after a prompt of
@@ -8,7 +8,8 @@ its acceptance whatever they make it (about 0); its ms per generated token is re
 measured. Peak memory: torch.cuda.max_memory_allocated per shape.
 With --ttft, only the time to first token (`generate` of one new token: the prefill of the
 whole prompt at once) per shape, no decoding and no assisted generation.
-Usage: python3 hf_e2e_bench.py CONFIG_DIR [--quick] [--batches=1,8] [--assist] [--ttft]
+Usage: python3 hf_e2e_bench.py CONFIG_DIR [--quick] [--batches=1,8] [--ctxs=8192,32768] [--assist] [--ttft]
+       [--target=Qwen2.5-1.5B-Instruct] (the target config's name; default Qwen2.5-7B-Instruct)
 (one JSON line a shape; --assist runs assisted generation at batch 1 whatever the batches)
 """
 import json
@@ -43,7 +44,10 @@ def timed(fn):
     return time.perf_counter() - t, out
 
 
-target = build("Qwen2.5-7B-Instruct")
+target_name = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--target=")),
+                   "Qwen2.5-7B-Instruct")
+label = target_name.split("-")[1]
+target = build(target_name)
 if "--ttft" in sys.argv:
     # no assisted generation: the draft is not needed
     draft = None
@@ -53,6 +57,9 @@ else:
     vocab = min(target.config.vocab_size, draft.config.vocab_size)
 print(json.dumps({"torch": torch.__version__, "gpu": torch.cuda.get_device_name()}), flush=True)
 ctxs = [32768] if quick else [8192, 16384, 32768]
+for a in sys.argv:
+    if a.startswith("--ctxs="):
+        ctxs = [int(x) for x in a.split("=", 1)[1].split(",")]
 batches = [1, 8] if quick else [1, 8, 16]
 for a in sys.argv:
     if a.startswith("--batches="):
@@ -70,21 +77,21 @@ with torch.inference_mode():
             if "--ttft" in sys.argv:
                 try:
                     t1, _ = timed(lambda: target.generate(ids, max_new_tokens=1, min_new_tokens=1, **gen))
-                    row = {"peer": "hf-generate", "model": "7B", "ctx": ctx, "batch": b,
+                    row = {"peer": "hf-generate", "model": label, "ctx": ctx, "batch": b,
                            "prefill_s": t1, "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
                 except torch.OutOfMemoryError:
-                    row = {"peer": "hf-generate", "model": "7B", "ctx": ctx, "batch": b, "error": "OOM"}
+                    row = {"peer": "hf-generate", "model": label, "ctx": ctx, "batch": b, "error": "OOM"}
                 print(json.dumps(row), flush=True)
                 continue
             try:
                 t1, _ = timed(lambda: target.generate(ids, max_new_tokens=1, min_new_tokens=1, **gen))
                 t33, _ = timed(lambda: target.generate(ids, max_new_tokens=33, min_new_tokens=33, **gen))
                 ms = 1e3 * (t33 - t1) / 32
-                row = {"peer": "hf-generate", "model": "7B", "ctx": ctx, "batch": b,
+                row = {"peer": "hf-generate", "model": label, "ctx": ctx, "batch": b,
                        "prefill_s": t1, "decode_ms_per_step": ms, "tokens_per_sec": b * 1e3 / ms,
                        "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
             except torch.OutOfMemoryError as e:
-                row = {"peer": "hf-generate", "model": "7B", "ctx": ctx, "batch": b, "error": "OOM"}
+                row = {"peer": "hf-generate", "model": label, "ctx": ctx, "batch": b, "error": "OOM"}
             print(json.dumps(row), flush=True)
             if b == 1 or "--assist" in sys.argv:
                 torch.cuda.reset_peak_memory_stats()
@@ -95,6 +102,6 @@ with torch.inference_mode():
                 t1, _ = timed(lambda: target.generate(one, max_new_tokens=1, min_new_tokens=1, **kw))
                 t33, out = timed(lambda: target.generate(one, max_new_tokens=33, min_new_tokens=33, **kw))
                 ms = 1e3 * (t33 - t1) / 32
-                print(json.dumps({"peer": "hf-assisted", "model": "7B", "ctx": ctx, "batch": 1,
+                print(json.dumps({"peer": "hf-assisted", "model": label, "ctx": ctx, "batch": 1,
                                   "ms_per_token": ms, "tokens_per_sec": 1e3 / ms,
                                   "peak_gib": torch.cuda.max_memory_allocated() / 2**30}), flush=True)

@@ -29,7 +29,7 @@ struct Cli {
 enum Task {
     /// Build the CUDA binary and stage it in .device/ with the Qwen2.5 configs and scripts.
     StageGpu,
-    /// Fetch the default model (SmolLM2-135M-Instruct GGUF) into the cache.
+    /// Fetch the default model (`dustin fetch-model`) into the cache.
     FetchModel,
     /// Build and stage the dustin-kernels GPU check + benchmark; print the device command.
     GpuKernels {
@@ -39,7 +39,7 @@ enum Task {
     },
     /// Build and stage the CUDA `dustin` binary (gzipped; a `dustin-kernels-gpu` staged by
     /// `gpu-kernels` stays beside it), the Qwen2.5 configs and the device scripts for the
-    /// end-to-end benchmark (issue 7); print the device commands (`scripts/gpu_e2e.sh`).
+    /// end-to-end benchmark; print the device commands (`scripts/gpu_e2e.sh`).
     GpuE2e,
     /// Run each fuzz target of fuzz/ for a short time (needs nightly and cargo-fuzz).
     FuzzSmoke {
@@ -162,7 +162,7 @@ fn target_dir(root: &Path) -> PathBuf {
 }
 
 /// The folder staged for the device machine: `DUSTIN_DEVICE_DIR` (the main checkout's
-/// `.device` when run from a worktree: the device machine receives the session's checkout),
+/// `.device` when run from a worktree: the device machine receives the main checkout),
 /// else this checkout's `.device`; created with its `configs/`.
 fn device_dir(root: &Path) -> Result<PathBuf, String> {
     let dev = std::env::var("DUSTIN_DEVICE_DIR")

@@ -1,5 +1,5 @@
 //! `dustin bench-e2e`: end-to-end speed of autoregressive and speculative decoding at real
-//! model shapes (random weights), every mode under the same acceptance schedule (issue 7).
+//! model shapes (random weights), every mode under the same acceptance schedule.
 //!
 //! For each context length and batch size, each mode starts from a KV cache whose first
 //! `ctx - tail` positions hold random keys and values (a real prefill of 32k tokens takes
@@ -255,9 +255,9 @@ pub struct E2eArgs {
     /// Runs every mode's rows (all its list settings, in order) this many times in turn, A B
     /// A B for two settings (at most 10; the default 1). Rows of one process are not all
     /// alike: on the H200 the second row of a process ran about 4.5 ms an iteration slower
-    /// than the first, its draft included (docs/perf.md, fifteenth session), so an A/B in
-    /// one order measures the order too; interleaved rounds show it and let the means
-    /// cancel it. With more than one round the table's mode says `#1`, `#2`, .. and each
+    /// than the first, its draft included (`docs/perf/lm-head-phase-times-2026-12-02/`), so
+    /// an A/B in one order measures the order too; interleaved rounds show it and let the
+    /// means cancel it. With more than one round the table's mode says `#1`, `#2`, .. and each
     /// JSON row its `round`.
     #[arg(long, default_value_t = 1)]
     pub rounds: usize,
@@ -387,7 +387,7 @@ pub enum SplitReduce {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum VerifyKernel {
-    /// The kernels' own choice (`flash` for every verification since the seventh session).
+    /// The kernels' own choice (`flash` for every verification).
     Auto,
     /// `flash_kernel` (verify mode) and `combine_kernel`.
     Flash,
@@ -1661,7 +1661,7 @@ fn measure<B: KernelOps>(
 
 /// The rows at the target's full depth ([`Row::scaled_iter_ms`]), each with its tokens/s over
 /// that of the first `ar` row of the same context, batch and round (`-` where the run had
-/// none): the figure issue 7's goal is stated in. `rows` pairs each row with its mode.
+/// none): the figure the paper's speed-up is stated in. `rows` pairs each row with its mode.
 fn print_scaled_summary(rows: &[(String, Row)]) {
     let Some((_, first)) = rows.first() else {
         return;

@@ -1,5 +1,5 @@
 //! `dustin bench-subspec`: decoding speed of a target that does not fit its GPU-memory budget
-//! (SubSpec, issue 10): plain offloaded autoregressive decoding against speculative decoding
+//! (SubSpec): plain offloaded autoregressive decoding against speculative decoding
 //! with a substitute draft, each planned under the same `--gpu-memory` budget.
 //!
 //! - `ar`: [`plan_offload`] without a substitute keeps as many bottom layers resident as fit;

@@ -1,5 +1,5 @@
 //! `dustin plot-e2e`: tokens/s against context length for each mode, from the JSON lines
-//! `dustin bench-e2e --json` appends (issue 7's plot and table). One batch size and one
+//! `dustin bench-e2e --json` appends. One batch size and one
 //! target depth (`target_layers`) per plot; where several rows share a (mode, context), the
 //! last one read wins, so files are given oldest first.
 

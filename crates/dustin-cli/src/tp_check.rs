@@ -1,5 +1,5 @@
 //! `dustin tp-check`: the tensor-parallel model against the whole model with the same random
-//! weights (issue 11). The whole model (the target's config with its first `--target-layers`
+//! weights. The whole model (the target's config with its first `--target-layers`
 //! layers) is drawn on device 0, split into `--tp` shards ([`Qwen2::shard`]), and both run the
 //! same batch: a prefill of `--ctx` tokens, then `--steps` greedy decode steps whose tokens
 //! are the whole model's (teacher forcing, so every step's logits compare). Printed: the

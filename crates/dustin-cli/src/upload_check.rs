@@ -1,6 +1,6 @@
 //! `dustin upload-check`: host-to-device copies of weight matrices, Burn's pageable
 //! `Tensor::from_data` against the page-locked path (`KernelOps::pin_host` /
-//! `KernelOps::upload_pinned`) that offloaded layers use with `--upload pinned` (issue 10).
+//! `KernelOps::upload_pinned`) that offloaded layers use with `--upload pinned`.
 //!
 //! Each matrix is drawn at random on the device (so its bytes are not a pattern a stale buffer
 //! could match), read back as the source, and copied to the device by both paths; each copy is

@@ -65,12 +65,14 @@ impl std::fmt::Display for RingConfig {
 }
 
 /// The ring kernel's block shape by default: 128 columns a block, 64-row stages, 3 stages
-/// (71 KB of shared memory at 3 row tiles: 3 blocks an SM; 107.5 KB at 8: 2). On the H200 (docs/perf.md,
-/// sixteenth session, `dustin-kernels-gpu gemm --decode-only --ring-configs`, six shapes side
-/// by side in one process) it had the lowest sum over Qwen2.5-7B's and 72B's projections at
-/// 40 and 80 rows: 1541 us against 1892 for `64x32x4` (the first shape tried); 72B gate/up at
-/// 40 rows 174.3 us (2.78 TB/s of weight read) where the tensor-core kernel took 235.5 and
-/// cuBLAS 167.7, at 128 rows 266.8 against 652.3 and 414.6.
+/// (71 KB of shared memory at 3 row tiles: 3 blocks an SM; 107.5 KB at 8: 2). On the H200
+/// (`dustin-kernels-gpu gemm --decode-only --ring-configs`, six shapes side by side in one
+/// process; docs/perf.md, "GPU kernels: decode and verification GEMMs", raw output in
+/// `docs/perf/skinny-ring-kernel-2026-12-02/ring-shapes-e2e-ab/`) it had the lowest sum
+/// over Qwen2.5-7B's and 72B's projections at 40 and 80 rows: 1541 us against 1892 for
+/// `64x32x4` (the first shape tried); 72B gate/up at 40 rows 174.3 us (2.78 TB/s of weight
+/// read) where the tensor-core kernel took 235.5 and cuBLAS 167.7, at 128 rows 266.8 against
+/// 652.3 and 414.6.
 pub const RING_CONFIG: RingConfig = RingConfig {
     cols: 128,
     kc: 64,

@@ -10,13 +10,14 @@ pub(crate) const FLASH_KEYS: usize = 64;
 pub(crate) const MIN_CHUNK: usize = 256;
 /// Fewest keys per split for sparse verification: one tile. A selection of about a thousand
 /// keys is too little work to hide a block's copy latency behind four tiles in turn; split
-/// to single tiles, more tiles' copies are in flight at once (ncu, eighth session: 33 us of
-/// GPU time for the 17.9 MB of K and V at 7B, B=8, budget 1024, with 256-key splits;
-/// docs/perf.md).
+/// to single tiles, more tiles' copies are in flight at once (ncu on the H200: 33 us of GPU
+/// time for the 17.9 MB of K and V at 7B, B=8, budget 1024, with 256-key splits;
+/// `docs/perf/kernel-gpu-time-2026-11-30/`).
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) const SPARSE_MIN_CHUNK: usize = FLASH_KEYS;
 /// Blocks of the flash kernel one SM holds at once: its 222 registers a thread (128 threads)
-/// and 70 KB of shared memory a block allow 2 (ncu on the H200, docs/perf.md, sixth session).
+/// and 70 KB of shared memory a block allow 2 (ncu on the H200,
+/// `docs/perf/flash-attention-kernel-2026-11-30/ncu-prefill-ttft/`).
 pub(crate) const FLASH_BLOCKS_PER_SM: usize = 2;
 /// Full waves of resident blocks the splits aim for: blocks of one call take about equally
 /// long, so a grid of just over `w` waves costs `w + 1` (544 blocks on 264 slots run as

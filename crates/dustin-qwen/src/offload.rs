@@ -1,5 +1,5 @@
 //! Target layers offloaded to host memory, and the plan of which layers fit a GPU budget
-//! (SubSpec, "Speculate Deep and Accurate", issue 10).
+//! (SubSpec, "Speculate Deep and Accurate").
 //!
 //! An offloaded layer keeps its norms and biases on the device and its seven linear weights
 //! in host memory ([`HostWeight`], in the backend's float dtype, so a copy moves 2 bytes per

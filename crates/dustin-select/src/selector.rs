@@ -92,10 +92,11 @@ pub struct Selector<B: Backend, E> {
 
 /// The default of [`SelectConfig::accept_drop_sigmas`]: how many standard errors below the
 /// running mean an iteration's batch-mean acceptance must fall to count as a drop
-/// ([`SelectConfig::refresh_on_accept_drop`]). 3: our choice (a
-/// three-sigma test; docs/decisions.md, session 33). Without it, at a mean acceptance length
-/// of 1.36 (docs/fidelity.md) every iteration that accepted nothing counted as a drop: under
-/// the benchmark's schedule two verifications of three recomputed instead of one of two.
+/// ([`SelectConfig::refresh_on_accept_drop`]). 3: our choice (a three-sigma test;
+/// docs/decisions.md, "Selection and Dustin's estimator"). Without it, at a mean acceptance
+/// length of 1.36 (docs/fidelity.md) every iteration that accepted nothing counted as a drop:
+/// under the benchmark's schedule two verifications of three recomputed instead of one of
+/// two.
 pub const ACCEPT_DROP_SIGMAS: f64 = 3.0;
 
 /// Running acceptance statistics of a [`Selector`]: the mean over iterations of each

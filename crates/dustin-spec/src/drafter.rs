@@ -217,7 +217,8 @@ pub enum LookaheadLayers {
     /// The later half of the layers: the last `ceil(L / 2)` of `L`; the default. `last:10`
     /// of 20 selected as well as every layer at 4096 and 8192 tokens (docs/fidelity.md), and
     /// `half` of Qwen2.5-0.5B's 24 layers made `dustin` 1.15x (7B) and 1.22x (72B shapes)
-    /// faster than `all` on the H200 (docs/perf.md, nineteenth session).
+    /// faster than `all` on the H200 (docs/perf.md, "GPU: end to end at Qwen2.5-7B and 72B
+    /// shapes").
     #[default]
     Half,
     /// These layers.

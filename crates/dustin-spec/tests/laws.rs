@@ -136,7 +136,7 @@ fn greedy_speculative_equals_autoregressive() {
     }
 }
 
-/// SubSpec (issue 10): the draft is the target with its second half of layers replaced by
+/// SubSpec: the draft is the target with its second half of layers replaced by
 /// group-quantized substitutes; whatever it proposes, greedy speculative output is the
 /// target's greedy output, at 4 bits and at 2 bits, with and without EOS.
 #[test]

@@ -954,7 +954,7 @@ fn bench(json: Option<&str>, quick: bool, kern: AttentionKernel) {
     }
 }
 
-/// Issue 12's "measure first": Burn's autotuned bf16 matmul (this binary is built without
+/// "Measure first": Burn's autotuned bf16 matmul (this binary is built without
 /// fusion) at the projection shapes of Qwen2.5-7B and 72B (and their LM head, decode rows
 /// only), prefill rows (4k..32k tokens) and decode / verify rows (1, 8, 16, 40, 80, 128;
 /// also our skinny GEMMs, `KernelOps::skinny_linear`: the tensor-core kernel up to 128 rows,

@@ -492,8 +492,9 @@ pub fn split_kernel<F: Float, I: Int, N: Size>(
 /// `d` splits at a time go through shared memory, so each thread's `acc_s` reads are
 /// independent loads four at a time rather than a chain of dependent ones (a first version
 /// looped over the splits serially in every thread: 12.5 us of GPU time at 7B, B=8, 32k,
-/// ncu, eighth session). A split with no visible key (`m_s` the mask value) or a weight
-/// that underflows to 0 adds nothing, and its `acc_s` (possibly never written) is not used.
+/// ncu on the H200, `docs/perf/kernel-gpu-time-2026-11-30/`). A split with no visible key
+/// (`m_s` the mask value) or a weight that underflows to 0 adds nothing, and its `acc_s`
+/// (possibly never written) is not used.
 /// Arguments are arrays, `out` written through its strides `o0 .. o3` (`[b, heads, n, d]`)
 /// and `table` rows `tstride` apart: no per-launch upload of tensor metadata.
 #[cube(launch)]
@@ -671,7 +672,7 @@ pub fn score_reduce_kernel<I: Int>(
     // (M_r, L_r) of each row, a warp per row: each lane loads the maxima and sums of 4
     // splits 32 apart at once (128 splits a round), then an online merge across the warp
     // (a first version merged each row's splits serially in one thread: 31 us of GPU time
-    // for 65 splits at 7B, B=8, 32k, ncu, eighth session)
+    // for 65 splits at 7B, B=8, 32k, ncu, docs/perf/kernel-gpu-time-2026-11-30/)
     let warp = tid / 32;
     let lane = tid % 32;
     let ns = splits as usize;
@@ -1165,13 +1166,14 @@ pub fn topk_kernel<F: Float, I: Int>(
     }
 }
 
-/// Top-k per (KV head, sequence), the first kernel (sessions 18-30; `TopkKernel::Block`):
+/// Top-k per (KV head, sequence), the first kernel (`TopkKernel::Block`, the reference):
 /// one block of 256 threads per row. A 4-pass radix select (8 bits a pass, one shared
 /// histogram) finds the k-th largest key `T` and how many keys equal to `T` to take (lowest
 /// positions first); a scan in position order, 256 positions a step with two block barriers
 /// each, writes the kept positions ascending; padding slots get 0. Kept beside
-/// [`topk_kernel`] (the default since the two were compared end to end on the GPU,
-/// docs/perf.md, fourteenth session) as the reference for its benchmark and checks.
+/// [`topk_kernel`] (the default since the two were compared end to end on the GPU;
+/// docs/perf.md, "GPU kernels: verification attention, scoring, top-k") as the reference for
+/// its benchmark and checks.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub fn topk_block_kernel<F: Float, I: Int>(
@@ -1373,7 +1375,7 @@ pub fn fold_rows_kernel<F: Float, H: Float>(
 
 /// Threads per block of [`mix_scores_kernel`]: 32 warps, so that a row of 32k positions
 /// takes 8 steps of the sum pass (with [`MIX_UNROLL`] loads in flight) and 32 of the write
-/// pass. With 256 threads and one load at a time (session 31's first build), a row took 128
+/// pass. With 256 threads and one load at a time (the kernel's first build), a row took 128
 /// dependent steps in each pass, and at Qwen2.5-7B, B=8 the kernel had only 32 blocks.
 pub const MIX_THREADS: usize = 1024;
 /// Positions each thread of [`mix_scores_kernel`] loads per step of its sum pass.
@@ -3272,8 +3274,9 @@ fn flash_stage<F: Float, I: Int, N: Size>(
     let base = buf * comptime![FLASH_KEYS * (d / nv + 1)];
     let iters = comptime![FLASH_KEYS * d / (nv * threads)];
     // the cache slot of each of this thread's vectors first, then the copies: a selection's
-    // index loads are then all in flight together instead of one latency per copy (eighth
-    // session: 7B sparse at budget 1024 went from 33.2 to 30.4 us of GPU time)
+    // index loads are then all in flight together instead of one latency per copy (7B
+    // sparse at budget 1024 went from 33.2 to 30.4 us of GPU time on the H200,
+    // docs/perf/kernel-gpu-time-2026-11-30/ktime-combine-selection/)
     let mut slots = Array::<u32>::new(iters);
     #[unroll]
     for it in 0..iters {
@@ -3373,8 +3376,10 @@ pub struct FlashStrides {
 ///
 /// `warps` (4, or 8 for prefill only) is the block's warp count: a block stages each tile once
 /// for all its warps, so 8 warps (128 rows) halve the copies and their address arithmetic per
-/// FLOP against 4 (the sixth session's ncu on the 4-warp prefill found the integer pipe the
-/// busiest, docs/perf.md). Verification and score mode take 4.
+/// FLOP against 4 (ncu on the 4-warp prefill found the integer pipe the busiest,
+/// `docs/perf/flash-attention-kernel-2026-11-30/ncu-prefill-ttft/`; 8 warps measured 5-6%
+/// slower in chunks of 2048, `docs/perf/lookahead-half-2026-12-02/prefill-8-warps/`).
+/// Verification and score mode take 4.
 ///
 /// The rows attend to a virtual sequence: `vctx` keys (the context `ctx[b]`, or with
 /// `sparse` the `counts[b]` positions listed in `idx`) and then the `n_new` new tokens; row
@@ -3391,7 +3396,8 @@ pub struct FlashStrides {
 /// - score (with `verify`, dense): K only, no `P V`, and a block takes 16 rows (a head
 ///   subset's rows are few: 2 heads x 5 tokens fill 10), which all four warps share, warp
 ///   `w` taking keys `16 w .. 16 w + 16` of every tile (with one warp computing while three
-///   waited at the barrier, the eighth session measured 1.9 TB/s). Writes every scaled,
+///   waited at the barrier it ran at 1.9 TB/s, `docs/perf/kernel-gpu-time-2026-11-30/`).
+///   Writes every scaled,
 ///   masked logit to `logits[b, slot, row, key]` (`[b, slots, rpad, lmax]`, `rpad` a
 ///   multiple of 16) and each warp's partial `(max, sum)` as split `4 split + w` into `pm`,
 ///   `pl` (`[b, slots, 4 splits, rpad]`), which [`score_reduce_kernel`] turns into
@@ -3956,8 +3962,9 @@ pub const PREFILL2_ROWS: usize = 4 * PREFILL2_WARP_ROWS;
 /// accumulators are rescaled only when a row maximum of the warp moved. The softmax works
 /// on the raw scores: the causal mask only in a step that reaches a row's limit, maxima by
 /// `max`, and `exp(scale s - scale m)` as one `fma` and `exp` (FlashAttention-2's folding
-/// of the scale); that cut a tile's instructions from 1535 to 1278 (SASS, docs/perf.md,
-/// twenty-first session; ptxas there: 255 registers a thread, 252 with `kv_apart`). With
+/// of the scale); that cut a tile's instructions from 1535 to 1278 (SASS and ptxas output in
+/// `docs/perf/prefill-softmax-chunks-2026-12-03/softmax-fewer-instructions/`: 255 registers a
+/// thread, 252 with `kv_apart`). With
 /// `kv_apart` (the automatic choice) each copy's offsets come from per-thread terms the
 /// kernel computes once ([`prefill_stage`]).
 ///

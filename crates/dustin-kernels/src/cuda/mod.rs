@@ -279,7 +279,8 @@ pub fn set_prefill_kernel(k: AttentionKernel) {
 /// [`AttentionKernel::Auto`] (the default) takes the flash kernel at every shape: at B=8,
 /// 32k it took 0.36x the split kernel's time at Qwen2.5-7B's verification, 0.34x at 72B's
 /// and 0.67x at the 0.5B draft's decoding (head_dim 64), and end to end the 7B target with
-/// the 0.5B draft ran 1.15-1.2x faster with it (docs/perf.md, seventh session). For
+/// the 0.5B draft ran 1.15-1.2x faster with it (H200, 2026-11-30: raw output in
+/// `docs/perf/flash-everywhere-2026-11-30/verify-kernel-ab/`). For
 /// checks and benchmarks that compare them (`dustin-kernels-gpu check`, `bench
 /// --verify-kernel`, `dustin bench-e2e --verify-kernel`).
 pub fn set_verify_kernel(k: AttentionKernel) {
@@ -288,7 +289,7 @@ pub fn set_verify_kernel(k: AttentionKernel) {
 
 /// K/V tile buffers of the flash kernel by default: two (the next tile in flight while one
 /// is used). A ring of three ran prefill at 149 TFLOP/s against 192 with two (16k prompt,
-/// chunks of 2048; docs/perf.md, seventh session).
+/// chunks of 2048; H200, `docs/perf/flash-everywhere-2026-11-30/ring-of-three-buffers/`).
 pub const FLASH_BUFFERS: usize = 2;
 
 static FLASH_BUFS: std::sync::atomic::AtomicUsize =
@@ -320,18 +321,21 @@ pub fn set_prefill_warps(n: usize) {
 /// Query m-tiles (16 rows each) per warp of the causal prefill by default: 0, automatic:
 /// `prefill_kernel` (two a warp) with K and V staged apart for chunks of at least
 /// [`PREFILL2_KV_MIN_NEW`] new tokens, `flash_kernel` (one) for smaller chunks. On the H200
-/// (docs/perf.md, twenty-second session, call 3, 7B heads, one sequence) K and V staged
-/// apart ran 1.00-1.08x the ring of two buffers and 1.03-1.09x one buffer at every chunk of
-/// 2048 to 32768 at 16k and 32k (334.8-340.6 TFLOP/s for a 16k prompt in one chunk), and
-/// 1.17-1.19x `flash_kernel` in chunks of 512 at 16k and 32k (211.9 against 179.2 at 16k).
+/// (7B heads, one sequence; docs/perf.md, "GPU: prefill and time to first token", raw
+/// output in `docs/perf/prefill-head-runs-gemm-many-2026-12-04/kv-staging-hoisted/`) K and
+/// V staged apart ran 1.00-1.08x the ring of two buffers and 1.03-1.09x one buffer at every
+/// chunk of 2048 to 32768 at 16k and 32k (334.8-340.6 TFLOP/s for a 16k prompt in one
+/// chunk), and 1.17-1.19x `flash_kernel` in chunks of 512 at 16k and 32k (211.9 against
+/// 179.2 at 16k).
 pub const PREFILL_TILES: usize = 0;
 
 /// Fewest new tokens of a chunk the automatic choice ([`PREFILL_TILES`] 0) sends to
 /// `prefill_kernel` (K and V staged apart); `flash_kernel` below. In chunks of 512 it was
-/// faster than `flash_kernel` at 4k, 16k and 32k in every call that timed it (docs/perf.md,
-/// twenty-first session: 135.1 / 195.6 / 209.1 against 105.5 / 180.4 / 189.0 TFLOP/s;
-/// twenty-second session, call 2: 133.3 / 206.2 / 217.5 against 107.8 / 179.5 / 188.8);
-/// smaller chunks were not timed.
+/// faster than `flash_kernel` at 4k, 16k and 32k in every run that timed it on the H200
+/// (135.1 / 195.6 / 209.1 against 105.5 / 180.4 / 189.0 TFLOP/s,
+/// `docs/perf/prefill-softmax-chunks-2026-12-03/softmax-fewer-instructions/`; 133.3 / 206.2 /
+/// 217.5 against 107.8 / 179.5 / 188.8, `docs/perf/prefill-head-runs-gemm-many-2026-12-04/
+/// head-runs-rescale/`); smaller chunks were not timed.
 pub const PREFILL2_KV_MIN_NEW: usize = 512;
 
 static PREFILL_TILE_COUNT: std::sync::atomic::AtomicUsize =
@@ -371,10 +375,11 @@ static PREFILL_HEAD_RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::Ato
 /// schedule of a 16k prompt's 3584 blocks on 264 slots: 1.068x the ideal span with runs of
 /// one head, 1.011x with 7, 1.002x with 28). 0 (the default): automatic, one KV head's query
 /// heads (`group`), whose blocks share that head's K and V in L2; 1: row blocks along x,
-/// heads along y (the layout before). Measured on the H200 (docs/perf.md, twenty-second
-/// session, 7B heads): runs of 7 against 1 for a 16k prompt in one chunk, 1.07x (call 2,
-/// the ring: 329.1 against 306.6 TFLOP/s) and 1.05-1.06x (call 3, K and V apart: 334.8-340.6
-/// against 316.5-322.5); at 32k in chunks of 16384 within noise; runs of 28 within 2% of 7.
+/// heads along y (the layout before). Measured on the H200 (7B heads, raw output in
+/// `docs/perf/prefill-head-runs-gemm-many-2026-12-04/`): runs of 7 against 1 for a 16k
+/// prompt in one chunk, 1.07x (the ring: 329.1 against 306.6 TFLOP/s, `head-runs-rescale/`)
+/// and 1.05-1.06x (K and V apart: 334.8-340.6 against 316.5-322.5, `kv-staging-hoisted/`);
+/// at 32k in chunks of 16384 within noise; runs of 28 within 2% of 7.
 /// A count that does not divide `q_heads` falls back to automatic. For checks and
 /// benchmarks.
 pub fn set_prefill_head_run(n: usize) {
@@ -409,8 +414,8 @@ pub fn set_prefill_lazy_rescale(on: bool) {
 
 /// K tile buffers of the flash kernel's score mode by default: two, as verification. A
 /// ring of three (two tiles' copies in flight, 52 KB of shared memory; scoring stages no V)
-/// measured 36.0 us against 35.2 with two at 7B, B=8, 32k (ncu GPU time, docs/perf.md,
-/// eighth session), so it stays opt-in.
+/// measured 36.0 us against 35.2 with two at 7B, B=8, 32k (ncu GPU time on the H200,
+/// `docs/perf/kernel-gpu-time-2026-11-30/ktime-ring-sparse-waves/`), so it stays opt-in.
 pub const SCORE_BUFFERS: usize = 2;
 
 static SCORE_BUFS: std::sync::atomic::AtomicUsize =
@@ -485,11 +490,12 @@ pub enum SkinnyKernel {
     /// at 33-128 rows since 2026-12-02: Qwen2.5-72B shapes (20 layers), 32k, dense
     /// speculative decoding, verification phase synced, 20.2 against 23.9 ms at B=8 (40
     /// rows) and 29.3 against 57.2 at B=16 (80 rows, where Burn's matmul ran them;
-    /// docs/perf.md, sixteenth session). Before, on the H200
-    /// (docs/perf.md, 2026-12-01, host-timed) the tensor-core kernel took 73.0 against 104.9
-    /// us for Qwen2.5-7B's gate projection at 8 rows, 169.8 against 310.5 us for 72B's, and
-    /// 72.8 against 202.2 us at 16 rows; at one row the CUDA-core kernel was as fast or faster (7B down: 70
-    /// against 104 us).
+    /// `docs/perf/skinny-ring-kernel-2026-12-02/ring-shapes-e2e-ab/`). Before, on the H200
+    /// (host-timed, `docs/perf/skinny-gemm-tensor-cores-2026-12-01/`,
+    /// `gemm-decode-e2e-auto-vs-cores/`) the tensor-core kernel took 73.0 against 104.9 us
+    /// for Qwen2.5-7B's gate projection at 8 rows, 169.8 against 310.5 us for 72B's, and 72.8
+    /// against 202.2 us at 16 rows; at one row the CUDA-core kernel was as fast or faster (7B
+    /// down: 70 against 104 us).
     Auto = 1,
     /// The tensor-core kernel wherever its shape rules allow, one row and up to
     /// [`MMA_MAX_ROWS`] rows included (benchmarks).
@@ -498,7 +504,7 @@ pub enum SkinnyKernel {
     /// `cp.async` ring, all rows in one launch) wherever its shape rules allow, from one row
     /// up to [`MMA_MAX_ROWS`]; elsewhere as `Mma` (benchmarks).
     Ring = 3,
-    /// The default before the ring kernel (sessions 27-34): as `Auto` without it, so 2 to
+    /// The default before the ring kernel (until 2026-12-02): as `Auto` without it, so 2 to
     /// [`AUTO_MMA_MAX_ROWS`] rows on the tensor-core kernel and more on Burn's matmul
     /// (benchmarks that compare the two).
     NoRing = 4,
@@ -509,10 +515,11 @@ pub enum SkinnyKernel {
 pub enum TopkKernel {
     /// `topk_block_kernel`: one block of 256 threads per (KV head, sequence), one shared
     /// histogram, a position-order scan with two block barriers per 256 positions (the
-    /// default of sessions 18-30 and 32). On the H200 (docs/perf.md, fourteenth session)
-    /// 232 us per Qwen2.5-7B layer at B=8, 32k (32 rows), 637 us for 28 layers stacked.
+    /// reference). On the H200 (docs/perf.md, "GPU kernels: verification attention,
+    /// scoring, top-k") 232 us per Qwen2.5-7B layer at B=8, 32k (32 rows), 637 us for 28
+    /// layers stacked.
     Block = 0,
-    /// `topk_kernel` (the default since 2026-12-01, fourteenth session): 1024 threads per
+    /// `topk_kernel` (the default since 2026-12-01): 1024 threads per
     /// row, per-warp histograms, contiguous segments per thread in the last pass. On the
     /// H200 66 us per 7B layer at B=8, 32k and 364 us for 28 layers stacked (3.5x and 1.7x
     /// faster than `Block`); end to end (7B + 0.5B, 32k, B=8, `dustin`) 261.3 against 240.4
@@ -546,12 +553,14 @@ static ESTIMATOR_KERNELS: AtomicU8 = AtomicU8::new(3);
 /// on CUDA. For benchmarks that compare them (`dustin bench-e2e --estimator-kernels
 /// off,mix,fold,on`).
 ///
-/// On the H200 (docs/perf.md, fourteenth session; Qwen2.5-7B + 0.5B draft, 32k, B=8,
-/// `dustin`, 12 timed iterations, side by side in one process, both orders) both kernels
-/// took 42.6 ms per iteration against 49.3 for the Burn ops (kernels first), and 47.3 (a
-/// compile inside the window included; 45 without) against 49.2 (Burn ops first). The
-/// 140.9 tokens/s of session 31 was kernels compiled inside a timed window of 2 warm-up
-/// iterations (one timed iteration 290 ms), not the kernels' steady speed.
+/// On the H200 (Qwen2.5-7B + 0.5B draft, 32k, B=8, `dustin`, 12 timed iterations, side by
+/// side in one process, both orders; raw output in
+/// `docs/perf/topk-estimator-kernels-2026-12-01/estimator-kernels-first/` and
+/// `.../estimator-kernels-burn-first/`) both kernels took 42.6 ms per iteration against 49.3
+/// for the Burn ops (kernels first), and 47.3 (a compile inside the window included; 45
+/// without) against 49.2 (Burn ops first). With 2 warm-up iterations, kernels compiled inside
+/// the timed window (one timed iteration 290 ms) made them look slow; 3 warm-up iterations
+/// keep compiles out of it.
 pub fn set_estimator_kernels(kernels: EstimatorKernels) {
     let bits = u8::from(kernels.fold) | (u8::from(kernels.mix) << 1);
     ESTIMATOR_KERNELS.store(bits, Ordering::Relaxed);
@@ -675,8 +684,8 @@ pub enum SplitReduce {
     /// SwiGLU's product), one launch a projection where two ran. The tensor-core kernels
     /// only, the tensor-core one with at most 48 rows (one launch); the rest keep the reduce
     /// kernel. Checked on the H200, but 1 ms slower a 72B-shape verification (20 layers,
-    /// B=8) than [`SplitReduce::Kernel`] (docs/perf.md seventeenth session), so not the
-    /// default.
+    /// B=8) than [`SplitReduce::Kernel`] (`docs/perf/split-reduce-fused-2026-12-02/`), so
+    /// not the default.
     Fused,
     /// A reduce kernel after the GEMM (two launches). The default.
     Kernel,

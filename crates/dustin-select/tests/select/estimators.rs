@@ -531,7 +531,7 @@ fn decode_selection(
 /// observation window must still be the prompt's last positions, not the view's. A 40-token
 /// prompt in a 64-position view, heavy keys at 3..12 that outvote everything else, window 8:
 /// the kept window is 32..40; read from the view's end it would be 56..64, past the context,
-/// and the heavy keys would take its place (the defect found in review, session 21).
+/// and the heavy keys would take its place (a defect a review found).
 #[test]
 fn snapkv_window_is_the_prompt_end_under_a_padded_view() {
     let cfg = SelectConfig {
