@@ -77,6 +77,11 @@ pub struct DemoArgs {
     #[arg(long, default_value = "out/demo")]
     pub out: PathBuf,
     /// Where to run.
+    /// Weights of a GGUF model: `auto` (kept in their block format on the CPU, whose block
+    /// kernels read a sixth of the bytes of f32; decoded to f32 elsewhere), `dense` (decoded
+    /// to f32) or `blocks`.
+    #[arg(long, value_enum, default_value_t = crate::models::WeightsArg::Auto)]
+    pub weights: crate::models::WeightsArg,
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
 }
@@ -200,7 +205,7 @@ fn run_on<B: KernelOps>(args: &DemoArgs, dev: &B::Device) -> Result<(), CliError
             CliError::Usage(format!("--selectors {s} --budget {}: {e}", args.budget))
         })?;
     }
-    let pair: Pair<B> = files.build(ids.len() + run.extra(), dev)?;
+    let pair: Pair<B> = files.build(ids.len() + run.extra(), dev, args.weights)?;
     eprintln!(
         "dustin demo: draft {} ({} layers) for target {} ({} layers), loaded in {:.1} s; {} prompt tokens continued by {} tokens, greedy, gamma {}, sparse budget {} tokens per layer and KV head ({:.1}% of the context)",
         args.draft,

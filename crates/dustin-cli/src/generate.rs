@@ -52,6 +52,11 @@ pub struct GenerateArgs {
     /// Stop string (repeatable).
     #[arg(long = "stop")]
     pub stop: Vec<String>,
+    /// Weights of a GGUF model: `auto` (kept in their block format on the CPU, whose block
+    /// kernels read a sixth of the bytes of f32; decoded to f32 elsewhere), `dense` (decoded
+    /// to f32) or `blocks`.
+    #[arg(long, value_enum, default_value_t = crate::models::WeightsArg::Auto)]
+    pub weights: crate::models::WeightsArg,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
@@ -734,7 +739,8 @@ fn run_on<B: KernelOps>(
     }
     check_kv_memory::<B>(&cfgs, ids.len(), positions, dev)?;
     let offloaded = offload_plan::<B>(args, &cfgs, ids.len(), positions, draft_files.as_ref())?;
-    let mut model = files.build_offloaded::<B>(positions, dev, &offloaded)?;
+    let weights = args.weights.format::<B>();
+    let mut model = files.build_offloaded::<B>(positions, dev, &offloaded, weights)?;
     if offloaded.is_empty() && args.offload_memory.is_some() {
         eprintln!("note: --offload-memory: no target layer is offloaded, so it has no effect");
     }
@@ -814,7 +820,7 @@ fn run_on<B: KernelOps>(
                     };
                     check_vocab(&tok, &df.tokenizer)?;
                     let n = df.config.num_hidden_layers;
-                    let dm = Arc::new(df.build::<B>(positions, dev)?);
+                    let dm = Arc::new(df.build_as::<B>(positions, dev, weights)?);
                     (ModelDrafter::new(dm, None, extra), n)
                 }
                 DraftSpec::Substitute(sub) => {

@@ -11,6 +11,31 @@ use std::path::{Path, PathBuf};
 use crate::fetch::{self, FetchError, FetchFailure};
 use crate::CliError;
 
+/// `--weights`: in what form a GGUF model's weights are loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum WeightsArg {
+    /// `blocks` where the backend has block kernels (the CPU), else `dense`.
+    #[default]
+    Auto,
+    /// Decoded to f32 at load (the reference path).
+    Dense,
+    /// Kept in the file's block format (Q4_K, Q6_K, Q5_0, Q8_0, ...) and multiplied by the
+    /// block kernels; other tensors dense.
+    Blocks,
+}
+
+impl WeightsArg {
+    /// The format a model loads with on backend `B`.
+    pub fn format<B: dustin_kernels::KernelOps>(self) -> dustin_qwen::WeightFormat {
+        use dustin_qwen::WeightFormat;
+        match self {
+            Self::Auto if B::QUANT_KERNELS => WeightFormat::Blocks,
+            Self::Auto | Self::Dense => WeightFormat::Dense,
+            Self::Blocks => WeightFormat::Blocks,
+        }
+    }
+}
+
 /// The model used when `--model` is absent.
 pub const DEFAULT_MODEL: &str = "qwen2.5-coder-1.5b-instruct";
 

@@ -86,7 +86,8 @@ impl PairFiles {
         }
     }
 
-    /// Loads both models on `dev` with RoPE tables for `positions` positions.
+    /// Loads both models on `dev` with RoPE tables for `positions` positions, their weights
+    /// as `weights` says ([`crate::models::WeightsArg::format`]).
     ///
     /// # Errors
     /// Model errors (unsupported tensor types, memory); a substitute's bad settings.
@@ -94,10 +95,12 @@ impl PairFiles {
         &self,
         positions: usize,
         dev: &B::Device,
+        weights: crate::models::WeightsArg,
     ) -> Result<Pair<B>, CliError> {
-        let target = self.target.build::<B>(positions, dev)?;
+        let format = weights.format::<B>();
+        let target = self.target.build_as::<B>(positions, dev, format)?;
         let draft = match &self.draft {
-            DraftFiles::Model(d) => d.build::<B>(positions, dev)?,
+            DraftFiles::Model(d) => d.build_as::<B>(positions, dev, format)?,
             DraftFiles::Substitute(s) => s.build(&target)?,
         };
         Ok(Pair {

@@ -29,6 +29,11 @@ pub struct PplArgs {
     #[arg(long, default_value_t = 512)]
     pub chunk: usize,
     /// Where to run.
+    /// Weights of a GGUF model: `auto` (kept in their block format on the CPU, whose block
+    /// kernels read a sixth of the bytes of f32; decoded to f32 elsewhere), `dense` (decoded
+    /// to f32) or `blocks`.
+    #[arg(long, value_enum, default_value_t = crate::models::WeightsArg::Auto)]
+    pub weights: crate::models::WeightsArg,
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
 }
@@ -65,7 +70,7 @@ fn run_on<B: KernelOps>(args: &PplArgs, dev: &B::Device) -> Result<(), CliError>
             args.text_file.display()
         )));
     }
-    let model = files.build::<B>(n, dev)?;
+    let model = files.build_as::<B>(n, dev, args.weights.format::<B>())?;
     let t = Instant::now();
     let (sum, count) = nll(&model, &ids[..n], args.chunk)?;
     let secs = t.elapsed().as_secs_f64();

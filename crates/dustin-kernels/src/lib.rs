@@ -42,10 +42,12 @@
 #![warn(missing_docs)]
 
 pub mod check;
+pub mod cpu_quant;
 pub mod cpu_skinny;
 pub mod error;
 pub mod pinned;
 pub mod plain;
+mod quant_flex;
 pub mod reference;
 pub mod ring;
 mod split_plan;
@@ -55,6 +57,7 @@ pub mod cuda;
 
 use burn_tensor::{backend::Backend, Int, Tensor, TensorData};
 
+pub use cpu_quant::{quant_matmul, QuantMatrix, QuantType};
 pub use error::{KernelError, Result};
 pub use pinned::PinnedHost;
 pub use ring::{RingConfig, RING_CONFIG};
@@ -139,9 +142,9 @@ pub trait KernelOps: Backend {
     /// 512 by default (the score matrix the plain path builds is `[heads, chunk, context]`);
     /// 16384 on CUDA, whose prefill builds no score matrix (at 7B shapes, a 32k prompt's time
     /// to first token on an H200 went from 3.73 s in chunks of 512 to 2.18 s in chunks of
-    /// 2048, docs/perf.md, sixth session, and from 2.02 s in chunks of 2048 to 1.48 s in
-    /// chunks of 16384, twenty-first session; at batch 8, whose sequences prefill one after
-    /// another, from 15.97 s to 12.48 s in chunks of 8192). At most [`MAX_PREFILL_NEW`].
+    /// 2048, and from 2.02 s in chunks of 2048 to 1.48 s in chunks of 16384; at batch 8, whose sequences prefill one after
+    /// another, from 15.97 s to 12.48 s in chunks of 8192; docs/perf.md, "GPU: prefill and
+    /// time to first token"). At most [`MAX_PREFILL_NEW`].
     const PREFILL_CHUNK: usize = 512;
 
     /// Head widths [`KernelOps::prefill_attention`] runs as this backend's kernel; others
@@ -269,7 +272,7 @@ pub trait KernelOps: Backend {
     }
 
     /// The `dustin` estimator's fold of one verification's row scores into its history
-    /// (docs/decisions.md, session 31): entry `(b, h, j)` of the result is
+    /// (docs/decisions.md, "Kernels on the GPU"): entry `(b, h, j)` of the result is
     /// `factor[b] * hist[b, h, j] + sum_i w[b * n + i] * (own[h] * rows[b, h, i, j] +
     /// all[h] * sum_h' rows[b, h', i, j])`. With `own[h]` the reciprocal of KV head `h`'s
     /// estimator-head count and `all[h]` that of the whole estimator set for a KV head
@@ -593,7 +596,7 @@ pub trait KernelOps: Backend {
     /// on CUDA through cuBLAS the call's two device waits (before, for cubecl's queue, and
     /// after, for cuBLAS) are paid once for all of them instead of once each, which is most
     /// of a small product's time (a 7B k or v projection of 16384 rows is about 100 us of
-    /// GEMM behind 60-70 us of waits; docs/perf.md, fifth session); there, a part cuBLAS
+    /// GEMM behind 60-70 us of waits; `docs/perf/cublas-prefill-gemm-2026-11-30/`); there, a part cuBLAS
     /// does not take (another dtype, a size past its 32-bit integers) sends every part to
     /// Burn's matmul. Each product by [`KernelOps::prefill_linear`] by default.
     ///
@@ -618,6 +621,32 @@ pub trait KernelOps: Backend {
     /// the time of Burn's matmul at every `m` from 2 to 64, `benches/skinny_gemm.rs`).
     fn skinny_max_rows() -> usize {
         SKINNY_MAX_ROWS
+    }
+
+    /// Whether [`KernelOps::quant_linear`] multiplies weights kept in their GGUF block
+    /// formats ([`cpu_quant::QuantMatrix`]) with block kernels on this backend: `true` for
+    /// [`burn_flex::Flex`] ([`cpu_quant`]: about a sixth of the bytes of f32 weights per
+    /// decode step at Q4_K), `false` by default. Where `false`, a model keeps dense weights
+    /// (`dustin_qwen::WeightFormat::Dense`) or dequantizes a block weight for each product.
+    const QUANT_KERNELS: bool = false;
+
+    /// `x` `[m, k]` times the block weight `w` (`[n, k]`: `n` rows of `k` values in GGUF's
+    /// layout, [`cpu_quant::QuantMatrix`]) transposed, plus `bias` `[n]`: `[m, n]`. Only
+    /// backends with [`KernelOps::QUANT_KERNELS`] implement it.
+    ///
+    /// # Errors
+    /// [`KernelError::Unsupported`] on a backend without block kernels (the default);
+    /// [`KernelError::Shape`] naming `x` or `bias` when they do not fit `w`.
+    fn quant_linear(
+        x: Tensor<Self, 2>,
+        w: &cpu_quant::QuantMatrix,
+        bias: Option<Tensor<Self, 1>>,
+    ) -> Result<Tensor<Self, 2>> {
+        let _ = (x, bias);
+        Err(KernelError::Unsupported(format!(
+            "{} block weights: this backend has no block kernels (load dense weights)",
+            w.quant_type().name()
+        )))
     }
 
     /// Which library runs [`KernelOps::prefill_linear`] on `device`: `"cublas"`, or
@@ -973,7 +1002,7 @@ pub const PREFILL_GEMM_MIN_ROWS: usize = 256;
 
 /// Fewest rows the model sends through [`KernelOps::prefill_linear_many`] (the q, k and v
 /// products, gate and up, together); fewer take one [`KernelOps::prefill_linear`] each. On
-/// the H200 (docs/perf.md, twenty-second session, calls 4 and 5, 7B q+k+v) together took
+/// the H200 (docs/perf.md, "GPU: prefill and time to first token", 7B q+k+v) together took
 /// 0.85-0.92x the time of three calls at 16384 rows and 0.89x at 32768, but 1.14-1.52x at
 /// 4096 (not understood); 8192, between the two, was not timed.
 pub const PREFILL_MANY_MIN_ROWS: usize = 8192;
@@ -1281,5 +1310,15 @@ impl KernelOps for burn_flex::Flex {
 
     fn skinny_max_rows() -> usize {
         cpu_skinny::CPU_SKINNY_MAX_ROWS
+    }
+
+    const QUANT_KERNELS: bool = true;
+
+    fn quant_linear(
+        x: Tensor<Self, 2>,
+        w: &cpu_quant::QuantMatrix,
+        bias: Option<Tensor<Self, 1>>,
+    ) -> Result<Tensor<Self, 2>> {
+        quant_flex::quant_linear(x, w, bias)
     }
 }

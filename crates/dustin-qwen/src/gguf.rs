@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
+use dustin_kernels::cpu_quant::{QuantMatrix, QuantType};
 use memmap2::Mmap;
 
 use crate::error::{QwenError, Result};
@@ -425,6 +426,28 @@ impl WeightSource for GgufFile {
             }
         }
         Ok(t)
+    }
+
+    /// The HF-named tensor's blocks as stored, where it is 2-D in a format of
+    /// [`QuantType`] and stored as HF orders its rows (not a llama.cpp-permuted q/k).
+    fn load_blocks(&self, name: &str) -> Result<Option<QuantMatrix>> {
+        let Some(gguf) = names::hf_to_gguf(name) else {
+            return Ok(None);
+        };
+        let Some(t) = self.tensor_info(&gguf) else {
+            return Ok(None);
+        };
+        let Some(ty) = QuantType::from_ggml_id(t.ggml_type.id()) else {
+            return Ok(None);
+        };
+        let shape = t.shape();
+        if shape.len() != 2 || self.permuted_heads(&gguf)?.is_some() {
+            return Ok(None);
+        }
+        let data = self.tensor_data(&gguf)?;
+        QuantMatrix::new(ty, shape[0], shape[1], data.to_vec())
+            .map(Some)
+            .map_err(|e| format_err(&self.path, format!("tensor `{name} (GGUF {gguf})`: {e}")))
     }
 }
 

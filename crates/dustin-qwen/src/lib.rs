@@ -21,6 +21,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod blocks;
 pub mod chat;
 pub mod check;
 pub mod config;
@@ -37,6 +38,7 @@ pub mod tokenizer;
 pub mod tp;
 pub mod weights;
 
+pub use blocks::{Embedding, WeightFormat};
 pub use chat::ChatTemplate;
 pub use config::{Family, QwenConfig};
 pub use error::{QwenError, Result};

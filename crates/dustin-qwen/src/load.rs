@@ -4,6 +4,7 @@ use std::path::Path;
 
 use burn_tensor::backend::Backend;
 
+use crate::blocks::WeightFormat;
 use crate::chat::ChatTemplate;
 use crate::config::QwenConfig;
 use crate::error::{QwenError, Result};
@@ -105,11 +106,33 @@ impl ModelFiles {
     /// # Errors
     /// Missing or mis-shaped tensors.
     pub fn build<B: Backend>(&self, max_positions: usize, device: &B::Device) -> Result<Qwen2<B>> {
-        Qwen2::load(&self.config, self.weights.as_ref(), max_positions, device)
+        self.build_as(max_positions, device, WeightFormat::Dense)
     }
 
-    /// As [`ModelFiles::build`], with the listed layers' linear weights kept in host memory
-    /// ([`Qwen2::load_offloaded`]).
+    /// As [`ModelFiles::build`], with the weights in `format` ([`WeightFormat::Blocks`]: a
+    /// GGUF file's block weights stay in their blocks; an HF directory has none, so it loads
+    /// dense either way).
+    ///
+    /// # Errors
+    /// Missing or mis-shaped tensors.
+    pub fn build_as<B: Backend>(
+        &self,
+        max_positions: usize,
+        device: &B::Device,
+        format: WeightFormat,
+    ) -> Result<Qwen2<B>> {
+        Qwen2::load_as(
+            &self.config,
+            self.weights.as_ref(),
+            max_positions,
+            device,
+            &[],
+            format,
+        )
+    }
+
+    /// As [`ModelFiles::build_as`], with the listed layers' linear weights kept dense in host
+    /// memory ([`Qwen2::load_offloaded`]).
     ///
     /// # Errors
     /// Missing or mis-shaped tensors.
@@ -118,13 +141,15 @@ impl ModelFiles {
         max_positions: usize,
         device: &B::Device,
         offloaded: &[usize],
+        format: WeightFormat,
     ) -> Result<Qwen2<B>> {
-        Qwen2::load_offloaded(
+        Qwen2::load_as(
             &self.config,
             self.weights.as_ref(),
             max_positions,
             device,
             offloaded,
+            format,
         )
     }
 }

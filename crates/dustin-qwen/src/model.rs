@@ -19,6 +19,11 @@ use dustin_core::{AttentionHook, KvStore, KvView, LayerAttnCtx, LayerSelection, 
 use dustin_kernels::{KernelError, KernelOps, MAX_NEW, MAX_PREFILL_NEW};
 use dustin_kv::{DenseKvCache, KvShape};
 
+use std::sync::Arc;
+
+use dustin_kernels::cpu_quant::QuantMatrix;
+
+use crate::blocks::{Embedding, WeightFormat};
 use crate::config::QwenConfig;
 use crate::error::{QwenError, Result};
 use crate::offload::HostWeight;
@@ -37,6 +42,11 @@ pub enum Weight<B: Backend> {
     /// In host memory (an offloaded target layer, [`crate::offload::HostWeight`]), copied to
     /// the device for each product unless the forward pass staged the layer first.
     Host(crate::offload::HostWeight),
+    /// In host memory as the GGUF file stores it, `[out, in]` in blocks
+    /// ([`crate::WeightFormat::Blocks`]), multiplied by [`KernelOps::quant_linear`] where the
+    /// backend has block kernels ([`KernelOps::QUANT_KERNELS`]), else dequantized for each
+    /// product.
+    Blocks(Arc<QuantMatrix>),
 }
 
 impl<B: Backend> Weight<B> {
@@ -46,25 +56,32 @@ impl<B: Backend> Weight<B> {
             Weight::Dense(w) => w.dims(),
             Weight::Packed(p) => [p.rows, p.cols],
             Weight::Host(h) => h.dims(),
+            Weight::Blocks(q) => [q.cols(), q.rows()],
         }
     }
 
     /// The weight as a dense device tensor `[in, out]`: the tensor itself, the dequantized
-    /// codes, or a copy uploaded from host memory to `device`.
-    pub fn to_dense(&self, device: &B::Device) -> Tensor<B, 2> {
-        match self {
+    /// codes, a copy uploaded from host memory to `device`, or the decoded blocks.
+    ///
+    /// # Errors
+    /// [`QwenError::Format`] when blocks cannot be decoded.
+    pub fn to_dense(&self, device: &B::Device) -> Result<Tensor<B, 2>> {
+        Ok(match self {
             Weight::Dense(w) => w.clone(),
             Weight::Packed(p) => p.dequantize(),
             Weight::Host(h) => h.upload(device),
-        }
+            Weight::Blocks(q) => crate::blocks::dense_t(q, device)?,
+        })
     }
 
-    /// Bytes this weight holds on the device (0 for a host weight).
+    /// Bytes this weight holds on the device (0 for an offloaded host weight; the blocks'
+    /// bytes for a block weight, which lives in the host memory the CPU backend computes in).
     pub fn device_bytes(&self) -> usize {
         match self {
             Weight::Dense(w) => w.dims().iter().product::<usize>() * w.dtype().size(),
             Weight::Packed(p) => p.device_bytes(),
             Weight::Host(_) => 0,
+            Weight::Blocks(q) => q.bytes(),
         }
     }
 }
@@ -87,10 +104,14 @@ impl<B: Backend> Linear<B> {
         }
     }
 
-    /// Applies the layer to `x` of shape `[batch, n, in]`, giving `[batch, n, out]`.
-    pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let w = self.weight.to_dense(&x.device());
-        self.forward_dense(x, w)
+    /// Applies the layer to `x` of shape `[batch, n, in]`, giving `[batch, n, out]`, with
+    /// the weight made dense first ([`Weight::to_dense`]).
+    ///
+    /// # Errors
+    /// As [`Weight::to_dense`].
+    pub fn forward(&self, x: Tensor<B, 3>) -> Result<Tensor<B, 3>> {
+        let w = self.weight.to_dense(&x.device())?;
+        Ok(self.forward_dense(x, w))
     }
 
     /// [`Linear::forward`] with the weight already dense on the device, `w` `[in, out]`.
@@ -384,15 +405,17 @@ pub struct Qwen2<B: Backend> {
     /// Hyperparameters.
     pub config: QwenConfig,
     /// Token embedding `[vocab, hidden]` (in a random tied model, a transposed view of
-    /// `lm_head`'s storage).
-    pub embed: Tensor<B, 2>,
+    /// `lm_head`'s storage; with [`WeightFormat::Blocks`], the file's blocks, shared with a
+    /// tied LM head).
+    pub embed: Embedding<B>,
     /// Decoder layers.
     pub layers: Vec<Layer<B>>,
     /// Final RMSNorm.
     pub norm: RmsNorm<B>,
     /// LM head `[hidden, vocab]`, contiguous (a transposed copy of the loaded embedding when
-    /// tied; a random tied model's embedding is a view of it).
-    pub lm_head: Tensor<B, 2>,
+    /// tied; a random tied model's embedding is a view of it; with [`WeightFormat::Blocks`],
+    /// the embedding's blocks themselves when tied).
+    pub lm_head: Weight<B>,
     /// RoPE tables.
     pub rope: Rope<B>,
     device: B::Device,
@@ -461,9 +484,43 @@ struct Loader<'a, B: Backend> {
     device: &'a B::Device,
     /// whether linear weights go to host memory (an offloaded layer)
     offload: bool,
+    /// whether block weights stay in their blocks
+    format: WeightFormat,
 }
 
 impl<B: Backend> Loader<'_, B> {
+    /// The embedding and the LM head (the embedding's transpose, or its blocks, when tied or
+    /// when the source has no `lm_head.weight`).
+    fn embed_and_head(&self, c: &QwenConfig) -> Result<(Embedding<B>, Weight<B>)> {
+        let (v, h) = (c.vocab_size, c.hidden_size);
+        let untied = self.src.contains("lm_head.weight") && !c.tie_word_embeddings;
+        if let Some(e) = self.blocks("model.embed_tokens.weight", v, h)? {
+            let head = if untied {
+                match self.blocks("lm_head.weight", v, h)? {
+                    Some(q) => Weight::Blocks(q),
+                    None => Weight::Dense(self.matrix_t("lm_head.weight", v, h)?),
+                }
+            } else {
+                Weight::Blocks(e.clone())
+            };
+            return Ok((Embedding::Blocks(e), head));
+        }
+        let embed_host = self.host("model.embed_tokens.weight", &[v, h])?;
+        let lm_head = if untied {
+            match self.blocks("lm_head.weight", v, h)? {
+                Some(q) => Weight::Blocks(q),
+                None => Weight::Dense(self.matrix_t("lm_head.weight", v, h)?),
+            }
+        } else {
+            Weight::Dense(Tensor::from_data(
+                TensorData::new(transpose(&embed_host.data, v, h), [h, v]),
+                self.device,
+            ))
+        };
+        let embed = Tensor::from_data(TensorData::new(embed_host.data, [v, h]), self.device);
+        Ok((Embedding::Dense(embed), lm_head))
+    }
+
     fn host(&self, name: &str, shape: &[usize]) -> Result<HostTensor> {
         let t = self.src.load(name)?;
         if t.shape != shape {
@@ -493,9 +550,35 @@ impl<B: Backend> Loader<'_, B> {
         ))
     }
 
+    /// `name` `[rows, cols]` as its stored blocks, where [`WeightFormat::Blocks`] asks for
+    /// them and the source has them.
+    fn blocks(&self, name: &str, rows: usize, cols: usize) -> Result<Option<Arc<QuantMatrix>>> {
+        if self.format != WeightFormat::Blocks {
+            return Ok(None);
+        }
+        let Some(q) = self.src.load_blocks(name)? else {
+            return Ok(None);
+        };
+        if [q.rows(), q.cols()] != [rows, cols] {
+            return Err(QwenError::TensorShape {
+                name: name.to_string(),
+                expected: vec![rows, cols],
+                found: vec![q.rows(), q.cols()],
+            });
+        }
+        Ok(Some(Arc::new(q)))
+    }
+
     fn linear(&self, prefix: &str, out: usize, inp: usize, bias: bool) -> Result<Linear<B>> {
         let name = format!("{prefix}.weight");
-        let weight = if self.offload {
+        let blocks = if self.offload {
+            None
+        } else {
+            self.blocks(&name, out, inp)?
+        };
+        let weight = if let Some(q) = blocks {
+            Weight::Blocks(q)
+        } else if self.offload {
             let t = self.host(&name, &[out, inp])?;
             Weight::Host(HostWeight::from_f32::<B>(
                 transpose(&t.data, out, inp),
@@ -543,6 +626,33 @@ impl<B: Backend> PieceCopy<'_, B> {
         })?;
         drop(own);
         Ok(out)
+    }
+}
+
+/// Whether any of `lins` holds a block weight (which the grouped GEMMs do not take).
+fn any_blocks<B: Backend>(lins: &[&Linear<B>]) -> bool {
+    lins.iter().any(|l| matches!(l.weight, Weight::Blocks(_)))
+}
+
+/// The embedding as a dense device tensor, for the tensor-parallel split (which takes dense
+/// weights only).
+fn dense_embed<B: Backend>(e: &Embedding<B>) -> Result<Tensor<B, 2>> {
+    match e {
+        Embedding::Dense(t) => Ok(t.clone()),
+        Embedding::Blocks(_) => Err(QwenError::Parallel(
+            "the embedding holds blocks; only dense weights shard (load with WeightFormat::Dense)"
+                .into(),
+        )),
+    }
+}
+
+/// The LM head as a dense device tensor `[hidden, vocab]`, as [`dense_embed`].
+fn dense_head<B: Backend>(w: &Weight<B>) -> Result<Tensor<B, 2>> {
+    match w {
+        Weight::Dense(t) => Ok(t.clone()),
+        _ => Err(QwenError::Parallel(
+            "the LM head is not a dense device weight; only dense weights shard".into(),
+        )),
     }
 }
 
@@ -596,6 +706,31 @@ impl<B: Backend> Qwen2<B> {
         device: &B::Device,
         offloaded: &[usize],
     ) -> Result<Self> {
+        Self::load_as(
+            config,
+            src,
+            max_positions,
+            device,
+            offloaded,
+            WeightFormat::Dense,
+        )
+    }
+
+    /// As [`Qwen2::load_offloaded`], with the weights in `format`: with
+    /// [`WeightFormat::Blocks`], every linear weight, the embedding and the LM head that the
+    /// source stores in a block format the kernels read stay in it
+    /// ([`WeightSource::load_blocks`]; offloaded layers stay dense).
+    ///
+    /// # Errors
+    /// As [`Qwen2::load`].
+    pub fn load_as(
+        config: &QwenConfig,
+        src: &dyn WeightSource,
+        max_positions: usize,
+        device: &B::Device,
+        offloaded: &[usize],
+        format: WeightFormat,
+    ) -> Result<Self> {
         config.validate()?;
         let c = config;
         let (h, hd, nh, kv) = (
@@ -608,20 +743,9 @@ impl<B: Backend> Qwen2<B> {
             src,
             device,
             offload: false,
+            format,
         };
-        let embed_host = ld.host("model.embed_tokens.weight", &[c.vocab_size, h])?;
-        let lm_head = if src.contains("lm_head.weight") && !c.tie_word_embeddings {
-            ld.matrix_t("lm_head.weight", c.vocab_size, h)?
-        } else {
-            Tensor::from_data(
-                TensorData::new(
-                    transpose(&embed_host.data, c.vocab_size, h),
-                    [h, c.vocab_size],
-                ),
-                device,
-            )
-        };
-        let embed = Tensor::from_data(TensorData::new(embed_host.data, [c.vocab_size, h]), device);
+        let (embed, lm_head) = ld.embed_and_head(c)?;
         let bias = c.qkv_bias();
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         for l in 0..c.num_hidden_layers {
@@ -752,9 +876,15 @@ impl<B: Backend> Qwen2<B> {
         // reads the whole matrix at every step, the embedding gathers a few rows)
         let (embed, lm_head) = if c.tie_word_embeddings {
             let head = mat(h, c.vocab_size);
-            (head.clone().transpose(), head)
+            (
+                Embedding::Dense(head.clone().transpose()),
+                Weight::Dense(head),
+            )
         } else {
-            (mat(c.vocab_size, h), mat(h, c.vocab_size))
+            (
+                Embedding::Dense(mat(c.vocab_size, h)),
+                Weight::Dense(mat(h, c.vocab_size)),
+            )
         };
         let layers = (0..c.num_hidden_layers)
             .map(|l| {
@@ -986,9 +1116,9 @@ impl<B: Backend> Qwen2<B> {
     /// weights (packed size for substitute layers, nothing for offloaded matrices).
     pub fn device_bytes(&self) -> usize {
         let n = |d: &[usize]| d.iter().product::<usize>();
-        let mat = |t: &Tensor<B, 2>| n(&t.dims()) * t.dtype().size();
-        mat(&self.embed)
-            + mat(&self.lm_head)
+        let _ = n;
+        self.embed.bytes()
+            + self.lm_head.device_bytes()
             + self.norm.weight.dims()[0] * self.norm.weight.dtype().size()
             + self.layers.iter().map(Layer::device_bytes).sum::<usize>()
     }
@@ -1125,10 +1255,10 @@ impl<B: Backend> Qwen2<B> {
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             config: c.clone(),
-            embed: move_to(&self.embed)?,
+            embed: Embedding::Dense(move_to(&dense_embed(&self.embed)?)?),
             layers,
             norm: norm(&self.norm)?,
-            lm_head: move_to(&self.lm_head)?,
+            lm_head: Weight::Dense(move_to(&dense_head(&self.lm_head)?)?),
             rope: Rope::new(c.rope_theta, hd, self.rope.max_positions, &dev),
             device: dev,
             kernels: self.kernels,
@@ -1201,7 +1331,7 @@ impl<B: KernelOps> Qwen2<B> {
                 }
             }
         }
-        Ok(lin.weight.to_dense(device))
+        lin.weight.to_dense(device)
     }
 
     /// Whether a product of `rows` rows goes through the skinny GEMM
@@ -1223,6 +1353,15 @@ impl<B: KernelOps> Qwen2<B> {
     /// [`KernelOps::prefill_linear`].
     fn linear(&self, lin: &Linear<B>, x: Tensor<B, 3>) -> Result<Tensor<B, 3>> {
         let [b, n, d] = x.dims();
+        if let Weight::Blocks(q) = &lin.weight {
+            // decode and verify rows through the block kernels; prefill chunks decode the
+            // weight once for the whole chunk and run the dense GEMM (faster there than
+            // quantizing every row of the chunk)
+            if B::QUANT_KERNELS && b * n <= B::skinny_max_rows() {
+                let y = B::quant_linear(x.reshape([b * n, d]), q, lin.bias.clone())?;
+                return Ok(y.reshape([b, n, q.rows()]));
+            }
+        }
         let w = self.dense_weight(lin, &x.device())?;
         if self.skinny_rows(b * n) {
             let out = w.dims()[1];
@@ -1256,7 +1395,7 @@ impl<B: KernelOps> Qwen2<B> {
             || rows < dustin_kernels::PREFILL_MANY_MIN_ROWS
             || lins
                 .iter()
-                .any(|lin| matches!(lin.weight, Weight::Packed(_)))
+                .any(|lin| matches!(lin.weight, Weight::Packed(_) | Weight::Blocks(_)))
         {
             lins.iter()
                 .map(|lin| self.linear(lin, x.clone()))
@@ -1311,7 +1450,7 @@ impl<B: KernelOps> Qwen2<B> {
     /// forward pass. Scale `1 / sqrt(head_dim)` (Vaswani et al. 2017).
     ///
     /// A drafter uses this to score all of its steps' queries against its cache once after
-    /// drafting, instead of once per step (docs/decisions.md, session 30): the keys are
+    /// drafting, instead of once per step (docs/decisions.md, "The speculative loop"): the keys are
     /// read once per layer, not once per draft step. Rows beyond
     /// [`dustin_kernels::MAX_NEW`] are scored in chunks of that many.
     ///
@@ -1501,12 +1640,9 @@ impl<B: KernelOps> Qwen2<B> {
             },
             device: dev,
         };
-        let mut x = timer.time("embed", || {
-            self.embed
-                .clone()
-                .select(0, ids)
-                .reshape([batch, n, hidden])
-        });
+        let mut x = timer.time("embed", || -> Result<Tensor<B, 3>> {
+            Ok(self.embed.rows(ids, dev)?.reshape([batch, n, hidden]))
+        })?;
         let mut pass = Pass {
             timer,
             rope: &rope,
@@ -1586,10 +1722,12 @@ impl<B: KernelOps> Qwen2<B> {
                 // decode and verify rows through the skinny GEMM (the head is the largest
                 // single weight: 152,064 x 8192 bf16 = 2.5 GB at 72B); a backend whose
                 // kernel does not take the layout runs Burn's matmul inside it
-                let y = if self.skinny_rows(b * m) {
-                    B::skinny_linear(x, self.lm_head.clone(), None)?
-                } else {
-                    x.matmul(self.lm_head.clone())
+                let y = match &self.lm_head {
+                    Weight::Blocks(q) if B::QUANT_KERNELS => B::quant_linear(x, q, None)?,
+                    Weight::Dense(w) if self.skinny_rows(b * m) => {
+                        B::skinny_linear(x, w.clone(), None)?
+                    }
+                    head => x.matmul(head.to_dense(dev)?),
                 };
                 Ok(y.reshape([b, m, vocab]))
             })?),
@@ -1629,7 +1767,11 @@ impl<B: KernelOps> Qwen2<B> {
         })?;
         let m = timer.time("mlp", || -> Result<Tensor<B, 3>> {
             let [b, n, d] = h.dims();
-            if self.grouped(b * n) && layer.gate.bias.is_none() && layer.up.bias.is_none() {
+            if self.grouped(b * n)
+                && layer.gate.bias.is_none()
+                && layer.up.bias.is_none()
+                && !any_blocks(&[&layer.gate, &layer.up])
+            {
                 let dev = h.device();
                 let (wg, wu) = (
                     self.dense_weight(&layer.gate, &dev)?,
@@ -1720,7 +1862,7 @@ impl<B: KernelOps> Qwen2<B> {
         let g = nh / kvh;
         let batch = ctx_lens.len();
         let (q, k, v) = timer.time("qkv", || -> Result<_> {
-            if self.grouped(batch * n) {
+            if self.grouped(batch * n) && !any_blocks(&[&layer.q, &layer.k, &layer.v]) {
                 let dev = h.device();
                 let d = h.dims()[2];
                 let part = |lin: &Linear<B>| -> Result<dustin_kernels::LinearParts<B>> {

@@ -1,4 +1,4 @@
-//! Substitute layers for SubSpec-style drafting ("Speculate Deep and Accurate", issue 10).
+//! Substitute layers for SubSpec-style drafting ("Speculate Deep and Accurate").
 //!
 //! When a target's layers do not all fit in GPU memory, some are offloaded to host memory.
 //! SubSpec drafts with the target itself in which every offloaded layer is replaced by a
@@ -401,8 +401,9 @@ impl<B: Backend> PackedWeight<B> {
 fn host_matrix<B: Backend>(w: &Weight<B>) -> Result<Vec<f32>> {
     match w {
         Weight::Host(h) => h.to_f32(),
+        Weight::Blocks(q) => crate::blocks::host_t(q),
         w => w
-            .to_dense(&dense_device(w)?)
+            .to_dense(&dense_device(w)?)?
             .into_data()
             .convert::<f32>()
             .into_vec::<f32>()
@@ -414,8 +415,8 @@ fn dense_device<B: Backend>(w: &Weight<B>) -> Result<B::Device> {
     match w {
         Weight::Dense(t) => Ok(t.device()),
         Weight::Packed(p) => Ok(p.words.device()),
-        Weight::Host(_) => Err(QwenError::Core(dustin_core::CoreError::Model(
-            "a host weight has no device".into(),
+        Weight::Host(_) | Weight::Blocks(_) => Err(QwenError::Core(dustin_core::CoreError::Model(
+            "a host or block weight has no device".into(),
         ))),
     }
 }

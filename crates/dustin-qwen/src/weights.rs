@@ -5,6 +5,8 @@
 //! (`Linear` weights `[out_features, in_features]`), converted to `f32` on the host. The model
 //! builder then checks shapes against the config and moves them to the device.
 
+use dustin_kernels::cpu_quant::QuantMatrix;
+
 use crate::error::Result;
 
 /// A tensor on the host in `f32`, row-major, with its shape.
@@ -29,4 +31,17 @@ pub trait WeightSource {
     /// for a dtype or quantisation we do not read, [`crate::QwenError::Format`] for truncated
     /// data.
     fn load(&self, name: &str) -> Result<HostTensor>;
+
+    /// Loads a 2-D tensor `[out, in]` as its stored blocks, undecoded, where the source holds
+    /// it in a block format the CPU kernels read ([`dustin_kernels::cpu_quant::QuantType`]);
+    /// `None` for any other storage (f32, f16, bf16, other quantisations, rows that need
+    /// reordering), which [`WeightSource::load`] then serves as f32. The default: `None`.
+    ///
+    /// # Errors
+    /// As [`WeightSource::load`]; [`crate::QwenError::Format`] when the blocks do not fit the
+    /// tensor's shape.
+    fn load_blocks(&self, name: &str) -> Result<Option<QuantMatrix>> {
+        let _ = name;
+        Ok(None)
+    }
 }

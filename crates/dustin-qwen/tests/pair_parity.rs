@@ -28,11 +28,19 @@ use std::path::{Path, PathBuf};
 use burn_flex::{Flex, FlexDevice};
 use dustin_core::DenseHook;
 use dustin_qwen::generate::{generate, prefill, GenerateConfig};
-use dustin_qwen::ModelFiles;
+use dustin_qwen::{ModelFiles, WeightFormat};
 use serde::Deserialize;
 
 type B = Flex;
 const TOL: f32 = 2e-4;
+/// Bound on the top-8 logits with the weights kept in their blocks
+/// ([`WeightFormat::Blocks`]): the block kernels round each activation row to int8 per block
+/// of 32 (as llama.cpp does), a relative error of up to 1/254 of the block's largest value
+/// per input of every product, which the 24 / 28 layers carry to the logits. Measured: 0.102
+/// (0.5B) and 0.085 (1.5B) max abs over the top-8 logits of all 160 positions, with all 64
+/// greedy tokens identical; the bound is 3x that. A block kernel bug (a wrong scale or
+/// offset, a swapped nibble) moves logits by whole units, as in the dense case.
+const BLOCKS_TOL: f32 = 0.3;
 
 #[derive(Deserialize)]
 struct Reference {
@@ -60,6 +68,11 @@ fn model_path(file: &str) -> PathBuf {
 }
 
 fn check(name: &str, file: &str) {
+    check_as(name, file, WeightFormat::Dense, TOL);
+}
+
+/// [`check`] with the weights in `format` and `tol` on the top-8 logits.
+fn check_as(name: &str, file: &str, format: WeightFormat, tol: f32) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pair_parity");
     let r: Reference = serde_json::from_str(
         &std::fs::read_to_string(dir.join(format!("{name}.json"))).expect("fixture"),
@@ -78,7 +91,9 @@ fn check(name: &str, file: &str) {
 
     let n = r.prompt_ids.len();
     let cap = n + r.greedy.len() + 8;
-    let model = files.build::<B>(cap, &FlexDevice).expect("build");
+    let model = files
+        .build_as::<B>(cap, &FlexDevice, format)
+        .expect("build");
     let (_, _, all) = prefill(
         &model,
         std::slice::from_ref(&r.prompt_ids),
@@ -116,16 +131,18 @@ fn check(name: &str, file: &str) {
                     m
                 }
             });
-        assert_eq!(
-            best.0 as u32, r.top_ids[p][0],
-            "{name}: argmax differs at position {p}"
+        // a different argmax is allowed only at a near-tie of the reference
+        let gap = r.top_logits[p][0] - r.top_logits[p][1];
+        assert!(
+            best.0 as u32 == r.top_ids[p][0] || gap <= 2.0 * tol,
+            "{name}: argmax differs at position {p} (reference top-2 gap {gap:.3e})"
         );
     }
     println!(
-        "{name}: top-8 logits at all {n} positions, max abs err {:.3e} (position {}), tolerance {TOL:.1e}",
+        "{name} ({format:?}): top-8 logits at all {n} positions, max abs err {:.3e} (position {}), tolerance {tol:.1e}",
         worst.0, worst.1
     );
-    assert!(worst.0 <= TOL, "{name}: logits differ by {:.3e}", worst.0);
+    assert!(worst.0 <= tol, "{name}: logits differ by {:.3e}", worst.0);
 
     let cfg = GenerateConfig {
         max_new_tokens: r.greedy.len(),
@@ -143,13 +160,13 @@ fn check(name: &str, file: &str) {
     let got = &out.tokens[0];
     let first_diff = got.iter().zip(&r.greedy).position(|(a, b)| a != b);
     println!(
-        "{name}: greedy {} tokens, first difference {first_diff:?}: {:?}",
+        "{name} ({format:?}): greedy {} tokens, first difference {first_diff:?}: {:?}",
         got.len(),
         files.tokenizer.decode(got).unwrap_or_default()
     );
     if let Some(d) = first_diff {
         assert!(
-            r.greedy_top2_gap[d] <= 2.0 * TOL,
+            r.greedy_top2_gap[d] <= 2.0 * tol,
             "{name}: greedy token {d} differs ({} vs {}) where the reference gap is {:.3e}",
             got[d],
             r.greedy[d],
@@ -169,4 +186,26 @@ fn qwen25_coder_05b_matches_transformers() {
 #[ignore = "needs qwen2.5-coder-1.5b-instruct in the model cache"]
 fn qwen25_coder_15b_matches_transformers() {
     check("1.5b", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf");
+}
+
+#[test]
+#[ignore = "needs qwen2.5-coder-0.5b-instruct in the model cache"]
+fn qwen25_coder_05b_blocks_match_transformers() {
+    check_as(
+        "0.5b",
+        "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        WeightFormat::Blocks,
+        BLOCKS_TOL,
+    );
+}
+
+#[test]
+#[ignore = "needs qwen2.5-coder-1.5b-instruct in the model cache"]
+fn qwen25_coder_15b_blocks_match_transformers() {
+    check_as(
+        "1.5b",
+        "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        WeightFormat::Blocks,
+        BLOCKS_TOL,
+    );
 }

@@ -82,6 +82,11 @@ pub struct AcceptanceArgs {
     #[arg(long, default_value = "out/acceptance")]
     pub out: PathBuf,
     /// Where to run.
+    /// Weights of a GGUF model: `auto` (kept in their block format on the CPU, whose block
+    /// kernels read a sixth of the bytes of f32; decoded to f32 elsewhere), `dense` (decoded
+    /// to f32) or `blocks`.
+    #[arg(long, value_enum, default_value_t = crate::models::WeightsArg::Auto)]
+    pub weights: crate::models::WeightsArg,
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
 }
@@ -233,7 +238,7 @@ pub fn acceptance<B: KernelOps>(args: &AcceptanceArgs, dev: &B::Device) -> Resul
         ids.truncate(max_ctx);
         prompts.push((name, ids));
     }
-    let pair = files.build::<B>(max_ctx + extra, dev)?;
+    let pair = files.build::<B>(max_ctx + extra, dev, args.weights)?;
     eprintln!(
         "eval acceptance: {} sources x contexts {:?}; target {}, draft {}",
         sources.len(),

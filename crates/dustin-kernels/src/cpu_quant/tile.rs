@@ -1,0 +1,136 @@
+//! One rayon task of a product: a tile of weight rows times a chunk of `x` rows, generic over
+//! the instruction set ([`Kern`]) and the block format ([`Fmt`]).
+
+use super::blocks::{self, ActGroup, Fmt, WGroup, GROUP};
+#[cfg(target_arch = "x86_64")]
+use super::x86;
+use super::{QuantIsa, QuantMatrix, QuantType, MAX_CHUNK_ROWS, PREFETCH_BYTES};
+
+/// One rayon task: weight rows `j0 .. j0 + width` times `x` rows `r0 .. r0 + xc`.
+pub(super) struct Task<'a> {
+    pub w: &'a QuantMatrix,
+    /// All rows' activations, `groups` per row.
+    pub acts: &'a [ActGroup],
+    pub groups: usize,
+    pub r0: usize,
+    pub xc: usize,
+    pub j0: usize,
+    pub width: usize,
+    pub bias: Option<&'a [f32]>,
+}
+
+/// A group product of one instruction set: adds the values of the 8 blocks of `w` times `a`
+/// to the 8 lanes of `acc` (`blocks::dot_portable` is the definition).
+pub(super) trait Kern {
+    /// # Safety
+    /// The instruction set of `Self` is available.
+    unsafe fn dot<F: Fmt>(w: &WGroup, a: &ActGroup, acc: &mut [f32; 8]);
+
+    /// Hints the cache to load the line of `p` (which need not be in bounds); nothing by
+    /// default.
+    ///
+    /// # Safety
+    /// The instruction set of `Self` is available.
+    #[inline(always)]
+    unsafe fn prefetch(_p: *const u8) {}
+
+    /// `f16` bits to `f32`, exactly ([`blocks::f16_to_f32`] by default).
+    ///
+    /// # Safety
+    /// The instruction set of `Self` is available.
+    #[inline(always)]
+    unsafe fn f16(h: u16) -> f32 {
+        blocks::f16_to_f32(h)
+    }
+
+    /// `0x10` in element `i` where bit `i` of `qh` is set ([`blocks::fifth_bits`] by
+    /// default).
+    ///
+    /// # Safety
+    /// The instruction set of `Self` is available.
+    #[inline(always)]
+    unsafe fn fifth_bits(qh: u32) -> [u8; 32] {
+        blocks::fifth_bits(qh)
+    }
+}
+
+/// The portable group product.
+struct Portable;
+
+impl Kern for Portable {
+    #[inline(always)]
+    unsafe fn dot<F: Fmt>(w: &WGroup, a: &ActGroup, acc: &mut [f32; 8]) {
+        blocks::dot_portable::<F>(w, a, acc)
+    }
+}
+
+/// The tile `t` into `out` (`xc` rows of `width` values): per weight row, each group decoded
+/// once and multiplied with every `x` row of the chunk, then the lanes summed and the bias
+/// added.
+///
+/// # Safety
+/// The instruction set of `K` is available; `t.xc <= MAX_CHUNK_ROWS`, the ranges of `t` lie in
+/// its slices and `out.len() == t.xc * t.width` (as `quant_matmul_with` builds them).
+#[inline(always)]
+pub(super) unsafe fn tile_body<K: Kern, F: Fmt>(t: &Task<'_>, out: &mut [f32]) {
+    let rb = t.w.row_bytes();
+    let mut wg = WGroup::ZERO;
+    let mut acc = [[0.0f32; 8]; MAX_CHUNK_ROWS];
+    let acc = &mut acc[..t.xc];
+    let acts = &t.acts[t.r0 * t.groups..(t.r0 + t.xc) * t.groups];
+    // bytes of a whole group
+    let gb = F::TY.block_bytes() * (GROUP / F::TY.block_elems());
+    for c in 0..t.width {
+        let j = t.j0 + c;
+        let row = &t.w.data[j * rb..(j + 1) * rb];
+        acc.fill([0.0; 8]);
+        for g in 0..t.groups {
+            let ahead = row.as_ptr().wrapping_add(g * gb + PREFETCH_BYTES);
+            for line in (0..gb).step_by(64) {
+                // SAFETY: as this function's; a prefetch does not access memory.
+                unsafe { K::prefetch(ahead.wrapping_add(line)) }
+            }
+            // SAFETY: as this function's.
+            unsafe { F::decode::<K>(row, g, &mut wg) };
+            for (a, xa) in acc.iter_mut().zip(acts[g..].iter().step_by(t.groups)) {
+                // SAFETY: as this function's.
+                unsafe { K::dot::<F>(&wg, xa, a) }
+            }
+        }
+        let bias = t.bias.map(|b| b[j]);
+        for (r, a) in acc.iter().enumerate() {
+            out[r * t.width + c] = blocks::finish(a, bias);
+        }
+    }
+}
+
+/// One tile with `isa` (available) in format `F`.
+fn tile_in<F: Fmt>(isa: QuantIsa, t: &Task<'_>, out: &mut [f32]) {
+    debug_assert_eq!(F::TY, t.w.ty);
+    match isa {
+        // SAFETY: the features were detected at run time (`QuantIsa::available`, checked by
+        // `quant_matmul_with`); the task's ranges are built in range there.
+        #[cfg(target_arch = "x86_64")]
+        QuantIsa::Avx512Vnni => unsafe { x86::tile_vnni::<F>(t, out) },
+        #[cfg(target_arch = "x86_64")]
+        QuantIsa::AvxVnni => unsafe { x86::tile_avxvnni::<F>(t, out) },
+        #[cfg(target_arch = "x86_64")]
+        QuantIsa::Avx2 => unsafe { x86::tile_avx2::<F>(t, out) },
+        // SAFETY: the portable product needs no feature; ranges as above.
+        _ => unsafe { tile_body::<Portable, F>(t, out) },
+    }
+}
+
+/// One tile with `isa` in the weight's format.
+pub(super) fn run_tile(isa: QuantIsa, t: &Task<'_>, out: &mut [f32]) {
+    match t.w.ty {
+        QuantType::Q4_0 => tile_in::<blocks::Q4_0>(isa, t, out),
+        QuantType::Q4_1 => tile_in::<blocks::Q4_1>(isa, t, out),
+        QuantType::Q5_0 => tile_in::<blocks::Q5_0>(isa, t, out),
+        QuantType::Q5_1 => tile_in::<blocks::Q5_1>(isa, t, out),
+        QuantType::Q8_0 => tile_in::<blocks::Q8_0>(isa, t, out),
+        QuantType::Q4K => tile_in::<blocks::Q4K>(isa, t, out),
+        QuantType::Q5K => tile_in::<blocks::Q5K>(isa, t, out),
+        QuantType::Q6K => tile_in::<blocks::Q6K>(isa, t, out),
+    }
+}

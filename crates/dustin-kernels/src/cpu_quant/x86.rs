@@ -1,0 +1,236 @@
+//! AVX2 and AVX-512 VNNI group products (256-bit vectors).
+//!
+//! The `q` of both operands are laid out by [`super::blocks::run`]: vector `2 k + h` holds
+//! half `h` of block `k` (low 16 bytes) and of block `k + 4` (high 16 bytes). The products
+//! of vectors `2 k` and `2 k + 1` go into one accumulator of 8 `i32` lanes, each the sum of
+//! 4 adjacent products `q_w q_a` (AVX2: `vpmaddubsw` to pairs in `i16`, then `vpmaddwd` by
+//! ones; VNNI: `vpdpbusd`), so lanes 0..4 hold block `k` and lanes 4..8 block `k + 4`; two
+//! levels of `vphaddd` over the 4 accumulators leave block `b`'s dot product `D` in lane `b`,
+//! exactly (no `i16` pair can saturate: unsigned weights are at most 63, activations at most
+//! 127 in magnitude, and `Q8_0`'s signed weights go through the sign trick, `|q_w| <= 128`).
+//! The float part then runs on the 8 lanes with the operations of
+//! [`super::blocks::dot_portable`], in its order.
+
+use std::arch::x86_64::*;
+
+use super::blocks::{ActGroup, Fmt, Kind, WGroup};
+use super::tile::{tile_body, Kern, Task};
+
+/// The product of 32-byte vectors added to `acc`: lane `l` gets the sum of products
+/// `4 l .. 4 l + 4` of unsigned `w` and signed `a`.
+trait Dot4 {
+    unsafe fn dot4(acc: __m256i, w: __m256i, a: __m256i) -> __m256i;
+}
+
+/// AVX2: `vpmaddubsw` then `vpmaddwd` with ones.
+pub(super) struct Avx2;
+/// AVX-512 VNNI (256-bit, `avx512vl`): `vpdpbusd`.
+pub(super) struct Vnni;
+/// AVX-VNNI (VEX-encoded, no AVX-512): `vpdpbusd`.
+pub(super) struct AvxVnni;
+
+impl Dot4 for Avx2 {
+    #[inline(always)]
+    unsafe fn dot4(acc: __m256i, w: __m256i, a: __m256i) -> __m256i {
+        unsafe {
+            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1));
+            _mm256_add_epi32(acc, p)
+        }
+    }
+}
+
+impl Dot4 for Vnni {
+    #[inline(always)]
+    unsafe fn dot4(acc: __m256i, w: __m256i, a: __m256i) -> __m256i {
+        unsafe { _mm256_dpbusd_epi32(acc, w, a) }
+    }
+}
+
+impl Dot4 for AvxVnni {
+    #[inline(always)]
+    unsafe fn dot4(acc: __m256i, w: __m256i, a: __m256i) -> __m256i {
+        unsafe { _mm256_dpbusd_avx_epi32(acc, w, a) }
+    }
+}
+
+/// `v << shift` per `i32` lane for the shifts the formats use (3, 4, 5).
+#[inline(always)]
+unsafe fn shl(v: __m256i, shift: u32) -> __m256i {
+    unsafe {
+        match shift {
+            3 => _mm256_slli_epi32::<3>(v),
+            4 => _mm256_slli_epi32::<4>(v),
+            5 => _mm256_slli_epi32::<5>(v),
+            s => _mm256_sll_epi32(v, _mm_cvtsi32_si128(s as i32)),
+        }
+    }
+}
+
+/// [`super::blocks::dot_portable`] with vectors.
+///
+/// # Safety
+/// AVX2 (and for [`Vnni`], AVX-512 VNNI and VL) is available.
+#[inline(always)]
+unsafe fn group<D: Dot4, F: Fmt>(w: &WGroup, a: &ActGroup, acc: &mut [f32; 8]) {
+    unsafe {
+        let wp = w.q.as_ptr().cast::<__m256i>();
+        let ap = a.q.as_ptr().cast::<__m256i>();
+        // SAFETY: both groups are 32-byte aligned (`repr(align(32))`) and hold 8 vectors.
+        let (wv, av) = (
+            |v: usize| _mm256_load_si256(wp.add(v)),
+            |v: usize| _mm256_load_si256(ap.add(v)),
+        );
+        let pair: [__m256i; 4] = std::array::from_fn(|k| {
+            let (v0, v1) = (2 * k, 2 * k + 1);
+            match F::KIND {
+                Kind::Signed => {
+                    let (w0, w1) = (wv(v0), wv(v1));
+                    let p = D::dot4(
+                        _mm256_setzero_si256(),
+                        _mm256_abs_epi8(w0),
+                        _mm256_sign_epi8(av(v0), w0),
+                    );
+                    D::dot4(p, _mm256_abs_epi8(w1), _mm256_sign_epi8(av(v1), w1))
+                }
+                Kind::Q6 => {
+                    let sub = |v: usize| _mm256_load_si256(w.sub[v].as_ptr().cast());
+                    let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(wv(v0), av(v0)), sub(v0));
+                    let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(wv(v1), av(v1)), sub(v1));
+                    _mm256_add_epi32(p0, p1)
+                }
+                Kind::Offset | Kind::Min => {
+                    let p = D::dot4(_mm256_setzero_si256(), wv(v0), av(v0));
+                    D::dot4(p, wv(v1), av(v1))
+                }
+            }
+        });
+        // lanes 0..4 of pair[k] hold block k, lanes 4..8 block k + 4
+        let h01 = _mm256_hadd_epi32(pair[0], pair[1]);
+        let h23 = _mm256_hadd_epi32(pair[2], pair[3]);
+        let mut d = _mm256_hadd_epi32(h01, h23);
+        match F::KIND {
+            Kind::Offset => {
+                let s = _mm256_load_si256(a.s.as_ptr().cast());
+                d = _mm256_sub_epi32(d, shl(s, F::SHIFT));
+            }
+            Kind::Q6 => {
+                let sc = _mm256_load_si256(w.sc16.as_ptr().cast());
+                let s16 = _mm256_load_si256(a.s16.as_ptr().cast());
+                d = _mm256_sub_epi32(d, shl(_mm256_madd_epi16(sc, s16), F::SHIFT));
+            }
+            Kind::Min | Kind::Signed => {}
+        }
+        let mut t = _mm256_mul_ps(_mm256_load_ps(w.scale.as_ptr()), _mm256_cvtepi32_ps(d));
+        if F::KIND == Kind::Min {
+            let s = _mm256_cvtepi32_ps(_mm256_load_si256(a.s.as_ptr().cast()));
+            t = _mm256_add_ps(t, _mm256_mul_ps(_mm256_load_ps(w.min.as_ptr()), s));
+        }
+        let c = _mm256_mul_ps(_mm256_load_ps(a.d.as_ptr()), t);
+        let ap = acc.as_mut_ptr();
+        _mm256_storeu_ps(ap, _mm256_add_ps(_mm256_loadu_ps(ap), c));
+    }
+}
+
+/// `f16` bits to `f32` with F16C's `vcvtph2ps` (exact; the same values as
+/// [`super::blocks::f16_to_f32`]).
+///
+/// # Safety
+/// F16C is available.
+#[inline(always)]
+unsafe fn f16_f16c(h: u16) -> f32 {
+    unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h)))) }
+}
+
+/// [`super::blocks::fifth_bits`] with vectors: byte `i` takes byte `i / 8` of `qh`, tests
+/// bit `i mod 8` against a mask and keeps `0x10` where it is set.
+///
+/// # Safety
+/// AVX2 is available.
+#[inline(always)]
+unsafe fn fifth_bits_avx2(qh: u32) -> [u8; 32] {
+    unsafe {
+        let v = _mm256_set1_epi32(qh as i32);
+        #[rustfmt::skip]
+        let spread = _mm256_setr_epi8(
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+        );
+        let bytes = _mm256_shuffle_epi8(v, spread);
+        let mask = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+        let set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, mask), mask);
+        let mut out = [0u8; 32];
+        _mm256_storeu_si256(
+            out.as_mut_ptr().cast(),
+            _mm256_and_si256(set, _mm256_set1_epi8(0x10)),
+        );
+        out
+    }
+}
+
+/// The group product, prefetch and conversions of an x86 instruction set `$t` with the
+/// block product `$t: Dot4`.
+macro_rules! x86_kern {
+    ($t:ty) => {
+        impl Kern for $t {
+            #[inline(always)]
+            unsafe fn dot<F: Fmt>(w: &WGroup, a: &ActGroup, acc: &mut [f32; 8]) {
+                unsafe { group::<$t, F>(w, a, acc) }
+            }
+
+            #[inline(always)]
+            unsafe fn prefetch(p: *const u8) {
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>()) }
+            }
+
+            #[inline(always)]
+            unsafe fn f16(h: u16) -> f32 {
+                unsafe { f16_f16c(h) }
+            }
+
+            #[inline(always)]
+            unsafe fn fifth_bits(qh: u32) -> [u8; 32] {
+                unsafe { fifth_bits_avx2(qh) }
+            }
+        }
+    };
+}
+
+x86_kern!(Avx2);
+x86_kern!(Vnni);
+x86_kern!(AvxVnni);
+
+/// One tile with AVX2.
+///
+/// # Safety
+/// AVX2 and F16C are available.
+#[target_feature(enable = "avx2,f16c")]
+pub(super) unsafe fn tile_avx2<F: Fmt>(t: &Task<'_>, out: &mut [f32]) {
+    unsafe { tile_body::<Avx2, F>(t, out) }
+}
+
+/// One tile with AVX-512 VNNI on 256-bit vectors.
+///
+/// # Safety
+/// AVX2, F16C, AVX-512F, VL and VNNI are available.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512vl,avx512vnni")]
+pub(super) unsafe fn tile_vnni<F: Fmt>(t: &Task<'_>, out: &mut [f32]) {
+    unsafe { tile_body::<Vnni, F>(t, out) }
+}
+
+/// One tile with AVX-VNNI on 256-bit vectors.
+///
+/// # Safety
+/// AVX2, F16C and AVX-VNNI are available.
+#[target_feature(enable = "avx2,f16c,avxvnni")]
+pub(super) unsafe fn tile_avxvnni<F: Fmt>(t: &Task<'_>, out: &mut [f32]) {
+    unsafe { tile_body::<AvxVnni, F>(t, out) }
+}
+
+/// Quantizes rows of activations with AVX2 code generation (the rounding vectorizes).
+///
+/// # Safety
+/// AVX2 is available.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn quantize_avx2(x: &[f32], out: &mut [ActGroup]) {
+    super::blocks::quantize_row(x, out)
+}
