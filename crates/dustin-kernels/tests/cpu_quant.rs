@@ -118,7 +118,7 @@ fn product_shape_errors_name_the_argument() {
         quant_matmul(&[], 0, &w, None).expect("empty"),
         Vec::<f32>::new()
     );
-    let missing = [QuantIsa::Avx512Vnni, QuantIsa::Avx2]
+    let missing = [QuantIsa::AvxVnni, QuantIsa::Avx512Vnni, QuantIsa::Avx2]
         .into_iter()
         .find(|i| !QuantIsa::available().contains(i));
     if let Some(isa) = missing {

@@ -2,6 +2,7 @@
 //! the instruction set ([`Kern`]) and the block format ([`Fmt`]).
 
 use super::blocks::{self, ActGroup, Fmt, WGroup, GROUP};
+use super::formats;
 #[cfg(target_arch = "x86_64")]
 use super::x86;
 use super::{QuantIsa, QuantMatrix, QuantType, MAX_CHUNK_ROWS, PREFETCH_BYTES};
@@ -124,13 +125,13 @@ fn tile_in<F: Fmt>(isa: QuantIsa, t: &Task<'_>, out: &mut [f32]) {
 /// One tile with `isa` in the weight's format.
 pub(super) fn run_tile(isa: QuantIsa, t: &Task<'_>, out: &mut [f32]) {
     match t.w.ty {
-        QuantType::Q4_0 => tile_in::<blocks::Q4_0>(isa, t, out),
-        QuantType::Q4_1 => tile_in::<blocks::Q4_1>(isa, t, out),
-        QuantType::Q5_0 => tile_in::<blocks::Q5_0>(isa, t, out),
-        QuantType::Q5_1 => tile_in::<blocks::Q5_1>(isa, t, out),
-        QuantType::Q8_0 => tile_in::<blocks::Q8_0>(isa, t, out),
-        QuantType::Q4K => tile_in::<blocks::Q4K>(isa, t, out),
-        QuantType::Q5K => tile_in::<blocks::Q5K>(isa, t, out),
-        QuantType::Q6K => tile_in::<blocks::Q6K>(isa, t, out),
+        QuantType::Q4_0 => tile_in::<formats::Q4_0>(isa, t, out),
+        QuantType::Q4_1 => tile_in::<formats::Q4_1>(isa, t, out),
+        QuantType::Q5_0 => tile_in::<formats::Q5_0>(isa, t, out),
+        QuantType::Q5_1 => tile_in::<formats::Q5_1>(isa, t, out),
+        QuantType::Q8_0 => tile_in::<formats::Q8_0>(isa, t, out),
+        QuantType::Q4K => tile_in::<formats::Q4K>(isa, t, out),
+        QuantType::Q5K => tile_in::<formats::Q5K>(isa, t, out),
+        QuantType::Q6K => tile_in::<formats::Q6K>(isa, t, out),
     }
 }

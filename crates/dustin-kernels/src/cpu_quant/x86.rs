@@ -66,47 +66,67 @@ unsafe fn shl(v: __m256i, shift: u32) -> __m256i {
     }
 }
 
+/// The 32-byte vector `v` of the `q` of a group (`i8` or `u8`, 32-byte aligned).
+///
+/// # Safety
+/// AVX is available; `v < 8`; `q` is 32-byte aligned (as in [`WGroup`] and [`ActGroup`]).
+#[inline(always)]
+unsafe fn load<T>(q: &[T; 256], v: usize) -> __m256i {
+    debug_assert_eq!(size_of::<T>(), 1);
+    unsafe { _mm256_load_si256(q.as_ptr().cast::<__m256i>().add(v)) }
+}
+
+/// The products of vectors `2 k` and `2 k + 1` of `w` and `a` summed in lanes of 4 bytes:
+/// block `k` in lanes 0..4, block `k + 4` in lanes 4..8 (with `Q6_K`'s sub-block scales).
+/// A function, not a closure: a closure would not inherit the `#[target_feature]`s of the
+/// function it is inlined into, and its intrinsics would stay calls.
+///
+/// # Safety
+/// AVX2 (and for [`Vnni`] / [`AvxVnni`], their VNNI) is available; `k < 4`.
+#[inline(always)]
+unsafe fn pair<D: Dot4, F: Fmt>(w: &WGroup, a: &ActGroup, k: usize) -> __m256i {
+    unsafe {
+        let (v0, v1) = (2 * k, 2 * k + 1);
+        let (w0, w1) = (load(&w.q, v0), load(&w.q, v1));
+        let (a0, a1) = (load(&a.q, v0), load(&a.q, v1));
+        match F::KIND {
+            Kind::Signed => {
+                let p = D::dot4(
+                    _mm256_setzero_si256(),
+                    _mm256_abs_epi8(w0),
+                    _mm256_sign_epi8(a0, w0),
+                );
+                D::dot4(p, _mm256_abs_epi8(w1), _mm256_sign_epi8(a1, w1))
+            }
+            Kind::Q6 => {
+                let s0 = _mm256_load_si256(w.sub[v0].as_ptr().cast());
+                let s1 = _mm256_load_si256(w.sub[v1].as_ptr().cast());
+                let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(w0, a0), s0);
+                let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(w1, a1), s1);
+                _mm256_add_epi32(p0, p1)
+            }
+            Kind::Offset | Kind::Min => {
+                let p = D::dot4(_mm256_setzero_si256(), w0, a0);
+                D::dot4(p, w1, a1)
+            }
+        }
+    }
+}
+
 /// [`super::blocks::dot_portable`] with vectors.
 ///
 /// # Safety
-/// AVX2 (and for [`Vnni`], AVX-512 VNNI and VL) is available.
+/// AVX2 (and for [`Vnni`] / [`AvxVnni`], their VNNI) is available.
 #[inline(always)]
 unsafe fn group<D: Dot4, F: Fmt>(w: &WGroup, a: &ActGroup, acc: &mut [f32; 8]) {
     unsafe {
-        let wp = w.q.as_ptr().cast::<__m256i>();
-        let ap = a.q.as_ptr().cast::<__m256i>();
-        // SAFETY: both groups are 32-byte aligned (`repr(align(32))`) and hold 8 vectors.
-        let (wv, av) = (
-            |v: usize| _mm256_load_si256(wp.add(v)),
-            |v: usize| _mm256_load_si256(ap.add(v)),
-        );
-        let pair: [__m256i; 4] = std::array::from_fn(|k| {
-            let (v0, v1) = (2 * k, 2 * k + 1);
-            match F::KIND {
-                Kind::Signed => {
-                    let (w0, w1) = (wv(v0), wv(v1));
-                    let p = D::dot4(
-                        _mm256_setzero_si256(),
-                        _mm256_abs_epi8(w0),
-                        _mm256_sign_epi8(av(v0), w0),
-                    );
-                    D::dot4(p, _mm256_abs_epi8(w1), _mm256_sign_epi8(av(v1), w1))
-                }
-                Kind::Q6 => {
-                    let sub = |v: usize| _mm256_load_si256(w.sub[v].as_ptr().cast());
-                    let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(wv(v0), av(v0)), sub(v0));
-                    let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(wv(v1), av(v1)), sub(v1));
-                    _mm256_add_epi32(p0, p1)
-                }
-                Kind::Offset | Kind::Min => {
-                    let p = D::dot4(_mm256_setzero_si256(), wv(v0), av(v0));
-                    D::dot4(p, wv(v1), av(v1))
-                }
-            }
-        });
-        // lanes 0..4 of pair[k] hold block k, lanes 4..8 block k + 4
-        let h01 = _mm256_hadd_epi32(pair[0], pair[1]);
-        let h23 = _mm256_hadd_epi32(pair[2], pair[3]);
+        let mut pairs = [_mm256_setzero_si256(); 4];
+        for (k, p) in pairs.iter_mut().enumerate() {
+            *p = pair::<D, F>(w, a, k);
+        }
+        // lanes 0..4 of pairs[k] hold block k, lanes 4..8 block k + 4
+        let h01 = _mm256_hadd_epi32(pairs[0], pairs[1]);
+        let h23 = _mm256_hadd_epi32(pairs[2], pairs[3]);
         let mut d = _mm256_hadd_epi32(h01, h23);
         match F::KIND {
             Kind::Offset => {
