@@ -60,6 +60,10 @@ pub struct GenerateArgs {
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
+    /// Time every phase of the target's and the draft's forward passes (`dustin_qwen::profile`;
+    /// the device is waited for around each phase) and print the decode phases at the end.
+    #[arg(long)]
+    pub profile: bool,
     /// Draft for speculative decoding: a model path or name (same tokenizer as the target),
     /// `self:layers=N` (the target's first N layers and its LM head: early-exit self-draft),
     /// or `substitute[:bits=4][:group=64][:layers=half|a-b,c]` (SubSpec: the whole target with
@@ -757,7 +761,7 @@ fn run_on<B: KernelOps>(
             );
         }
     }
-    let model = Arc::new(model);
+    let model = Arc::new(model.with_profile(args.profile.then_some("target")));
     let sampling = SamplingConfig {
         temperature: args.temperature,
         top_p: args.top_p,
@@ -820,7 +824,10 @@ fn run_on<B: KernelOps>(
                     };
                     check_vocab(&tok, &df.tokenizer)?;
                     let n = df.config.num_hidden_layers;
-                    let dm = Arc::new(df.build_as::<B>(positions, dev, weights)?);
+                    let dm = Arc::new(
+                        df.build_as::<B>(positions, dev, weights)?
+                            .with_profile(args.profile.then_some("draft")),
+                    );
                     (ModelDrafter::new(dm, None, extra), n)
                 }
                 DraftSpec::Substitute(sub) => {
@@ -892,7 +899,28 @@ fn run_on<B: KernelOps>(
             fin?;
         }
     }
+    if args.profile {
+        print_profile();
+    }
     Ok(())
+}
+
+/// The decode-stage phases recorded by `--profile`, per model, largest first.
+fn print_profile() {
+    let mut rows: Vec<_> = dustin_qwen::profile::snapshot()
+        .into_iter()
+        .filter(|p| p.stage == "decode")
+        .collect();
+    rows.sort_by(|a, b| a.model.cmp(b.model).then(b.secs.total_cmp(&a.secs)));
+    eprintln!("profile (decode steps and verifications; device waited for around each phase):");
+    eprintln!("| model | phase | calls | seconds |");
+    eprintln!("|---|---|---:|---:|");
+    for p in rows {
+        eprintln!(
+            "| {} | {} | {} | {:.3} |",
+            p.model, p.phase, p.calls, p.secs
+        );
+    }
 }
 
 /// Checks before a run that `--output path` can be written: not a folder, its folder
