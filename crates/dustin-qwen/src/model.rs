@@ -494,31 +494,28 @@ impl<B: Backend> Loader<'_, B> {
     fn embed_and_head(&self, c: &QwenConfig) -> Result<(Embedding<B>, Weight<B>)> {
         let (v, h) = (c.vocab_size, c.hidden_size);
         let untied = self.src.contains("lm_head.weight") && !c.tie_word_embeddings;
-        if let Some(e) = self.blocks("model.embed_tokens.weight", v, h)? {
-            let head = if untied {
-                match self.blocks("lm_head.weight", v, h)? {
-                    Some(q) => Weight::Blocks(q),
-                    None => Weight::Dense(self.matrix_t("lm_head.weight", v, h)?),
-                }
-            } else {
-                Weight::Blocks(e.clone())
-            };
-            return Ok((Embedding::Blocks(e), head));
-        }
-        let embed_host = self.host("model.embed_tokens.weight", &[v, h])?;
-        let lm_head = if untied {
-            match self.blocks("lm_head.weight", v, h)? {
+        // a tied head: the embedding's blocks, or its transpose (contiguous `[hidden, vocab]`
+        // for the skinny GEMM)
+        let (embed, tied_head) = match self.blocks("model.embed_tokens.weight", v, h)? {
+            Some(e) => (Embedding::Blocks(e.clone()), Some(Weight::Blocks(e))),
+            None => {
+                let e = self.host("model.embed_tokens.weight", &[v, h])?;
+                let head = (!untied).then(|| {
+                    let t = transpose(&e.data, v, h);
+                    Weight::Dense(Tensor::from_data(TensorData::new(t, [h, v]), self.device))
+                });
+                let embed = Tensor::from_data(TensorData::new(e.data, [v, h]), self.device);
+                (Embedding::Dense(embed), head)
+            }
+        };
+        let head = match (untied, tied_head) {
+            (false, Some(head)) => head,
+            _ => match self.blocks("lm_head.weight", v, h)? {
                 Some(q) => Weight::Blocks(q),
                 None => Weight::Dense(self.matrix_t("lm_head.weight", v, h)?),
-            }
-        } else {
-            Weight::Dense(Tensor::from_data(
-                TensorData::new(transpose(&embed_host.data, v, h), [h, v]),
-                self.device,
-            ))
+            },
         };
-        let embed = Tensor::from_data(TensorData::new(embed_host.data, [v, h]), self.device);
-        Ok((Embedding::Dense(embed), lm_head))
+        Ok((embed, head))
     }
 
     fn host(&self, name: &str, shape: &[usize]) -> Result<HostTensor> {
@@ -1115,8 +1112,6 @@ impl<B: Backend> Qwen2<B> {
     /// random tied model shares the embedding's storage), final norm and every layer's device
     /// weights (packed size for substitute layers, nothing for offloaded matrices).
     pub fn device_bytes(&self) -> usize {
-        let n = |d: &[usize]| d.iter().product::<usize>();
-        let _ = n;
         self.embed.bytes()
             + self.lm_head.device_bytes()
             + self.norm.weight.dims()[0] * self.norm.weight.dtype().size()
@@ -1354,11 +1349,12 @@ impl<B: KernelOps> Qwen2<B> {
     fn linear(&self, lin: &Linear<B>, x: Tensor<B, 3>) -> Result<Tensor<B, 3>> {
         let [b, n, d] = x.dims();
         if let Weight::Blocks(q) = &lin.weight {
-            // every row count through the block kernels where the backend has them (at 512
-            // rows of the 1.5B's gate projection, 0.70x the time of Burn's f32 matmul; a
-            // prefill of 811 tokens ran at 22.6-26.8 tokens/s this way and 17.8 decoding
-            // each weight for the f32 GEMM); elsewhere the weight is decoded for the product
-            if B::QUANT_KERNELS {
+            // decode and verify rows (up to the skinny GEMM's rows) through the block kernels;
+            // a prefill chunk decodes the weight for Burn's matmul: with the prompt's rows
+            // quantized to int8 the logits of Qwen2.5-Coder-1.5B moved by up to 1.29 from
+            // HF's (the first positions' large activations leave the rest of their blocks
+            // few steps), against 0.085 this way (tests/pair_parity.rs)
+            if B::QUANT_KERNELS && b * n <= B::skinny_max_rows() {
                 let y = B::quant_linear(x.reshape([b * n, d]), q, lin.bias.clone())?;
                 return Ok(y.reshape([b, n, q.rows()]));
             }

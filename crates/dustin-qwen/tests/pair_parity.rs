@@ -23,7 +23,9 @@
 //! `qwen2.5-coder-1.5b-instruct`). Run:
 //! `cargo test --release -p dustin-qwen --test pair_parity -- --ignored --nocapture`.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 
 use burn_flex::{Flex, FlexDevice};
 use dustin_core::DenseHook;
@@ -53,20 +55,6 @@ struct Reference {
     versions: serde_json::Value,
 }
 
-fn model_path(file: &str) -> PathBuf {
-    let root = std::env::var_os("DUSTIN_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/dustin")))
-        .expect("DUSTIN_CACHE or HOME");
-    let p = root.join("models").join(file);
-    assert!(
-        p.exists(),
-        "{} absent: run `dustin fetch-model` for the pair first",
-        p.display()
-    );
-    p
-}
-
 fn check(name: &str, file: &str) {
     check_as(name, file, WeightFormat::Dense, TOL);
 }
@@ -79,7 +67,7 @@ fn check_as(name: &str, file: &str, format: WeightFormat, tol: f32) {
     )
     .expect("fixture json");
     println!("{name}: reference versions {}", r.versions);
-    let files = ModelFiles::open(&model_path(file)).expect("open gguf");
+    let files = ModelFiles::open(&common::cached_model(file)).expect("open gguf");
 
     // tokenizer: ours from the GGUF metadata vs transformers' GGUF tokenizer
     let text = std::fs::read_to_string(dir.join("prompt.txt")).expect("prompt.txt");

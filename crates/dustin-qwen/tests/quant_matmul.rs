@@ -20,7 +20,7 @@
 //! (`$DUSTIN_CACHE` or `~/.cache/dustin`, `models/`):
 //! `cargo test --release -p dustin-qwen --test quant_matmul -- --ignored --nocapture`.
 
-use std::path::PathBuf;
+mod common;
 
 use dustin_kernels::cpu_quant::{quant_matmul, QuantMatrix, QuantType};
 use dustin_qwen::gguf::{dequantize, GgmlType, GgufFile, GgufTensorInfo};
@@ -181,20 +181,6 @@ fn every_format_matches_dequantized_f64_product() {
     }
 }
 
-fn model_path(file: &str) -> PathBuf {
-    let root = std::env::var_os("DUSTIN_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/dustin")))
-        .expect("DUSTIN_CACHE or HOME");
-    let p = root.join("models").join(file);
-    assert!(
-        p.exists(),
-        "{} absent: run `dustin fetch-model` for qwen2.5-coder-0.5b-instruct and -1.5b-instruct",
-        p.display()
-    );
-    p
-}
-
 /// The first 2-D tensor of `ty` in `file` (of a layer where there is one), its first 64 rows (or all, if fewer), times
 /// random activations.
 fn check_real(file: &GgufFile, ty: QuantType, rng: &mut ChaCha8Rng) {
@@ -234,11 +220,16 @@ fn check_real(file: &GgufFile, ty: QuantType, rng: &mut ChaCha8Rng) {
 #[ignore = "needs the Qwen2.5-Coder 0.5B and 1.5B Q4_K_M GGUF files in the model cache"]
 fn real_tensors_match_dequantized_f64_product() {
     let mut rng = ChaCha8Rng::seed_from_u64(7);
-    let big = GgufFile::open(&model_path("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")).expect("open");
+    let big = GgufFile::open(&common::cached_model(
+        "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    ))
+    .expect("open");
     check_real(&big, QuantType::Q4K, &mut rng);
     check_real(&big, QuantType::Q6K, &mut rng);
-    let small =
-        GgufFile::open(&model_path("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")).expect("open");
+    let small = GgufFile::open(&common::cached_model(
+        "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    ))
+    .expect("open");
     check_real(&small, QuantType::Q5_0, &mut rng);
     check_real(&small, QuantType::Q8_0, &mut rng);
 }

@@ -92,3 +92,20 @@ pub fn max_err(a: &[f32], b: &[f32]) -> f32 {
         .map(|(x, y)| (x - y).abs())
         .fold(0.0, f32::max)
 }
+
+/// `file` in the model cache (`$DUSTIN_CACHE/models`, else `~/.cache/dustin/models`), for the
+/// ignored tests that read the real models; panics naming the file and the fetch to run when
+/// it is absent.
+pub fn cached_model(file: &str) -> PathBuf {
+    let root = std::env::var_os("DUSTIN_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/dustin")))
+        .expect("DUSTIN_CACHE or HOME");
+    let p = root.join("models").join(file);
+    assert!(
+        p.exists(),
+        "{} absent: run `dustin fetch-model` for qwen2.5-coder-0.5b-instruct and -1.5b-instruct",
+        p.display()
+    );
+    p
+}
