@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# End-to-end GPU benchmark (dustin bench-e2e), run on the GPU machine from the repository root with
+# End-to-end GPU benchmark (dustin-bench e2e), run on the GPU machine from the repository root with
 # `.device` carried (staged by `cargo run --release -p xtask -- gpu-e2e`).
 #   bash .device/gpu_e2e.sh 7b    # row-score kernel check; Qwen2.5-7B target + 0.5B draft,
 #                                 # contexts 32k, 8k, 16k, batch 1, 8, 16, every mode
 #   bash .device/gpu_e2e.sh 72b   # Qwen2.5-72B shapes (first 20 of 80 layers) + 0.5B draft,
 #                                 # 32k, batch 8, 16; HF transformers peers at 7B
 #   bash .device/gpu_e2e.sh grid  # 7B at 32k, 72B, 7B at 8k and 16k (no check, no peers); then,
-#                                 # on this machine, `dustin plot-e2e --json <its e2e.jsonl>
+#                                 # on this machine, `dustin-bench plot --json <its e2e.jsonl>
 #                                 # --batch 8 --target-layers 28 --out docs/perf/....svg` draws
 #                                 # tokens/s against context per mode (and its table)
 #   bash .device/gpu_e2e.sh plot  # the tokens/s-against-context plot's data alone: 7B at B=8, contexts 8k, 16k, 32k,
-#                                 # every mode (about 5 minutes); draw it here with plot-e2e
+#                                 # every mode (about 5 minutes); draw it here with `dustin-bench plot`
 #   bash .device/gpu_e2e.sh hf    # the HF transformers peers only
 #   bash .device/gpu_e2e.sh final # 32k: 7B B 1/8/16, 72B B 8 (HF=1: HF peers at 32k B 1/8)
 #   bash .device/gpu_e2e.sh skinny # 7B and 72B (20 layers) at 32k, B 8, ar/dense/dustin: the
@@ -29,7 +29,7 @@
 #                                 # (ncu) in a small run
 #   bash .device/gpu_e2e.sh trace # cubecl's autotune log of `dustin` at B 1 and 8, then a
 #                                 # per-kernel trace at B 1 (7B, 32k)
-#   bash .device/gpu_e2e.sh elementwise # `dustin kernel-check --device cuda`, then 7B at 32k,
+#   bash .device/gpu_e2e.sh elementwise # `dustin-bench kernel-check --device cuda`, then 7B at 32k,
 #                                 # B 1/8 per CONFIGS (default: skinny GEMM without and with
 #                                 # the grouped q/k/v and gate/up GEMMs)
 #   bash .device/gpu_e2e.sh draft # 7B 32k B 8, dense/dustin: lookahead scoring deferred vs
@@ -42,14 +42,14 @@
 #                                 # the draft's layers (LA; synced phases)
 #   bash .device/gpu_e2e.sh dropab # 7B 32k B 8 and 72B shapes (20 layers) B 8/16: dustin's
 #                                 # early refresh with and without the noise test side by side
-#   bash .device/gpu_e2e.sh run NAME ARGS... # one group named NAME: bench-e2e with ARGS after
+#   bash .device/gpu_e2e.sh run NAME ARGS... # one group named NAME: `dustin-bench e2e` with ARGS after
 #                                 # the common flags (any shapes and modes, one process)
-#   bash .device/gpu_e2e.sh ab    # 7B 32k B 8: $D/dustin-base (staged by hand) against $D/dustin,
+#   bash .device/gpu_e2e.sh ab    # 7B 32k B 8: $D/dustin-base (staged by hand) against $D/dustin-bench,
 #                                 # which runs each mode with the fused residual off and on
 # Env: WARMUP / ITERS (warm-up and timed iterations per row, default 3 and 6; a group's ARGS
 # must not repeat them), ROUNDS (`--rounds`: every mode's rows that many times in turn, A B A
 # B, to see and cancel the order within a process), SYNC (non-empty: `--sync-phases on`, a device sync at the end of
-# each phase, so that each phase column holds its own GPU work), OUT (results folder), BIN (the binary `group` runs; default $D/dustin), TAU (mean acceptance length of every speculative mode, default
+# each phase, so that each phase column holds its own GPU work), OUT (results folder), BIN (the binary `group` runs; default $D/dustin-bench), TAU (mean acceptance length of every speculative mode, default
 # 1.36: dense and dustin on SmolLM2 at 4096 tokens, docs/fidelity.md), LIMIT (seconds per
 # group), PROFILE (non-empty: `--profile`, the phase times of every mode, slower runs),
 # ELEMENTWISE (`fused`, the default, or `plain`: `--elementwise`), SKINNY (`on`, the default,
@@ -73,7 +73,7 @@ group() {
     local name=$1
     shift
     mem_watch "$name"
-    timeout "${LIMIT:-240}" "${BIN:-$D/dustin}" bench-e2e --device cuda --json "$OUT/e2e.jsonl" \
+    timeout "${LIMIT:-240}" "${BIN:-$D/dustin-bench}" e2e --device cuda --json "$OUT/e2e.jsonl" \
         --accept "default=$TAU" --draft "$DRAFT" --warmup "${WARMUP:-3}" --iters "${ITERS:-6}" ${SYNC:+--sync-phases on} ${ROUNDS:+--rounds $ROUNDS} ${PROFILE:+--profile} --elementwise "${ELEMENTWISE:-fused}" --skinny-gemm "${SKINNY:-on}" --grouped-gemm "${GROUPED:-on}" --fused-residual "${RESIDUAL:-off}" --ragged-accept "${RAGGED:-off}" --kv-write-kernel "${KVWRITE:-on}" --skinny-kernel "${SKMMA:-auto}" ${RING:+--ring-config $RING} --verify-kernel "${VERIFYK:-auto}" "$@" 2>&1 | tee "$OUT/$name.txt"
     echo "{\"group\":\"$name\",\"peak_mib\":$(mem_peak_max "$name")}" | tee -a "$OUT/mem.jsonl"
 }
@@ -151,7 +151,7 @@ draft)
     LIMIT=${LIMIT2:-200} group 7b_draft_budget "${T7[@]}" --draft-budget "${DRAFT_BUDGETS:-0,1024}"
     ;;
 ab)
-    # 2026-12-01: the binary of an earlier commit ($D/dustin-base, staged by hand) against
+    # 2026-12-01: the `dustin-bench` binary of an earlier commit ($D/dustin-base, staged by hand) against
     # this one, which runs every mode with the fused residual off and on side by side in its
     # process (RESIDUAL=off,on); 7B, 32k, B=8, ar/dense/dustin
     T7=(--target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 32768 --batch 8 --modes "${MODES:-ar,dense,dustin}")
@@ -214,7 +214,7 @@ dropab)
         --accept-drop-sigmas 0,3
     ;;
 ab2)
-    # the binary of an earlier commit ($D/dustin-base, staged by hand) against
+    # the `dustin-bench` binary of an earlier commit ($D/dustin-base, staged by hand) against
     # this one, one process each, default settings; 7B, 32k, B 8, MODES (default
     # dense,dustin)
     T7=(--target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 32768 --batch "${BATCH:-8}" --modes "${MODES:-dense,dustin}")
@@ -238,7 +238,7 @@ elementwise)
     # the fused RMSNorm / SwiGLU / RoPE / dequantization kernels and the skinny GEMM:
     # checked first, then side by side with the plain Burn ops (7B at 32k, B 1 and 8):
     # plain ops, fused element-wise ops, fused element-wise ops + skinny GEMM
-    if ! (set -o pipefail; timeout 330 "$D/dustin" kernel-check --device cuda 2>&1 | tee "$OUT/kernel-check.txt"); then
+    if ! (set -o pipefail; timeout 330 "$D/dustin-bench" kernel-check --device cuda 2>&1 | tee "$OUT/kernel-check.txt"); then
         echo "kernel-check failed: no timing" >&2
         exit 1
     fi
@@ -288,16 +288,16 @@ where)
     nvidia-smi --query-gpu=timestamp,utilization.gpu --format=csv,noheader,nounits -lms 50 > "$OUT/util.txt" 2>/dev/null &
     W=$!
     echo "start $(date +%T.%N)" > "$OUT/util_marks.txt"
-    timeout 200 "$D/dustin" bench-e2e --device cuda --accept "default=$TAU" --draft "$DRAFT" \
+    timeout 200 "$D/dustin-bench" e2e --device cuda --accept "default=$TAU" --draft "$DRAFT" \
         --target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 32768 --batch 1 --modes "${MODES:-dense}" \
         --warmup 2 --iters "${ITERS:-80}" 2>&1 | grep "^|" | tee "$OUT/util_run.txt"
     echo "end $(date +%T.%N)" >> "$OUT/util_marks.txt"
     kill $W
-    SMALL=(bench-e2e --device cuda --accept "default=$TAU" --draft "$DRAFT" --target
+    SMALL=(e2e --device cuda --accept "default=$TAU" --draft "$DRAFT" --target
         "$C/Qwen2.5-7B-Instruct.config.json" --target-layers 2 --ctx 4096 --batch 1 --modes dense
         --warmup 1 --iters 3)
-    timeout 100 "$D/dustin" "${SMALL[@]}" 2>&1 | grep "^|" | tee "$OUT/small_run.txt"
-    timeout 300 ncu --metrics gpu__time_duration.sum --csv --print-units base "$D/dustin" \
+    timeout 100 "$D/dustin-bench" "${SMALL[@]}" 2>&1 | grep "^|" | tee "$OUT/small_run.txt"
+    timeout 300 ncu --metrics gpu__time_duration.sum --csv --print-units base "$D/dustin-bench" \
         "${SMALL[@]}" > /tmp/ncu.csv 2> "$OUT/ncu_err.txt"
     echo "ncu rc=$? lines $(wc -l < /tmp/ncu.csv)"
     gzip -c /tmp/ncu.csv > "$OUT/ncu.csv.gz"
@@ -308,15 +308,15 @@ draftncu)
     # layer, 0.5B draft, CTX (32k) context, B (8), `dense`,
     # 1 warm-up and 1 timed iteration, first timed without ncu; launches per draft layer and
     # their GPU time are counted from the CSV by scripts/ncu_steps.py. MODES (default dense)
-    # and EXTRA (more bench-e2e flags, e.g. "--draft-budget 1024") pick the run, TAG names it
-    SMALL=(bench-e2e --device cuda --accept "default=$TAU" --draft "$DRAFT" --target
+    # and EXTRA (more e2e flags, e.g. "--draft-budget 1024") pick the run, TAG names it
+    SMALL=(e2e --device cuda --accept "default=$TAU" --draft "$DRAFT" --target
         "${TARGET:-$C/Qwen2.5-7B-Instruct.config.json}" --target-layers 1 --ctx "${CTX:-32768}" --batch "${B:-8}"
         --modes "${MODES:-dense}" --warmup 1 --iters "${ITERS:-1}" ${EXTRA:-})
     # TAG names the outputs, so that several traces (MODES, EXTRA) come back from one call
     T=${TAG:-draft}
-    timeout 100 "$D/dustin" "${SMALL[@]}" 2>&1 | grep "^|" | tee "$OUT/${T}_small_run.txt"
+    timeout 100 "$D/dustin-bench" "${SMALL[@]}" 2>&1 | grep "^|" | tee "$OUT/${T}_small_run.txt"
     timeout "${NCU_LIMIT:-300}" ncu --metrics gpu__time_duration.sum --csv --print-units base \
-        "$D/dustin" "${SMALL[@]}" > "/tmp/ncu_$T.csv" 2> "$OUT/${T}_ncu_err.txt"
+        "$D/dustin-bench" "${SMALL[@]}" > "/tmp/ncu_$T.csv" 2> "$OUT/${T}_ncu_err.txt"
     echo "ncu rc=$? lines $(wc -l < "/tmp/ncu_$T.csv")"
     python3 "$D/ncu_steps.py" "/tmp/ncu_$T.csv" > "$OUT/${T}_steps.txt"
     head -45 "$OUT/${T}_steps.txt"
@@ -330,7 +330,7 @@ hf)
     if [ -x "$D/dustin-kernels-gpu" ]; then
         timeout 120 "$D/dustin-kernels-gpu" check 2>&1 | tee "$OUT/check.txt" | grep -E "row scores|FAIL|fail|pass|ok" | tail -30
     else
-        timeout 330 "$D/dustin" kernel-check --device cuda 2>&1 | tee "$OUT/check.txt" | tail -5
+        timeout 330 "$D/dustin-bench" kernel-check --device cuda 2>&1 | tee "$OUT/check.txt" | tail -5
     fi
     for ctx in 32768 8192 16384; do
         group "7b_$ctx" --target "$C/Qwen2.5-7B-Instruct.config.json" --ctx "$ctx" --batch 1,8,16
@@ -342,7 +342,7 @@ hf)
     PYTHONUNBUFFERED=1 timeout "${HF_LIMIT:-300}" python3 "$D/hf_e2e_bench.py" "$C" 2>&1 | tee "$OUT/hf.jsonl"
     ;;
 run)
-    # any one group, `run NAME bench-e2e-args...`
+    # any one group, `run NAME e2e-args...`
     shift
     name=$1
     shift

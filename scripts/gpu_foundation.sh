@@ -9,6 +9,6 @@ D=.device
 . "$D/gpu_mem.sh"   # unpacks the staged binaries
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
 for m in 0.5B 7B; do
-  ./.device/dustin bench --device cuda --config ".device/configs/Qwen2.5-$m-Instruct.config.json" \
+  ./.device/dustin-bench bench --device cuda --config ".device/configs/Qwen2.5-$m-Instruct.config.json" \
     --prompt-len 4096 --decode 128 --warmup 8 2>&1 | tee -a "$OUT/bench.jsonl"
 done

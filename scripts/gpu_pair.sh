@@ -30,7 +30,7 @@ ACC="dense=3.50,dustin=3.50,streaming=2.95,quest=2.91,snapkv=3.56"
 T15=$C/Qwen2.5-1.5B-Instruct.config.json
 export RAGGED=on
 pair() {
-    # pair NAME CTX BUDGET BATCHES MODES [bench-e2e args...]
+    # pair NAME CTX BUDGET BATCHES MODES [e2e args...]
     local name=$1 ctx=$2 budget=$3 batches=$4 modes=$5
     shift 5
     bash "$D/gpu_e2e.sh" run "$name" --target "$T15" --ctx "$ctx" --batch "$batches" \
@@ -43,8 +43,8 @@ check)
         echo "dustin-kernels-gpu check rc=$? $(grep -ciE 'fail' "$OUT/kernels_gpu_check.txt") lines with fail"
         tail -3 "$OUT/kernels_gpu_check.txt"
     fi
-    timeout 330 "$D/dustin" kernel-check --device cuda > "$OUT/kernel_check.txt" 2>&1
-    echo "dustin kernel-check rc=$?"
+    timeout 330 "$D/dustin-bench" kernel-check --device cuda > "$OUT/kernel_check.txt" 2>&1
+    echo "dustin-bench kernel-check rc=$?"
     tail -4 "$OUT/kernel_check.txt"
     pair pair_32k_16 32768 2048 1,8,16 ar,dense,dustin,streaming,quest,snapkv
     ;;

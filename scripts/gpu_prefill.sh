@@ -12,11 +12,11 @@
 #                                        # prefill: our kernel at 4k-32k, the plain path up to
 #                                        # 16k, Burn's op at 4k);
 #                                        # time to first token at Qwen2.5-7B shapes, 32k prompt:
-#                                        # `dustin bench` B=1 (kernel and plain prefill attention),
+#                                        # `dustin-bench bench` B=1 (kernel and plain prefill attention),
 #                                        # B=8 (kernel); HF transformers `generate` prefill, B=1 and 8
 #   bash .device/gpu_prefill.sh blas     # cuBLAS prefill GEMM: element-wise check rows, cuBLAS
 #                                        # beside PyTorch, the model rows, TTFT B=1 cuBLAS vs Burn
-#   bash .device/gpu_prefill.sh check    # `dustin kernel-check --device cuda` alone (about 4-8
+#   bash .device/gpu_prefill.sh check    # `dustin-bench kernel-check --device cuda` alone (about 4-8
 #                                        # minutes on a fresh machine, rows printed per group):
 #                                        # add_rms_norm and kv_write rows, then the 2-layer model
 #                                        # through every kernel (prefill attention included)
@@ -59,7 +59,7 @@
 #   bash .device/gpu_prefill.sh model    # the model rows of kernel-check alone (2-layer model through
 #                                        # every kernel against its plain path; needs more than 200 s
 #                                        # on a fresh machine)
-# `dustin bench` prefills in chunks of 16384 on CUDA by default (its automatic chunk); rows
+# `dustin-bench bench` prefills in chunks of 16384 on CUDA by default (its automatic chunk); rows
 # meant for other chunks say `--chunk N`.
 # Env: OUT (results folder).
 set -u
@@ -95,14 +95,14 @@ ttft)
         cat "$OUT/prefill.jsonl"
     fi
     mem_watch b1
-    timeout 200 "$D/dustin" bench --device cuda --config "$T" --prompt-len 32768 --batch 1 \
+    timeout 200 "$D/dustin-bench" bench --device cuda --config "$T" --prompt-len 32768 --batch 1 \
         --decode 8 --warmup 2 --chunk 512 --prefill-attention kernel,plain 2>&1 | tee "$OUT/ttft_b1.txt"
     echo "{\"group\":\"b1\",\"peak_mib\":$(mem_peak_max b1)}" | tee -a "$OUT/mem.jsonl"
     # larger chunks: fewer launches and taller GEMMs
-    timeout 100 "$D/dustin" bench --device cuda --config "$T" --prompt-len 32768 --batch 1 \
+    timeout 100 "$D/dustin-bench" bench --device cuda --config "$T" --prompt-len 32768 --batch 1 \
         --decode 8 --warmup 2 --chunk 2048 --prefill-attention kernel 2>&1 | tee "$OUT/ttft_b1_c2048.txt"
     mem_watch b8
-    timeout 150 "$D/dustin" bench --device cuda --config "$T" --prompt-len 32768 --batch 8 \
+    timeout 150 "$D/dustin-bench" bench --device cuda --config "$T" --prompt-len 32768 --batch 8 \
         --decode 8 --warmup 2 --chunk 512 --prefill-attention kernel 2>&1 | tee "$OUT/ttft_b8.txt"
     echo "{\"group\":\"b8\",\"peak_mib\":$(mem_peak_max b8)}" | tee -a "$OUT/mem.jsonl"
     PYTHONUNBUFFERED=1 timeout 150 python3 "$D/hf_e2e_bench.py" "$C" --quick --ttft 2>&1 | tee "$OUT/hf_ttft.jsonl"
@@ -122,11 +122,11 @@ blas)
     echo "torch rc=$?"
     grep -E '"m": (8|128|4096|32768),' "$OUT/torch.jsonl" | grep -v sdpa
     printf '[autotune]\nlevel = "minimal"\n' > cubecl.toml
-    timeout 230 "$D/dustin" kernel-check --device cuda --model-only 2>&1 | tee "$OUT/model-check.txt" | tail -8
+    timeout 230 "$D/dustin-bench" kernel-check --device cuda --model-only 2>&1 | tee "$OUT/model-check.txt" | tail -8
     rm -f cubecl.toml
-    timeout 150 "$D/dustin" bench --device cuda --config "$C/Qwen2.5-7B-Instruct.config.json" \
+    timeout 150 "$D/dustin-bench" bench --device cuda --config "$C/Qwen2.5-7B-Instruct.config.json" \
         --prompt-len 32768 --batch 1 --decode 8 --warmup 2 --chunk 512 --prefill-gemm cublas,burn 2>&1 | tee "$OUT/ttft_b1.txt"
-    timeout 60 "$D/dustin" bench --device cuda --config "$C/Qwen2.5-7B-Instruct.config.json" \
+    timeout 60 "$D/dustin-bench" bench --device cuda --config "$C/Qwen2.5-7B-Instruct.config.json" \
         --prompt-len 32768 --batch 1 --decode 8 --warmup 2 --chunk 2048 2>&1 | tee "$OUT/ttft_b1_c2048.txt"
     ;;
 flash)
@@ -151,13 +151,13 @@ final)
     timeout 45 "$D/dustin-kernels-gpu" prefill --quick 2>&1 | tee "$OUT/prefill_quick.txt" | grep -E "flash|split"
     timeout 60 "$D/dustin-kernels-gpu" bench --quick --verify-kernel flash 2>&1 | tee "$OUT/bench.txt" | grep -E "^\| [0-9]"
     printf '[autotune]\nlevel = "minimal"\n' > cubecl.toml
-    timeout 200 "$D/dustin" kernel-check --device cuda --model-only 2>&1 | tee "$OUT/model-check.txt" | tail -8
+    timeout 200 "$D/dustin-bench" kernel-check --device cuda --model-only 2>&1 | tee "$OUT/model-check.txt" | tail -8
     rm -f cubecl.toml
-    timeout 40 "$D/dustin" bench --device cuda --config "$T" --prompt-len 32768 --batch 1 \
+    timeout 40 "$D/dustin-bench" bench --device cuda --config "$T" --prompt-len 32768 --batch 1 \
         --decode 8 --warmup 2 --chunk 2048 2>&1 | tee "$OUT/ttft_b1_c2048.txt" | tail -1
-    timeout 60 "$D/dustin" bench --device cuda --config "$T" --prompt-len 32768 --batch 8 \
+    timeout 60 "$D/dustin-bench" bench --device cuda --config "$T" --prompt-len 32768 --batch 8 \
         --decode 8 --warmup 2 --chunk 2048 2>&1 | tee "$OUT/ttft_b8_c2048.txt" | tail -1
-    timeout "${E2E_LIMIT:-90}" "$D/dustin" bench-e2e --device cuda --accept default=1.36 \
+    timeout "${E2E_LIMIT:-90}" "$D/dustin-bench" e2e --device cuda --accept default=1.36 \
         --draft "$C/Qwen2.5-0.5B-Instruct.config.json" --target "$T" --ctx 32768 --batch 8 \
         --modes ar,dense,dustin --ragged-accept on --warmup 1 --iters 4 2>&1 | tee "$OUT/e2e_b8.txt" | tail -12
     ;;
@@ -172,17 +172,17 @@ flashprof)
 ttft2)
     T=$C/Qwen2.5-7B-Instruct.config.json
     mem_watch b1
-    timeout 100 "$D/dustin" bench --device cuda --config "$T" --prompt-len 32768 --batch 1 \
+    timeout 100 "$D/dustin-bench" bench --device cuda --config "$T" --prompt-len 32768 --batch 1 \
         --decode 8 --warmup 2 --chunk 512 2>&1 | tee "$OUT/ttft_b1.txt" | tail -4
-    timeout 100 "$D/dustin" bench --device cuda --config "$T" --prompt-len 32768 --batch 1 \
+    timeout 100 "$D/dustin-bench" bench --device cuda --config "$T" --prompt-len 32768 --batch 1 \
         --decode 8 --warmup 2 --chunk 2048 2>&1 | tee "$OUT/ttft_b1_c2048.txt" | tail -4
     echo "{\"group\":\"b1\",\"peak_mib\":$(mem_peak_max b1)}" | tee -a "$OUT/mem.jsonl"
     mem_watch b8
-    timeout 150 "$D/dustin" bench --device cuda --config "$T" --prompt-len 32768 --batch 8 \
+    timeout 150 "$D/dustin-bench" bench --device cuda --config "$T" --prompt-len 32768 --batch 8 \
         --decode 8 --warmup 2 --chunk 2048 2>&1 | tee "$OUT/ttft_b8_c2048.txt" | tail -4
     echo "{\"group\":\"b8\",\"peak_mib\":$(mem_peak_max b8)}" | tee -a "$OUT/mem.jsonl"
     printf '[autotune]\nlevel = "minimal"\n' > cubecl.toml
-    timeout 200 "$D/dustin" kernel-check --device cuda --model-only 2>&1 | tee "$OUT/model-check.txt" | tail -8
+    timeout 200 "$D/dustin-bench" kernel-check --device cuda --model-only 2>&1 | tee "$OUT/model-check.txt" | tail -8
     rm -f cubecl.toml
     ;;
 vbench)
@@ -285,14 +285,14 @@ skinnyktime)
     ;;
 model)
     printf '[autotune]\nlevel = "minimal"\n' > cubecl.toml
-    timeout 330 "$D/dustin" kernel-check --device cuda --model-only 2>&1 | tee "$OUT/model-check.txt" | tail -10
+    timeout 330 "$D/dustin-bench" kernel-check --device cuda --model-only 2>&1 | tee "$OUT/model-check.txt" | tail -10
     rm -f cubecl.toml
     ;;
 check)
     # cubecl's autotune at `minimal`: the plain path's matmuls of the model rows otherwise
     # autotune every new shape (more than 3 minutes on a fresh machine); values are the same
     printf '[autotune]\nlevel = "minimal"\n' > cubecl.toml
-    timeout 540 "$D/dustin" kernel-check --device cuda 2>&1 | tee "$OUT/kernel-check.txt" | tail -25
+    timeout 540 "$D/dustin-bench" kernel-check --device cuda 2>&1 | tee "$OUT/kernel-check.txt" | tail -25
     rm -f cubecl.toml
     ;;
 *)

@@ -11,7 +11,7 @@
 # UPLOAD (host memory of the offloaded weights, `--upload`; default pinned at 7B: pageable
 # copies run at 0.4 GB/s, minutes per row, docs/perf.md) and
 # UPLOAD32 (default pinned at 32B, where a pageable forward pass takes 35-50 s). First,
-# `dustin upload-check` checks the page-locked copy bit for bit and times both copy paths
+# `dustin-bench upload-check` checks the page-locked copy bit for bit and times both copy paths
 # (upload.txt, upload.jsonl); when it fails the pinned rows are skipped. ELEMENTWISE (`fused`,
 # the default, or `plain`: `--elementwise`, which includes the substitutes' dequantization),
 # SKINNY (`on`, the default, or `off`: `--skinny-gemm`), GROUPED (`on`, the default, or
@@ -28,7 +28,7 @@ one() {
     local name=$1
     shift
     mem_watch "$name"
-    timeout "${LIMIT:-240}" "$D/dustin" bench-subspec --device cuda --json "$OUT/subspec.jsonl" \
+    timeout "${LIMIT:-240}" "$D/dustin-bench" subspec --device cuda --json "$OUT/subspec.jsonl" \
         --accept "$TAU" --kv "${KV:-own}" --elementwise "${ELEMENTWISE:-fused}" --skinny-gemm "${SKINNY:-on}" --grouped-gemm "${GROUPED:-on}" "$@" 2>&1 | tee "$OUT/$name.txt"
     echo "{\"run\":\"$name\",\"peak_mib\":$(mem_peak_max "$name")}" | tee -a "$OUT/mem.jsonl"
 }
@@ -36,7 +36,7 @@ one() {
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/machine.txt"
 UP7=${UPLOAD:-pinned}
 UP32=${UPLOAD32:-pinned}
-if ! timeout 120 "$D/dustin" upload-check --device cuda --json "$OUT/upload.jsonl" 2>&1 | tee "$OUT/upload.txt"; then
+if ! timeout 120 "$D/dustin-bench" upload-check --device cuda --json "$OUT/upload.jsonl" 2>&1 | tee "$OUT/upload.txt"; then
     echo "page-locked upload check failed: pageable rows only" | tee -a "$OUT/upload.txt"
     UP7=pageable
     UP32=pageable

@@ -1,4 +1,4 @@
-"""HF transformers peers of `dustin bench-e2e`, on the GPU machine's python3.
+"""HF transformers peers of `dustin-bench e2e`, on the GPU machine's python3.
 
 Random-init Qwen2.5-7B-Instruct target (and 0.5B draft for assisted generation) from the same
 config.json files, bf16, SDPA attention. Greedy `generate` of 33 new tokens after a prompt of

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Kernels of one `bench-e2e` process in launch order, from Nsight Compute's CSV
+"""Kernels of one `dustin-bench e2e` process in launch order, from Nsight Compute's CSV
 (`gpu__time_duration.sum`, `--print-units base`: nanoseconds), as captured by
 `gpu_e2e.sh draftncu`.
 

@@ -1,8 +1,9 @@
 //! Project tasks: `cargo run -p xtask -- <task>`.
 //!
-//! - `stage-gpu`: builds the CUDA binary (release, `--features cuda,host-profile`) and
-//!   stages it gzipped (`stage_bin`) with the configs a GPU run needs into `.device/`
-//!   (git-ignored), for the device machine; `scripts/gpu_mem.sh` unpacks it there.
+//! - `stage-gpu`: builds the CUDA `dustin-bench` binary (the instruments the device scripts
+//!   run; release, `--features cuda,host-profile`) and stages it gzipped (`stage_bin`) with
+//!   the configs a GPU run needs into `.device/` (git-ignored), for the device machine;
+//!   `scripts/gpu_mem.sh` unpacks it there.
 //! - `fetch-model`: fetches the default model into the cache (same as `dustin fetch-model`).
 //! - `gpu-kernels`: builds `dustin-kernels-gpu` (release, `--features cuda`), stages it
 //!   gzipped with `scripts/sdpa_verify_bench.py` and `scripts/gpu_mem.sh` into `.device/`,
@@ -27,7 +28,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Task {
-    /// Build the CUDA binary and stage it in .device/ with the Qwen2.5 configs and scripts.
+    /// Build the CUDA dustin-bench binary and stage it in .device/ with the Qwen2.5 configs and
+    /// scripts.
     StageGpu,
     /// Fetch the default model (`dustin fetch-model`) into the cache.
     FetchModel,
@@ -37,8 +39,8 @@ enum Task {
         #[arg(long)]
         quick: bool,
     },
-    /// Build and stage the CUDA `dustin` binary (gzipped; a `dustin-kernels-gpu` staged by
-    /// `gpu-kernels` stays beside it), the Qwen2.5 configs and the device scripts for the
+    /// Build and stage the CUDA `dustin-bench` binary (gzipped; a `dustin-kernels-gpu` staged
+    /// by `gpu-kernels` stays beside it), the Qwen2.5 configs and the device scripts for the
     /// end-to-end benchmark; print the device commands (`scripts/gpu_e2e.sh`).
     GpuE2e,
     /// Run each fuzz target of fuzz/ for a short time (needs nightly and cargo-fuzz).
@@ -173,10 +175,11 @@ fn device_dir(root: &Path) -> Result<PathBuf, String> {
 }
 
 /// Stages the release binary `name` as `dev/name.gz`: debug info stripped, function names
-/// kept (`bench-e2e --host-profile` resolves its samples with them), gzip-compressed. The
-/// device tool carries at most 64 MiB: `dustin` (54 MB unstripped, 42 MB stripped) and
-/// `dustin-kernels-gpu` (37 MB) did not fit side by side; compressed they take 12 + 7 MB
-/// (2026-11-30). The device scripts unpack them (`scripts/gpu_mem.sh`, `unpack`).
+/// kept (`dustin-bench e2e --host-profile` resolves its samples with them), gzip-compressed.
+/// The device tool carries at most 64 MiB: the CUDA binary of the instruments (54 MB
+/// unstripped, 42 MB stripped, 2026-11-30, when `dustin` held them) and `dustin-kernels-gpu`
+/// (37 MB) did not fit side by side; compressed they took 12 + 7 MB. The device scripts
+/// unpack them (`scripts/gpu_mem.sh`, `unpack`).
 fn stage_bin(root: &Path, dev: &Path, name: &str) -> Result<(), String> {
     let src = target_dir(root).join("release").join(name);
     let tmp = dev.join(name);
@@ -197,10 +200,10 @@ fn stage_gpu() -> Result<(), String> {
         "--features",
         "cuda,host-profile",
         "-p",
-        "dustin-cli",
+        "dustin-bench",
     ]))?;
     let dev = device_dir(&root)?;
-    stage_bin(&root, &dev, "dustin")?;
+    stage_bin(&root, &dev, "dustin-bench")?;
     let cfgs = root.join("../shared/data/qwen2.5");
     if let Ok(rd) = std::fs::read_dir(&cfgs) {
         for e in rd.flatten() {
@@ -252,7 +255,7 @@ fn gpu_kernels(quick: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// Builds the CUDA `dustin` binary (feature `host-profile` too, for `bench-e2e
+/// Builds the CUDA `dustin-bench` binary (feature `host-profile` too, for `dustin-bench e2e
 /// --host-profile`) and stages it, the Qwen2.5 configs and `scripts/` into the device folder
 /// (`DUSTIN_DEVICE_DIR`, else `.device`).
 /// A `dustin-kernels-gpu` staged by `gpu-kernels` stays beside it (see [`stage_bin`]).
@@ -264,10 +267,10 @@ fn gpu_e2e() -> Result<(), String> {
         "--features",
         "cuda,host-profile",
         "-p",
-        "dustin-cli",
+        "dustin-bench",
     ]))?;
     let dev = device_dir(&root)?;
-    stage_bin(&root, &dev, "dustin")?;
+    stage_bin(&root, &dev, "dustin-bench")?;
     let cfgs = root.join("../shared/data/qwen2.5");
     for e in std::fs::read_dir(&cfgs)
         .map_err(|e| format!("{}: {e}", cfgs.display()))?

@@ -15,6 +15,10 @@ pub enum DeviceKind {
 /// Calls `$body` with a type alias `B` for the chosen backend and a device `dev`; the second
 /// form also binds `dev_of`, a function from a device index to that device (`CudaDevice::new`
 /// on CUDA; the one CPU device on the CPU, whatever the index), for tensor-parallel groups.
+///
+/// The expansion names `burn_flex`, `burn_cuda` and `half`, and tests the `cuda` feature, of
+/// the crate that calls it: a caller depends on those crates and has a `cuda` feature that
+/// enables `burn-cuda` (and `dustin-cli/cuda`).
 #[macro_export]
 macro_rules! with_backend {
     ($kind:expr, |$b:ident, $dev:ident, $dev_of:ident| $body:expr) => {{
@@ -35,8 +39,13 @@ macro_rules! with_backend {
                 }
                 #[cfg(not(feature = "cuda"))]
                 {
+                    // the package named is the one whose code expands this macro
                     Err($crate::CliError::Usage(
-                        "--device cuda needs a CUDA build: cargo build --release --features cuda -p dustin-cli".into(),
+                        concat!(
+                            "--device cuda needs a CUDA build: cargo build --release --features cuda -p ",
+                            env!("CARGO_PKG_NAME")
+                        )
+                        .into(),
                     ))
                 }
             }

@@ -82,6 +82,7 @@ pub struct DemoArgs {
     /// to f32) or `blocks`.
     #[arg(long, value_enum, default_value_t = crate::models::WeightsArg::Auto)]
     pub weights: crate::models::WeightsArg,
+    /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
 }

@@ -1,5 +1,5 @@
-//! `dustin eval`: `fidelity`, `pg19` (perplexity through the fidelity harness, [`pg19`]) and
-//! `longbench` ([`longbench`]).
+//! `dustin eval`: `fidelity`, `pg19` (perplexity through the fidelity harness, in
+//! `eval/pg19.rs`) and `longbench` (in `eval/longbench.rs`).
 //!
 //! `dustin eval fidelity`: how closely sparse verification through each selector follows
 //! dense verification, on PG-19 books (docs/fidelity.md has the method, the accounting and
@@ -1601,7 +1601,7 @@ pub(crate) fn eval_draft<B: KernelOps>(
         DraftSpec::Substitute(sub) if sub.target_kv => {
             return Err(CliError::Usage(
                 "--draft substitute:kv=target: the evaluation harness runs the draft on its own \
-                 KV cache (kv=own); kv=target is for generate and bench-subspec"
+                 KV cache (kv=own); kv=target is for generate and dustin-bench subspec"
                     .into(),
             ))
         }

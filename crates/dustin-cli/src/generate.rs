@@ -118,7 +118,7 @@ pub struct GenerateArgs {
     pub offload: Option<String>,
     /// Host memory of the offloaded layers' weights: `pinned` (page-locked, the default:
     /// each forward pass copies a matrix by one DMA transfer, 50-52 GB/s on the H200 machine)
-    /// or `pageable` (Burn's `Tensor::from_data`, 0.4 GB/s there; `dustin upload-check
+    /// or `pageable` (Burn's `Tensor::from_data`, 0.4 GB/s there; `dustin-bench upload-check
     /// --device cuda`, docs/perf.md). The CPU has no page-locked memory: both are the same
     /// there, and asking for `pinned` explicitly says so.
     #[arg(long, value_enum)]
@@ -242,8 +242,9 @@ fn non_finite_key(v: &toml::Value, prefix: &str) -> Option<String> {
     }
 }
 
-/// The draft's selection for `--draft-budget budget` (`generate`, `bench-e2e`): `None` for 0
-/// (dense drafting), else per-layer ranking with the selectors' default sinks and window.
+/// The draft's selection for `--draft-budget budget` (`generate`, `dustin-bench e2e`): `None`
+/// for 0 (dense drafting), else per-layer ranking with the selectors' default sinks and
+/// window.
 ///
 /// # Errors
 /// [`CliError::Usage`] naming `--draft-budget` when it leaves no room beside the sinks and
@@ -586,7 +587,7 @@ fn offload_plan<B: KernelOps>(
     let kv = u64::try_from(kv_per_token::<B>(cfgs).saturating_mul((batch * capacity) as u128))
         .unwrap_or(u64::MAX);
     let draft_weights = draft.map_or(0, |d| {
-        crate::bench_e2e::weight_bytes_per_forward(&d.config, bytes as f64) as u64
+        crate::footprint::weight_bytes_per_forward(&d.config, bytes as f64) as u64
     });
     let substitute = match args.draft.as_deref().map(parse_draft).transpose()? {
         Some(DraftSpec::Substitute(s)) => Some(s.cfg),
@@ -633,7 +634,7 @@ fn kv_per_token<B: KernelOps>(cfgs: &[&dustin_qwen::QwenConfig]) -> u128 {
 /// Checks the KV caches' memory (target and draft, `batch` sequences of `capacity` tokens)
 /// before the weights are loaded, so that an impossible request fails at once with the
 /// figures.
-pub(crate) fn check_kv_memory<B: KernelOps>(
+pub fn check_kv_memory<B: KernelOps>(
     cfgs: &[&dustin_qwen::QwenConfig],
     batch: usize,
     capacity: usize,

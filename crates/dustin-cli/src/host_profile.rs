@@ -1,4 +1,5 @@
-//! A profile of the host (CPU) side of `bench-e2e`'s timed iterations (`--host-profile DIR`).
+//! A profile of the host (CPU) side of `dustin-bench e2e`'s timed iterations
+//! (`--host-profile DIR`).
 //!
 //! Why: on the GPU the per-layer time of decoding at batch 1 is several times what its
 //! kernels take (docs/perf.md), so the host's own work (op dispatch, allocation, launches)

@@ -1,1 +1,133 @@
-//! dustin-cli
+//! dustin-cli: the library of the `dustin` command (the demo, generation, perplexity,
+//! evaluations and model fetching; `dustin --help` lists them) and the pieces the lab
+//! instruments of `dustin-bench` share with it: the backend choice ([`backend`],
+//! [`with_backend!`]), model names and the model cache ([`models`], [`fetch`]), the
+//! generation options ([`generate`]: selection policies, `--config` files, draft budgets, the
+//! KV memory check), byte counts at a config's shapes ([`footprint`]), the host profile
+//! ([`host_profile`]), the command-line errors ([`CliError`]) and the exit status they end in
+//! ([`exit_code`]).
+//!
+//! Backends: the CPU (`burn-flex`, f32) always; CUDA (`burn-cuda`, bf16 or f32) when built
+//! with `--features cuda`.
+
+#![warn(missing_docs)]
+
+use std::process::ExitCode;
+
+pub mod backend;
+pub mod chat;
+pub mod demo;
+pub mod eval;
+pub mod fetch;
+pub mod footprint;
+pub mod generate;
+pub mod host_profile;
+pub mod models;
+pub mod pair;
+pub mod ppl;
+
+/// The exit status of a command's result: success; 130 after a cancellation (Ctrl-C), its
+/// message on stderr; else failure, with `error: ` and the message on stderr followed by
+/// each cause whose text the message does not already carry.
+pub fn exit_code(res: Result<(), CliError>) -> ExitCode {
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e @ CliError::Cancelled { .. }) => {
+            eprintln!("{e}");
+            ExitCode::from(130)
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            eprintln!("error: {msg}");
+            // causes whose text the message already carries (an I/O error after its path)
+            // are not repeated
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                let cause = s.to_string();
+                if !msg.contains(&cause) {
+                    eprintln!("  caused by: {cause}");
+                }
+                src = s.source();
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Checks `--gamma`: 1 ..= [`dustin_spec::MAX_GAMMA`] draft tokens per iteration.
+///
+/// # Errors
+/// [`CliError::Usage`] naming the value and the range.
+pub fn check_gamma(gamma: usize) -> Result<(), CliError> {
+    if gamma == 0 || gamma > dustin_spec::MAX_GAMMA {
+        return Err(CliError::Usage(format!(
+            "--gamma {gamma}: expected 1 ..= {}",
+            dustin_spec::MAX_GAMMA
+        )));
+    }
+    Ok(())
+}
+
+/// Creates the output folder `--out` (and its parents) and checks that a file can be
+/// written in it, so that a bad folder is named before any work is done.
+///
+/// # Errors
+/// [`CliError::Usage`] when `out` is a file; [`CliError::Io`] naming `--out` when the
+/// folder cannot be created or written.
+pub fn create_out_dir(out: &std::path::Path) -> Result<(), CliError> {
+    if out.exists() && !out.is_dir() {
+        return Err(CliError::Usage(format!(
+            "--out {}: a file, expected a folder (created when missing)",
+            out.display()
+        )));
+    }
+    let io = |source| CliError::Io {
+        path: format!("--out {}", out.display()),
+        source,
+    };
+    std::fs::create_dir_all(out).map_err(io)?;
+    let probe = out.join(format!(".dustin-write-check-{}", std::process::id()));
+    std::fs::write(&probe, b"").map_err(io)?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
+/// Errors of the command line.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// A bad argument.
+    #[error("{0}")]
+    Usage(String),
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Model loading or running failed.
+    #[error(transparent)]
+    Model(#[from] dustin_qwen::QwenError),
+    /// The engine failed.
+    #[error(transparent)]
+    Spec(#[from] dustin_spec::SpecError),
+    /// A core error.
+    #[error(transparent)]
+    Core(#[from] dustin_core::CoreError),
+    /// Fetching a model failed (boxed: it carries the instructions for placing the file by
+    /// hand).
+    #[error(transparent)]
+    Fetch(Box<fetch::FetchError>),
+    /// Generation was cancelled (Ctrl-C); finished and partial texts were written.
+    #[error(
+        "cancelled: {cancelled} of {total} sequences were unfinished (their partial text and \
+         the finished ones were written out)"
+    )]
+    Cancelled {
+        /// Sequences cut short.
+        cancelled: usize,
+        /// Sequences in the batch.
+        total: usize,
+    },
+}

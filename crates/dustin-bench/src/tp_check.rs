@@ -1,5 +1,5 @@
-//! `dustin tp-check`: the tensor-parallel model against the whole model with the same random
-//! weights. The whole model (the target's config with its first `--target-layers`
+//! `dustin-bench tp-check`: the tensor-parallel model against the whole model with the same
+//! random weights. The whole model (the target's config with its first `--target-layers`
 //! layers) is drawn on device 0, split into `--tp` shards ([`Qwen2::shard`]), and both run the
 //! same batch: a prefill of `--ctx` tokens, then `--steps` greedy decode steps whose tokens
 //! are the whole model's (teacher forcing, so every step's logits compare). Printed: the
@@ -14,8 +14,8 @@ use dustin_core::{DenseHook, Phase};
 use dustin_kernels::KernelOps;
 use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2, QwenConfig, TpGroup, TpRank};
 
-use crate::backend::DeviceKind;
-use crate::CliError;
+use dustin_cli::backend::DeviceKind;
+use dustin_cli::CliError;
 
 /// Compute dtype of `tp-check`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -46,7 +46,7 @@ impl CheckDtype {
     }
 }
 
-/// Arguments of `dustin tp-check`.
+/// Arguments of `dustin-bench tp-check`.
 #[derive(Debug, Args)]
 pub struct TpCheckArgs {
     /// HF `config.json` of the target (for example Qwen2.5-72B-Instruct's).
@@ -112,7 +112,7 @@ const MAX_TOKENS: usize = 1 << 24;
 /// Most decode steps (each keeps a `[batch, vocab]` row of logits per model on the host).
 const MAX_STEPS: usize = 10_000;
 
-/// `dustin tp-check`.
+/// `dustin-bench tp-check`.
 pub fn run(a: TpCheckArgs) -> Result<(), CliError> {
     if a.tp == 0 || a.batch == 0 || a.ctx == 0 {
         return Err(CliError::Usage(format!(
@@ -158,7 +158,7 @@ pub fn run(a: TpCheckArgs) -> Result<(), CliError> {
         }
         #[cfg(not(feature = "cuda"))]
         (DeviceKind::Cuda, _) => return Err(CliError::Usage(
-            "--device cuda needs a CUDA build: cargo build --release --features cuda -p dustin-cli"
+            "--device cuda needs a CUDA build: cargo build --release --features cuda -p dustin-bench"
                 .into(),
         )),
     };

@@ -1,5 +1,5 @@
-//! `dustin bench-subspec`: decoding speed of a target that does not fit its GPU-memory budget
-//! (SubSpec): plain offloaded autoregressive decoding against speculative decoding
+//! `dustin-bench subspec`: decoding speed of a target that does not fit its GPU-memory
+//! budget (SubSpec): plain offloaded autoregressive decoding against speculative decoding
 //! with a substitute draft, each planned under the same `--gpu-memory` budget.
 //!
 //! - `ar`: [`plan_offload`] without a substitute keeps as many bottom layers resident as fit;
@@ -26,9 +26,9 @@ use dustin_kernels::KernelOps;
 use dustin_qwen::{plan_offload, substitute_model, Qwen2, QwenConfig, SubstituteConfig};
 use dustin_spec::{autoregressive, ModelDrafter, ModelVerifier, SpecConfig, SpeculativeDecoder};
 
-use crate::backend::DeviceKind;
-use crate::generate::parse_bytes;
-use crate::CliError;
+use dustin_cli::backend::DeviceKind;
+use dustin_cli::generate::parse_bytes;
+use dustin_cli::CliError;
 
 /// Mean acceptance length (tokens per iteration) of SmolLM2-135M's substitute draft (4 bits,
 /// group 64, layers 15-29 of 30) at gamma 4 on a 1,949-token excerpt, greedy (docs/perf.md,
@@ -36,7 +36,7 @@ use crate::CliError;
 #[allow(clippy::approx_constant)]
 pub const SMOLLM2_SUBSTITUTE_TAU: f64 = 3.14;
 
-/// Arguments of `dustin bench-subspec`.
+/// Arguments of `dustin-bench subspec`.
 #[derive(Debug, Args)]
 pub struct SubspecArgs {
     /// HF `config.json` of the target (for example Qwen2.5-7B-Instruct's).
@@ -79,23 +79,23 @@ pub struct SubspecArgs {
     /// `pageable` copies each through Burn's `Tensor::from_data`, `pinned` moves them to
     /// page-locked memory once after the build and copies each by one DMA transfer
     /// (`Qwen2::pin_offloaded`). Pageable rows run first; on the CPU both are the same path.
-    /// Default `pinned`: 50-52 GB/s against 0.4 GB/s on the H200 machine (`dustin
+    /// Default `pinned`: 50-52 GB/s against 0.4 GB/s on the H200 machine (`dustin-bench
     /// upload-check`, docs/perf.md).
     #[arg(long, value_delimiter = ',', default_value = "pinned")]
     pub upload: Vec<String>,
     /// How RMSNorm, the SwiGLU product, RoPE and the substitutes' dequantization run in
-    /// target and draft (`bench-e2e --elementwise`): `fused` kernels (the default) or
+    /// target and draft (`e2e --elementwise`): `fused` kernels (the default) or
     /// `plain` Burn ops.
-    #[arg(long, value_enum, default_value_t = crate::bench_e2e::Elementwise::Fused)]
-    pub elementwise: crate::bench_e2e::Elementwise,
+    #[arg(long, value_enum, default_value_t = crate::e2e::Elementwise::Fused)]
+    pub elementwise: crate::e2e::Elementwise,
     /// Linear layers of at most 16 rows in target and draft through the skinny GEMM kernel
-    /// (`on`, the default) or Burn's matmul (`off`), as `bench-e2e --skinny-gemm`.
-    #[arg(long, value_enum, default_value_t = crate::bench_e2e::OnOff::On)]
-    pub skinny_gemm: crate::bench_e2e::OnOff,
+    /// (`on`, the default) or Burn's matmul (`off`), as `e2e --skinny-gemm`.
+    #[arg(long, value_enum, default_value_t = crate::e2e::OnOff::On)]
+    pub skinny_gemm: crate::e2e::OnOff,
     /// With the skinny GEMM: q/k/v and gate/up/SiLU as grouped GEMMs (`on`, the default) or
-    /// one skinny GEMM per projection (`off`), as `bench-e2e --grouped-gemm`.
-    #[arg(long, value_enum, default_value_t = crate::bench_e2e::OnOff::On)]
-    pub grouped_gemm: crate::bench_e2e::OnOff,
+    /// one skinny GEMM per projection (`off`), as `e2e --grouped-gemm`.
+    #[arg(long, value_enum, default_value_t = crate::e2e::OnOff::On)]
+    pub grouped_gemm: crate::e2e::OnOff,
     /// Iterations run first and not timed.
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
@@ -123,13 +123,13 @@ pub struct Row {
     pub upload: String,
     /// What ran for the element-wise ops (`--elementwise`; `plain` on the CPU, which has no
     /// fused kernels).
-    pub elementwise: crate::bench_e2e::Elementwise,
+    pub elementwise: crate::e2e::Elementwise,
     /// Whether the skinny GEMM kernel ran (`--skinny-gemm`; `off` on the CPU, which has no
     /// such kernel).
-    pub skinny_gemm: crate::bench_e2e::OnOff,
+    pub skinny_gemm: crate::e2e::OnOff,
     /// Whether the grouped GEMMs ran (`--grouped-gemm`, with the skinny GEMM; `off` on the
     /// CPU).
-    pub grouped_gemm: crate::bench_e2e::OnOff,
+    pub grouped_gemm: crate::e2e::OnOff,
     /// Whether the offloaded weights were in page-locked host memory: `--upload pinned` on a
     /// backend that has it (CUDA) with something offloaded; `false` on the CPU, which runs
     /// the `pinned` rows through pageable memory.
@@ -187,7 +187,7 @@ pub struct Row {
 
 fn validate(a: &SubspecArgs) -> Result<SubstituteConfig, CliError> {
     let bad = |m: String| Err(CliError::Usage(m));
-    crate::check_gamma(a.gamma)?;
+    dustin_cli::check_gamma(a.gamma)?;
     if !(a.accept.is_finite() && a.accept >= 1.0 && a.accept <= (a.gamma + 1) as f64) {
         return bad(format!(
             "--accept {}: expected a mean acceptance length in 1 ..= gamma + 1 = {}",
@@ -246,11 +246,11 @@ fn validate(a: &SubspecArgs) -> Result<SubstituteConfig, CliError> {
     Ok(cfg)
 }
 
-/// `dustin bench-subspec`.
+/// `dustin-bench subspec`.
 pub fn run(args: SubspecArgs) -> Result<(), CliError> {
     let sub = validate(&args)?;
-    crate::bench_e2e::check_json_path(args.json.as_deref())?;
-    crate::with_backend!(args.device, |B, dev| run_on::<B>(&args, sub, &dev))
+    crate::jsonl::check_json_path(args.json.as_deref())?;
+    dustin_cli::with_backend!(args.device, |B, dev| run_on::<B>(&args, sub, &dev))
 }
 
 fn run_on<B: KernelOps>(
@@ -333,7 +333,7 @@ fn run_on<B: KernelOps>(
             );
         }
         eprintln!(
-            "bench-subspec: {mode}: {} resident, {} offloaded; built in {build_secs:.1} s",
+            "subspec: {mode}: {} resident, {} offloaded; built in {build_secs:.1} s",
             plan.resident,
             plan.offloaded.len()
         );
@@ -348,24 +348,24 @@ fn run_on<B: KernelOps>(
                 let t = Instant::now();
                 target.pin_offloaded()?;
                 if plan.offloaded.is_empty() {
-                    eprintln!("bench-subspec: {mode}: nothing is offloaded, nothing to pin");
+                    eprintln!("subspec: {mode}: nothing is offloaded, nothing to pin");
                 } else if target.offloaded_pinned() {
                     eprintln!(
-                        "bench-subspec: {mode}: offloaded weights moved to page-locked memory in {:.1} s",
+                        "subspec: {mode}: offloaded weights moved to page-locked memory in {:.1} s",
                         t.elapsed().as_secs_f64()
                     );
                 } else {
                     eprintln!(
-                        "bench-subspec: {mode}: this backend has no page-locked memory; the `pinned` rows copy through pageable memory (their `pinned` field says false)"
+                        "subspec: {mode}: this backend has no page-locked memory; the `pinned` rows copy through pageable memory (their `pinned` field says false)"
                     );
                 }
             }
             let pinned_now = pinned && !plan.offloaded.is_empty() && target.offloaded_pinned();
             for p in &args.prefetch {
                 let prefetch = p == "on";
-                let fused = args.elementwise == crate::bench_e2e::Elementwise::Fused;
-                let skinny = args.skinny_gemm == crate::bench_e2e::OnOff::On;
-                let grouped = args.grouped_gemm == crate::bench_e2e::OnOff::On;
+                let fused = args.elementwise == crate::e2e::Elementwise::Fused;
+                let skinny = args.skinny_gemm == crate::e2e::OnOff::On;
+                let grouped = args.grouped_gemm == crate::e2e::OnOff::On;
                 let target = Arc::new(
                     target
                         .clone()
@@ -412,8 +412,7 @@ fn run_on<B: KernelOps>(
                     }
                 };
                 let mem_after_run = dustin_qwen::offload::memory_usage::<B>(dev);
-                let w =
-                    crate::bench_e2e::timed_window(&out.iterations, args.warmup, args.iters, mode)?;
+                let w = crate::e2e::timed_window(&out.iterations, args.warmup, args.iters, mode)?;
                 let (draft_ms, verify_ms) = (w.draft_ms, w.verify_ms);
                 let other_ms = w.accept_ms + w.commit_ms;
                 let iter_ms = draft_ms + verify_ms + other_ms;
@@ -424,19 +423,19 @@ fn run_on<B: KernelOps>(
                     prefetch,
                     upload: if pinned { "pinned" } else { "pageable" }.into(),
                     elementwise: if B::FUSED && fused {
-                        crate::bench_e2e::Elementwise::Fused
+                        crate::e2e::Elementwise::Fused
                     } else {
-                        crate::bench_e2e::Elementwise::Plain
+                        crate::e2e::Elementwise::Plain
                     },
                     skinny_gemm: if B::FUSED && skinny {
-                        crate::bench_e2e::OnOff::On
+                        crate::e2e::OnOff::On
                     } else {
-                        crate::bench_e2e::OnOff::Off
+                        crate::e2e::OnOff::Off
                     },
                     grouped_gemm: if B::FUSED && skinny && grouped {
-                        crate::bench_e2e::OnOff::On
+                        crate::e2e::OnOff::On
                     } else {
-                        crate::bench_e2e::OnOff::Off
+                        crate::e2e::OnOff::Off
                     },
                     pinned: pinned_now,
                     pinned_fallbacks: dustin_qwen::offload::pinned_fallbacks(),
@@ -488,7 +487,7 @@ fn run_on<B: KernelOps>(
                 );
                 }
                 if let Some(path) = &args.json {
-                    crate::bench_e2e::append_json(path, &row)?;
+                    crate::jsonl::append_json(path, &row)?;
                 }
                 dustin_qwen::offload::memory_cleanup::<B>(dev);
             }

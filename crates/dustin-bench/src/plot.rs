@@ -1,5 +1,5 @@
-//! `dustin plot-e2e`: tokens/s against context length for each mode, from the JSON lines
-//! `dustin bench-e2e --json` appends. One batch size and one
+//! `dustin-bench plot`: tokens/s against context length for each mode, from the JSON lines
+//! `dustin-bench e2e --json` appends. One batch size and one
 //! target depth (`target_layers`) per plot; where several rows share a (mode, context), the
 //! last one read wins, so files are given oldest first.
 
@@ -9,12 +9,12 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use dustin_eval::report::{plot_lines, Cell, Table};
 
-use crate::CliError;
+use dustin_cli::CliError;
 
-/// Arguments of `dustin plot-e2e`.
+/// Arguments of `dustin-bench plot`.
 #[derive(Debug, Args)]
-pub struct PlotE2eArgs {
-    /// JSON-lines files written by `dustin bench-e2e --json` (oldest first: a later row
+pub struct PlotArgs {
+    /// JSON-lines files written by `dustin-bench e2e --json` (oldest first: a later row
     /// replaces an earlier one of the same mode and context).
     #[arg(long = "json", required = true, num_args = 1..)]
     pub json: Vec<PathBuf>,
@@ -34,7 +34,7 @@ pub struct PlotE2eArgs {
     pub out: PathBuf,
 }
 
-/// One measured point: `bench-e2e`'s `tokens_per_sec` for a (mode, context).
+/// One measured point: `e2e`'s `tokens_per_sec` for a (mode, context).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Point {
     /// Mode (`ar`, `dense`, `dustin`, ...).
@@ -45,7 +45,7 @@ pub struct Point {
     pub tokens_per_sec: f64,
 }
 
-/// Whether `line` is one of `bench-e2e --profile`'s phase lines (a JSON object with a
+/// Whether `line` is one of `e2e --profile`'s phase lines (a JSON object with a
 /// `"profile"` key), which share the rows' file and are not points.
 fn is_profile_line(line: &str) -> bool {
     serde_json::from_str::<serde_json::Value>(line)
@@ -84,7 +84,7 @@ pub fn read_points(
             }
             let row = parse_row(line, only).ok_or_else(|| {
                 CliError::Usage(format!(
-                    "{}:{}: expected a bench-e2e JSON row with mode, ctx, batch, \
+                    "{}:{}: expected an e2e JSON row with mode, ctx, batch, \
                      target_layers and tokens_per_sec",
                     f.display(),
                     i + 1
@@ -130,7 +130,7 @@ pub fn read_points(
             .map(|(b, l)| format!("batch {b} x {l} layers"))
             .collect();
         return Err(CliError::Usage(format!(
-            "no bench-e2e row with batch {batch}{} in {} file(s); they hold: {}",
+            "no e2e row with batch {batch}{} in {} file(s); they hold: {}",
             target_layers.map_or(String::new(), |l| format!(" and {l} target layers")),
             files.len(),
             if held.is_empty() {
@@ -276,12 +276,12 @@ pub fn write_plot(
     Ok(table)
 }
 
-/// Runs `dustin plot-e2e`.
+/// Runs `dustin-bench plot`.
 ///
 /// # Errors
 /// [`CliError::Usage`] for an `--out` not ending in `.svg`; see [`read_points`] and
 /// [`write_plot`].
-pub fn run(a: PlotE2eArgs) -> Result<(), CliError> {
+pub fn run(a: PlotArgs) -> Result<(), CliError> {
     // the table goes to the same path with `.md`: an `--out` ending in `.md` would be
     // overwritten by it
     if a.out.extension().and_then(|e| e.to_str()) != Some("svg") {
@@ -315,7 +315,7 @@ mod tests {
     /// A fresh scratch folder of this test process.
     fn scratch(tag: &str) -> PathBuf {
         let dir =
-            std::env::temp_dir().join(format!("dustin-plot-e2e-{tag}-{}", std::process::id()));
+            std::env::temp_dir().join(format!("dustin-bench-plot-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         dir
     }
@@ -376,7 +376,7 @@ mod tests {
         std::fs::remove_dir_all(&dir).ok();
     }
 
-    /// `bench-e2e --profile --json` writes phase lines beside the rows: they are skipped,
+    /// `e2e --profile --json` writes phase lines beside the rows: they are skipped,
     /// not taken for bad rows.
     #[test]
     fn profile_lines_are_skipped() {
@@ -474,7 +474,7 @@ mod tests {
         assert_eq!(pts[0].tokens_per_sec, 7.5);
         assert!(parse_only(&["verify_kernel".into()]).is_err());
         assert!(parse_only(&["=flash".into()]).is_err());
-        let e = run(PlotE2eArgs {
+        let e = run(PlotArgs {
             json: vec![good],
             batch: 1,
             target_layers: None,

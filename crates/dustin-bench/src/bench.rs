@@ -1,5 +1,6 @@
-//! `dustin bench`: prefill and decode speed of a model with random weights at the shapes of
-//! an HF `config.json` (for example `../shared/data/qwen2.5/Qwen2.5-7B-Instruct.config.json`).
+//! `dustin-bench bench`: prefill and decode speed of a model with random weights at the
+//! shapes of an HF `config.json` (for example
+//! `../shared/data/qwen2.5/Qwen2.5-7B-Instruct.config.json`).
 //! Random weights make the text meaningless; the timings are real.
 
 use dustin_kernels::KernelOps;
@@ -11,10 +12,10 @@ use dustin_core::{DenseHook, Phase};
 use dustin_qwen::generate::{prefill, resolve_prefill_chunk};
 use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2, QwenConfig};
 
-use crate::backend::DeviceKind;
-use crate::CliError;
+use dustin_cli::backend::DeviceKind;
+use dustin_cli::CliError;
 
-/// Arguments of `dustin bench`.
+/// Arguments of `dustin-bench bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// HF `config.json` giving the model shape.
@@ -87,14 +88,14 @@ pub enum PrefillPath {
     Plain,
 }
 
-/// `dustin bench`.
+/// `dustin-bench bench`.
 pub fn run(args: BenchArgs) -> Result<(), CliError> {
     validate(&args)?;
-    crate::with_backend!(args.device, |B, dev| run_on::<B>(&args, &dev))
+    dustin_cli::with_backend!(args.device, |B, dev| run_on::<B>(&args, &dev))
 }
 
 /// Most positions of a sequence and most prompt tokens of a batch: 2^24, the
-/// `max_position_embeddings` bound of `QwenConfig` (as `bench-e2e` and `tp-check`).
+/// `max_position_embeddings` bound of `QwenConfig` (as `e2e` and `tp-check`).
 const MAX_TOKENS: usize = 1 << 24;
 
 /// The sizes, before any weights are built (a zero batch indexed an empty prompt list; huge
@@ -146,7 +147,7 @@ fn run_on<B: KernelOps>(args: &BenchArgs, dev: &B::Device) -> Result<(), CliErro
     let mut cfg = QwenConfig::from_file(&args.config)?;
     let cap = args.prompt_len + args.warmup + args.decode + 1;
     // a 32k prompt plus the decode steps passes Qwen2.5's 32768 positions; with random
-    // weights the RoPE table is simply extended (as in bench-e2e)
+    // weights the RoPE table is simply extended (as in e2e)
     cfg.max_position_embeddings = cfg.max_position_embeddings.max(cap);
     let t = Instant::now();
     let model = Qwen2::<B>::random(&cfg, cap, dev)?;

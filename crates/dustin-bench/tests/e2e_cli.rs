@@ -1,24 +1,21 @@
-//! `dustin bench-e2e` on the CPU with a tiny fixture model: every mode runs the real engine
+//! `dustin-bench e2e` on the CPU with a tiny fixture model: every mode runs the real engine
 //! under the forced acceptance schedule, the rows report the schedule's tau exactly, dense
 //! verification reads the whole KV and sparse modes the budget's share; bad input is named.
 
+mod common;
+
 use std::process::Command;
 
-fn fixture() -> String {
-    format!(
-        "{}/../dustin-qwen/tests/fixtures/parity/llama/config.json",
-        env!("CARGO_MANIFEST_DIR")
-    )
-}
+use common::fixture;
 
-/// Rows of `bench-e2e` on the llama fixture (target and draft) with `args` after the models.
+/// Rows of `e2e` on the llama fixture (target and draft) with `args` after the models.
 fn bench_rows(tag: &str, args: &[&str]) -> Vec<serde_json::Value> {
     let dir = std::env::temp_dir().join(format!("dustin-e2e-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("rows.jsonl");
     let f = fixture();
-    let out = Command::new(env!("CARGO_BIN_EXE_dustin"))
-        .args(["bench-e2e", "--target", &f, "--draft", &f])
+    let out = Command::new(env!("CARGO_BIN_EXE_dustin-bench"))
+        .args(["e2e", "--target", &f, "--draft", &f])
         .args(args)
         .arg("--json")
         .arg(&json)
@@ -501,8 +498,8 @@ fn bad_schedule_and_modes_are_named() {
             "--host-profile /dev/null/x: expected a folder",
         ),
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_dustin"))
-            .args(["bench-e2e", "--target", &f, "--draft", &f])
+        let out = Command::new(env!("CARGO_BIN_EXE_dustin-bench"))
+            .args(["e2e", "--target", &f, "--draft", &f])
             .args(&args)
             .output()
             .unwrap();
@@ -512,7 +509,7 @@ fn bad_schedule_and_modes_are_named() {
     }
 }
 
-/// Rows of `bench-e2e` on the llama fixture at `--tp tp`.
+/// Rows of `e2e` on the llama fixture at `--tp tp`.
 fn rows_at_tp(tp: &str) -> Vec<serde_json::Value> {
     bench_rows(
         &format!("tp{tp}"),
@@ -557,76 +554,6 @@ fn tensor_parallel_ranks_run_every_mode_and_halve_the_floor() {
         );
         assert!(fb < fa && fb >= fa / 2.0, "{mode}: {fb} vs {fa}");
         assert_eq!(fb == fa / 2.0, mode == "ar", "{mode}: only ar has no draft");
-    }
-}
-
-#[test]
-fn tp_check_matches_the_whole_model_and_names_bad_splits() {
-    let f = fixture();
-    let out = Command::new(env!("CARGO_BIN_EXE_dustin"))
-        .args([
-            "tp-check",
-            "--target",
-            &f,
-            "--target-layers",
-            "2",
-            "--tp",
-            "2",
-        ])
-        .args(["--ctx", "12", "--steps", "3"])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
-    assert_eq!(report["ranks_identical"], true);
-    assert!(report["rel_diff"].as_f64().unwrap() <= 1e-4, "{report}");
-    assert!(report["max_abs_logit"].as_f64().unwrap() > 0.0);
-    // 7 query heads over 1 KV head do not split over 2 ranks
-    let gqa7 = f.replace("/llama/", "/qwen2-gqa7/");
-    let out = Command::new(env!("CARGO_BIN_EXE_dustin"))
-        .args([
-            "tp-check",
-            "--target",
-            &gqa7,
-            "--target-layers",
-            "2",
-            "--tp",
-            "2",
-        ])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("num_attention_heads") && err.contains("2 ranks"),
-        "{err}"
-    );
-    // ... and is refused before the whole model is drawn and traced
-    assert!(!err.contains("traced"), "{err}");
-    // sizes that cannot run are named up front (an overflowing sum, too many steps)
-    for (args, want) in [
-        (
-            ["--ctx", "18446744073709551615", "--steps", "8"],
-            "at most 16777216 tokens in all",
-        ),
-        (
-            ["--ctx", "16", "--steps", "20000"],
-            "--steps 20000: at most 10000",
-        ),
-    ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_dustin"))
-            .args(["tp-check", "--target", &f])
-            .args(args)
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
-        assert!(err.contains(want), "{args:?}: {err}");
     }
 }
 
@@ -711,8 +638,8 @@ fn profile_under_tensor_parallelism_counts_one_rank() {
 fn an_unwritable_json_path_is_named_before_the_run() {
     let f = fixture();
     let dir = std::env::temp_dir();
-    let out = Command::new(env!("CARGO_BIN_EXE_dustin"))
-        .args(["bench-e2e", "--target", &f, "--draft", &f])
+    let out = Command::new(env!("CARGO_BIN_EXE_dustin-bench"))
+        .args(["e2e", "--target", &f, "--draft", &f])
         .args([
             "--ctx", "180", "--batch", "1", "--modes", "ar", "--tail", "40",
         ])
@@ -727,56 +654,6 @@ fn an_unwritable_json_path_is_named_before_the_run() {
         !String::from_utf8_lossy(&out.stdout).contains("| ar |"),
         "a row was measured first"
     );
-}
-
-/// `dustin bench` refuses sizes that panicked (`--batch 0` indexed an empty prompt list) or
-/// wrapped, naming the flag, before any weights are built.
-#[test]
-fn bench_sizes_are_named() {
-    let f = fixture();
-    for (args, want) in [
-        (
-            vec!["--batch", "0"],
-            "--batch 0: expected at least 1 sequence",
-        ),
-        (
-            vec!["--prompt-len", "0"],
-            "--prompt-len 0: expected at least 1",
-        ),
-        (vec!["--decode", "0"], "--decode 0: nothing would be timed"),
-        (
-            vec!["--prefill-warps", "4,6"],
-            "--prefill-warps 6: expected 4 or 8",
-        ),
-        (
-            vec!["--prompt-len", "18446744073709551615"],
-            "at most 16777216 positions",
-        ),
-        (
-            vec!["--warmup", "18446744073709551615", "--prompt-len", "20"],
-            "at most 16777216 positions",
-        ),
-        (
-            vec!["--batch", "100000000000", "--prompt-len", "20"],
-            "--batch 100000000000 x --prompt-len 20: at most 16777216 prompt tokens in all",
-        ),
-    ] {
-        // small defaults for the flags a case does not set
-        let mut all: Vec<&str> = vec!["bench", "--config", &f];
-        for (flag, v) in [("--decode", "2"), ("--warmup", "1")] {
-            if !args.contains(&flag) {
-                all.extend([flag, v]);
-            }
-        }
-        let out = Command::new(env!("CARGO_BIN_EXE_dustin"))
-            .args(&all)
-            .args(&args)
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(1), "{args:?}");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains(want), "{args:?}: {err}");
-    }
 }
 
 /// The row records the GEMM settings as the flags spell them: `--skinny-kernel no-ring` as
@@ -819,8 +696,8 @@ fn rows_scale_to_the_full_depth_and_compare_with_ar() {
     let f = fixture();
     let run = |layers: Option<&str>| {
         let json = dir.join(format!("rows-{}.jsonl", layers.unwrap_or("all")));
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_dustin"));
-        cmd.args(["bench-e2e", "--target", &f, "--draft", &f])
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_dustin-bench"));
+        cmd.args(["e2e", "--target", &f, "--draft", &f])
             .args(["--ctx", "180", "--batch", "2", "--modes", "ar,dense,dustin"])
             .args([
                 "--warmup", "1", "--iters", "2", "--tail", "40", "--budget", "90",

@@ -1,6 +1,6 @@
-//! `dustin kernel-check`: the element-wise ops the model runs per layer (RMSNorm, the SwiGLU
-//! product, RoPE, the dequantization of packed substitute weights, the skinny GEMM of
-//! decoding; `KernelOps::rms_norm`, `silu_mul`, `rope`, `dequantize_packed`,
+//! `dustin-bench kernel-check`: the element-wise ops the model runs per layer (RMSNorm, the
+//! SwiGLU product, RoPE, the dequantization of packed substitute weights, the skinny GEMM
+//! of decoding; `KernelOps::rms_norm`, `silu_mul`, `rope`, `dequantize_packed`,
 //! `skinny_linear`) against float64 loops
 //! (`dustin_kernels::check::check_elementwise`), on fresh random inputs with odd sizes and a
 //! strided RoPE input. On CUDA the outputs are poisoned with NaN first, so an element a kernel
@@ -12,10 +12,10 @@
 
 use clap::Args;
 
-use crate::backend::DeviceKind;
-use crate::CliError;
+use dustin_cli::backend::DeviceKind;
+use dustin_cli::CliError;
 
-/// Arguments of `dustin kernel-check`.
+/// Arguments of `dustin-bench kernel-check`.
 #[derive(Debug, Args)]
 pub struct KernelCheckArgs {
     /// Where to run (`cuda` checks the fused kernels, `cpu` the plain path).
@@ -60,7 +60,7 @@ pub fn run(a: KernelCheckArgs) -> Result<(), CliError> {
     dustin_kernels::cuda::set_poison_outputs(a.device == DeviceKind::Cuda);
     // each group is printed as soon as it is done, so a run cut short by a time limit still
     // shows what finished (on CUDA the model rows compile their kernels first: minutes)
-    let rows = crate::with_backend!(a.device, |B, dev| {
+    let rows = dustin_cli::with_backend!(a.device, |B, dev| {
         let mut rows = if a.model_only {
             Vec::new()
         } else {

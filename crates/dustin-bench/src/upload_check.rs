@@ -1,4 +1,4 @@
-//! `dustin upload-check`: host-to-device copies of weight matrices, Burn's pageable
+//! `dustin-bench upload-check`: host-to-device copies of weight matrices, Burn's pageable
 //! `Tensor::from_data` against the page-locked path (`KernelOps::pin_host` /
 //! `KernelOps::upload_pinned`) that offloaded layers use with `--upload pinned`.
 //!
@@ -15,10 +15,10 @@ use burn_tensor::{Distribution, Tensor};
 use clap::Args;
 use dustin_kernels::KernelOps;
 
-use crate::backend::DeviceKind;
-use crate::CliError;
+use dustin_cli::backend::DeviceKind;
+use dustin_cli::CliError;
 
-/// Arguments of `dustin upload-check`.
+/// Arguments of `dustin-bench upload-check`.
 #[derive(Debug, Args)]
 pub struct UploadCheckArgs {
     /// Matrices `ROWSxCOLS` (at most 2^32 elements each), comma-separated. Default: an odd 3x5, Qwen2.5-7B's gate/up
@@ -85,7 +85,7 @@ fn parse_size(s: &str) -> Result<[usize; 2], CliError> {
     Ok([r, c])
 }
 
-/// `dustin upload-check`.
+/// `dustin-bench upload-check`.
 pub fn run(a: UploadCheckArgs) -> Result<(), CliError> {
     let sizes = a
         .sizes
@@ -95,7 +95,7 @@ pub fn run(a: UploadCheckArgs) -> Result<(), CliError> {
     if a.reps == 0 {
         return Err(CliError::Usage("--reps 0: expected at least 1".into()));
     }
-    crate::bench_e2e::check_json_path(a.json.as_deref())?;
+    crate::jsonl::check_json_path(a.json.as_deref())?;
     // each matrix is printed and written as soon as it is measured
     let mut wrong = 0;
     let mut emit = |r: &UploadRow| -> Result<(), CliError> {
@@ -114,12 +114,12 @@ pub fn run(a: UploadCheckArgs) -> Result<(), CliError> {
             r.pinned_equal
         );
         if let Some(p) = &a.json {
-            crate::bench_e2e::append_json(p, r)?;
+            crate::jsonl::append_json(p, r)?;
         }
         wrong += usize::from(!r.pageable_equal) + usize::from(!r.pinned_equal);
         Ok(())
     };
-    crate::with_backend!(a.device, |B, dev| run_on::<B>(
+    dustin_cli::with_backend!(a.device, |B, dev| run_on::<B>(
         &sizes, a.reps, &dev, &mut emit
     ))?;
     if wrong > 0 {
