@@ -9,8 +9,8 @@
 //! against the float64 references of [`crate::reference`], on fresh
 //! random inputs rounded to bf16 (so a bf16 device copy holds them exactly), odd sizes, and a
 //! strided RoPE input (the model's `[batch, n, heads, d]` projection viewed as `[batch,
-//! heads, n, d]`). Generic over the backend: the CPU tests run it on the plain path, `dustin
-//! kernel-check --device cuda` and `dustin-kernels-gpu check` on the CUDA kernels (with
+//! heads, n, d]`). Generic over the backend: the CPU tests run it on the plain path,
+//! `dustin-bench kernel-check --device cuda` and `dustin-kernels-gpu check` on the CUDA kernels (with
 //! poisoned outputs there, so an unwritten element is NaN and fails).
 
 use burn_tensor::{Tensor, TensorData};

@@ -7,7 +7,7 @@
 //! `dustin_kernels::check` holds each kernel to a float64 loop; this one checks that the model
 //! wires them right: strided projections into RoPE, the KV cache, a ragged batch, and the
 //! decode and verify row counts that take the fused attention and the skinny GEMM.
-//! `dustin kernel-check` runs both.
+//! `dustin-bench kernel-check` runs both.
 
 use burn_tensor::Tensor;
 use dustin_core::{DenseHook, Phase};
@@ -161,7 +161,7 @@ mod tests {
     /// On the CPU the kernel path is `dustin_kernels::plain`, the same Burn ops in the same
     /// order (bit-identical today, as in `tests/sparse_attention.rs`), so this run checks that
     /// both paths take these shapes (two prompts, ragged decode and verify) end to end. The check
-    /// that can catch a kernel is the CUDA run, `dustin kernel-check --device cuda`.
+    /// that can catch a kernel is the CUDA run, `dustin-bench kernel-check --device cuda`.
     #[test]
     fn kernel_path_matches_the_model_path_on_the_cpu() {
         let rows = check_model::<Flex>(&FlexDevice, 1e-4).unwrap();

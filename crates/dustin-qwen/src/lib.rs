@@ -15,7 +15,7 @@
 //! - [`substitute`]: group-quantized substitute layers for SubSpec drafting (a draft that is
 //!   the target with some layers replaced by low-bit copies);
 //! - [`offload`]: target layers kept in host memory and the plan of what fits a GPU budget;
-//! - [`check`]: the whole-model check of the backend's kernels (`dustin kernel-check`);
+//! - [`check`]: the whole-model check of the backend's kernels (`dustin-bench kernel-check`);
 //! - [`tp`]: tensor parallelism (heads, KV cache and MLP split over a device group, one
 //!   all-reduce per attention and MLP block).
 #![warn(missing_docs)]

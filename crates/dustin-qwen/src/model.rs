@@ -945,7 +945,7 @@ impl<B: Backend> Qwen2<B> {
     /// [`KernelOps::silu_mul`], [`KernelOps::rope`] and [`KernelOps::dequantize_packed`] (one
     /// kernel each on CUDA, where the plain ops launch 7, 10, 7 and about 8), `false` the
     /// model's own Burn ops. The default is `true` exactly when the backend has fused kernels
-    /// ([`KernelOps::FUSED`]: CUDA), where `dustin kernel-check --device cuda` holds them to
+    /// ([`KernelOps::FUSED`]: CUDA), where `dustin-bench kernel-check --device cuda` holds them to
     /// float64 references and they made 7B decoding at 32k 1.1-1.9x faster (docs/perf.md,
     /// 2026-11-30). On the CPU both are the same ops.
     pub fn with_fused_elementwise(mut self, on: bool) -> Self {
@@ -958,7 +958,7 @@ impl<B: Backend> Qwen2<B> {
     /// Burn's matmul (`false`). The default is [`KernelOps::SKINNY_GEMM`]: on for CUDA (7B
     /// decoding at batch 1 went from 25.4 to 74.8 tokens/s, the 0.5B draft got 3-5% slower,
     /// docs/perf.md 2026-11-30) and on the CPU (`dustin_kernels::cpu_skinny`: Burn's matmul
-    /// packs the weight from 2 rows on); `bench-e2e --skinny-gemm on|off` compares. The same
+    /// packs the weight from 2 rows on); `dustin-bench e2e --skinny-gemm on|off` compares. The same
     /// products up to f32 summation order.
     pub fn with_skinny_gemm(mut self, on: bool) -> Self {
         self.skinny_gemm = Some(on);
@@ -984,7 +984,7 @@ impl<B: Backend> Qwen2<B> {
     /// of the chunk against its context, Burn's matmul and softmax). The default is `true`
     /// wherever the attention runs through the kernels ([`Qwen2::with_kernels`]). Chunks
     /// whose attention probabilities a hook asks for (H2O, SnapKV observing the prompt) take
-    /// the plain path either way. The same attention up to rounding; `dustin bench
+    /// the plain path either way. The same attention up to rounding; `dustin-bench bench
     /// --prefill-attention kernel,plain` compares their speed.
     pub fn with_prefill_attention(mut self, on: bool) -> Self {
         self.prefill_kernel = Some(on);
@@ -997,7 +997,7 @@ impl<B: Backend> Qwen2<B> {
     /// Burn's matmul (`false`). The default is `true` on backends with fused kernels (CUDA)
     /// and `false` elsewhere (the CPU, where both are Burn's matmul). The same products up to
     /// rounding (the order of the f32 sums; with a bias cuBLAS rounds once, Burn's matmul and
-    /// add twice); `dustin bench --prefill-gemm cublas,burn` compares their
+    /// add twice); `dustin-bench bench --prefill-gemm cublas,burn` compares their
     /// speed.
     pub fn with_prefill_gemm(mut self, on: bool) -> Self {
         self.prefill_gemm = Some(on);
@@ -1011,8 +1011,8 @@ impl<B: Backend> Qwen2<B> {
     /// into the next layer un-added; the last layer's is added before the final norm). On
     /// CUDA that is one kernel where the separate add and norm take two, so two launches
     /// fewer per layer (48 per step of the 24-layer 0.5B draft). Off by default: its GPU
-    /// check passed (`dustin kernel-check --device cuda`, H200, 2026-11-30), but turning it on
-    /// showed no gain at 7B, 32k (`bench-e2e --fused-residual on`, docs/perf.md). The same
+    /// check passed (`dustin-bench kernel-check --device cuda`, H200, 2026-11-30), but turning it on
+    /// showed no gain at 7B, 32k (`dustin-bench e2e --fused-residual on`, docs/perf.md). The same
     /// values either way (the sum is rounded to the dtype once, as Burn's add rounds it).
     pub fn with_fused_residual(mut self, on: bool) -> Self {
         self.fused_residual = Some(on);
@@ -1028,7 +1028,7 @@ impl<B: Backend> Qwen2<B> {
     /// slice-assigns against the kernel's one launch (since 2026-12-01; before, the kernel
     /// wrote one tensor a launch and left equal lengths to the slice-assigns). On by default
     /// where the backend has fused kernels (CUDA):
-    /// `dustin kernel-check --device cuda` passed its `kv_write` rows and the model rows
+    /// `dustin-bench kernel-check --device cuda` passed its `kv_write` rows and the model rows
     /// (whose decode step is ragged) on the H200, and a ragged batch of 8 at 7B, 32k decoded
     /// 1.35-1.55x faster with it (docs/perf.md, 2026-11-30). The same cache either way (a
     /// copy).

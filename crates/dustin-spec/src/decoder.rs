@@ -167,7 +167,7 @@ impl<B: Backend, D: Drafter<B>, V: Verifier<B>> SpeculativeDecoder<B, D, V> {
     /// `a + 1`; the token after them is the target's greedy choice there. Everything else
     /// (drafting, selection, verification, rollback of both caches) runs as usual. This is how
     /// random-weight models, whose drafts the target never accepts, are timed under a stated
-    /// acceptance (`dustin bench-e2e`). The output text is then not the target's. `None` restores the
+    /// acceptance (`dustin-bench e2e`). The output text is then not the target's. `None` restores the
     /// real rule.
     ///
     /// # Errors

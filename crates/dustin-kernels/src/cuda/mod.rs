@@ -282,7 +282,7 @@ pub fn set_prefill_kernel(k: AttentionKernel) {
 /// the 0.5B draft ran 1.15-1.2x faster with it (H200, 2026-11-30: raw output in
 /// `docs/perf/flash-everywhere-2026-11-30/verify-kernel-ab/`). For
 /// checks and benchmarks that compare them (`dustin-kernels-gpu check`, `bench
-/// --verify-kernel`, `dustin bench-e2e --verify-kernel`).
+/// --verify-kernel`, `dustin-bench e2e --verify-kernel`).
 pub fn set_verify_kernel(k: AttentionKernel) {
     VERIFY_KERNEL.store(k.code(), Ordering::Relaxed);
 }
@@ -531,8 +531,8 @@ pub enum TopkKernel {
 static TOPK_KERNEL: AtomicU8 = AtomicU8::new(TopkKernel::Warp as u8);
 
 /// Sets which kernel runs the top-k ([`TopkKernel`], `Warp` by default). For checks and
-/// benchmarks that compare them (`dustin-kernels-gpu check --op topk`, `topk`, `dustin
-/// bench-e2e --topk-kernel`).
+/// benchmarks that compare them (`dustin-kernels-gpu check --op topk`, `topk`,
+/// `dustin-bench e2e --topk-kernel`).
 pub fn set_topk_kernel(kernel: TopkKernel) {
     TOPK_KERNEL.store(kernel as u8, Ordering::Relaxed);
 }
@@ -550,7 +550,7 @@ static ESTIMATOR_KERNELS: AtomicU8 = AtomicU8::new(3);
 /// Which of the `dustin` estimator's history fold and normalise-and-mix run as one kernel
 /// each on CUDA ([`KernelOps::fold_rows`], [`KernelOps::mix_scores`]) rather than as Burn
 /// ops (both, the default since 2026-12-01). What [`KernelOps::estimator_kernels`] returns
-/// on CUDA. For benchmarks that compare them (`dustin bench-e2e --estimator-kernels
+/// on CUDA. For benchmarks that compare them (`dustin-bench e2e --estimator-kernels
 /// off,mix,fold,on`).
 ///
 /// On the H200 (Qwen2.5-7B + 0.5B draft, 32k, B=8, `dustin`, 12 timed iterations, side by
