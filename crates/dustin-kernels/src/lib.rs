@@ -41,7 +41,9 @@
 //! (WMMA 16x16x16, scores through shared memory). See `docs/decisions.md`.
 #![warn(missing_docs)]
 
+mod attn_flex;
 pub mod check;
+pub mod cpu_attn;
 pub mod cpu_quant;
 pub mod cpu_skinny;
 pub mod error;
@@ -136,6 +138,20 @@ pub trait KernelOps: Backend {
     /// [`burn_flex::Flex`], whose f32 skinny GEMM reads each weight once for all rows
     /// ([`cpu_skinny`]) where Burn's matmul packs the weight from 2 rows on.
     const SKINNY_GEMM: bool = Self::FUSED;
+
+    /// Whether the model runs the attention of decoding and verification
+    /// ([`KernelOps::verify_attention`], [`KernelOps::sparse_verify_attention`]) through
+    /// this backend's ops unless told otherwise (`dustin_qwen::Qwen2::with_kernels`).
+    /// [`KernelOps::FUSED`] by default; `true` for [`burn_flex::Flex`], whose host kernels
+    /// ([`cpu_attn`]) read the cache in place where the plain path builds masks, score
+    /// matrices and gathered copies.
+    const ATTENTION_KERNELS: bool = Self::FUSED;
+
+    /// Whether the model runs RoPE, RMSNorm and the SwiGLU product through this backend's
+    /// ops unless told otherwise (`dustin_qwen::Qwen2::with_fused_elementwise`).
+    /// [`KernelOps::FUSED`] by default; `true` for [`burn_flex::Flex`], whose RoPE is one
+    /// host loop with the plain path's rounding (the others are the plain ops there).
+    const ELEMENTWISE_KERNELS: bool = Self::FUSED;
 
     /// Prefill chunk, in tokens, this backend runs fastest with when no hook needs the
     /// attention probabilities of the chunk (`dustin_qwen::generate::auto_prefill_chunk`):
@@ -1299,6 +1315,38 @@ pub fn check_pages(
 /// [`cpu_skinny`] for decode and verify rows.
 impl KernelOps for burn_flex::Flex {
     const SKINNY_GEMM: bool = true;
+    const ATTENTION_KERNELS: bool = true;
+    const ELEMENTWISE_KERNELS: bool = true;
+
+    fn verify_attention(
+        q: Tensor<Self, 4>,
+        k: Tensor<Self, 4>,
+        v: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        scale: f32,
+    ) -> Result<Tensor<Self, 4>> {
+        attn_flex::verify_attention(q, k, v, ctx_lens, None, scale)
+    }
+
+    fn sparse_verify_attention(
+        q: Tensor<Self, 4>,
+        k: Tensor<Self, 4>,
+        v: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        indices: Tensor<Self, 3, Int>,
+        counts: &[usize],
+        scale: f32,
+    ) -> Result<Tensor<Self, 4>> {
+        attn_flex::verify_attention(q, k, v, ctx_lens, Some((indices, counts)), scale)
+    }
+
+    fn rope(
+        x: Tensor<Self, 4>,
+        cos: Tensor<Self, 4>,
+        sin: Tensor<Self, 4>,
+    ) -> Result<Tensor<Self, 4>> {
+        attn_flex::rope(x, cos, sin)
+    }
 
     fn skinny_linear(
         x: Tensor<Self, 2>,

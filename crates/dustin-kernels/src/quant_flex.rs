@@ -42,7 +42,7 @@ pub(crate) fn quant_linear(
 }
 
 /// `t` as a contiguous f32 tensor (itself when it already is one).
-fn host_f32(t: FlexTensor) -> FlexTensor {
+pub(crate) fn host_f32(t: FlexTensor) -> FlexTensor {
     let t = if t.dtype() == DType::F32 {
         t
     } else {

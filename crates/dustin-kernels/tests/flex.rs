@@ -101,7 +101,54 @@ fn cases() -> Vec<Inputs> {
         Inputs::new(3, 14, 2, 1, 16, &[40, 7, 65], 1),
         Inputs::new(2, 10, 2, 5, 32, &[33, 0], 2),
         Inputs::new(2, 7, 1, 16, 8, &[20, 51], 3),
+        // contexts over several of the CPU kernel's chunks of 512 keys
+        Inputs::new(2, 12, 2, 5, 64, &[1100, 530], 4),
     ]
+}
+
+#[test]
+fn dense_reads_a_strided_cache_view() {
+    // the model passes a prefix of the whole cache (a view whose head stride is the
+    // capacity's), as KernelOps::kv_prefix cuts it
+    let c = Inputs::new(2, 12, 2, 5, 128, &[700, 90], 5);
+    let (q, k, v) = c.tensors();
+    let keys = 700 + 5;
+    let (k, v) = (k.narrow(2, 0, keys), v.narrow(2, 0, keys));
+    let out = Flex::verify_attention(q, k, v, &c.ctx, c.scale() as f32).expect("dense");
+    let r = reference::attention(&c.q, &c.k, &c.v, &c.dims, &c.ctx, c.scale(), None);
+    let e = reference::rel_err(&host(out), &r);
+    assert!(e < BOUND, "strided view: rel err {e}");
+}
+
+#[test]
+fn a_verified_row_has_the_bits_of_the_same_row_decoded_alone() {
+    // speculative decoding's greedy output equals autoregressive decoding's only if a
+    // token's attention does not depend on how many tokens are verified with it
+    let (n, ctx) = (5, 1030);
+    let c = Inputs::new(1, 14, 2, n, 64, &[ctx], 6);
+    let (q, k, v) = c.tensors();
+    let all =
+        host(Flex::verify_attention(q.clone(), k.clone(), v.clone(), &c.ctx, 0.125).expect("rows"));
+    let d = c.dims.head_dim;
+    for i in 0..n {
+        let qi = q.clone().narrow(2, i, 1);
+        let one =
+            host(Flex::verify_attention(qi, k.clone(), v.clone(), &[ctx + i], 0.125).expect("row"));
+        for h in 0..c.dims.q_heads {
+            let want = &all[(h * n + i) * d..][..d];
+            let got = &one[h * d..][..d];
+            let same = want
+                .iter()
+                .zip(got)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(
+                same,
+                "row {i} head {h}: {:?} vs {:?}",
+                &want[..4],
+                &got[..4]
+            );
+        }
+    }
 }
 
 #[test]

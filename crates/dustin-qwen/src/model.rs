@@ -419,12 +419,13 @@ pub struct Qwen2<B: Backend> {
     /// RoPE tables.
     pub rope: Rope<B>,
     device: B::Device,
-    /// Whether attention runs through the fused [`KernelOps`] kernels (`None`: when the
-    /// backend has them, [`KernelOps::FUSED`]).
+    /// Whether attention runs through the backend's [`KernelOps`] kernels (`None`: when the
+    /// backend has them, [`KernelOps::ATTENTION_KERNELS`]).
     kernels: Option<bool>,
-    /// Whether RMSNorm, the SwiGLU product, RoPE and the dequantization of packed weights run
-    /// as the backend's fused kernels ([`Qwen2::with_fused_elementwise`]; by default exactly
-    /// when the backend has fused kernels, [`KernelOps::FUSED`]: `None`).
+    /// Whether RMSNorm, the SwiGLU product and RoPE run as the backend's kernels
+    /// ([`Qwen2::with_fused_elementwise`]; by default [`KernelOps::ELEMENTWISE_KERNELS`]:
+    /// `None`), and the dequantization of packed weights too where the backend has fused
+    /// kernels ([`KernelOps::FUSED`]).
     elementwise: Option<bool>,
     /// Whether linear layers of at most [`KernelOps::skinny_max_rows`] rows run through
     /// [`KernelOps::skinny_linear`] ([`Qwen2::with_skinny_gemm`]; by default
@@ -932,8 +933,8 @@ impl<B: Backend> Qwen2<B> {
     }
 
     /// Chooses the attention path: `Some(true)` the backend's [`KernelOps`] (fused kernels
-    /// on CUDA, [`dustin_kernels::plain`] on the CPU), `Some(false)` the model's own plain
-    /// ops, `None` (the default) the kernels exactly when the backend has fused ones. Both
+    /// on CUDA, the host kernels of [`dustin_kernels::cpu_attn`] on the CPU), `Some(false)`
+    /// the model's own plain ops, `None` (the default) [`KernelOps::ATTENTION_KERNELS`]. Both
     /// paths compute the same attention; tests use this to check one against the other.
     pub fn with_kernels(mut self, kernels: Option<bool>) -> Self {
         self.kernels = kernels;
@@ -944,10 +945,12 @@ impl<B: Backend> Qwen2<B> {
     /// substitute weights run: `true` through [`KernelOps::rms_norm`],
     /// [`KernelOps::silu_mul`], [`KernelOps::rope`] and [`KernelOps::dequantize_packed`] (one
     /// kernel each on CUDA, where the plain ops launch 7, 10, 7 and about 8), `false` the
-    /// model's own Burn ops. The default is `true` exactly when the backend has fused kernels
-    /// ([`KernelOps::FUSED`]: CUDA), where `dustin-bench kernel-check --device cuda` holds them to
-    /// float64 references and they made 7B decoding at 32k 1.1-1.9x faster (docs/perf.md,
-    /// 2026-11-30). On the CPU both are the same ops.
+    /// model's own Burn ops. The default is [`KernelOps::ELEMENTWISE_KERNELS`]: on CUDA,
+    /// where `dustin-bench kernel-check --device cuda` holds the kernels to float64 references and
+    /// they made 7B decoding at 32k 1.1-1.9x faster (docs/perf.md), and on the CPU, whose
+    /// RoPE is one host loop with the plain ops' rounding (RMSNorm and the SwiGLU product
+    /// are the plain ops there). Packed weights are dequantized by the kernel only where the
+    /// backend has fused kernels ([`KernelOps::FUSED`]).
     pub fn with_fused_elementwise(mut self, on: bool) -> Self {
         self.elementwise = Some(on);
         self
@@ -1308,7 +1311,7 @@ impl<B: KernelOps> Qwen2<B> {
 
     /// `norm` applied to `x` `[batch, n, hidden]`, by the fused kernel when chosen.
     fn norm_forward(&self, norm: &RmsNorm<B>, x: Tensor<B, 3>) -> Result<Tensor<B, 3>> {
-        if self.elementwise.unwrap_or(B::FUSED) {
+        if self.elementwise.unwrap_or(B::ELEMENTWISE_KERNELS) {
             if let Some(t) = fallback(B::rms_norm(x.clone(), norm.weight.clone(), norm.eps))? {
                 return Ok(t);
             }
@@ -1424,7 +1427,7 @@ impl<B: KernelOps> Qwen2<B> {
 
     /// `x` `[batch, heads, n, head_dim]` rotated by `rope`, by the fused kernel when chosen.
     fn rope_forward(&self, rope: &RopeAt<B>, x: Tensor<B, 4>) -> Result<Tensor<B, 4>> {
-        if self.elementwise.unwrap_or(B::FUSED) {
+        if self.elementwise.unwrap_or(B::ELEMENTWISE_KERNELS) {
             if let Some(t) = fallback(B::rope(x.clone(), rope.cos.clone(), rope.sin.clone()))? {
                 return Ok(t);
             }
@@ -1524,7 +1527,7 @@ impl<B: KernelOps> Qwen2<B> {
             };
             let lens: Vec<usize> = ctx_lens.iter().map(|&l| l + r0).collect();
             // the scoring kernel where the model runs its kernels, else the plain ops
-            let kernel = if self.kernels.unwrap_or(B::FUSED) {
+            let kernel = if self.kernels.unwrap_or(B::ATTENTION_KERNELS) {
                 fallback(B::head_subset_scores(
                     qc.clone(),
                     k.clone(),
@@ -1779,7 +1782,7 @@ impl<B: KernelOps> Qwen2<B> {
                 return self.linear(&layer.down, act);
             }
             let [gate, up] = self.linear_many([&layer.gate, &layer.up], h)?;
-            let act = if self.elementwise.unwrap_or(B::FUSED) {
+            let act = if self.elementwise.unwrap_or(B::ELEMENTWISE_KERNELS) {
                 fallback(B::silu_mul(gate.clone(), up.clone()))?
             } else {
                 None
@@ -1797,7 +1800,7 @@ impl<B: KernelOps> Qwen2<B> {
 
     /// Whether residual adds run fused with the next RMSNorm ([`Qwen2::with_fused_residual`]).
     fn fuses_residual(&self) -> bool {
-        self.fused_residual.unwrap_or(false) && self.elementwise.unwrap_or(B::FUSED)
+        self.fused_residual.unwrap_or(false) && self.elementwise.unwrap_or(B::ELEMENTWISE_KERNELS)
     }
 
     /// `x + delta` (when there is a delta; `delta` on the left, see `layer_forward`) and its
@@ -1925,7 +1928,7 @@ impl<B: KernelOps> Qwen2<B> {
             dense[b] += (l * kvh) as u64;
         }
         let dev = &self.device;
-        let fused = self.kernels.unwrap_or(B::FUSED);
+        let fused = self.kernels.unwrap_or(B::ATTENTION_KERNELS);
         // a hook that needs only the mass per key gets it from the scoring kernel, and the
         // layer keeps its fused attention
         let mut mass_done = false;

@@ -1,0 +1,153 @@
+//! [`crate::KernelOps`] attention and RoPE on [`Flex`]: [`crate::cpu_attn`] and a host RoPE
+//! on the f32 storage of Burn-flex tensors, read in place through their strides.
+
+use burn_flex::{Flex, FlexTensor};
+use burn_tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
+
+use crate::cpu_attn::{self, Context, Shape, Strided};
+use crate::quant_flex::host_f32;
+use crate::{check_attn, check_selection, KernelError, Result};
+
+/// The f32 primitive of `t`.
+fn prim<const D: usize>(t: Tensor<Flex, D>) -> FlexTensor {
+    t.into_primitive().tensor()
+}
+
+/// A tensor of `values` `shape` (contiguous f32).
+fn tensor<const D: usize>(values: Vec<f32>, shape: [usize; D]) -> Tensor<Flex, D> {
+    let t = FlexTensor::from_data(TensorData::new(values, shape));
+    Tensor::from_primitive(TensorPrimitive::Float(t))
+}
+
+/// `t` `[b, h, p, d]` as a [`Strided`] view, when it is f32 with a contiguous last dimension
+/// and non-negative strides (`None` otherwise: the caller copies it).
+fn strided(t: &FlexTensor) -> Option<Strided<'_>> {
+    if t.dtype() != DType::F32 {
+        return None;
+    }
+    let layout = t.layout();
+    let dims = layout.shape().to_vec();
+    let s = layout.strides();
+    if dims.len() != 4 || s.iter().any(|&x| x < 0) || (dims[3] > 1 && s[3] != 1) {
+        return None;
+    }
+    Some(Strided {
+        data: t.storage::<f32>(),
+        offset: layout.start_offset(),
+        strides: [s[0] as usize, s[1] as usize, s[2] as usize],
+        head_dim: dims[3],
+    })
+}
+
+/// `t` itself when [`strided`] reads it, else a contiguous f32 copy.
+fn readable(t: FlexTensor) -> FlexTensor {
+    if strided(&t).is_some() {
+        t
+    } else {
+        host_f32(t)
+    }
+}
+
+/// [`crate::KernelOps::verify_attention`] (`selection` `None`) and
+/// [`crate::KernelOps::sparse_verify_attention`] on the CPU ([`cpu_attn::attention`]).
+///
+/// # Errors
+/// As the trait methods: [`KernelError::Shape`] / [`KernelError::InvalidInput`] naming the
+/// first input that does not fit.
+pub(crate) fn verify_attention(
+    q: Tensor<Flex, 4>,
+    k: Tensor<Flex, 4>,
+    v: Tensor<Flex, 4>,
+    ctx_lens: &[usize],
+    selection: Option<(Tensor<Flex, 3, Int>, &[usize])>,
+    scale: f32,
+) -> Result<Tensor<Flex, 4>> {
+    let dims = check_attn(q.dims(), k.dims(), ctx_lens)?;
+    if k.dims() != v.dims() {
+        return Err(KernelError::Shape {
+            name: "v",
+            expected: k.dims().to_vec(),
+            found: v.dims().to_vec(),
+        });
+    }
+    let indices = match &selection {
+        Some((idx, counts)) => {
+            check_selection(&dims, idx.dims(), counts)?;
+            let budget = idx.dims()[2];
+            let values = idx
+                .clone()
+                .into_data()
+                .convert::<i64>()
+                .to_vec::<i64>()
+                .map_err(|e| KernelError::invalid("indices", "integer positions", e))?;
+            Some((values, budget))
+        }
+        None => None,
+    };
+    let qs = host_f32(prim(q));
+    let (ks, vs) = (readable(prim(k)), readable(prim(v)));
+    let (Some(kv), Some(vv)) = (strided(&ks), strided(&vs)) else {
+        return Err(KernelError::Unsupported(
+            "cache views of this layout".into(),
+        ));
+    };
+    let ctx = match (&indices, &selection) {
+        (Some((values, budget)), Some((_, counts))) => Context::Selected {
+            indices: values,
+            budget: *budget,
+            counts,
+        },
+        _ => Context::Dense,
+    };
+    let shape = Shape {
+        batch: dims.batch,
+        q_heads: dims.q_heads,
+        kv_heads: dims.kv_heads,
+        n_new: dims.n_new,
+        head_dim: dims.head_dim,
+    };
+    let q_host = qs.as_slice::<f32>().unwrap_or(&[]);
+    let out = cpu_attn::attention(q_host, kv, vv, shape, ctx_lens, ctx, scale);
+    Ok(tensor(
+        out,
+        [dims.batch, dims.q_heads, dims.n_new, dims.head_dim],
+    ))
+}
+
+/// [`crate::KernelOps::rope`] on the CPU: `x * cos + [x2, x1] * sin` per element, rounded
+/// as the plain path rounds it (two products, then their sum), reading `x` through its
+/// strides.
+///
+/// # Errors
+/// As [`crate::check_rope`].
+pub(crate) fn rope(
+    x: Tensor<Flex, 4>,
+    cos: Tensor<Flex, 4>,
+    sin: Tensor<Flex, 4>,
+) -> Result<Tensor<Flex, 4>> {
+    let [b, h, n, d] = x.dims();
+    crate::check_rope(x.dims(), cos.dims(), sin.dims())?;
+    let half = d / 2;
+    let xs = readable(prim(x));
+    let (cs, ss) = (host_f32(prim(cos)), host_f32(prim(sin)));
+    let (Some(xv), Some(c), Some(s)) = (strided(&xs), cs.as_slice::<f32>(), ss.as_slice::<f32>())
+    else {
+        return Err(KernelError::Unsupported("RoPE input of this layout".into()));
+    };
+    let mut out = vec![0f32; b * h * n * d];
+    for bi in 0..b {
+        for hi in 0..h {
+            for i in 0..n {
+                let row = xv.row_at(bi, hi, i);
+                let t = (bi * n + i) * d;
+                let (cr, sr) = (&c[t..t + d], &s[t..t + d]);
+                let o = &mut out[((bi * h + hi) * n + i) * d..][..d];
+                for j in 0..half {
+                    o[j] = row[j] * cr[j] + row[j + half] * sr[j];
+                    o[j + half] = row[j + half] * cr[j + half] + row[j] * sr[j + half];
+                }
+            }
+        }
+    }
+    Ok(tensor(out, [b, h, n, d]))
+}
