@@ -76,7 +76,6 @@ pub struct DemoArgs {
     /// Output folder for demo.json, demo.md and demo.svg.
     #[arg(long, default_value = "out/demo")]
     pub out: PathBuf,
-    /// Where to run.
     /// Weights of a GGUF model: `auto` (kept in their block format on the CPU, whose block
     /// kernels read a sixth of the bytes of f32; decoded to f32 elsewhere), `dense` (decoded
     /// to f32) or `blocks`.

@@ -28,7 +28,6 @@ pub struct PplArgs {
     /// Chunk size, tokens.
     #[arg(long, default_value_t = 512)]
     pub chunk: usize,
-    /// Where to run.
     /// Weights of a GGUF model: `auto` (kept in their block format on the CPU, whose block
     /// kernels read a sixth of the bytes of f32; decoded to f32 elsewhere), `dense` (decoded
     /// to f32) or `blocks`.

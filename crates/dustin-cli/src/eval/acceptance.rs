@@ -81,12 +81,12 @@ pub struct AcceptanceArgs {
     /// Output folder: results.jsonl (resumable), acceptance.md, acceptance.json.
     #[arg(long, default_value = "out/acceptance")]
     pub out: PathBuf,
-    /// Where to run.
     /// Weights of a GGUF model: `auto` (kept in their block format on the CPU, whose block
     /// kernels read a sixth of the bytes of f32; decoded to f32 elsewhere), `dense` (decoded
     /// to f32) or `blocks`.
     #[arg(long, value_enum, default_value_t = crate::models::WeightsArg::Auto)]
     pub weights: crate::models::WeightsArg,
+    /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
 }
