@@ -151,3 +151,45 @@ pub(crate) fn rope(
     }
     Ok(tensor(out, [b, h, n, d]))
 }
+
+/// [`crate::KernelOps::kv_write`] on the CPU: the new rows copied into the cache's storage in
+/// place (Burn-flex copies a storage another tensor still shares before writing, as its
+/// slice-assign does), reading `src` through its strides. A cache that is not f32 takes the
+/// plain path.
+///
+/// # Errors
+/// As [`crate::check_kv_write`].
+pub(crate) fn kv_write(
+    dst: Tensor<Flex, 4>,
+    src: Tensor<Flex, 4>,
+    starts: &[usize],
+) -> Result<Tensor<Flex, 4>> {
+    crate::check_kv_write(dst.dims(), src.dims(), starts)?;
+    let [b, h, n, d] = src.dims();
+    let cap = dst.dims()[2];
+    let dt = prim(dst);
+    if dt.dtype() != DType::F32 || n == 0 {
+        let dst = Tensor::from_primitive(TensorPrimitive::Float(dt));
+        return crate::plain::kv_write(dst, src, starts);
+    }
+    // the whole buffer in row-major order, so that element (b, h, p, :) is at
+    // ((b h_total + h) cap + p) d
+    let whole = dt.is_contiguous()
+        && dt.layout().start_offset() == 0
+        && dt.bytes().len() == b * h * cap * d * 4;
+    let mut dt = if whole { dt } else { dt.to_contiguous() };
+    let st = readable(prim(src));
+    let Some(sv) = strided(&st) else {
+        return Err(KernelError::Unsupported("new rows of this layout".into()));
+    };
+    let buf = dt.storage_mut::<f32>();
+    for (bi, &start) in starts.iter().enumerate() {
+        for hi in 0..h {
+            for i in 0..n {
+                let at = ((bi * h + hi) * cap + start + i) * d;
+                buf[at..at + d].copy_from_slice(sv.row_at(bi, hi, i));
+            }
+        }
+    }
+    Ok(Tensor::from_primitive(TensorPrimitive::Float(dt)))
+}

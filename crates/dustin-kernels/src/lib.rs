@@ -140,8 +140,9 @@ pub trait KernelOps: Backend {
     const SKINNY_GEMM: bool = Self::FUSED;
 
     /// Whether the model runs the attention of decoding and verification
-    /// ([`KernelOps::verify_attention`], [`KernelOps::sparse_verify_attention`]) through
-    /// this backend's ops unless told otherwise (`dustin_qwen::Qwen2::with_kernels`).
+    /// ([`KernelOps::verify_attention`], [`KernelOps::sparse_verify_attention`]) and its
+    /// cache writes ([`KernelOps::kv_write_pair`]) through this backend's ops unless told
+    /// otherwise (`dustin_qwen::Qwen2::with_kernels`, `with_kv_write_kernel`).
     /// [`KernelOps::FUSED`] by default; `true` for [`burn_flex::Flex`], whose host kernels
     /// ([`cpu_attn`]) read the cache in place where the plain path builds masks, score
     /// matrices and gathered copies.
@@ -1311,8 +1312,9 @@ pub fn check_pages(
     Ok(c.div_ceil(page_size).max(1))
 }
 
-/// The plain path ([`plain`]) for the CPU backend, with the f32 skinny GEMM of
-/// [`cpu_skinny`] for decode and verify rows.
+/// The CPU backend: host kernels for the attention of decoding and verification, RoPE and
+/// cache writes ([`cpu_attn`]), the f32 skinny GEMM of [`cpu_skinny`] and the block kernels of
+/// [`cpu_quant`] for decode and verify rows, and the plain path ([`plain`]) for the rest.
 impl KernelOps for burn_flex::Flex {
     const SKINNY_GEMM: bool = true;
     const ATTENTION_KERNELS: bool = true;
@@ -1346,6 +1348,14 @@ impl KernelOps for burn_flex::Flex {
         sin: Tensor<Self, 4>,
     ) -> Result<Tensor<Self, 4>> {
         attn_flex::rope(x, cos, sin)
+    }
+
+    fn kv_write(
+        dst: Tensor<Self, 4>,
+        src: Tensor<Self, 4>,
+        starts: &[usize],
+    ) -> Result<Tensor<Self, 4>> {
+        attn_flex::kv_write(dst, src, starts)
     }
 
     fn skinny_linear(
