@@ -26,6 +26,7 @@
 //! assert_eq!(policy.estimator().stride(), 8);
 //! # Ok::<(), dustin_core::CoreError>(())
 //! ```
+#![warn(missing_docs)]
 
 use burn_tensor::{backend::Backend, Tensor, TensorData};
 use dustin_core::{CoreError, ImportanceEstimator, Result, ScoreCtx, Scores};
