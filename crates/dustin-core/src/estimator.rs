@@ -321,6 +321,12 @@ impl<B: Backend, H: AttentionHook<B> + ?Sized> AttentionHook<B> for Box<H> {
     fn on_probs(&mut self, layer: usize, phase: Phase, probs: &Tensor<B, 4>) -> Result<()> {
         (**self).on_probs(layer, phase, probs)
     }
+    fn wants_key_mass(&self, layer: usize, phase: Phase) -> bool {
+        (**self).wants_key_mass(layer, phase)
+    }
+    fn on_key_mass(&mut self, layer: usize, phase: Phase, mass: &Tensor<B, 3>) -> Result<()> {
+        (**self).on_key_mass(layer, phase, mass)
+    }
 }
 
 impl<B: Backend, P: SelectionPolicy<B> + ?Sized> SelectionPolicy<B> for Box<P> {

@@ -1,14 +1,4 @@
-//! # dustin-core
-//!
-//! The traits and plain types that every part of dustin passes around: [`KvStore`],
-//! [`Drafter`], [`Verifier`], [`ImportanceEstimator`], the per-layer [`LayerSelection`] they
-//! exchange, and the one error type [`CoreError`].
-//!
-//! This crate depends on the Burn tensor API and `thiserror` only, so that a selector or a
-//! model can be written against it without pulling in the engine or the CLI.
-//!
-//! Tensor shapes are written `[batch, kv_heads, seq, head_dim]` in the docs; `batch` is the
-//! number of *active* sequences of the current step (finished ones leave the batch).
+#![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 

@@ -1,4 +1,6 @@
-//! # dustin-kernels
+#![doc = include_str!("../README.md")]
+//!
+//! ## The ops
 //!
 //! Fused kernels for speculative verification with sparse attention, behind one backend
 //! extension trait, [`KernelOps`]:

@@ -1,11 +1,4 @@
-//! # dustin-kv
-//!
-//! [`DenseKvCache`]: a preallocated KV cache for a batch of sequences with ragged
-//! (per-sequence) lengths, exact rollback by truncation, and batch compaction when sequences
-//! finish. It implements [`dustin_core::KvStore`].
-//!
-//! Layout per layer: keys and values `[batch, kv_heads, capacity, head_dim]`, post-RoPE keys.
-//! A sequence `b` owns positions `0 .. lens[b]`; anything past is stale and masked by readers.
+#![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 

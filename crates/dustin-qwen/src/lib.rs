@@ -1,7 +1,9 @@
-//! # dustin-qwen
+#![doc = include_str!("../README.md")]
 //!
-//! The Qwen2 / Qwen2.5 architecture (and the Llama family: the same code without q/k/v bias)
-//! on Burn, generic over `B: Backend`:
+//! ## Modules
+//!
+//! Every model type is generic over `B: Backend`.
+//!
 //! - [`config`]: hyperparameters from HF `config.json`, validated;
 //! - [`weights`], [`safetensors_loader`], [`gguf`]: weight loaders (HF directory with
 //!   safetensors shards, GGUF v3 with dequantisation);

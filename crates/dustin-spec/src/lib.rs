@@ -1,12 +1,4 @@
-//! # dustin-spec
-//!
-//! The speculative decoding engine: [`SpeculativeDecoder`] drafts `gamma` tokens per
-//! sequence with a [`Drafter`], verifies `gamma + 1` positions in one target pass with a
-//! [`Verifier`] (dense, or sparse through a [`SelectionPolicy`]), accepts per sequence
-//! (greedy or stochastic, [`accept`]), commits and rolls back both caches, and repeats.
-//!
-//! Model-backed implementations: [`ModelDrafter`] (a separate draft model, or a self-draft
-//! from the target's first layers) and [`ModelVerifier`].
+#![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
