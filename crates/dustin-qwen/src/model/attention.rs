@@ -191,7 +191,7 @@ impl<B: KernelOps> Qwen2<B> {
             Ok((self.rope_forward(rope, q)?, self.rope_forward(rope, k)?))
         })?;
         timer.time("kv_append", || {
-            if self.kv_write_kernel.unwrap_or(B::FUSED) {
+            if self.kv_write_kernel.unwrap_or(B::ATTENTION_KERNELS) {
                 cache.append_pair_with(li, k.clone(), v.clone(), |kd, vd, ks, vs, lens| {
                     B::kv_write_pair(kd, vd, ks, vs, lens)
                         .map_err(|e| dustin_core::CoreError::Model(format!("kv_write_pair: {e}")))

@@ -124,8 +124,8 @@ pub struct Qwen2<B: Backend> {
     /// when the backend has fused kernels: `None`).
     prefill_gemm: Option<bool>,
     /// Whether new keys and values go into the cache through [`KernelOps::kv_write`]
-    /// ([`Qwen2::with_kv_write_kernel`]; by default exactly when the backend has fused
-    /// kernels: `None`).
+    /// ([`Qwen2::with_kv_write_kernel`]; by default [`KernelOps::ATTENTION_KERNELS`]:
+    /// `None`).
     kv_write_kernel: Option<bool>,
     /// Whether the next offloaded layer is staged by a helper thread while the current layer
     /// computes ([`Qwen2::with_prefetch`]).
@@ -262,9 +262,9 @@ impl<B: Backend> Qwen2<B> {
     /// or two launches per sequence, tensor and layer (32-64 per layer at batch 16: a
     /// slice-assign, and the slice of the sequence's rows where Burn copies it), the CUDA
     /// kernel one per layer for keys and values together; equal lengths take two
-    /// slice-assigns against the kernel's one launch (since 2026-12-01; before, the kernel
-    /// wrote one tensor a launch and left equal lengths to the slice-assigns). On by default
-    /// where the backend has fused kernels (CUDA):
+    /// slice-assigns against the kernel's one launch. On by default
+    /// where the backend runs its attention kernels ([`KernelOps::ATTENTION_KERNELS`]): on the
+    /// CPU a host copy into the cache's storage in place, and on CUDA
     /// `dustin-bench kernel-check --device cuda` passed its `kv_write` rows and the model rows
     /// (whose decode step is ragged) on the H200, and a ragged batch of 8 at 7B, 32k decoded
     /// 1.35-1.55x faster with it (docs/perf.md, 2026-11-30). The same cache either way (a
