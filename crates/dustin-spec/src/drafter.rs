@@ -14,6 +14,8 @@ use rand::Rng;
 
 use crate::{Result, SpecError};
 
+mod forced;
+
 /// Row `last[s]` of each sequence `s` of `logits` `[batch, n, vocab]`, as `[batch, vocab]`:
 /// one slice when every sequence takes the same row (every draft step after the first, and
 /// the first when the pending lengths agree), else one gather. A slice and a reshape per
@@ -460,6 +462,8 @@ pub struct ModelDrafter<B: Backend> {
     last_selection: Vec<LayerSelection<B>>,
     prefill_chunk: usize,
     prefix: Option<Vec<DenseKvCache<B>>>,
+    /// a cache holding whole prompts, for the next prefill
+    prefilled: Option<DenseKvCache<B>>,
     target_kv: Option<crate::TargetKv<B>>,
 }
 
@@ -491,6 +495,7 @@ impl<B: Backend> ModelDrafter<B> {
             last_selection: Vec::new(),
             prefill_chunk: AUTO_PREFILL_CHUNK,
             prefix: None,
+            prefilled: None,
             target_kv: None,
         }
     }
@@ -542,6 +547,16 @@ impl<B: Backend> ModelDrafter<B> {
     pub fn with_prefix(mut self, prefixes: Vec<DenseKvCache<B>>) -> Self {
         let n = self.layers.unwrap_or(usize::MAX);
         self.prefix = Some(prefixes.into_iter().map(|c| c.first_layers(n)).collect());
+        self
+    }
+
+    /// Stages a finished draft prefill for the next [`Drafter::prefill`]: `cache` holds every
+    /// prompt whole (one sequence per prompt, the lengths of the prompts), as this draft would
+    /// have computed it (for a self-draft, a target cache cut to the first `layers` layers).
+    /// Prefill then runs nothing but a check of the prompts' lengths; the cache's capacity
+    /// is used as given.
+    pub fn with_prefilled(mut self, cache: DenseKvCache<B>) -> Self {
+        self.prefilled = Some(cache);
         self
     }
 
@@ -626,6 +641,22 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
         }
         self.scores = None;
         self.last_selection.clear();
+        if let Some(cache) = self.prefilled.take() {
+            let lens: Vec<usize> = prompts.iter().map(Vec::len).collect();
+            if cache.lens() != lens.as_slice() {
+                return Err(dustin_core::CoreError::invalid(
+                    "prompts",
+                    format!("the prefilled cache's lengths {:?}", cache.lens()),
+                    format!("{lens:?}"),
+                ));
+            }
+            self.cache = Some(cache);
+            self.pending = first.iter().map(|&t| vec![t]).collect();
+            self.base = vec![0; prompts.len()];
+            self.fed = vec![0; prompts.len()];
+            self.last = vec![Vec::new(); prompts.len()];
+            return Ok(());
+        }
         if let Some(cache) = self.adopt_target_kv()? {
             if cache.batch() != prompts.len() {
                 return Err(dustin_core::CoreError::invalid(

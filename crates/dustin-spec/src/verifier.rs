@@ -21,6 +21,10 @@ pub struct ModelVerifier<B: Backend, P: SelectionPolicy<B>> {
     vocab: usize,
     prefill_chunk: usize,
     prefix: Option<Vec<DenseKvCache<B>>>,
+    /// a cache holding whole prompts and the last prompt logits, for the next prefill
+    prefilled: Option<(DenseKvCache<B>, Tensor<B, 2>)>,
+    /// context positions read and dense reads of the last verification, per sequence
+    last_reads: (Vec<u64>, Vec<u64>),
     share: Option<TargetKv<B>>,
 }
 
@@ -79,6 +83,8 @@ impl<B: Backend, P: SelectionPolicy<B>> ModelVerifier<B, P> {
             vocab,
             prefill_chunk: AUTO_PREFILL_CHUNK,
             prefix: None,
+            prefilled: None,
+            last_reads: (Vec::new(), Vec::new()),
             share: None,
         }
     }
@@ -102,6 +108,26 @@ impl<B: Backend, P: SelectionPolicy<B>> ModelVerifier<B, P> {
     pub fn with_prefix(mut self, prefixes: Vec<DenseKvCache<B>>) -> Self {
         self.prefix = Some(prefixes);
         self
+    }
+
+    /// Stages a finished prefill for the next [`Verifier::prefill`]: `cache` holds every
+    /// prompt whole (one sequence per prompt, the lengths of the prompts) and `last` is the
+    /// target's logits at each prompt's last position, `[batch, vocab]` (padded vocabulary
+    /// allowed). Prefill then runs nothing: it checks the prompts' lengths, keeps the policy
+    /// as it is (no reset: it is taken to have observed the prompts already, e.g. through a
+    /// hook that showed the last prefill chunk to several policies) and returns `last`. The
+    /// cache needs room for the generation: its capacity is used as given.
+    pub fn with_prefilled(mut self, cache: DenseKvCache<B>, last: Tensor<B, 2>) -> Self {
+        self.prefilled = Some((cache, last));
+        self
+    }
+
+    /// Context positions the last [`Verifier::verify`] read and the positions dense attention
+    /// would have read, per sequence, summed over layers and KV heads (new tokens not
+    /// counted): the counts behind [`Verification::kv_read_fraction`]. Empty before the first
+    /// verification.
+    pub fn last_reads(&self) -> (&[u64], &[u64]) {
+        (&self.last_reads.0, &self.last_reads.1)
     }
 
     /// The selection policy.
@@ -131,6 +157,20 @@ impl<B: Backend, P: SelectionPolicy<B>> ModelVerifier<B, P> {
 
 impl<B: KernelOps, P: SelectionPolicy<B>> Verifier<B> for ModelVerifier<B, P> {
     fn prefill(&mut self, prompts: &[Vec<TokenId>]) -> dustin_core::Result<Tensor<B, 2>> {
+        if let Some((cache, last)) = self.prefilled.take() {
+            let lens: Vec<usize> = prompts.iter().map(Vec::len).collect();
+            if cache.lens() != lens.as_slice() || last.dims()[0] != lens.len() {
+                return Err(dustin_core::CoreError::invalid(
+                    "prompts",
+                    format!("the prefilled cache's lengths {:?}", cache.lens()),
+                    format!("{lens:?}"),
+                ));
+            }
+            self.cache = Some(cache);
+            self.pending.clear();
+            self.publish();
+            return Ok(last);
+        }
         self.policy
             .reset(prompts.len(), self.model.config.num_hidden_layers);
         let capacity = prompts.iter().map(Vec::len).max().unwrap_or(0) + self.extra_capacity;
@@ -212,6 +252,7 @@ impl<B: KernelOps, P: SelectionPolicy<B>> Verifier<B> for ModelVerifier<B, P> {
         } else {
             logits
         };
+        self.last_reads = (out.ctx_reads.clone(), out.ctx_dense.clone());
         let kv_read_fraction = out
             .ctx_reads
             .iter()

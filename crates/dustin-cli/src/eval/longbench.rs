@@ -43,7 +43,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    fnv, say, selector_specs_from, BudgetSpec, FanOut, SelectorSpec, SharedDrafter, SharedVerifier,
+    fnv, say, selector_specs_from, shared_drafter, shared_verifier, BudgetSpec, FanOut,
+    SelectorSpec,
 };
 use crate::backend::DeviceKind;
 use crate::generate::model_path;
@@ -529,13 +530,13 @@ fn generate_from<B: KernelOps>(
     policy: Box<dyn BudgetedPolicy<B>>,
     max_new: usize,
 ) -> Result<Generated, CliError> {
-    let drafter = SharedDrafter::new(
+    let drafter = shared_drafter(
         cx.draft.clone(),
         cx.draft_layers,
         sh.draft_cache.clone(),
         cx.lookahead_layers.clone(),
     );
-    let verifier = SharedVerifier::new(
+    let verifier = shared_verifier(
         cx.target.clone(),
         policy,
         sh.cache.clone(),
