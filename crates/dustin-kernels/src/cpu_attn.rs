@@ -31,7 +31,7 @@
 //!   three times: AVX-512F and AVX2 with fused multiply-adds (chosen at run time), and the
 //!   baseline target with separate multiplies and adds. Scores take four keys per pass over
 //!   a query row, and the weighted values of a row accumulate in registers over a block of
-//!   [`KEY_BLOCK`] values. `exp` is [`exp_approx`], a polynomial the compiler vectorizes.
+//!   `KEY_BLOCK` (32) values. `exp` is [`exp_approx`], a polynomial the compiler vectorizes.
 //!   The instruction sets round differently (fused or not); on one machine the results do
 //!   not depend on anything but the row's own inputs.
 
