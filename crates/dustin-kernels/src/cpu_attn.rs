@@ -24,16 +24,16 @@
 //!   `l = l1 e^(m1 - m) + l2 e^(m2 - m)`, the same for `o`), then `o / l`.
 //! - **Batch invariance.** Chunks sit on a fixed grid of entry indices and every row's
 //!   arithmetic is its own, in a fixed order: a row's output does not depend on the other
-//!   rows, on `n_new` or on the threads. Decoding one token and verifying it among others
-//!   give the same bits, which speculative decoding's greedy output relies on.
-//! - **SIMD.** The loops are plain Rust over slices with the head width a constant (64 or
-//!   128, Qwen2.5's; any other width runs the same loops with a variable width), compiled
-//!   three times: AVX-512F and AVX2 with fused multiply-adds (chosen at run time), and the
-//!   baseline target with separate multiplies and adds. Scores take four keys per pass over
-//!   a query row, and the weighted values of a row accumulate in registers over a block of
-//!   `KEY_BLOCK` (32) values. `exp` is [`exp_approx`], a polynomial the compiler vectorizes.
-//!   The instruction sets round differently (fused or not); on one machine the results do
-//!   not depend on anything but the row's own inputs.
+//!   rows, on `n_new` or on the threads: decoding one token and verifying it among others
+//!   give the same bits, so the attention adds no difference between speculative and
+//!   autoregressive greedy outputs.
+//! - **SIMD.** The two products of a chunk (`Simd::dot4`, four keys per pass over a query
+//!   row, and `Simd::pv`, a segment of the output row held in registers over a block of
+//!   `KEY_BLOCK` (32) value rows) use AVX-512F intrinsics where the head width is a multiple
+//!   of 16, AVX2 with FMA where it is a multiple of 8 (chosen at run time), else scalar
+//!   loops with separate multiplies and adds. `exp` is [`exp_approx`], a polynomial the
+//!   compiler vectorizes. The instruction sets round differently (fused or not); on one
+//!   machine a row's result depends on nothing but its own inputs.
 
 use rayon::prelude::*;
 
