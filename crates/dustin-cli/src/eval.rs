@@ -1336,12 +1336,10 @@ mod tests {
         Arc::new(Qwen2::load(&cfg, &src, 256, &FlexDevice).expect("model"))
     }
 
-    /// Every selector with a budget over the context is dense verification bit for bit
-    /// (top-1 1, KL 0, the same acceptance length); a small budget reads about its share.
-    #[test]
-    fn fitting_budgets_are_dense_bit_for_bit_and_small_ones_read_their_share() {
-        let target = tiny();
-        let args = FidelityArgs {
+    /// The fixed small case's options: a 1-layer self-draft, 3 windows at a context of 128,
+    /// gamma 3, 6 speculative tokens.
+    fn fixed_args() -> FidelityArgs {
+        FidelityArgs {
             model: None,
             draft: "self:layers=1".into(),
             lookahead_layers: "all".into(),
@@ -1357,9 +1355,13 @@ mod tests {
             spec_tokens: 6,
             out: PathBuf::new(),
             device: DeviceKind::Cpu,
-        };
-        let cx = Ctx {
-            args: &args,
+        }
+    }
+
+    /// The fixed small case's context: `target` drafting for itself with its first layer.
+    fn fixed_ctx<'a>(args: &'a FidelityArgs, target: &Arc<Qwen2<Flex>>) -> Ctx<'a, Flex> {
+        Ctx {
+            args,
             target: target.clone(),
             draft: target.clone(),
             draft_layers: Some(1),
@@ -1368,7 +1370,16 @@ mod tests {
             vocab: 96,
             capacity: 128,
             observed: 16,
-        };
+        }
+    }
+
+    /// Every selector with a budget over the context is dense verification bit for bit
+    /// (top-1 1, KL 0, the same acceptance length); a small budget reads about its share.
+    #[test]
+    fn fitting_budgets_are_dense_bit_for_bit_and_small_ones_read_their_share() {
+        let target = tiny();
+        let args = fixed_args();
+        let cx = fixed_ctx(&args, &target);
         let ids: Vec<u32> = (0..150).map(|i| ((i * 37 + 11) % 96) as u32).collect();
         let p = 128 - 14; // extra = max(W (gamma + 1) + 1, spec + 2 (gamma + 1)) = 14
         let mut names: Vec<String> = dustin_select::names()
@@ -1433,34 +1444,8 @@ mod tests {
     #[test]
     fn sparse_figures_of_a_fixed_case_are_the_recorded_ones() {
         let target = tiny();
-        let args = FidelityArgs {
-            model: None,
-            draft: "self:layers=1".into(),
-            lookahead_layers: "all".into(),
-            data: PathBuf::new(),
-            books: None,
-            ctx: vec![128],
-            budget: vec![],
-            selectors: vec![],
-            knobs: vec![],
-            select: vec![],
-            windows: 3,
-            gamma: 3,
-            spec_tokens: 6,
-            out: PathBuf::new(),
-            device: DeviceKind::Cpu,
-        };
-        let cx = Ctx {
-            args: &args,
-            target: target.clone(),
-            draft: target.clone(),
-            draft_layers: Some(1),
-            lookahead_layers: None,
-            self_draft: true,
-            vocab: 96,
-            capacity: 128,
-            observed: 16,
-        };
+        let args = fixed_args();
+        let cx = fixed_ctx(&args, &target);
         let ids: Vec<u32> = (0..150).map(|i| ((i * 37 + 11) % 96) as u32).collect();
         let p = 128 - 14;
         let mut names: Vec<String> = dustin_select::names()
