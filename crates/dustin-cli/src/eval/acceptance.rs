@@ -123,6 +123,10 @@ pub struct CellRecord {
     pub mean_acceptance_length: f64,
     /// Standard deviation of the tokens per verification over iterations.
     pub acceptance_sd: f64,
+    /// Drafts accepted at each verification, in order (the acceptance trace; empty in
+    /// records written before it was kept). `dustin-bench e2e --acceptance-trace` replays it.
+    #[serde(default)]
+    pub accepted: Vec<usize>,
     /// Decode tokens per second.
     pub tokens_per_sec: f64,
     /// Decode seconds; drafting and verification seconds within them.
@@ -527,6 +531,11 @@ fn record(
         iterations: s.iterations,
         mean_acceptance_length: s.mean_acceptance_length,
         acceptance_sd: sd,
+        accepted: out
+            .iterations
+            .iter()
+            .filter_map(|it| it.accepted.first().copied())
+            .collect(),
         tokens_per_sec: s.tokens_per_sec,
         decode_secs: s.decode_secs,
         draft_secs: s.draft_secs,
