@@ -132,7 +132,7 @@ pub struct SpeculativeDecoder<B: Backend, D: Drafter<B>, V: Verifier<B>> {
     /// The verifier.
     pub verifier: V,
     cancel: Option<dustin_core::CancelToken>,
-    forced_acceptance: Option<f64>,
+    forced_acceptance: Option<Schedule>,
     /// Whether the forced schedule is shifted per sequence ([`Self::set_forced_ragged`]).
     forced_ragged: bool,
     /// Run at the end of each phase ([`Self::set_phase_barrier`]).
@@ -182,7 +182,31 @@ impl<B: Backend, D: Drafter<B>, V: Verifier<B>> SpeculativeDecoder<B, D, V> {
                 });
             }
         }
-        self.forced_acceptance = mean_accepted;
+        self.forced_acceptance = mean_accepted.map(Schedule::Mean);
+        Ok(())
+    }
+
+    /// **Benchmarks only.** Like [`Self::set_forced_acceptance`], but replays a recorded
+    /// acceptance trace: at iteration `i` a sequence accepts `trace[i % len]` draft tokens (at
+    /// most `gamma`), where `trace` holds the drafts accepted at each verification of a real
+    /// run (`dustin eval acceptance` keeps it per cell). With [`Self::set_forced_ragged`],
+    /// sequence `s` of `n` starts `s * len / n` entries into the trace, so the sequences of a
+    /// batch accept at different iterations with the trace's mean each. `None` restores the
+    /// real rule.
+    ///
+    /// # Errors
+    /// [`SpecError::Config`] naming `trace` when it is empty.
+    pub fn set_forced_trace(&mut self, trace: Option<Vec<usize>>) -> Result<()> {
+        if let Some(t) = &trace {
+            if t.is_empty() {
+                return Err(SpecError::Config {
+                    name: "trace",
+                    expected: "at least one verification's accepted count".into(),
+                    found: "an empty trace".into(),
+                });
+            }
+        }
+        self.forced_acceptance = trace.map(Schedule::Trace);
         Ok(())
     }
 
@@ -233,7 +257,9 @@ impl<B: Backend, D: Drafter<B>, V: Verifier<B>> SpeculativeDecoder<B, D, V> {
             tokenizer,
             on_tokens,
             self.cancel.as_ref(),
-            self.forced_acceptance.map(|a| (a, self.forced_ragged)),
+            self.forced_acceptance
+                .as_ref()
+                .map(|a| (a, self.forced_ragged)),
             self.barrier.as_mut(),
         )
     }
@@ -303,6 +329,36 @@ impl<B: Backend> Drafter<B> for NoDraft {
     }
 }
 
+/// A forced acceptance schedule (**benchmarks only**).
+#[derive(Debug, Clone)]
+enum Schedule {
+    /// A mean of drafts accepted per iteration ([`SpeculativeDecoder::set_forced_acceptance`]).
+    Mean(f64),
+    /// A recorded trace of drafts accepted per iteration
+    /// ([`SpeculativeDecoder::set_forced_trace`]).
+    Trace(Vec<usize>),
+}
+
+impl Schedule {
+    /// Drafts sequence `seq` of `n` accepts at `iteration` (before the cap at the proposal's
+    /// length); `ragged` shifts the schedule per sequence.
+    fn accepted(&self, iteration: usize, seq: usize, n: usize, ragged: bool) -> usize {
+        match self {
+            Schedule::Mean(a) => {
+                // the sequence's phase in the schedule (0 unless ragged)
+                let phase = if ragged { seq as f64 / n as f64 } else { 0.0 };
+                let k = ((iteration + 1) as f64 * a + phase).floor()
+                    - (iteration as f64 * a + phase).floor();
+                k as usize
+            }
+            Schedule::Trace(t) => {
+                let shift = if ragged { seq * t.len() / n.max(1) } else { 0 };
+                t[(iteration + shift) % t.len()]
+            }
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run<B: Backend, D: Drafter<B>, V: Verifier<B>>(
     mut drafter: Option<&mut D>,
@@ -312,7 +368,7 @@ fn run<B: Backend, D: Drafter<B>, V: Verifier<B>>(
     tokenizer: Option<&Tokenizer>,
     on_tokens: &mut dyn FnMut(usize, &[TokenId]),
     cancel: Option<&dustin_core::CancelToken>,
-    forced: Option<(f64, bool)>,
+    forced: Option<(&Schedule, bool)>,
     mut barrier: Option<&mut PhaseBarrier>,
 ) -> Result<SpecOutput> {
     // the end of a phase: the device's queued work done first when a barrier is set
@@ -438,16 +494,10 @@ fn run<B: Backend, D: Drafter<B>, V: Verifier<B>>(
                     .collect();
                 let acc = accept::greedy(&proposal.tokens[slot], &row);
                 match forced {
-                    Some((a, ragged)) => {
-                        // the sequence's phase in the schedule (0 unless ragged)
-                        let phase = if ragged {
-                            active[slot] as f64 / n as f64
-                        } else {
-                            0.0
-                        };
-                        let k = ((iteration + 1) as f64 * a + phase).floor()
-                            - (iteration as f64 * a + phase).floor();
-                        let k = (k as usize).min(proposal.tokens[slot].len());
+                    Some((schedule, ragged)) => {
+                        let k = schedule
+                            .accepted(iteration, active[slot], n, ragged)
+                            .min(proposal.tokens[slot].len());
                         accepted.push(k);
                         next.push(row[k]);
                     }

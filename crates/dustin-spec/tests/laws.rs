@@ -845,6 +845,44 @@ fn forced_ragged_acceptance_shifts_each_sequence() {
     }
 }
 
+/// A recorded trace replays as given: trace [3, 0, 4, 9] with gamma 4 accepts 3, 0, 4, 4
+/// (9 capped at gamma), then wraps; ragged, sequence 1 of 3 starts one entry in
+/// (`1 * 4 / 3 = 1`) and sequence 2 two entries in; an empty trace is refused.
+#[test]
+fn forced_trace_replays_each_sequence_from_its_offset() {
+    let target = model("llama");
+    let (gamma, max_new) = (4usize, 24usize);
+    let extra = max_new + 2 * (gamma + 2);
+    let mut dec = one_layer_draft_decoder(&target, extra);
+    dec.set_forced_trace(Some(vec![3, 0, 4, 9])).expect("trace");
+    let cfg = SpecConfig {
+        gamma,
+        max_new_tokens: max_new,
+        ..SpecConfig::default()
+    };
+    let o = dec
+        .generate(&prompts(), &cfg, None, &mut |_, _| {})
+        .expect("spec");
+    let seq = |o: &dustin_spec::SpecOutput, s: usize| -> Vec<usize> {
+        o.iterations.iter().take(5).map(|i| i.accepted[s]).collect()
+    };
+    assert_eq!(seq(&o, 0), [3, 0, 4, 4, 3]);
+    assert_eq!(seq(&o, 2), [3, 0, 4, 4, 3]);
+    assert!(o.tokens.iter().all(|t| t.len() == max_new));
+    dec.set_forced_ragged(true);
+    let o = dec
+        .generate(&prompts(), &cfg, None, &mut |_, _| {})
+        .expect("spec");
+    assert_eq!(seq(&o, 0), [3, 0, 4, 4, 3]);
+    assert_eq!(seq(&o, 1), [0, 4, 4, 3, 0]);
+    assert_eq!(seq(&o, 2), [4, 4, 3, 0, 4]);
+    let err = dec
+        .set_forced_trace(Some(Vec::new()))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("trace"), "{err}");
+}
+
 /// A phase barrier runs at the end of each of an iteration's four phases (draft, verify,
 /// accept, commit) and of an autoregressive step's three (the draft phase is empty there but
 /// still timed, so four as well), changes no token, and its error stops the run.

@@ -44,6 +44,17 @@ pub struct E2eArgs {
     /// the rest). Accepted drafts per iteration = tau - 1, at most gamma.
     #[arg(long, value_delimiter = ',', default_value = "default=2.0")]
     pub accept: Vec<String>,
+    /// A recorded acceptance trace replayed instead of `--accept`'s means: the
+    /// `results.jsonl` of a `dustin eval acceptance` run with the real models, whose cells
+    /// keep the drafts accepted at each verification
+    /// (`SpeculativeDecoder::set_forced_trace`). A speculative mode takes the traces of the
+    /// cells with its selector (`dense` for dense verification) whose budget is the same
+    /// fraction of their context as `--budget` is of the row's (within 1%), one after the
+    /// other; `ar` runs one token a step. With `--ragged-accept on` each sequence starts at
+    /// its own offset in the trace. The rows' tau is the trace's mean and their tokens/s come
+    /// from the drafts accepted in the timed iterations.
+    #[arg(long)]
+    pub accept_trace: Option<std::path::PathBuf>,
     /// Iterations run first and not timed (JIT compilation, autotuning).
     #[arg(long, default_value_t = 3)]
     pub warmup: usize,

@@ -257,3 +257,88 @@ pub(super) fn accept_of(a: &E2eArgs, mode: &str) -> Result<f64, CliError> {
     }
     Ok(tau)
 }
+
+/// The acceptance trace of `mode` at context `ctx` from `--accept-trace` (`None` without the
+/// flag and for `ar`): the drafts accepted at each verification, over every cell of the
+/// file with the mode's selector and the row's budget fraction, each count capped at gamma.
+///
+/// # Errors
+/// [`CliError::Usage`] naming the file when it cannot be read or a line is not a cell
+/// record, and naming the mode when no cell matches (with the cells the file has).
+pub(super) fn trace_of(
+    a: &E2eArgs,
+    mode: &str,
+    ctx: usize,
+) -> Result<Option<Vec<usize>>, CliError> {
+    let Some(path) = &a.accept_trace else {
+        return Ok(None);
+    };
+    if mode == "ar" {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::Usage(format!("--accept-trace {}: {e}", path.display())))?;
+    let want = a.budget as f64 / ctx as f64;
+    let mut trace = Vec::new();
+    let mut seen = Vec::new();
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let bad = |what: &str| {
+            CliError::Usage(format!(
+                "--accept-trace {} line {}: {what}",
+                path.display(),
+                i + 1
+            ))
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| bad(&format!("not JSON ({e})")))?;
+        let cell = v.get("value").unwrap_or(&v);
+        let selector = cell["selector"].as_str().unwrap_or_default();
+        if selector.is_empty() {
+            continue; // autoregressive
+        }
+        let (tokens, cctx) = (
+            cell["budget_tokens"].as_u64().unwrap_or(0) as f64,
+            cell["ctx"].as_u64().unwrap_or(0) as f64,
+        );
+        let fraction = if cctx > 0.0 { tokens / cctx } else { 0.0 };
+        seen.push(if selector == "dense" {
+            "dense".to_string()
+        } else {
+            format!("{selector}@{fraction:.4}")
+        });
+        let matches = if mode == "dense" {
+            selector == "dense"
+        } else {
+            selector == mode && (fraction - want).abs() <= 0.01 * want
+        };
+        if !matches {
+            continue;
+        }
+        let counts = cell["accepted"]
+            .as_array()
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| {
+                bad("a matching cell has no `accepted` trace (recorded before traces were kept?)")
+            })?;
+        for c in counts {
+            let c = c
+                .as_u64()
+                .ok_or_else(|| bad("`accepted` holds a non-count"))?;
+            trace.push((c as usize).min(a.gamma));
+        }
+    }
+    if trace.is_empty() {
+        return Err(CliError::Usage(format!(
+            "--accept-trace {}: no cell for mode {mode} at budget fraction {want:.4} \
+             (--budget {} of {ctx}); the file has: {}",
+            path.display(),
+            a.budget,
+            seen.join(", ")
+        )));
+    }
+    Ok(Some(trace))
+}

@@ -21,7 +21,7 @@ use super::args::{
 };
 #[cfg(feature = "cuda")]
 use super::args::{SkinnyKernel, VerifyKernel};
-use super::checks::accept_of;
+use super::checks::{accept_of, trace_of};
 use super::rows::{mean, print_scaled_summary, report_profile, timed_window, Row};
 use super::HBM_BYTES_PER_SEC;
 use crate::jsonl::append_json;
@@ -349,7 +349,11 @@ pub(super) fn measure<B: KernelOps>(
                     if args.rounds > 1 {
                         label.push_str(&format!("#{round}"));
                     }
-                    let tau = accept_of(args, mode)?;
+                    let trace = trace_of(args, mode, ctx)?;
+                    let tau = match &trace {
+                        Some(t) => 1.0 + mean(t.iter().map(|&a| a as f64)),
+                        None => accept_of(args, mode)?,
+                    };
                     let prompts: Vec<Vec<TokenId>> = (0..batch)
                         .map(|b| {
                             (0..ctx)
@@ -375,6 +379,18 @@ pub(super) fn measure<B: KernelOps>(
                         gamma: if mode == "ar" { 1 } else { args.gamma },
                         max_new_tokens: if mode == "ar" {
                             args.warmup + args.iters + 1
+                        } else if let Some(t) = &trace {
+                            // the most tokens any sequence's offset into the trace emits
+                            // over the iterations run
+                            (0..t.len())
+                                .map(|s| {
+                                    (0..=args.warmup + args.iters)
+                                        .map(|i| t[(i + s) % t.len()] + 1)
+                                        .sum::<usize>()
+                                })
+                                .max()
+                                .unwrap_or(0)
+                                + 1
                         } else {
                             ((args.warmup + args.iters + 1) as f64 * tau).ceil() as usize + 1
                         },
@@ -479,7 +495,10 @@ pub(super) fn measure<B: KernelOps>(
                         let verifier = ModelVerifier::new(target.clone(), policy, extra, vocab)
                             .with_prefix(tprefix);
                         let mut dec = SpeculativeDecoder::new(drafter, verifier);
-                        dec.set_forced_acceptance(Some(tau - 1.0))?;
+                        match trace.clone() {
+                            Some(t) => dec.set_forced_trace(Some(t))?,
+                            None => dec.set_forced_acceptance(Some(tau - 1.0))?,
+                        }
                         dec.set_forced_ragged(args.ragged_accept == OnOff::On);
                         dec.set_phase_barrier(barrier.take());
                         dec.generate(&prompts, &cfg, None, &mut on_tokens)?
@@ -512,6 +531,8 @@ pub(super) fn measure<B: KernelOps>(
                         (w.draft_ms, w.verify_ms, w.accept_ms, w.commit_ms);
                     let iter_ms = draft_ms + verify_ms + accept_ms + commit_ms;
                     let tau_run = w.tau_measured;
+                    // a replayed trace: the tokens the timed iterations emitted
+                    let tau_rate = if trace.is_some() { tau_run } else { tau };
                     let timed = w.iterations;
                     let kv_read = mean(
                         timed
@@ -561,7 +582,7 @@ pub(super) fn measure<B: KernelOps>(
                                 1e3 * (i.draft_secs + i.verify_secs + i.accept_secs + i.commit_secs)
                             })
                             .collect(),
-                        tokens_per_sec: b * tau / (iter_ms / 1e3),
+                        tokens_per_sec: b * tau_rate / (iter_ms / 1e3),
                         kv_read,
                         estimation_read: est,
                         floor_bytes,
@@ -569,7 +590,7 @@ pub(super) fn measure<B: KernelOps>(
                         over_floor: iter_ms / floor_ms,
                         full_layers,
                         scaled_iter_ms,
-                        scaled_tokens_per_sec: b * tau / (scaled_iter_ms / 1e3),
+                        scaled_tokens_per_sec: b * tau_rate / (scaled_iter_ms / 1e3),
                         scaled_floor_ms,
                         scaled_over_floor: scaled_iter_ms / scaled_floor_ms,
                         setup_secs,
