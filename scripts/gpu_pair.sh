@@ -5,11 +5,12 @@
 #
 # The weights do not travel (1.6 GB against 64 MiB a run): the models are random at the exact
 # shapes of Qwen2.5-Coder-1.5B-Instruct and Qwen2.5-Coder-0.5B-Instruct (the same as
-# Qwen2.5-1.5B/0.5B-Instruct's configs), and every speculative mode runs under the mean
-# acceptance length its selector reached with the real weights on the CPU (docs/acceptance.md:
-# gamma 4, greedy, code, budget 1/16), spread over iterations and sequences
-# (`--ragged-accept on`). `dustin` is held to dense verification's 3.50 (it measured 4.47 on a
-# continuation that left the dense one: not counted as a gain).
+# Qwen2.5-1.5B/0.5B-Instruct's configs). Every speculative mode replays the acceptance trace
+# its selector recorded with the real weights on the CPU (`$D/acceptance-trace.jsonl`, the
+# `results.jsonl` of `dustin eval acceptance` on code at 8k tokens, gamma 4, greedy, budgets
+# 1/8 and 1/16; `dustin-bench e2e --accept-trace`), each sequence of a batch from its own
+# offset (`--ragged-accept on`). Without that file the modes run under the mean acceptance
+# lengths in ACC.
 #
 #   bash .device/gpu_pair.sh check  # kernel checks (both binaries), then the pair at 32k,
 #                                   # B 1/8/16, every mode, budget 1/16 (2048)
@@ -27,6 +28,11 @@ mkdir -p "$OUT"
 unpack "$D"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/machine.txt"
 ACC="dense=3.50,dustin=3.50,streaming=2.95,quest=2.91,snapkv=3.56"
+TRACE=()
+if [ -e "$D/acceptance-trace.jsonl" ]; then
+    TRACE=(--accept-trace "$D/acceptance-trace.jsonl")
+    echo "acceptance: the trace in $D/acceptance-trace.jsonl" | tee -a "$OUT/machine.txt"
+fi
 T15=$C/Qwen2.5-1.5B-Instruct.config.json
 export RAGGED=on
 pair() {
@@ -34,7 +40,7 @@ pair() {
     local name=$1 ctx=$2 budget=$3 batches=$4 modes=$5
     shift 5
     bash "$D/gpu_e2e.sh" run "$name" --target "$T15" --ctx "$ctx" --batch "$batches" \
-        --budget "$budget" --modes "$modes" --accept "$ACC" "$@"
+        --budget "$budget" --modes "$modes" --accept "$ACC" "${TRACE[@]}" "$@"
 }
 case "${1:-check}" in
 check)
@@ -51,9 +57,9 @@ check)
 rest)
     bash "$D/gpu_e2e.sh" run shapes_72b --target "$C/Qwen2.5-72B-Instruct.config.json" \
         --target-layers 20 --ctx 32768 --batch 8,16 --budget 2048 --modes ar,dense,dustin \
-        --accept "$ACC"
+        --accept "$ACC" "${TRACE[@]}"
     bash "$D/gpu_e2e.sh" run shapes_7b --target "$C/Qwen2.5-7B-Instruct.config.json" \
-        --ctx 32768 --batch 8,16 --budget 2048 --modes ar,dense,dustin --accept "$ACC"
+        --ctx 32768 --batch 8,16 --budget 2048 --modes ar,dense,dustin --accept "$ACC" "${TRACE[@]}"
     PYTHONUNBUFFERED=1 timeout "${HF_LIMIT:-120}" python3 "$D/hf_e2e_bench.py" "$C" \
         --target=Qwen2.5-1.5B-Instruct --ctxs=32768 --batches=1,16 2>&1 | tee "$OUT/hf.jsonl"
     pair pair_32k_8 32768 4096 1,16 dense,dustin,streaming --draft-budget 0,2048
