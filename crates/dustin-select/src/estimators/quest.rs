@@ -13,9 +13,11 @@
 //! Dynamic (recomputed every verification). The only state is a cache of the bounds of
 //! *full* pages (every position below the context of the call that computed them): those
 //! positions are committed and never change, so the cache survives rollback (which only drops
-//! positions past the context); it is dropped at reset, retain, and for ragged batches (which
-//! take the uncached path, [`page_scores`]). Quest maintains the bounds as keys are written;
-//! the cache gives the same cost profile without a hook into the KV cache.
+//! positions past the context); it is dropped at reset and retain. In a ragged batch the cache
+//! holds the pages below the shortest context, and the pages past it are bounded per sequence
+//! at each call ([`dustin_kernels::KernelOps::quest_page_bounds`]). Quest maintains the bounds
+//! as keys are written; the cache gives the same cost profile without a hook into the KV
+//! cache.
 
 use burn_tensor::{backend::Backend, Int, Tensor};
 use dustin_core::{CoreError, ImportanceEstimator, Result, ScoreCtx, Scores};
@@ -68,21 +70,21 @@ impl<B: Backend> Quest<B> {
         })
     }
 
-    /// Page bounds of `k` `[batch, kv_heads, >= c, head_dim]` for a batch whose every context
-    /// is `c` tokens: `(kmin, kmax)` `[batch, kv_heads, ceil(c / page_size), head_dim]`, full
-    /// pages from the cache of `layer` (extended and stored), the partial last page computed.
-    fn uniform_bounds(
+    /// Bounds of the pages of `k` `[batch, kv_heads, >= full * page_size, head_dim]` whose
+    /// every position is below every sequence's context (`full` pages, all committed): `(kmin,
+    /// kmax)` `[batch, kv_heads, full, head_dim]` from the cache of `layer`, extended with the
+    /// pages not cached yet and stored; `None` for `full` 0.
+    fn full_page_bounds(
         &mut self,
         layer: usize,
         k: &Tensor<B, 4>,
-        c: usize,
-    ) -> (Tensor<B, 4>, Tensor<B, 4>) {
+        full: usize,
+    ) -> Option<(Tensor<B, 4>, Tensor<B, 4>)> {
         let p = self.cfg.page_size;
         let [b, kvh, _, d] = k.dims();
         if self.bounds.len() <= layer {
             self.bounds.resize(layer + 1, None);
         }
-        let full = c / p;
         let cached = self.bounds[layer]
             .take()
             .filter(|x| x.pages <= full && x.kmin.dims()[0] == b && x.kmin.dims()[1] == kvh);
@@ -107,31 +109,65 @@ impl<B: Backend> Quest<B> {
                 None => nmax,
             });
         }
-        if let (Some(mn), Some(mx)) = (&kmin, &kmax) {
-            self.bounds[layer] = Some(Bounds {
-                pages: full,
-                kmin: mn.clone(),
-                kmax: mx.clone(),
-            });
-        }
-        if c > full * p {
+        let (kmin, kmax) = (kmin?, kmax?);
+        self.bounds[layer] = Some(Bounds {
+            pages: full,
+            kmin: kmin.clone(),
+            kmax: kmax.clone(),
+        });
+        Some((kmin, kmax))
+    }
+
+    /// Page bounds of `k` `[batch, kv_heads, >= max ctx, head_dim]` for contexts `ctx_lens`
+    /// (max `c`): `(kmin, kmax)` `[batch, kv_heads, ceil(c / page_size), head_dim]`. The pages
+    /// below the shortest context come from the cache ([`Self::full_page_bounds`]); the rest
+    /// are computed: the partial last page when every context is `c`, else through
+    /// [`dustin_kernels::KernelOps::quest_page_bounds`] over the tail, whose pages at or past
+    /// a sequence's context are 0 (their scores are then 0 as well, and the top-k never reads
+    /// past a context).
+    ///
+    /// # Errors
+    /// The kernel's errors, as [`CoreError`].
+    fn bounds(
+        &mut self,
+        layer: usize,
+        k: &Tensor<B, 4>,
+        ctx_lens: &[usize],
+        c: usize,
+    ) -> Result<(Tensor<B, 4>, Tensor<B, 4>)>
+    where
+        B: dustin_kernels::KernelOps,
+    {
+        let p = self.cfg.page_size;
+        let [b, kvh, _, d] = k.dims();
+        let shortest = ctx_lens.iter().copied().min().unwrap_or(0);
+        let full = shortest / p;
+        let head = self.full_page_bounds(layer, k, full);
+        let tail = if full * p >= c {
+            None
+        } else if shortest == c {
             let last = k.clone().slice([0..b, 0..kvh, full * p..c, 0..d]);
-            let lmin = last.clone().min_dim(2);
-            let lmax = last.max_dim(2);
-            kmin = Some(match kmin {
-                Some(m) => Tensor::cat(vec![m, lmin], 2),
-                None => lmin,
-            });
-            kmax = Some(match kmax {
-                Some(m) => Tensor::cat(vec![m, lmax], 2),
-                None => lmax,
-            });
-        }
-        let dev = k.device();
-        (
-            kmin.unwrap_or_else(|| Tensor::zeros([b, kvh, 1, d], &dev)),
-            kmax.unwrap_or_else(|| Tensor::zeros([b, kvh, 1, d], &dev)),
-        )
+            Some((last.clone().min_dim(2), last.max_dim(2)))
+        } else {
+            let rel: Vec<usize> = ctx_lens.iter().map(|&l| l - full * p).collect();
+            let tail = k.clone().slice([0..b, 0..kvh, full * p..c, 0..d]);
+            Some(B::quest_page_bounds(tail, &rel, p).map_err(crate::topk::kernel_error)?)
+        };
+        Ok(match (head, tail) {
+            (Some((hmin, hmax)), Some((tmin, tmax))) => (
+                Tensor::cat(vec![hmin, tmin], 2),
+                Tensor::cat(vec![hmax, tmax], 2),
+            ),
+            (Some(h), None) => h,
+            (None, Some(t)) => t,
+            (None, None) => {
+                let dev = k.device();
+                (
+                    Tensor::zeros([b, kvh, 1, d], &dev),
+                    Tensor::zeros([b, kvh, 1, d], &dev),
+                )
+            }
+        })
     }
 }
 
@@ -216,9 +252,8 @@ impl<B: dustin_kernels::KernelOps> ImportanceEstimator<B> for Quest<B> {
         let a = ctx.attn;
         let c = max_ctx(a)?;
         let p = self.cfg.page_size;
-        let uniform = c > 0 && a.ctx_lens.iter().all(|&l| l == c);
-        let pages = if uniform {
-            let (kmin, kmax) = self.uniform_bounds(a.layer, a.k, c);
+        let pages = if c > 0 {
+            let (kmin, kmax) = self.bounds(a.layer, a.k, a.ctx_lens, c)?;
             // the fused page-scoring kernel where the backend has one: Burn's matmul here
             // would be re-autotuned whenever the page count changes (its tuning key holds the
             // shapes' power-of-two alignment)

@@ -9,7 +9,7 @@ use dustin_core::{
 use dustin_select::estimators::quest::page_scores;
 use dustin_select::estimators::{Dustin, DustinConfig, HistoryOnly, Oracle};
 use dustin_select::registry::build_budgeted;
-use dustin_select::{build, select_top_k, EstimationCost, KeepRule, SelectConfig, Selector};
+use dustin_select::{build, EstimationCost, KeepRule, SelectConfig, Selector};
 
 use crate::common::{check_selection, dev, host_f32, rows, Synth, B};
 
@@ -666,60 +666,6 @@ fn estimation_reads_count_what_each_estimator_reads() {
             vec![got[1]],
             "{spec}: retain keeps the survivor's"
         );
-    }
-}
-
-// ---------------------------------------------------------------- quest's bound cache
-
-/// Quest through the selector over growing, rolled-back contexts (its cached page bounds)
-/// selects exactly what the uncached [`page_scores`] ranks.
-#[test]
-fn quest_cached_bounds_match_the_uncached_page_scores() {
-    let cfg = SelectConfig {
-        budget: 40,
-        n_sink: 2,
-        window: 6,
-        ..SelectConfig::default()
-    };
-    let (layers, kvh, g, d) = (2usize, 2usize, 3usize, 8usize);
-    let mut s = Synth::new(17, layers, kvh, g, d, 1, 160);
-    let mut p = build::<B>("quest", &cfg).unwrap();
-    p.reset(1, layers);
-    s.prefill(p.as_mut(), &[61], 16);
-    let mut len = 61usize;
-    for (it, accepted) in [3usize, 0, 4, 1, 2, 4].into_iter().enumerate() {
-        p.begin_verify(it);
-        let n = 5;
-        for layer in 0..layers {
-            let q = s.q(1, n);
-            let k = s.k(layer, &[0], len + n);
-            let ctx = LayerAttnCtx {
-                layer,
-                phase: Phase::Decode,
-                q: &q,
-                k: &k,
-                ctx_lens: &[len],
-                n_new: n,
-                scale: s.scale(),
-            };
-            let sel = p.on_layer(&ctx).unwrap().unwrap();
-            let pages = page_scores(&q, &k, &[len], 16);
-            let pages = host_f32(pages);
-            let np = len.div_ceil(16);
-            let tokens: Vec<f32> = (0..kvh)
-                .flat_map(|h| (0..len).map(move |t| (h, t)))
-                .map(|(h, t)| pages[h * np + t / 16])
-                .collect();
-            let want = select_top_k(
-                Tensor::<B, 3>::from_data(TensorData::new(tokens, [1, kvh, len]), &dev()),
-                &[len],
-                cfg.keep(),
-            )
-            .unwrap();
-            assert_eq!(rows(&sel), rows(&want), "it {it} layer {layer} len {len}");
-        }
-        p.commit(&[accepted]).unwrap();
-        len += accepted + 1;
     }
 }
 

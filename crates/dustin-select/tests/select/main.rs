@@ -3,5 +3,6 @@
 mod common;
 mod estimators;
 mod matrix;
+mod quest;
 mod registry;
 mod topk;
