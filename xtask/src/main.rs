@@ -287,8 +287,15 @@ fn gpu_e2e() -> Result<(), String> {
             std::fs::copy(e.path(), dev.join(e.file_name())).map_err(|e| e.to_string())?;
         }
     }
+    // the acceptance the pair's rows replay (`scripts/gpu_pair.sh`): recorded with the real
+    // weights on the CPU by `dustin eval acceptance` on code at 8k tokens
+    let trace = root.join("docs/perf/pair-acceptance-trace-code-8k.jsonl");
+    std::fs::copy(&trace, dev.join("acceptance-trace.jsonl"))
+        .map_err(|e| format!("{}: {e}", trace.display()))?;
     println!("staged {}", dev.display());
     println!("run on the GPU machine (carry [\".device\"]), one call each, under 10 minutes:");
+    println!("  bash .device/gpu_pair.sh check  # kernel checks, then the Qwen2.5-Coder pair's shapes at 32k, B 1/8/16, every mode, under the recorded acceptance trace");
+    println!("  bash .device/gpu_pair.sh rest   # 72B and 7B shapes with the 0.5B draft, HF peers, the pair at 1/8 and at 8k");
     println!("  bash .device/gpu_e2e.sh selectab # (with gpu-kernels staged) both top-k kernels checked and timed; 7B 32k B 8 dense/dustin, estimator kernels off/on x top-k block/warp");
     println!("  bash .device/gpu_e2e.sh dropab  # 7B 32k B 8 and 72B shapes (20 layers) B 8/16: dustin's early refresh with and without the noise test (--accept-drop-sigmas 0,3)");
     println!("  bash .device/gpu_e2e.sh final   # 32k: 7B B 1/8/16, 72B shapes (20 layers) B 8");
