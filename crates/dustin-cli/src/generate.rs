@@ -250,21 +250,7 @@ fn non_finite_key(v: &toml::Value, prefix: &str) -> Option<String> {
 /// [`CliError::Usage`] naming `--draft-budget` when it leaves no room beside the sinks and
 /// window.
 pub fn draft_selection(budget: usize) -> Result<Option<dustin_spec::DraftSelection>, CliError> {
-    if budget == 0 {
-        return Ok(None);
-    }
-    let k = dustin_select::SelectConfig::default().keep();
-    if budget <= k.n_sink + k.window {
-        return Err(CliError::Usage(format!(
-            "--draft-budget {budget}: expected more than the sinks and window ({} + {} = {}), or 0 for a dense draft",
-            k.n_sink,
-            k.window,
-            k.n_sink + k.window
-        )));
-    }
-    Ok(Some(dustin_spec::DraftSelection::new(
-        dustin_select::KeepRule { budget, ..k },
-    )))
+    Ok(dustin_eval::harness::pair::draft_selection(budget)?)
 }
 
 /// Builds the selection policy of `--selector` / `--budget` / `--config`.
@@ -273,11 +259,7 @@ pub fn build_policy<B: KernelOps>(
     budget: usize,
     file: &FileConfig,
 ) -> Result<Box<dyn dustin_core::SelectionPolicy<B>>, CliError> {
-    let mut select = if selector == "dustin" {
-        dustin_select::estimators::dustin::recommended_select_config(budget)
-    } else {
-        dustin_select::SelectConfig::with_budget(budget)
-    };
+    let mut select = dustin_eval::harness::pair::select_config(selector, budget);
     if let Some(v) = &file.select {
         let mut base = serde_json::to_value(&select).map_err(|e| CliError::Usage(e.to_string()))?;
         if let (Some(b), Some(o)) = (base.as_object_mut(), v.as_object()) {
