@@ -111,11 +111,14 @@ fn a_verifier_from_a_shared_prefill_verifies_as_one_that_prefilled_itself() {
         let ids = prompt(41);
         let drafted = [5, 17, 60, 2];
         let mut own = ModelVerifier::new(m.clone(), DenseHook, EXTRA, VOCAB);
-        let last_own = host(own.prefill(&[ids.clone()]).expect("own prefill"));
+        let last_own = host(
+            own.prefill(std::slice::from_ref(&ids))
+                .expect("own prefill"),
+        );
         let (cache, last) = shared(&m, &ids, None);
         let mut from =
             ModelVerifier::new(m.clone(), DenseHook, EXTRA, VOCAB).with_prefilled(cache, last);
-        let last_from = host(from.prefill(&[ids.clone()]).expect("prefilled"));
+        let last_from = host(from.prefill(std::slice::from_ref(&ids)).expect("prefilled"));
         assert_eq!(last_own.len(), VOCAB, "{name}");
         assert_eq!(last_own, last_from, "{name}: last prompt logits");
         for v in [&mut own, &mut from] {
@@ -155,13 +158,15 @@ fn a_drafter_from_a_shared_prefill_proposes_as_one_that_prefilled_itself() {
     let ids = prompt(33);
     for layers in [None, Some(1)] {
         let mut own = drafter(&m, layers);
-        own.prefill(&[ids.clone()], &[ids[0]]).expect("own prefill");
+        own.prefill(std::slice::from_ref(&ids), &[ids[0]])
+            .expect("own prefill");
         let cache = match layers {
             None => shared(&m, &ids, None).0,
             Some(n) => shared(&m, &ids, None).0.first_layers(n),
         };
         let mut from = drafter(&m, layers).with_prefilled(cache);
-        from.prefill(&[ids.clone()], &[ids[0]]).expect("prefilled");
+        from.prefill(std::slice::from_ref(&ids), &[ids[0]])
+            .expect("prefilled");
         for round in 0..2 {
             let what = format!("layers {layers:?}, proposal {round}");
             let a = own.propose(&greedy(3)).expect("own proposal");
@@ -193,17 +198,20 @@ fn force_window_gives_a_proposals_lookahead_and_the_accepted_state() {
     let ids = prompt(30);
     let gamma = 4;
     let mut real = drafter(&m, None);
-    real.prefill(&[ids.clone()], &[ids[0]]).expect("prefill");
+    real.prefill(std::slice::from_ref(&ids), &[ids[0]])
+        .expect("prefill");
     let p = real.propose(&greedy(gamma)).expect("proposal");
     let drafted = p.tokens[0].clone();
     let la = host(p.lookahead.expect("lookahead"));
 
     let mut forced = drafter(&m, None);
-    forced.prefill(&[ids.clone()], &[ids[0]]).expect("prefill");
+    forced
+        .prefill(std::slice::from_ref(&ids), &[ids[0]])
+        .expect("prefill");
     let window: Vec<TokenId> = std::iter::once(ids[0]).chain(drafted.clone()).collect();
     let next = 42;
     let lf = forced
-        .force_window(&[window.clone()], &[next])
+        .force_window(std::slice::from_ref(&window), &[next])
         .expect("forced window");
     assert_eq!(lf.dims(), [1, ids.len() + gamma + 1]);
     let lf = host(lf);
@@ -229,7 +237,9 @@ fn force_window_gives_a_proposals_lookahead_and_the_accepted_state() {
     // the window counts as accepted: `next` is pending after the prompt and the window
     let mut whole = drafter(&m, None);
     let longer: Vec<TokenId> = ids.iter().copied().chain(window).collect();
-    whole.prefill(&[longer.clone()], &[next]).expect("prefill");
+    whole
+        .prefill(std::slice::from_ref(&longer), &[next])
+        .expect("prefill");
     let a = forced.propose(&greedy(gamma)).expect("after the window");
     let b = whole
         .propose(&greedy(gamma))
@@ -257,7 +267,8 @@ fn force_window_names_bad_windows() {
     let m = model("llama");
     let ids = prompt(12);
     let mut d = drafter(&m, None);
-    d.prefill(&[ids.clone()], &[7]).expect("prefill");
+    d.prefill(std::slice::from_ref(&ids), &[7])
+        .expect("prefill");
     let e = d
         .force_window(&[vec![8, 1, 2]], &[3])
         .expect_err("wrong pending");
@@ -285,14 +296,17 @@ fn a_forced_windows_verification_reads_exactly_the_budget() {
     let ids = prompt(150);
     let window = vec![ids[0], 9, 30, 71];
     let mut d = drafter(&m, None);
-    d.prefill(&[ids.clone()], &[ids[0]]).expect("prefill");
+    d.prefill(std::slice::from_ref(&ids), &[ids[0]])
+        .expect("prefill");
     let la = d
-        .force_window(&[window.clone()], &[5])
+        .force_window(std::slice::from_ref(&window), &[5])
         .expect("forced window");
     let (cache, last) = shared(&m, &ids, None);
     let mut dense = ModelVerifier::new(m.clone(), DenseHook, EXTRA, VOCAB)
         .with_prefilled(cache.clone(), last.clone());
-    dense.prefill(&[ids.clone()]).expect("prefilled");
+    dense
+        .prefill(std::slice::from_ref(&ids))
+        .expect("prefilled");
     dense.set_pending(&[ids[0]]).expect("pending");
     let dense_logits = host3(verify(&mut dense, &window[1..], Some(la.clone())));
     let all = layers * kv_heads * ids.len() as u64;
@@ -304,7 +318,7 @@ fn a_forced_windows_verification_reads_exactly_the_budget() {
         policy.reset(1, m.config.num_hidden_layers);
         let mut v = ModelVerifier::new(m.clone(), policy, EXTRA, VOCAB)
             .with_prefilled(cache.clone(), last.clone());
-        v.prefill(&[ids.clone()]).expect("prefilled");
+        v.prefill(std::slice::from_ref(&ids)).expect("prefilled");
         v.set_pending(&[ids[0]]).expect("pending");
         let logits = host3(verify(&mut v, &window[1..], Some(la.clone())));
         let read = layers * kv_heads * k.min(ids.len()) as u64;
