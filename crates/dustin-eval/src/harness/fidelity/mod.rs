@@ -21,7 +21,7 @@
 //! drafter and verifier starting from the shared prefill) for the mean acceptance length.
 //!
 //! [`run`] computes the rows a results store lacks and writes the report; the modules below
-//! hold the shared part and one row ([`windows`]-private), and the tables.
+//! hold the shared part and one row (`windows`), and the tables (`report`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
