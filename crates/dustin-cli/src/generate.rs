@@ -1,7 +1,7 @@
 //! `dustin generate`: the arguments ([`GenerateArgs`]) and the run; the options it shares
-//! with the demo and `dustin-bench` ([`options`]: `--config`, policies, draft budgets,
-//! prompts), `--draft` values ([`draft`]), the memory checks ([`memory`]) and the output
-//! ([`output`]) are in modules of their own.
+//! with the demo and `dustin-bench` (`options`: `--config`, policies, draft budgets,
+//! prompts), `--draft` values (`draft`), the memory checks (`memory`) and the output
+//! (`output`) are in modules of their own.
 
 use dustin_kernels::KernelOps;
 use std::io::Write;

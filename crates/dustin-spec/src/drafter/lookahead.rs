@@ -9,7 +9,7 @@ use crate::{Result, SpecError};
 
 /// Which draft layers feed the lookahead signal (DESIGN.md step 1: "configured draft
 /// layers/heads"), and when their attention mass is computed. Its `Default` is every layer
-/// (`layers: None`); [`ModelDrafter::new`] starts from [`LookaheadLayers::Half`] of its
+/// (`layers: None`); [`ModelDrafter::new`](crate::ModelDrafter::new) starts from [`LookaheadLayers::Half`] of its
 /// draft's layers instead (the measured default, see there).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LookaheadConfig {
@@ -151,7 +151,7 @@ impl LookaheadLayers {
     }
 }
 
-/// When a [`ModelDrafter`] computes the attention mass of its draft steps' queries.
+/// When a [`ModelDrafter`](crate::ModelDrafter) computes the attention mass of its draft steps' queries.
 ///
 /// The signal is the same either way (each query's softmax over the keys visible at its
 /// position, summed): the keys a step's query sees are in the draft cache from that step on
@@ -160,7 +160,7 @@ impl LookaheadLayers {
 #[serde(rename_all = "kebab-case")]
 pub enum LookaheadScoring {
     /// Each layer keeps its queries; after the last draft step one scoring call per layer
-    /// ([`Qwen2::key_mass`]) covers every step's rows, so the draft's keys are read once per
+    /// ([`Qwen2::key_mass`](dustin_qwen::Qwen2::key_mass)) covers every step's rows, so the draft's keys are read once per
     /// layer for the lookahead instead of once per step, with one set of launches. The
     /// first step's rows join them when every sequence fed the same number of tokens; else
     /// they are scored in the first step's pass.
@@ -177,7 +177,7 @@ pub enum LookaheadScoring {
 pub(super) struct LookaheadHook<B: Backend> {
     pub(super) on: bool,
     pub(super) layers: Option<Vec<usize>>,
-    /// whether this pass's queries are kept for [`Qwen2::key_mass`] after drafting instead
+    /// whether this pass's queries are kept for [`Qwen2::key_mass`](dustin_qwen::Qwen2::key_mass) after drafting instead
     /// of being scored in the pass
     pub(super) keep: bool,
     /// whether only this pass's first query row is kept (a sparse draft's first step with

@@ -8,7 +8,7 @@ use dustin_select::{select_top_k, KeepRule};
 
 use super::greedy::pad_width;
 
-/// How a sparse draft ([`ModelDrafter::with_draft_selection`]) chooses the positions it
+/// How a sparse draft ([`ModelDrafter::with_draft_selection`](crate::ModelDrafter::with_draft_selection)) chooses the positions it
 /// attends to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DraftSelection {
