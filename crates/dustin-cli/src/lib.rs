@@ -59,13 +59,7 @@ pub fn exit_code(res: Result<(), CliError>) -> ExitCode {
 /// # Errors
 /// [`CliError::Usage`] naming the value and the range.
 pub fn check_gamma(gamma: usize) -> Result<(), CliError> {
-    if gamma == 0 || gamma > dustin_spec::MAX_GAMMA {
-        return Err(CliError::Usage(format!(
-            "--gamma {gamma}: expected 1 ..= {}",
-            dustin_spec::MAX_GAMMA
-        )));
-    }
-    Ok(())
+    Ok(dustin_eval::harness::check_gamma(gamma)?)
 }
 
 /// Creates the output folder `--out` (and its parents) and checks that a file can be
@@ -75,21 +69,7 @@ pub fn check_gamma(gamma: usize) -> Result<(), CliError> {
 /// [`CliError::Usage`] when `out` is a file; [`CliError::Io`] naming `--out` when the
 /// folder cannot be created or written.
 pub fn create_out_dir(out: &std::path::Path) -> Result<(), CliError> {
-    if out.exists() && !out.is_dir() {
-        return Err(CliError::Usage(format!(
-            "--out {}: a file, expected a folder (created when missing)",
-            out.display()
-        )));
-    }
-    let io = |source| CliError::Io {
-        path: format!("--out {}", out.display()),
-        source,
-    };
-    std::fs::create_dir_all(out).map_err(io)?;
-    let probe = out.join(format!(".dustin-write-check-{}", std::process::id()));
-    std::fs::write(&probe, b"").map_err(io)?;
-    let _ = std::fs::remove_file(&probe);
-    Ok(())
+    Ok(dustin_eval::harness::create_out_dir(out)?)
 }
 
 /// Errors of the command line.
@@ -130,4 +110,30 @@ pub enum CliError {
         /// Sequences in the batch.
         total: usize,
     },
+}
+
+impl From<dustin_eval::harness::HarnessError> for CliError {
+    /// The harness's errors as the command's own: the same variant where there is one, the
+    /// command's error back where the harness passed one through (model loading by name).
+    fn from(e: dustin_eval::harness::HarnessError) -> Self {
+        use dustin_eval::harness::HarnessError as H;
+        match e {
+            H::Usage(m) => CliError::Usage(m),
+            H::Io { path, source } => CliError::Io { path, source },
+            H::Model(e) => CliError::Model(e),
+            H::Spec(e) => CliError::Spec(e),
+            H::Core(e) => CliError::Core(e),
+            H::Host(e) => match e.downcast::<CliError>() {
+                Ok(e) => *e,
+                Err(e) => CliError::Usage(e.to_string()),
+            },
+        }
+    }
+}
+
+impl From<CliError> for dustin_eval::harness::HarnessError {
+    /// A command-line error passed through the harness (see the reverse conversion).
+    fn from(e: CliError) -> Self {
+        dustin_eval::harness::HarnessError::Host(Box::new(e))
+    }
 }

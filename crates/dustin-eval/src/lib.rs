@@ -3,6 +3,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod error;
+pub mod harness;
 pub mod longbench;
 pub mod metrics;
 pub mod pg19;

@@ -1,24 +1,12 @@
-//! `dustin eval pg19`: perplexity of PG-19 continuations when the target reads only its
-//! selection, a front end over the fidelity harness.
-//!
-//! The rows are the fidelity harness's (`compute_rows`): per book and context `N`, the
-//! first `N - (W (gamma + 1) + 1)` tokens are the prompt, prefilled densely once and shown to
-//! every selector as its prefill observation; then `W` teacher-forced verification windows of
-//! `gamma + 1` book tokens are verified through each selector, as a verification step would
-//! (the draft's lookahead included), and the negative log-likelihood of each window's true
-//! next tokens is summed. Perplexity = exp(mean NLL) over all windows of all books. No
-//! speculative run (no acceptance length): only the perplexity is reported, against dense.
+//! `dustin eval pg19`: the options of the PG-19 perplexity run of
+//! `dustin_eval::harness::pg19`, a front end over the fidelity harness.
 
-use dustin_kernels::KernelOps;
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use clap::Args;
-use dustin_eval::report::{plot_lines, Cell, Table};
+use dustin_eval::harness::pg19::Pg19Options;
 
-use super::{compute_rows, row_key, Agg, Computed, FidelityArgs, Row};
 use crate::backend::DeviceKind;
-use crate::CliError;
 
 /// Arguments of `dustin eval pg19`.
 #[derive(Debug, Args)]
@@ -77,12 +65,11 @@ pub struct Pg19Args {
 }
 
 impl Pg19Args {
-    /// The fidelity run that computes the rows (a speculative run only with `--spec-tokens`).
-    fn fidelity_args(&self) -> FidelityArgs {
-        FidelityArgs {
+    /// The harness's options of these arguments (all but the device).
+    pub fn options(&self) -> Pg19Options {
+        Pg19Options {
             model: self.model.clone(),
             draft: self.draft.clone(),
-            lookahead_layers: "all".into(),
             data: self.data.clone(),
             books: self.books,
             ctx: self.ctx.clone(),
@@ -94,158 +81,6 @@ impl Pg19Args {
             gamma: self.gamma,
             spec_tokens: self.spec_tokens,
             out: self.out.clone(),
-            device: self.device,
         }
     }
-}
-
-/// `dustin eval pg19`.
-pub(super) fn pg19<B: KernelOps>(args: &Pg19Args, dev: &B::Device) -> Result<(), CliError> {
-    if args.ctx.contains(&0) {
-        return Err(CliError::Usage(
-            "--ctx 0: expected a positive context".into(),
-        ));
-    }
-    if !args.data.exists() {
-        return Err(CliError::Usage(format!(
-            "--data {}: no such file or directory (a PG-19 book .txt or a folder of them)",
-            args.data.display()
-        )));
-    }
-    let fa = args.fidelity_args();
-    let c = compute_rows::<B>(&fa, dev, "pg19")?;
-    let table = ppl_table(&fa, &c)?;
-    let uerr = |e: dustin_eval::EvalError| CliError::Usage(e.to_string());
-    table
-        .write_markdown(args.out.join("pg19.md"))
-        .map_err(uerr)?;
-    table.write_json(args.out.join("pg19.json")).map_err(uerr)?;
-    let mut ctxs = args.ctx.clone();
-    ctxs.sort_unstable();
-    ctxs.dedup();
-    let mut written = vec![
-        args.out.join("pg19.md"),
-        args.out.join("pg19.json"),
-        args.out.join("results.jsonl"),
-    ];
-    for &n in &ctxs {
-        let path = args.out.join(format!("pg19_ctx{n}.svg"));
-        plot_lines(
-            &path,
-            &format!("Perplexity / dense perplexity, context {n}"),
-            "budget / context",
-            "ppl / dense ppl",
-            &ratio_series(&table, n),
-        )
-        .map_err(uerr)?;
-        written.push(path);
-    }
-    println!("{}", table.to_markdown());
-    println!(
-        "wrote {}",
-        written
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    Ok(())
-}
-
-/// The perplexity table: one row per (context, budget, selector) over the books.
-fn ppl_table(fa: &FidelityArgs, c: &Computed) -> Result<Table, CliError> {
-    let uerr = |e: dustin_eval::EvalError| CliError::Usage(e.to_string());
-    let (records, _warnings) = c.store.records::<Row>().map_err(uerr)?;
-    let rows: BTreeMap<String, Row> = records.into_iter().collect();
-    let mut table = Table::new([
-        "ctx",
-        "budget",
-        "selector",
-        "budget / ctx",
-        "books",
-        "tokens scored",
-        "ppl",
-        "dense ppl",
-        "ppl / dense",
-        "KV read",
-    ])
-    .with_title(format!(
-        "PG-19 perplexity when the target reads only its selection ({} teacher-forced windows of gamma + 1 = {} tokens per book)",
-        fa.windows,
-        fa.gamma + 1
-    ))
-    .with_precision(4);
-    let mut ctxs = fa.ctx.clone();
-    ctxs.sort_unstable();
-    ctxs.dedup();
-    for &n in &ctxs {
-        for (bl, bs) in &c.budgets {
-            let budget = bs.tokens(n);
-            for s in &c.sels {
-                let mut agg = Agg::default();
-                let mut positions = 0usize;
-                for b in &c.books {
-                    if let Some(r) = rows.get(&row_key(&b.id, n, budget, s, fa)?) {
-                        agg.add(r);
-                        positions += r.positions;
-                    }
-                }
-                if agg.n == 0 {
-                    continue;
-                }
-                let ppl = agg.mean(agg.nll).exp();
-                let dense = agg.mean(agg.dense_nll).exp();
-                table
-                    .push_row([
-                        Cell::from(n.to_string()),
-                        Cell::from(format!("{bl} ({budget})")),
-                        Cell::from(s.label.clone()),
-                        Cell::from(budget as f64 / n as f64),
-                        Cell::from(agg.n.to_string()),
-                        Cell::from(positions.to_string()),
-                        Cell::from(ppl),
-                        Cell::from(dense),
-                        Cell::from(ppl / dense),
-                        Cell::from(agg.mean(agg.kv_sel + agg.kv_est)),
-                    ])
-                    .map_err(uerr)?;
-            }
-        }
-    }
-    Ok(table)
-}
-
-/// The ratio column of `table` at context `n`, one series per selector, against the budget
-/// fraction.
-fn ratio_series(table: &Table, n: usize) -> Vec<(String, Vec<(f64, f64)>)> {
-    let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
-    let num = |c: &Cell| match c {
-        Cell::Num(x) => Some(*x),
-        _ => None,
-    };
-    let col = |name: &str| table.column(name).map(|c| c.cloned().collect::<Vec<_>>());
-    let (Some(ctx), Some(sel), Some(frac), Some(ratio)) = (
-        col("ctx"),
-        col("selector"),
-        col("budget / ctx"),
-        col("ppl / dense"),
-    ) else {
-        return series;
-    };
-    for i in 0..ctx.len() {
-        if ctx[i] != Cell::Text(n.to_string()) {
-            continue;
-        }
-        let (Cell::Text(label), Some(x), Some(y)) = (&sel[i], num(&frac[i]), num(&ratio[i])) else {
-            continue;
-        };
-        match series.iter_mut().find(|s| &s.0 == label) {
-            Some(s) => s.1.push((x, y)),
-            None => series.push((label.clone(), vec![(x, y)])),
-        }
-    }
-    for (_, pts) in series.iter_mut() {
-        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-    }
-    series
 }

@@ -1,0 +1,140 @@
+//! What a run leaves: the `--profile` table, `--output` (checked before the run, written
+//! after it) and the texts printed.
+
+use dustin_qwen::generate::FinishReason;
+use dustin_qwen::Tokenizer;
+
+use super::GenerateArgs;
+use crate::CliError;
+
+/// The decode-stage phases recorded by `--profile`, per model, largest first.
+pub(super) fn print_profile() {
+    let mut rows: Vec<_> = dustin_qwen::profile::snapshot()
+        .into_iter()
+        .filter(|p| p.stage == "decode")
+        .collect();
+    rows.sort_by(|a, b| a.model.cmp(b.model).then(b.secs.total_cmp(&a.secs)));
+    eprintln!("profile (decode steps and verifications; device waited for around each phase):");
+    eprintln!("| model | phase | calls | seconds |");
+    eprintln!("|---|---|---:|---:|");
+    for p in rows {
+        eprintln!(
+            "| {} | {} | {} | {:.3} |",
+            p.model, p.phase, p.calls, p.secs
+        );
+    }
+}
+
+/// Checks before a run that `--output path` can be written: not a folder, its folder
+/// existing, and the file openable for writing (an existing file is left as it is until the
+/// run ends; a file made for the check is removed again).
+///
+/// # Errors
+/// [`CliError::Usage`] naming `--output` and the reason.
+pub(super) fn check_output_path(path: &std::path::Path) -> Result<(), CliError> {
+    let bad = |why: String| {
+        Err(CliError::Usage(format!(
+            "--output {}: {why}",
+            path.display()
+        )))
+    };
+    if path.is_dir() {
+        return bad("is a folder; expected a file path".into());
+    }
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    if !parent.is_dir() {
+        return bad(format!("its folder {} does not exist", parent.display()));
+    }
+    let existed = path.exists();
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+    {
+        Ok(_) => {
+            if !existed {
+                let _ = std::fs::remove_file(path);
+            }
+            Ok(())
+        }
+        Err(e) => bad(format!("cannot be written ({e})")),
+    }
+}
+
+/// One sequence of `--output`.
+#[derive(Debug, serde::Serialize)]
+pub(super) struct SeqOut<'a> {
+    index: usize,
+    finish: &'static str,
+    text: String,
+    tokens: &'a [u32],
+}
+
+/// Prints each sequence's finish reason, writes `--output`, and turns a cancelled run into
+/// [`CliError::Cancelled`] (exit code 130) once everything is written.
+pub(super) fn finish_run(
+    args: &GenerateArgs,
+    tok: &Tokenizer,
+    tokens: &[Vec<u32>],
+    finish: &[FinishReason],
+) -> Result<(), CliError> {
+    let reasons: Vec<String> = finish
+        .iter()
+        .enumerate()
+        .map(|(i, f)| format!("{i}: {}", f.as_str()))
+        .collect();
+    eprintln!("finish: {}", reasons.join(", "));
+    if let Some(path) = &args.output {
+        let seqs = tokens
+            .iter()
+            .zip(finish)
+            .enumerate()
+            .map(|(index, (t, f))| {
+                Ok(SeqOut {
+                    index,
+                    finish: f.as_str(),
+                    text: tok.decode(t)?,
+                    tokens: t,
+                })
+            })
+            .collect::<Result<Vec<_>, CliError>>()?;
+        let json = serde_json::json!({ "sequences": seqs });
+        let text = serde_json::to_string_pretty(&json)
+            .map_err(|e| CliError::Usage(format!("--output: {e}")))?;
+        if let Err(source) = std::fs::write(path, text.clone() + "\n") {
+            // keep what was generated: the JSON on standard output, then the error
+            println!("{text}");
+            eprintln!(
+                "could not write --output {}: the JSON is on standard output above",
+                path.display()
+            );
+            return Err(CliError::Io {
+                path: path.display().to_string(),
+                source,
+            });
+        }
+        eprintln!("wrote {}", path.display());
+    }
+    let cancelled = finish
+        .iter()
+        .filter(|f| **f == FinishReason::Cancelled)
+        .count();
+    if cancelled > 0 {
+        return Err(CliError::Cancelled {
+            cancelled,
+            total: finish.len(),
+        });
+    }
+    Ok(())
+}
+
+pub(super) fn print_rest(tok: &Tokenizer, tokens: &[Vec<u32>]) -> Result<(), CliError> {
+    for (i, t) in tokens.iter().enumerate().skip(1) {
+        println!("--- sequence {i} ---\n{}", tok.decode(t)?);
+    }
+    Ok(())
+}

@@ -1,0 +1,183 @@
+//! The fidelity harness on the tiny fixture model: fitting budgets, the figures of a fixed
+//! small case.
+
+use std::collections::BTreeMap;
+
+use super::*;
+use burn_flex::{Flex, FlexDevice};
+use dustin_qwen::{Qwen2, QwenConfig, SafetensorsDir};
+
+fn tiny() -> Arc<Qwen2<Flex>> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../dustin-qwen/tests/fixtures/parity/llama");
+    let cfg = QwenConfig::from_file(&dir.join("config.json")).expect("config");
+    let src = SafetensorsDir::open(&dir).expect("weights");
+    Arc::new(Qwen2::load(&cfg, &src, 256, &FlexDevice).expect("model"))
+}
+
+/// The fixed small case's options: a 1-layer self-draft, 3 windows at a context of 128,
+/// gamma 3, 6 speculative tokens.
+fn fixed_args() -> FidelityOptions {
+    FidelityOptions {
+        model: None,
+        draft: "self:layers=1".into(),
+        lookahead_layers: "all".into(),
+        data: PathBuf::new(),
+        books: None,
+        ctx: vec![128],
+        budget: vec![],
+        selectors: vec![],
+        knobs: vec![],
+        select: vec![],
+        windows: 3,
+        gamma: 3,
+        spec_tokens: 6,
+        out: PathBuf::new(),
+    }
+}
+
+/// The fixed small case's context: `target` drafting for itself with its first layer.
+fn fixed_ctx<'a>(args: &'a FidelityOptions, target: &Arc<Qwen2<Flex>>) -> Ctx<'a, Flex> {
+    Ctx {
+        args,
+        target: target.clone(),
+        draft: target.clone(),
+        draft_layers: Some(1),
+        lookahead_layers: None,
+        self_draft: true,
+        vocab: 96,
+        capacity: 128,
+        observed: 16,
+    }
+}
+
+/// Every selector with a budget over the context is dense verification bit for bit
+/// (top-1 1, KL 0, the same acceptance length); a small budget reads about its share.
+#[test]
+fn fitting_budgets_are_dense_bit_for_bit_and_small_ones_read_their_share() {
+    let target = tiny();
+    let args = fixed_args();
+    let cx = fixed_ctx(&args, &target);
+    let ids: Vec<u32> = (0..150).map(|i| ((i * 37 + 11) % 96) as u32).collect();
+    let p = 128 - 14; // extra = max(W (gamma + 1) + 1, spec + 2 (gamma + 1)) = 14
+    let mut names: Vec<String> = dustin_select::names()
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    names.push("pyramid(dustin)".into());
+    let mut pend = Vec::new();
+    for (budget, label) in [(4096usize, "fits"), (80, "sparse")] {
+        for name in &names {
+            let sel = SelectorSpec {
+                label: name.clone(),
+                spec: name.clone(),
+                knobs: None,
+                select: None,
+            };
+            pend.push(Pending {
+                key: format!("{label}|{name}"),
+                budget,
+                budget_label: label.into(),
+                fid: sel.build::<Flex>(budget).unwrap(),
+                spec: None,
+                sel,
+            });
+        }
+    }
+    let mut prefix = None;
+    let sh = shared_part(&cx, &ids, p, &mut pend, &mut prefix).unwrap();
+    let rows: Vec<Row> = pend
+        .into_iter()
+        .map(|pe| run_row(&cx, &ids, p, &sh, pe, "b", 128).unwrap())
+        .collect();
+    let dense_tau = rows[0].accept_len.unwrap();
+    for r in &rows {
+        let what = format!("{} budget {}", r.selector, r.budget);
+        assert_eq!(r.positions, 12, "{what}");
+        assert!(
+            (0.0..=1.0).contains(&r.top1) && r.kl >= -1e-6 && r.kl.is_finite(),
+            "{what}"
+        );
+        if r.budget == 4096 || r.selector == "dense" {
+            assert_eq!(r.top1, 1.0, "{what}");
+            assert_eq!(r.kl, 0.0, "{what}");
+            assert_eq!(r.nll, r.dense_nll, "{what}");
+            assert_eq!(r.kv_selected, 1.0, "{what}");
+            assert_eq!(r.kv_estimation, 0.0, "{what}");
+            assert_eq!(r.accept_len, Some(dense_tau), "{what}");
+        } else {
+            // 80 of about 114 .. 126 context tokens, new tokens aside
+            assert!(
+                r.kv_selected > 0.5 && r.kv_selected < 0.8,
+                "{what}: {}",
+                r.kv_selected
+            );
+        }
+    }
+}
+
+/// The figures of a fixed small case at a budget of 80, as the harness gave them when it
+/// ran its own copies of the drafter and the verifier: the engine's drafter (teacher-forced
+/// lookaheads, speculative run) and verifier give the same selections and figures.
+#[test]
+fn sparse_figures_of_a_fixed_case_are_the_recorded_ones() {
+    let target = tiny();
+    let args = fixed_args();
+    let cx = fixed_ctx(&args, &target);
+    let ids: Vec<u32> = (0..150).map(|i| ((i * 37 + 11) % 96) as u32).collect();
+    let p = 128 - 14;
+    let mut names: Vec<String> = dustin_select::names()
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    names.push("pyramid(dustin)".into());
+    let mut pend = Vec::new();
+    for (budget, label) in [(80usize, "sparse")] {
+        for name in &names {
+            let sel = SelectorSpec {
+                label: name.clone(),
+                spec: name.clone(),
+                knobs: None,
+                select: None,
+            };
+            let fid = sel.build::<Flex>(budget).unwrap();
+            pend.push(Pending {
+                key: format!("{label}|{name}"),
+                budget,
+                budget_label: label.into(),
+                fid,
+                spec: None,
+                sel,
+            });
+        }
+    }
+    let mut prefix = None;
+    let sh = shared_part(&cx, &ids, p, &mut pend, &mut prefix).unwrap();
+    // (top-1 agreement, KL, mean acceptance length, iterations)
+    let want: BTreeMap<&str, (f64, f64, f64, usize)> = [
+        ("streaming", (2.0 / 12.0, 0.4344516880810261, 1.0, 5)),
+        ("h2o", (5.0 / 12.0, 0.3254195662836234, 1.75, 4)),
+        ("oracle", (7.0 / 12.0, 0.11433123013315101, 1.5, 4)),
+        ("draft-only", (3.0 / 12.0, 0.2129144755502542, 1.0, 5)),
+        ("dustin", (5.0 / 12.0, 0.2147403839044273, 1.25, 4)),
+        ("pyramid(dustin)", (7.0 / 12.0, 0.12726490447918573, 1.2, 5)),
+    ]
+    .into_iter()
+    .collect();
+    for pe in pend {
+        let r = run_row(&cx, &ids, p, &sh, pe, "b", 128).unwrap();
+        eprintln!(
+            "{:<16} top-1 {:.17} KL {:.17} tau {:?} iterations {:?} KV {:.17}",
+            r.selector, r.top1, r.kl, r.accept_len, r.spec_iterations, r.kv_selected
+        );
+        let Some(&(top1, kl, tau, it)) = want.get(r.selector.as_str()) else {
+            continue;
+        };
+        let what = &r.selector;
+        assert!((r.top1 - top1).abs() < 1e-12, "{what}: top-1 {}", r.top1);
+        assert!((r.kl - kl).abs() < 1e-6, "{what}: KL {}", r.kl);
+        assert_eq!(r.accept_len, Some(tau), "{what}");
+        assert_eq!(r.spec_iterations, Some(it), "{what}");
+        assert!((r.kv_selected - 40.0 / 59.0).abs() < 1e-12, "{what}");
+    }
+}

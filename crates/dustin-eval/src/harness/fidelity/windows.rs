@@ -1,0 +1,335 @@
+//! The shared part of one (book, context) and one (budget, selector) row of it.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use burn_tensor::{activation, backend::Backend, Tensor};
+use dustin_core::{DenseHook, Drafter, KvStore, Phase, SamplingConfig, TokenId, Verifier};
+use dustin_kernels::KernelOps;
+use dustin_kv::DenseKvCache;
+use dustin_qwen::generate::{prefill, prefill_from};
+use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2};
+use dustin_select::BudgetedPolicy;
+use dustin_spec::{SpecConfig, SpeculativeDecoder};
+
+use super::{FidelityOptions, Row};
+use crate::harness::engine::{
+    forced_window, host_f32, host_i64, nll_of, shared_drafter, shared_verifier, FanOut,
+};
+use crate::harness::selectors::SelectorSpec;
+use crate::harness::HarnessError;
+
+/// What one (book, context) shares between its selectors.
+pub(crate) struct Shared<B: KernelOps> {
+    /// Target cache after the whole prompt (dense).
+    pub(crate) cache: DenseKvCache<B>,
+    /// Draft cache after the whole prompt (dense).
+    pub(crate) draft_cache: DenseKvCache<B>,
+    /// Target logits at the last prompt position `[1, vocab]`.
+    pub(crate) last: Tensor<B, 2>,
+    /// Teacher-forced lookahead per window (when a selector wants it).
+    pub(crate) lookaheads: Vec<Tensor<B, 2>>,
+    /// Dense log-probabilities per window `[1, gamma + 1, vocab]`.
+    pub(crate) dense_logp: Vec<Tensor<B, 3>>,
+    /// Dense argmax per verified position, all windows.
+    pub(crate) dense_top: Vec<i64>,
+    /// Dense NLL of the true next tokens, summed.
+    pub(crate) dense_nll: f64,
+    /// Seconds: dense prefill, fan-out chunk, draft cache and lookaheads, dense reference.
+    pub(crate) secs: [f64; 4],
+}
+
+pub(crate) struct Ctx<'a, B: Backend> {
+    pub(crate) args: &'a FidelityOptions,
+    pub(crate) target: Arc<Qwen2<B>>,
+    pub(crate) draft: Arc<Qwen2<B>>,
+    pub(crate) draft_layers: Option<usize>,
+    /// `--lookahead-layers` resolved against the draft's layers (`None`: all)
+    pub(crate) lookahead_layers: Option<Vec<usize>>,
+    pub(crate) self_draft: bool,
+    pub(crate) vocab: usize,
+    pub(crate) capacity: usize,
+    /// Prompt tokens every selector sees as its last prefill chunk.
+    pub(crate) observed: usize,
+}
+
+/// A selector instance pair for one (budget, selector) row: the windows' and the
+/// speculative run's.
+pub(crate) struct Pending<B: KernelOps> {
+    pub(crate) key: String,
+    pub(crate) sel: SelectorSpec,
+    pub(crate) budget: usize,
+    pub(crate) budget_label: String,
+    pub(crate) fid: Box<dyn BudgetedPolicy<B>>,
+    pub(crate) spec: Option<Box<dyn BudgetedPolicy<B>>>,
+}
+
+/// Prefill (dense, once), the selectors' prefill observation (fan-out), the draft cache, the
+/// teacher-forced lookaheads and the dense reference windows.
+///
+/// `prefix` is a dense cache of the book's first tokens from a shorter context (contexts run
+/// in ascending order): the prefill continues from it.
+pub(crate) fn shared_part<B: KernelOps>(
+    cx: &Ctx<'_, B>,
+    ids: &[TokenId],
+    p: usize,
+    pend: &mut [Pending<B>],
+    prefix: &mut Option<DenseKvCache<B>>,
+) -> Result<Shared<B>, HarnessError> {
+    let args = cx.args;
+    let g1 = args.gamma + 1;
+    let head = p - cx.observed;
+    let mut clock = Instant::now();
+    let mut secs = [0.0; 4];
+    let mut lap = |i: usize, secs: &mut [f64; 4]| {
+        secs[i] = clock.elapsed().as_secs_f64();
+        clock = Instant::now();
+    };
+    let from = prefix
+        .take()
+        .filter(|c| c.lens()[0] < head && c.capacity() == cx.capacity);
+    let (mut cache, _, _) = prefill_from(
+        &cx.target,
+        &[ids[..head].to_vec()],
+        from.map(|c| vec![c]),
+        cx.capacity,
+        None,
+        &mut DenseHook,
+        cx.observed,
+        false,
+    )?;
+    *prefix = Some(cache.clone());
+    lap(0, &mut secs);
+    let layers = cx.target.config.num_hidden_layers;
+    let mut policies: Vec<&mut Box<dyn BudgetedPolicy<B>>> =
+        pend.iter_mut().map(|pe| &mut pe.fid).collect();
+    for pol in policies.iter_mut() {
+        pol.reset(1, layers);
+    }
+    let mut fan = FanOut { policies };
+    let out = cx.target.forward(
+        &[ids[head..p].to_vec()],
+        &mut cache,
+        &mut fan,
+        ForwardOpts {
+            phase: Phase::Prefill {
+                seq: 0,
+                last_chunk: true,
+            },
+            logits: LogitsMode::Last,
+            layers: None,
+        },
+    )?;
+    let logits = out
+        .logits
+        .ok_or_else(|| HarnessError::Usage("prefill: no logits".into()))?;
+    let v = logits.dims()[2];
+    let last = logits.reshape([1, v]);
+    // the speculative run's instance: a copy after the prefill observation
+    if args.spec_tokens > 0 {
+        for pe in pend.iter_mut() {
+            pe.spec = Some(pe.fid.boxed_clone());
+        }
+    }
+    lap(1, &mut secs);
+    let draft_cache = if cx.self_draft {
+        cache.first_layers(cx.draft_layers.unwrap_or(usize::MAX))
+    } else {
+        prefill(
+            &cx.draft,
+            &[ids[..p].to_vec()],
+            cx.capacity,
+            None,
+            &mut DenseHook,
+            cx.observed,
+            false,
+        )?
+        .0
+    };
+    let window = |j: usize| ids[p + j * g1..p + (j + 1) * g1].to_vec();
+    // teacher-forced lookaheads: the draft reads the window as if it had drafted the book's
+    // tokens; its first gamma query rows are the ones a real proposal computes
+    let mut lookaheads = Vec::new();
+    if pend.iter().any(|pe| pe.fid.wants_lookahead()) {
+        let mut drafter = shared_drafter(
+            cx.draft.clone(),
+            cx.draft_layers,
+            draft_cache.clone(),
+            cx.lookahead_layers.clone(),
+        );
+        drafter.prefill(&[ids[..p].to_vec()], &[ids[p]])?;
+        for j in 0..args.windows {
+            lookaheads.push(drafter.force_window(&[window(j)], &[ids[p + (j + 1) * g1]])?);
+        }
+    }
+    lap(2, &mut secs);
+    // dense reference
+    let mut verifier = shared_verifier(
+        cx.target.clone(),
+        DenseHook,
+        cache.clone(),
+        last.clone(),
+        cx.vocab,
+    );
+    verifier.prefill(&[ids[..p].to_vec()])?;
+    verifier.set_pending(&[ids[p]])?;
+    let mut dense_logp = Vec::new();
+    let mut dense_top = Vec::new();
+    let mut dense_nll = 0.0;
+    for j in 0..args.windows {
+        let w = window(j);
+        let (logits, _, _) = forced_window(&mut verifier, &w[1..], None, j, ids[p + (j + 1) * g1])?;
+        let lp = activation::log_softmax(logits, 2);
+        dense_top.extend(host_i64(lp.clone().argmax(2))?);
+        dense_nll += nll_of(&lp, &ids[p + j * g1 + 1..p + (j + 1) * g1 + 1])?;
+        dense_logp.push(lp);
+    }
+    lap(3, &mut secs);
+    Ok(Shared {
+        cache,
+        draft_cache,
+        last,
+        lookaheads,
+        dense_logp,
+        dense_top,
+        dense_nll,
+        secs,
+    })
+}
+
+/// One (budget, selector) row: the windows through its selector, compared with the dense
+/// reference of `sh`, then the speculative run when the row has its instance.
+pub(crate) fn run_row<B: KernelOps>(
+    cx: &Ctx<'_, B>,
+    ids: &[TokenId],
+    p: usize,
+    sh: &Shared<B>,
+    pe: Pending<B>,
+    book: &str,
+    n: usize,
+) -> Result<Row, HarnessError> {
+    let args = cx.args;
+    let g1 = args.gamma + 1;
+    let Pending {
+        sel,
+        budget,
+        budget_label,
+        fid,
+        spec,
+        ..
+    } = pe;
+    let t = Instant::now();
+    let mut verifier = shared_verifier(
+        cx.target.clone(),
+        fid,
+        sh.cache.clone(),
+        sh.last.clone(),
+        cx.vocab,
+    );
+    verifier.prefill(&[ids[..p].to_vec()])?;
+    verifier.set_pending(&[ids[p]])?;
+    let (mut agree, mut kl, mut nll) = (0usize, 0.0f64, 0.0f64);
+    let (mut reads, mut dense) = (0u64, 0u64);
+    let mut est_before = verifier
+        .policy()
+        .estimation_reads()
+        .first()
+        .copied()
+        .unwrap_or(0.0);
+    let mut est = 0.0f64;
+    for j in 0..args.windows {
+        // every verified position is committed (teacher forcing)
+        let (logits, r, d) = forced_window(
+            &mut verifier,
+            &ids[p + j * g1 + 1..p + (j + 1) * g1],
+            sh.lookaheads.get(j),
+            j,
+            ids[p + (j + 1) * g1],
+        )?;
+        let e = verifier
+            .policy()
+            .estimation_reads()
+            .first()
+            .copied()
+            .unwrap_or(0.0);
+        est += e - est_before;
+        est_before = e;
+        reads += r;
+        dense += d;
+        let lp = activation::log_softmax(logits, 2);
+        let dl = &sh.dense_logp[j];
+        let kls = (dl.clone().exp() * (dl.clone() - lp.clone())).sum_dim(2);
+        kl += host_f32(kls)?.iter().map(|&x| f64::from(x)).sum::<f64>();
+        let top = host_i64(lp.clone().argmax(2))?;
+        agree += top
+            .iter()
+            .zip(&sh.dense_top[j * g1..(j + 1) * g1])
+            .filter(|(a, b)| a == b)
+            .count();
+        nll += nll_of(&lp, &ids[p + j * g1 + 1..p + (j + 1) * g1 + 1])?;
+    }
+    let secs_windows = t.elapsed().as_secs_f64();
+    let positions = args.windows * g1;
+    let t = Instant::now();
+    let (mut sd, mut sv) = (0.0, 0.0);
+    let (accept_len, spec_iterations) = match spec {
+        Some(policy) => {
+            let drafter = shared_drafter(
+                cx.draft.clone(),
+                cx.draft_layers,
+                sh.draft_cache.clone(),
+                cx.lookahead_layers.clone(),
+            );
+            let verifier = shared_verifier(
+                cx.target.clone(),
+                policy,
+                sh.cache.clone(),
+                sh.last.clone(),
+                cx.vocab,
+            );
+            let mut dec = SpeculativeDecoder::new(drafter, verifier);
+            let cfg = SpecConfig {
+                gamma: args.gamma,
+                max_new_tokens: args.spec_tokens,
+                sampling: SamplingConfig::greedy(),
+                seed: 0,
+                eos: Vec::new(),
+                stop_strings: Vec::new(),
+            };
+            let o = dec.generate(&[ids[..p].to_vec()], &cfg, None, &mut |_, _| {})?;
+            sd = o.summary.draft_secs;
+            sv = o.summary.verify_secs;
+            (
+                Some(o.summary.mean_acceptance_length),
+                Some(o.summary.iterations),
+            )
+        }
+        None => (None, None),
+    };
+    let secs_spec = t.elapsed().as_secs_f64();
+    let dense_f = dense.max(1) as f64;
+    Ok(Row {
+        book: book.to_string(),
+        ctx: n,
+        prompt_tokens: p,
+        budget,
+        budget_label,
+        selector: sel.label.clone(),
+        spec: sel.spec.clone(),
+        windows: args.windows,
+        gamma: args.gamma,
+        positions,
+        top1: agree as f64 / positions as f64,
+        kl: kl / positions as f64,
+        nll: nll / positions as f64,
+        dense_nll: sh.dense_nll / positions as f64,
+        kv_selected: reads as f64 / dense_f,
+        kv_estimation: est / dense_f,
+        accept_len,
+        spec_iterations,
+        secs_windows,
+        secs_spec,
+        secs_spec_draft: sd,
+        secs_spec_verify: sv,
+    })
+}
