@@ -232,7 +232,9 @@ impl Member {
             }
         }
         if end > self.sent {
-            let _ = self.events.send(Event::Text(self.text[self.sent..end].to_string()));
+            let _ = self
+                .events
+                .send(Event::Text(self.text[self.sent..end].to_string()));
             self.sent = end;
         }
     }
@@ -316,13 +318,23 @@ pub(crate) fn run_engine(
                 b.run.cancel_all();
                 for (s, m) in b.members.iter_mut().enumerate() {
                     if !m.done {
-                        m.finish(b.run.finish_reason(s).unwrap_or(FinishReason::Cancelled), &metrics);
+                        m.finish(
+                            b.run.finish_reason(s).unwrap_or(FinishReason::Cancelled),
+                            &metrics,
+                        );
                     }
                 }
             }
             batches.clear();
         }
-        admit(&mut waiting, &mut batches, factory.as_mut(), &tok, &cfg, &metrics);
+        admit(
+            &mut waiting,
+            &mut batches,
+            factory.as_mut(),
+            &tok,
+            &cfg,
+            &metrics,
+        );
         for b in &mut batches {
             step(b, &tok, &metrics);
         }
@@ -381,8 +393,16 @@ fn admit(
         }
         let slack = 2 * (cfg.gamma + 2);
         let shape = |pick: &[usize]| {
-            let longest = pick.iter().map(|&i| waiting[i].prompt.len()).max().unwrap_or(0);
-            let most = pick.iter().map(|&i| waiting[i].max_tokens).max().unwrap_or(0);
+            let longest = pick
+                .iter()
+                .map(|&i| waiting[i].prompt.len())
+                .max()
+                .unwrap_or(0);
+            let most = pick
+                .iter()
+                .map(|&i| waiting[i].max_tokens)
+                .max()
+                .unwrap_or(0);
             (most + slack, longest + most + slack)
         };
         let (mut extra, mut capacity) = shape(&pick);

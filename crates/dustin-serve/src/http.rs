@@ -119,10 +119,7 @@ fn parse<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, 
 }
 
 /// Checks the options against the limits; the request's max_tokens, sampling and seed.
-fn check_options(
-    o: &GenOptions,
-    l: &Limits,
-) -> Result<(usize, SamplingConfig, u64), ApiError> {
+fn check_options(o: &GenOptions, l: &Limits) -> Result<(usize, SamplingConfig, u64), ApiError> {
     if let Some(n) = o.n {
         if n != 1 {
             return Err(ApiError::invalid(
@@ -166,10 +163,7 @@ fn check_options(
         ));
     }
     if o.stop.iter().any(String::is_empty) {
-        return Err(ApiError::invalid(
-            "stop",
-            "a stop string is empty".into(),
-        ));
+        return Err(ApiError::invalid("stop", "a stop string is empty".into()));
     }
     let sampling = if temperature == 0.0 {
         SamplingConfig::greedy()
@@ -240,7 +234,10 @@ fn submit(
     let q = &st.metrics.queued;
     if q.fetch_add(1, Ordering::SeqCst) >= st.limits.max_queue {
         q.fetch_sub(1, Ordering::SeqCst);
-        return Err(reject(ApiError::queue_full(st.limits.max_queue), "queue_full"));
+        return Err(reject(
+            ApiError::queue_full(st.limits.max_queue),
+            "queue_full",
+        ));
     }
     let (tx, rx) = unbounded_channel();
     let prompt_tokens = ids.len();
@@ -268,7 +265,11 @@ fn submit(
     }
     st.metrics.update(|c| c.requests += 1);
     let created = unix_now();
-    let id = format!("{id_prefix}-{:x}{:04x}", created, st.metrics.snapshot().requests);
+    let id = format!(
+        "{id_prefix}-{:x}{:04x}",
+        created,
+        st.metrics.snapshot().requests
+    );
     Ok(Queued {
         rx,
         prompt_tokens,
@@ -298,10 +299,15 @@ async fn collect(rx: &mut UnboundedReceiver<Event>) -> Result<(String, String, u
             Event::Error(e) => return Err(e),
         }
     }
-    Err(ApiError::internal("the engine stopped before the request finished".into()))
+    Err(ApiError::internal(
+        "the engine stopped before the request finished".into(),
+    ))
 }
 
-async fn completions(State(st): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
+async fn completions(
+    State(st): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     match completions_inner(st, body).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
@@ -314,13 +320,15 @@ async fn completions_inner(
 ) -> Result<Response, ApiError> {
     let req: CompletionRequest = parse(body).inspect_err(|_| st.metrics.rejected("invalid"))?;
     check_model(&st, &req.model)?;
-    let (prompt, o) = req.split().inspect_err(|_| st.metrics.rejected("invalid"))?;
+    let (prompt, o) = req
+        .split()
+        .inspect_err(|_| st.metrics.rejected("invalid"))?;
     let eos = st.tok.eos_ids.clone();
     let mut q = submit(&st, &prompt, &o, eos, "cmpl")?;
     let model = st.model_id.clone();
     let (id, created, prompt_tokens) = (q.id.clone(), q.created, q.prompt_tokens);
-    let chunk = move |text: String, finish: Option<String>, usage: Option<Usage>| {
-        CompletionResponse {
+    let chunk =
+        move |text: String, finish: Option<String>, usage: Option<Usage>| CompletionResponse {
             id: id.clone(),
             object: "text_completion".into(),
             created,
@@ -336,8 +344,7 @@ async fn completions_inner(
                 }]
             },
             usage,
-        }
-    };
+        };
     if o.stream {
         let s = sse_stream(q.rx, prompt_tokens, o.include_usage, move |ev| match ev {
             Piece::Start => None,
@@ -348,10 +355,18 @@ async fn completions_inner(
         return Ok(Sse::new(s).keep_alive(KeepAlive::default()).into_response());
     }
     let (text, finish, n) = collect(&mut q.rx).await?;
-    Ok(Json(chunk(text, Some(finish), Some(Usage::new(prompt_tokens, n)))).into_response())
+    Ok(Json(chunk(
+        text,
+        Some(finish),
+        Some(Usage::new(prompt_tokens, n)),
+    ))
+    .into_response())
 }
 
-async fn chat_completions(State(st): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
+async fn chat_completions(
+    State(st): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     match chat_inner(st, body).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
@@ -367,15 +382,24 @@ async fn chat_inner(
 ) -> Result<Response, ApiError> {
     let req: ChatRequest = parse(body).inspect_err(|_| st.metrics.rejected("invalid"))?;
     check_model(&st, &req.model)?;
-    let (messages, o) = req.split().inspect_err(|_| st.metrics.rejected("invalid"))?;
+    let (messages, o) = req
+        .split()
+        .inspect_err(|_| st.metrics.rejected("invalid"))?;
     let bad = |e: ApiError| {
         st.metrics.rejected("invalid");
         e
     };
     if messages.is_empty() {
-        return Err(bad(ApiError::invalid("messages", "no message: expected at least one".into())));
+        return Err(bad(ApiError::invalid(
+            "messages",
+            "no message: expected at least one".into(),
+        )));
     }
-    if let Some((i, m)) = messages.iter().enumerate().find(|(_, m)| !ROLES.contains(&m.role.as_str())) {
+    if let Some((i, m)) = messages
+        .iter()
+        .enumerate()
+        .find(|(_, m)| !ROLES.contains(&m.role.as_str()))
+    {
         return Err(bad(ApiError::invalid(
             &format!("messages[{i}].role"),
             format!("role `{}`: expected one of {}", m.role, ROLES.join(", ")),
@@ -384,16 +408,22 @@ async fn chat_inner(
     let Some(tpl) = &st.chat else {
         return Err(bad(ApiError::invalid(
             "messages",
-            format!("the model `{}` has no chat template: use /v1/completions", st.model_id),
+            format!(
+                "the model `{}` has no chat template: use /v1/completions",
+                st.model_id
+            ),
         )));
     };
     let conv: Vec<Message> = messages
         .iter()
         .map(|m| Message::new(m.role.clone(), m.content.clone()))
         .collect();
-    let prompt = tpl
-        .render(&conv, true)
-        .map_err(|e| bad(ApiError::invalid("messages", format!("the chat template failed: {e}"))))?;
+    let prompt = tpl.render(&conv, true).map_err(|e| {
+        bad(ApiError::invalid(
+            "messages",
+            format!("the chat template failed: {e}"),
+        ))
+    })?;
     let mut q = submit(&st, &prompt, &o, st.chat_eos.clone(), "chatcmpl")?;
     let model = st.model_id.clone();
     let (id, created, prompt_tokens) = (q.id.clone(), q.created, q.prompt_tokens);
@@ -419,7 +449,11 @@ async fn chat_inner(
         let k = "chat.completion.chunk";
         let s = sse_stream(q.rx, prompt_tokens, o.include_usage, move |ev| {
             Some(json(&match ev {
-                Piece::Start => resp(k, Some(delta(Some("assistant"), Some(String::new()), None)), None),
+                Piece::Start => resp(
+                    k,
+                    Some(delta(Some("assistant"), Some(String::new()), None)),
+                    None,
+                ),
                 Piece::Text(t) => resp(k, Some(delta(None, Some(t), None)), None),
                 Piece::End(f) => resp(k, Some(delta(None, None, Some(f))), None),
                 Piece::Usage(u) => resp(k, None, Some(u)),
@@ -438,7 +472,12 @@ async fn chat_inner(
         logprobs: None,
         finish_reason: Some(finish),
     };
-    Ok(Json(resp("chat.completion", Some(choice), Some(Usage::new(prompt_tokens, n)))).into_response())
+    Ok(Json(resp(
+        "chat.completion",
+        Some(choice),
+        Some(Usage::new(prompt_tokens, n)),
+    ))
+    .into_response())
 }
 
 fn json<T: serde::Serialize>(v: &T) -> String {
@@ -469,25 +508,31 @@ fn sse_stream(
     include_usage: bool,
     render: impl Fn(Piece) -> Option<String> + Send + Sync + 'static,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> {
-    stream::unfold((rx, Phase::Start, render), move |(rx, phase, render)| async move {
-        let (ev, next) = match phase {
-            Phase::Start => match render(Piece::Start) {
-                Some(d) => (SseEvent::default().data(d), Phase::Body),
-                None => return next_body(rx, render, prompt_tokens, include_usage).await,
-            },
-            Phase::Body => return next_body(rx, render, prompt_tokens, include_usage).await,
-            Phase::Usage(u) => match render(Piece::Usage(u)) {
-                Some(d) => (SseEvent::default().data(d), Phase::Done),
-                None => (SseEvent::default().data("[DONE]"), Phase::Over),
-            },
-            Phase::Done => (SseEvent::default().data("[DONE]"), Phase::Over),
-            Phase::Over => return None,
-        };
-        Some((Ok(ev), (rx, next, render)))
-    })
+    stream::unfold(
+        (rx, Phase::Start, render),
+        move |(rx, phase, render)| async move {
+            let (ev, next) = match phase {
+                Phase::Start => match render(Piece::Start) {
+                    Some(d) => (SseEvent::default().data(d), Phase::Body),
+                    None => return next_body(rx, render, prompt_tokens, include_usage).await,
+                },
+                Phase::Body => return next_body(rx, render, prompt_tokens, include_usage).await,
+                Phase::Usage(u) => match render(Piece::Usage(u)) {
+                    Some(d) => (SseEvent::default().data(d), Phase::Done),
+                    None => (SseEvent::default().data("[DONE]"), Phase::Over),
+                },
+                Phase::Done => (SseEvent::default().data("[DONE]"), Phase::Over),
+                Phase::Over => return None,
+            };
+            Some((Ok(ev), (rx, next, render)))
+        },
+    )
 }
 
-type Step<R> = Option<(Result<SseEvent, Infallible>, (UnboundedReceiver<Event>, Phase, R))>;
+type Step<R> = Option<(
+    Result<SseEvent, Infallible>,
+    (UnboundedReceiver<Event>, Phase, R),
+)>;
 
 async fn next_body<R: Fn(Piece) -> Option<String>>(
     mut rx: UnboundedReceiver<Event>,
@@ -498,7 +543,10 @@ async fn next_body<R: Fn(Piece) -> Option<String>>(
     loop {
         let Some(ev) = rx.recv().await else {
             let e = ApiError::internal("the engine stopped before the request finished".into());
-            return Some((Ok(SseEvent::default().data(e.body_json())), (rx, Phase::Over, render)));
+            return Some((
+                Ok(SseEvent::default().data(e.body_json())),
+                (rx, Phase::Over, render),
+            ));
         };
         match ev {
             Event::Text(t) if t.is_empty() => continue,
@@ -520,7 +568,10 @@ async fn next_body<R: Fn(Piece) -> Option<String>>(
                 return Some((Ok(SseEvent::default().data(d)), (rx, next, render)));
             }
             Event::Error(e) => {
-                return Some((Ok(SseEvent::default().data(e.body_json())), (rx, Phase::Over, render)));
+                return Some((
+                    Ok(SseEvent::default().data(e.body_json())),
+                    (rx, Phase::Over, render),
+                ));
             }
         }
     }

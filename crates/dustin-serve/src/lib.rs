@@ -162,26 +162,18 @@ impl Server {
     }
 
     fn send(&self, c: Command) {
-        if let Ok(s) = self.state.engine.lock() {
-            let _ = s.send(c);
-        }
+        self.handle().send(c);
     }
 
-    /// Stops taking requests (new ones are answered 503); queued and running ones go on.
-    pub fn begin_shutdown(&self) {
-        self.state.shutting_down.store(true, Ordering::SeqCst);
-    }
-
-    /// Cancels every queued and running request: each ends at once with finish reason
-    /// `cancelled` (the text so far is kept); the engine then stops.
-    pub fn cancel_all(&self) {
-        self.begin_shutdown();
-        self.send(Command::Cancel);
+    /// A handle that stops or cancels this server from elsewhere (a signal handler) while
+    /// [`Server::serve`] runs.
+    pub fn handle(&self) -> ServerHandle {
+        ServerHandle(self.state.clone())
     }
 
     /// Serves on `listener` until `shutdown` resolves, then shuts down gracefully: new
     /// requests are refused, open requests finish (or end as `cancelled` after
-    /// [`Server::cancel_all`]), and the engine thread is joined.
+    /// [`ServerHandle::cancel_all`]), and the engine thread is joined.
     ///
     /// # Errors
     /// [`ServeError::Io`] when serving fails.
@@ -206,6 +198,38 @@ impl Server {
             let _ = tokio::task::spawn_blocking(move || h.join()).await;
         }
         r.map_err(|source| ServeError::Io { addr, source })
+    }
+}
+
+/// Stops or cancels a [`Server`] (see [`Server::handle`]).
+#[derive(Clone)]
+pub struct ServerHandle(Arc<AppState>);
+
+impl std::fmt::Debug for ServerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ServerHandle")
+            .field(&self.0.model_id)
+            .finish()
+    }
+}
+
+impl ServerHandle {
+    fn send(&self, c: Command) {
+        if let Ok(s) = self.0.engine.lock() {
+            let _ = s.send(c);
+        }
+    }
+
+    /// Stops taking requests (new ones are answered 503); queued and running ones go on.
+    pub fn begin_shutdown(&self) {
+        self.0.shutting_down.store(true, Ordering::SeqCst);
+    }
+
+    /// Cancels every queued and running request: each ends at once with finish reason
+    /// `cancelled` (the text so far is kept); the engine then stops.
+    pub fn cancel_all(&self) {
+        self.begin_shutdown();
+        self.send(Command::Cancel);
     }
 }
 

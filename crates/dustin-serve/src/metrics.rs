@@ -221,6 +221,9 @@ mod tests {
             s.contains("dustin_requests_rejected_total{reason=\"queue_full\"} 1\n"),
             "{s}"
         );
-        assert!(s.contains("dustin_time_to_first_token_seconds_count 0\n"), "{s}");
+        assert!(
+            s.contains("dustin_time_to_first_token_seconds_count 0\n"),
+            "{s}"
+        );
     }
 }

@@ -10,8 +10,8 @@ mod run;
 mod verifier;
 
 pub use decoder::{
-    autoregressive, autoregressive_with_barrier, AutoregressiveDecoder, IterationStats, NoDraft, PhaseBarrier, SpecConfig,
-    SpecOutput, SpecSummary, SpeculativeDecoder, MAX_GAMMA,
+    autoregressive, autoregressive_with_barrier, AutoregressiveDecoder, IterationStats, NoDraft,
+    PhaseBarrier, SpecConfig, SpecOutput, SpecSummary, SpeculativeDecoder, MAX_GAMMA,
 };
 pub use drafter::{
     DraftSelection, LookaheadConfig, LookaheadLayers, LookaheadScoring, ModelDrafter,
