@@ -21,7 +21,14 @@ fn serve(model: &Path) -> (Child, String) {
         .args(["serve", "--model"])
         .arg(model)
         .args(SPEC)
-        .args(["--port", "0", "--max-prompt-tokens", "64", "--max-tokens", "64"])
+        .args([
+            "--port",
+            "0",
+            "--max-prompt-tokens",
+            "64",
+            "--max-tokens",
+            "64",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -30,7 +37,10 @@ fn serve(model: &Path) -> (Child, String) {
     let mut line = String::new();
     let addr = loop {
         line.clear();
-        assert!(err.read_line(&mut line).expect("read stderr") > 0, "serve exited before listening");
+        assert!(
+            err.read_line(&mut line).expect("read stderr") > 0,
+            "serve exited before listening"
+        );
         if let Some(rest) = line.split("on http://").nth(1) {
             break rest.split_whitespace().next().expect("address").to_string();
         }
@@ -76,7 +86,11 @@ fn greedy_completion_over_http_is_dustin_generates_output() {
         .args(["--prompt", prompt, "--max-new-tokens", "24"])
         .output()
         .expect("dustin generate");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let want = String::from_utf8(out.stdout).expect("utf8");
     let want = want.trim_end_matches('\n');
     assert_eq!(want.split(' ').count(), 24, "{want}");

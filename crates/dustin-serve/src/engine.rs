@@ -175,6 +175,8 @@ pub enum Command {
 struct Member {
     events: UnboundedSender<Event>,
     stop: Vec<String>,
+    /// end tokens: counted, not written into the text (OpenAI leaves them out)
+    eos: Vec<TokenId>,
     arrived: Instant,
     stream: StreamDecoder,
     text: String,
@@ -188,6 +190,7 @@ impl Member {
         Self {
             events: r.events.clone(),
             stop: r.stop.clone(),
+            eos: r.eos.clone(),
             arrived: r.arrived,
             stream: StreamDecoder::default(),
             text: String::new(),
@@ -207,7 +210,12 @@ impl Member {
             });
         }
         self.tokens += ids.len();
-        if let Ok(s) = self.stream.push(tok, ids) {
+        let text_ids: Vec<TokenId> = ids
+            .iter()
+            .copied()
+            .filter(|t| !self.eos.contains(t))
+            .collect();
+        if let Ok(s) = self.stream.push(tok, &text_ids) {
             self.text.push_str(&s);
         }
         self.flush(false);

@@ -136,10 +136,14 @@ async fn greedy_output_equals_the_library_alone_and_streamed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chat_stop_strings_and_seeded_sampling_equal_the_library() {
-    let srv = spawn(config(), factory()).await;
-    // chat: rendered by the template, ending at its end-of-turn token or the limit
+    // chat: rendered by the template, ending at its end-of-turn token (the sixth token the
+    // model writes here), which the text leaves out
     let rendered = "t1 t20 t21 t22 t2 t1 t30 t31 t2 t3";
-    let (want, _) = reference(rendered, 24, &[CHAT_EOS], SamplingConfig::greedy(), 0);
+    let (_, free) = reference(rendered, 24, &[], SamplingConfig::greedy(), 0);
+    let eos = free[5];
+    let (want, toks) = reference(rendered, 24, &[eos], SamplingConfig::greedy(), 0);
+    assert_eq!(toks.last(), Some(&eos));
+    let srv = spawn_with(config(), factory(), chat_template(eos)).await;
     let body = json!({"model": "tiny", "max_tokens": 24, "messages": [
         {"role": "system", "content": "t20 t21 t22"}, {"role": "user", "content": "t30 t31"}]});
     let (s, v) = post(&srv.base, "/v1/chat/completions", body.clone()).await;
@@ -147,6 +151,8 @@ async fn chat_stop_strings_and_seeded_sampling_equal_the_library() {
     assert_eq!(v["object"], "chat.completion");
     assert_eq!(v["choices"][0]["message"]["role"], "assistant");
     assert_eq!(v["choices"][0]["message"]["content"], want.as_str());
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    assert_eq!(v["usage"]["completion_tokens"], toks.len());
     let mut streamed = body;
     streamed["stream"] = json!(true);
     let chunks = post_stream(&srv.base, "/v1/chat/completions", streamed).await;

@@ -19,8 +19,6 @@ pub type B = Flex;
 
 /// Draft tokens per iteration in every test.
 pub const GAMMA: usize = 3;
-/// End-of-turn token of the test chat template (`t7`).
-pub const CHAT_EOS: u32 = 7;
 
 pub fn model(name: &str) -> Arc<Qwen2<B>> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -41,18 +39,24 @@ pub fn tokenizer() -> Tokenizer {
         "post_processor": null, "decoder": null,
         "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "t0"}
     });
-    let p = std::env::temp_dir().join(format!("dustin-serve-tok-{}.json", std::process::id()));
+    // a file per call: tests run in parallel threads of one process
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let p = std::env::temp_dir().join(format!("dustin-serve-tok-{}-{n}.json", std::process::id()));
     std::fs::write(&p, json.to_string()).expect("tokenizer file");
-    Tokenizer::from_file(&p, Vec::new()).expect("tokenizer")
+    let tok = Tokenizer::from_file(&p, Vec::new()).expect("tokenizer");
+    let _ = std::fs::remove_file(&p);
+    tok
 }
 
-/// A chat template: each message's text between `t1` and `t2`, then `t3`; end of turn `t7`.
-pub fn chat_template() -> ChatTemplate {
+/// A chat template: each message's text between `t1` and `t2`, then `t3`; end of turn
+/// token `t{eos}`.
+pub fn chat_template(eos: u32) -> ChatTemplate {
     ChatTemplate::new(
         "{% for m in messages %}t1 {{ m.content }} t2 {% endfor %}{% if add_generation_prompt %}t3{% endif %}",
         "test",
     )
-    .with_special_tokens(None, Some("t7".into()))
+    .with_special_tokens(None, Some(format!("t{eos}")))
 }
 
 /// Speculative decoders over the two fixture models, dense verification.
@@ -126,7 +130,12 @@ pub struct Running {
 }
 
 pub async fn spawn(cfg: ServerConfig, f: Factory) -> Running {
-    let server = Server::start(cfg, tokenizer(), Some(chat_template()), move || {
+    spawn_with(cfg, f, chat_template(7)).await
+}
+
+/// [`spawn`] with the chat template `tpl`.
+pub async fn spawn_with(cfg: ServerConfig, f: Factory, tpl: ChatTemplate) -> Running {
+    let server = Server::start(cfg, tokenizer(), Some(tpl), move || {
         Ok(Box::new(f) as Box<dyn DecoderFactory>)
     })
     .expect("server");
@@ -145,7 +154,8 @@ pub async fn spawn(cfg: ServerConfig, f: Factory) -> Running {
     }
 }
 
-/// The library's greedy (or seeded sampled) output for `prompt` alone, decoded.
+/// The library's greedy (or seeded sampled) output for `prompt` alone: its text (end
+/// tokens left out, as the server does) and its tokens.
 pub fn reference(
     prompt: &str,
     max_tokens: usize,
@@ -173,7 +183,8 @@ pub fn reference(
         .generate(&[ids], &cfg, Some(&tok), &mut |_, _| {})
         .expect("generate");
     let t = o.tokens[0].clone();
-    (tok.decode(&t).expect("decode"), t)
+    let text: Vec<u32> = t.iter().copied().filter(|x| !eos.contains(x)).collect();
+    (tok.decode(&text).expect("decode"), t)
 }
 
 /// A prompt of `n` words from `seed`.
