@@ -358,7 +358,7 @@ impl SpecRun {
             }
             if keep.len() != b {
                 verifier.retain(&keep)?;
-                if let Some(d) = drafter.as_deref_mut() {
+                if let Some(d) = drafter {
                     d.retain(&keep)?;
                 }
             }
