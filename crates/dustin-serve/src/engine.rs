@@ -256,11 +256,12 @@ impl Member {
             FinishReason::Length => "length",
             FinishReason::Cancelled => "cancelled",
         };
+        // counted first: a client that reads its end then the metrics sees itself counted
+        metrics.finished(finish_reason);
         let _ = self.events.send(Event::Done {
             finish_reason,
             completion_tokens: self.tokens,
         });
-        metrics.finished(finish_reason);
     }
 }
 
