@@ -1,5 +1,5 @@
 //! dustin-cli: the library of the `dustin` command (the demo, generation, perplexity,
-//! evaluations and model fetching; `dustin --help` lists them) and the pieces the lab
+//! evaluations, the HTTP server and model fetching; `dustin --help` lists them) and the pieces the lab
 //! instruments of `dustin-bench` share with it: the backend choice ([`backend`],
 //! [`with_backend!`]), model names and the model cache ([`models`], [`fetch`]), the
 //! generation options ([`generate`]: selection policies, `--config` files, draft budgets, the
@@ -25,6 +25,7 @@ pub mod host_profile;
 pub mod models;
 pub mod pair;
 pub mod ppl;
+pub mod serve;
 
 /// The exit status of a command's result: success; 130 after a cancellation (Ctrl-C), its
 /// message on stderr; else failure, with `error: ` and the message on stderr followed by

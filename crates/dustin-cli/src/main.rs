@@ -1,5 +1,5 @@
-//! The `dustin` command: the demo, generation, perplexity, evaluations and model fetching
-//! (one subcommand each; `dustin --help` lists them). The lab instruments (benchmarks and
+//! The `dustin` command: the demo, generation, perplexity, evaluations, the HTTP server and
+//! model fetching (one subcommand each; `dustin --help` lists them). The lab instruments (benchmarks and
 //! kernel checks) are the `dustin-bench` command's.
 //!
 //! Backends: the CPU (`burn-flex`, f32) always; CUDA (`burn-cuda`, bf16 or f32) when built
@@ -8,7 +8,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use dustin_cli::{demo, eval, exit_code, fetch, generate, ppl};
+use dustin_cli::{demo, eval, exit_code, fetch, generate, ppl, serve};
 
 /// dustin: speculative decoding with draft-augmented sparse verification for long contexts.
 #[derive(Debug, Parser)]
@@ -32,6 +32,9 @@ enum Command {
     /// Evaluations per selector and budget against dense verification: `eval fidelity`,
     /// `eval pg19` (perplexity) and `eval longbench` (LongBench scores).
     Eval(eval::EvalArgs),
+    /// An OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, streaming)
+    /// over the model, speculative with --draft and sparse verification with --selector.
+    Serve(serve::ServeArgs),
     /// Download a model by name into the cache (default: qwen2.5-coder-1.5b-instruct;
     /// `--list` shows the names), or check one already there.
     FetchModel(fetch::FetchArgs),
@@ -44,6 +47,7 @@ fn main() -> ExitCode {
         Command::Generate(a) => generate::run(a),
         Command::Ppl(a) => ppl::run(a),
         Command::Eval(a) => eval::run(a),
+        Command::Serve(a) => serve::run(a),
         Command::FetchModel(a) => fetch::run(a),
     })
 }

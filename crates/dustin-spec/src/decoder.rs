@@ -1,16 +1,13 @@
 use std::marker::PhantomData;
-use std::time::Instant;
 
 use burn_tensor::backend::Backend;
-use dustin_core::{DraftCtx, Drafter, Proposal, SamplingConfig, TokenId, Verifier, VerifyCtx};
-use dustin_qwen::generate::{pick_tokens, rows_to_host, seq_rng, FinishReason, StopRule};
+use dustin_core::{DraftCtx, Drafter, Proposal, SamplingConfig, TokenId, Verifier};
+use dustin_qwen::generate::FinishReason;
 use dustin_qwen::Tokenizer;
-use rand::Rng;
-use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use crate::accept;
 use crate::error::{Result, SpecError};
+use crate::run::{Schedule, SeqLimits, SpecRun};
 
 /// Largest `gamma` accepted: verification runs `gamma + 1 <= 16` query tokens per sequence,
 /// the range the fused verify-attention kernels are built for.
@@ -242,13 +239,7 @@ impl<B: Backend, D: Drafter<B>, V: Verifier<B>> SpeculativeDecoder<B, D, V> {
         tokenizer: Option<&Tokenizer>,
         on_tokens: &mut dyn FnMut(usize, &[TokenId]),
     ) -> Result<SpecOutput> {
-        if cfg.gamma == 0 || cfg.gamma > MAX_GAMMA {
-            return Err(SpecError::Config {
-                name: "gamma",
-                expected: format!("1 ..= {MAX_GAMMA}"),
-                found: cfg.gamma.to_string(),
-            });
-        }
+        check_gamma(cfg.gamma)?;
         run(
             Some(&mut self.drafter),
             &mut self.verifier,
@@ -258,11 +249,75 @@ impl<B: Backend, D: Drafter<B>, V: Verifier<B>> SpeculativeDecoder<B, D, V> {
             on_tokens,
             self.cancel.as_ref(),
             self.forced_acceptance
-                .as_ref()
+                .clone()
                 .map(|a| (a, self.forced_ragged)),
             self.barrier.as_mut(),
         )
     }
+    /// Starts a run that the caller advances one iteration at a time ([`Self::step`]):
+    /// prefills target and draft with `prompts` and emits each sequence's first token
+    /// through `on_tokens(seq, tokens)`. `limits` is empty (every sequence takes
+    /// `cfg.max_new_tokens` and `cfg.stop_strings`) or one [`SeqLimits`] per prompt. The
+    /// cancel token and benchmark settings of [`Self::generate`] do not apply; cancel single
+    /// sequences with [`SpecRun::cancel`]. `start`, then `step` until [`SpecRun::is_done`],
+    /// then [`SpecRun::finish`] gives exactly [`Self::generate`]'s output.
+    ///
+    /// # Errors
+    /// [`SpecError::Config`] for `gamma` outside `1 ..= MAX_GAMMA` or `limits` of another
+    /// length than `prompts`; prompt and model errors.
+    pub fn start(
+        &mut self,
+        prompts: &[Vec<TokenId>],
+        cfg: &SpecConfig,
+        limits: &[SeqLimits],
+        tokenizer: Option<&Tokenizer>,
+        on_tokens: &mut dyn FnMut(usize, &[TokenId]),
+    ) -> Result<SpecRun> {
+        check_gamma(cfg.gamma)?;
+        SpecRun::start_inner(
+            Some(&mut self.drafter),
+            &mut self.verifier,
+            prompts,
+            cfg,
+            limits,
+            tokenizer,
+            on_tokens,
+            None,
+        )
+    }
+
+    /// One speculative iteration of `run` (made by [`Self::start`] on this decoder): drops
+    /// the cache rows of sequences cancelled since the last step, then drafts, verifies,
+    /// accepts and commits for the others, emitting their new tokens through `on_tokens`.
+    /// Does nothing once the run is done.
+    ///
+    /// # Errors
+    /// Model errors; the run should then be abandoned.
+    pub fn step(
+        &mut self,
+        run: &mut SpecRun,
+        tokenizer: Option<&Tokenizer>,
+        on_tokens: &mut dyn FnMut(usize, &[TokenId]),
+    ) -> Result<()> {
+        run.step_inner(
+            Some(&mut self.drafter),
+            &mut self.verifier,
+            tokenizer,
+            on_tokens,
+            None,
+        )
+    }
+}
+
+fn check_gamma(gamma: usize) -> Result<()> {
+    if gamma == 0 || gamma > MAX_GAMMA {
+        return Err(SpecError::Config {
+            name: "gamma",
+            expected: format!("1 ..= {MAX_GAMMA}"),
+            found: gamma.to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// Autoregressive generation through a verifier alone (one token per step, dense or sparse
@@ -310,6 +365,69 @@ pub fn autoregressive_with_barrier<B: Backend, V: Verifier<B>>(
     )
 }
 
+/// Autoregressive decoding through a verifier alone, driven one step at a time like
+/// [`SpeculativeDecoder::start`] / [`SpeculativeDecoder::step`] (one token per sequence and
+/// step; `cfg.gamma` is ignored). `start`, `step` until done, `finish` gives
+/// [`autoregressive`]'s output.
+#[derive(Debug)]
+pub struct AutoregressiveDecoder<B: Backend, V: Verifier<B>> {
+    /// The verifier (target model and its selection policy).
+    pub verifier: V,
+    _b: PhantomData<B>,
+}
+
+impl<B: Backend, V: Verifier<B>> AutoregressiveDecoder<B, V> {
+    /// Wraps `verifier`.
+    pub fn new(verifier: V) -> Self {
+        Self {
+            verifier,
+            _b: PhantomData,
+        }
+    }
+
+    /// Prefills the target with `prompts` and emits each sequence's first token (see
+    /// [`SpeculativeDecoder::start`] for `limits` and `on_tokens`).
+    ///
+    /// # Errors
+    /// [`SpecError::Config`] for `limits` of another length than `prompts`; prompt and
+    /// model errors.
+    pub fn start(
+        &mut self,
+        prompts: &[Vec<TokenId>],
+        cfg: &SpecConfig,
+        limits: &[SeqLimits],
+        tokenizer: Option<&Tokenizer>,
+        on_tokens: &mut dyn FnMut(usize, &[TokenId]),
+    ) -> Result<SpecRun> {
+        SpecRun::start_inner::<B, NoDraft, V>(
+            None,
+            &mut self.verifier,
+            prompts,
+            &SpecConfig {
+                gamma: 0,
+                ..cfg.clone()
+            },
+            limits,
+            tokenizer,
+            on_tokens,
+            None,
+        )
+    }
+
+    /// One decoding step of `run` (made by [`Self::start`] on this decoder).
+    ///
+    /// # Errors
+    /// Model errors; the run should then be abandoned.
+    pub fn step(
+        &mut self,
+        run: &mut SpecRun,
+        tokenizer: Option<&Tokenizer>,
+        on_tokens: &mut dyn FnMut(usize, &[TokenId]),
+    ) -> Result<()> {
+        run.step_inner::<B, NoDraft, V>(None, &mut self.verifier, tokenizer, on_tokens, None)
+    }
+}
+
 /// Placeholder drafter type for [`autoregressive`]; never called.
 #[derive(Debug)]
 pub enum NoDraft {}
@@ -329,36 +447,6 @@ impl<B: Backend> Drafter<B> for NoDraft {
     }
 }
 
-/// A forced acceptance schedule (**benchmarks only**).
-#[derive(Debug, Clone)]
-enum Schedule {
-    /// A mean of drafts accepted per iteration ([`SpeculativeDecoder::set_forced_acceptance`]).
-    Mean(f64),
-    /// A recorded trace of drafts accepted per iteration
-    /// ([`SpeculativeDecoder::set_forced_trace`]).
-    Trace(Vec<usize>),
-}
-
-impl Schedule {
-    /// Drafts sequence `seq` of `n` accepts at `iteration` (before the cap at the proposal's
-    /// length); `ragged` shifts the schedule per sequence.
-    fn accepted(&self, iteration: usize, seq: usize, n: usize, ragged: bool) -> usize {
-        match self {
-            Schedule::Mean(a) => {
-                // the sequence's phase in the schedule (0 unless ragged)
-                let phase = if ragged { seq as f64 / n as f64 } else { 0.0 };
-                let k = ((iteration + 1) as f64 * a + phase).floor()
-                    - (iteration as f64 * a + phase).floor();
-                k as usize
-            }
-            Schedule::Trace(t) => {
-                let shift = if ragged { seq * t.len() / n.max(1) } else { 0 };
-                t[(iteration + shift) % t.len()]
-            }
-        }
-    }
-}
-
 #[allow(clippy::too_many_arguments)]
 fn run<B: Backend, D: Drafter<B>, V: Verifier<B>>(
     mut drafter: Option<&mut D>,
@@ -368,259 +456,31 @@ fn run<B: Backend, D: Drafter<B>, V: Verifier<B>>(
     tokenizer: Option<&Tokenizer>,
     on_tokens: &mut dyn FnMut(usize, &[TokenId]),
     cancel: Option<&dustin_core::CancelToken>,
-    forced: Option<(&Schedule, bool)>,
+    forced: Option<(Schedule, bool)>,
     mut barrier: Option<&mut PhaseBarrier>,
 ) -> Result<SpecOutput> {
-    // the end of a phase: the device's queued work done first when a barrier is set
-    let mut settle = || -> Result<()> {
-        if let Some(b) = barrier.as_deref_mut() {
-            (b.0)()?;
-        }
-        Ok(())
-    };
-    cfg.sampling.validate()?;
-    let n = prompts.len();
-    let vocab = verifier.vocab_size();
-    let rule = StopRule {
-        eos: cfg.eos.clone(),
-        stop_strings: cfg.stop_strings.clone(),
-        max_new_tokens: cfg.max_new_tokens,
-    };
-    // stream 0..n: acceptance draws per sequence; the draft derives its own per iteration
-    let mut rngs: Vec<ChaCha8Rng> = (0..n).map(|i| seq_rng(cfg.seed, i)).collect();
-    let t0 = Instant::now();
-    let last = verifier.prefill(prompts)?;
-    let rows = rows_to_host(last, vocab)?;
-    let all: Vec<usize> = (0..n).collect();
-    let first = pick_tokens(&rows, &cfg.sampling, &mut rngs, &all)?;
-    if let Some(d) = drafter.as_deref_mut() {
-        d.prefill(prompts, &first)?;
-    }
-    verifier.set_pending(&first)?;
-    let prefill_secs = t0.elapsed().as_secs_f64();
-
-    let t1 = Instant::now();
-    let mut out: Vec<Vec<TokenId>> = vec![Vec::new(); n];
-    let mut finish: Vec<Option<FinishReason>> = vec![None; n];
-    let mut active: Vec<usize> = Vec::new();
-    for (s, &t) in first.iter().enumerate() {
-        if cfg.max_new_tokens == 0 {
-            finish[s] = Some(FinishReason::Length);
-            continue;
-        }
-        on_tokens(s, &[t]);
-        match rule.push(&mut out[s], t, tokenizer)? {
-            Some(r) => finish[s] = Some(r),
-            None => active.push(s),
-        }
-    }
-    let keep: Vec<usize> = (0..n).filter(|s| finish[*s].is_none()).collect();
-    if keep.len() != n && !keep.is_empty() {
-        verifier.retain(&keep)?;
-        if let Some(d) = drafter.as_deref_mut() {
-            d.retain(&keep)?;
-        }
-    }
-    let mut iters = Vec::new();
-    let mut iteration = 0usize;
-    while !active.is_empty() {
+    let mut run = SpecRun::start_inner(
+        drafter.as_deref_mut(),
+        verifier,
+        prompts,
+        cfg,
+        &[],
+        tokenizer,
+        on_tokens,
+        forced,
+    )?;
+    while !run.is_done() {
         if cancel.is_some_and(dustin_core::CancelToken::is_cancelled) {
-            for &s in &active {
-                finish[s] = Some(FinishReason::Cancelled);
-            }
+            run.cancel_all();
             break;
         }
-        let b = active.len();
-        // 1. draft
-        let td = Instant::now();
-        let proposal = match drafter.as_deref_mut() {
-            Some(d) => d.propose(&DraftCtx {
-                gamma: cfg.gamma,
-                temperature: cfg.sampling.temperature,
-                top_p: cfg.sampling.top_p,
-                top_k: cfg.sampling.top_k,
-                seed: cfg.seed ^ (0x9E37_79B9_7F4A_7C15u64.wrapping_mul(iteration as u64 + 1)),
-                want_lookahead: verifier.wants_lookahead(),
-                vocab,
-            })?,
-            None => Proposal {
-                tokens: vec![Vec::new(); b],
-                q: None,
-                lookahead: None,
-            },
-        };
-        settle()?;
-        let draft_secs = td.elapsed().as_secs_f64();
-        // 2. verify
-        let tv = Instant::now();
-        let ver = verifier.verify(&VerifyCtx {
-            proposal: &proposal,
-            iteration,
-        })?;
-        let [_, m, v] = ver.logits.dims();
-        // 3. accept
-        settle()?;
-        let ta = Instant::now();
-        let verify_secs = (ta - tv).as_secs_f64();
-        let mut accepted = Vec::with_capacity(b);
-        let mut next = Vec::with_capacity(b);
-        if cfg.sampling.is_greedy() {
-            // the device argmax would pick an arbitrary token from NaN / +inf logits: refuse
-            // them, as the host sampling path does
-            let bad = crate::refused_logits(ver.logits.clone())
-                .any_dim(2)
-                .any_dim(1)
-                .reshape([b])
-                .into_data()
-                .convert::<bool>()
-                .into_vec::<bool>()
-                .map_err(|e| dustin_core::CoreError::Model(format!("{e:?}")))?;
-            if let Some(slot) = bad.iter().position(|&x| x) {
-                return Err(dustin_core::CoreError::NonFinite {
-                    what: "target logits of a verification".into(),
-                    seq: active[slot],
-                }
-                .into());
-            }
-            let am = ver.logits.clone().argmax(2).reshape([b * m]).into_data();
-            let am: Vec<i64> = am
-                .convert::<i64>()
-                .into_vec::<i64>()
-                .map_err(|e| dustin_core::CoreError::Model(format!("{e:?}")))?;
-            for slot in 0..b {
-                let row: Vec<u32> = am[slot * m..(slot + 1) * m]
-                    .iter()
-                    .map(|&x| x as u32)
-                    .collect();
-                let acc = accept::greedy(&proposal.tokens[slot], &row);
-                match forced {
-                    Some((schedule, ragged)) => {
-                        let k = schedule
-                            .accepted(iteration, active[slot], n, ragged)
-                            .min(proposal.tokens[slot].len());
-                        accepted.push(k);
-                        next.push(row[k]);
-                    }
-                    None => {
-                        accepted.push(acc.accepted);
-                        next.push(acc.next);
-                    }
-                }
-            }
-        } else if forced.is_some() {
-            return Err(SpecError::Config {
-                name: "sampling",
-                expected: "greedy decoding with a forced acceptance schedule".into(),
-                found: format!("temperature {}", cfg.sampling.temperature),
-            });
-        } else {
-            let rows = rows_to_host(ver.logits.clone().reshape([b * m, v]), vocab)?;
-            for (slot, &s) in active.iter().enumerate() {
-                let p: Vec<Vec<f32>> = (0..m)
-                    .map(|i| cfg.sampling.probs(&rows[slot * m + i], s))
-                    .collect::<dustin_core::Result<_>>()?;
-                let q: &[Vec<f32>] = proposal.q.as_ref().map_or(&[], |q| &q[slot]);
-                let rng = &mut rngs[s];
-                let acc = accept::stochastic(&proposal.tokens[slot], &p, q, s, &mut || {
-                    rng.random::<f32>()
-                })?;
-                accepted.push(acc.accepted);
-                next.push(acc.next);
-            }
-        }
-        // emit, honouring EOS / stop strings / max_new_tokens inside the block
-        let mut keep = Vec::with_capacity(b);
-        for (slot, &s) in active.iter().enumerate() {
-            let emitted: Vec<TokenId> = proposal.tokens[slot][..accepted[slot]]
-                .iter()
-                .copied()
-                .chain(std::iter::once(next[slot]))
-                .collect();
-            let mut pushed = Vec::new();
-            for &t in &emitted {
-                pushed.push(t);
-                if let Some(r) = rule.push(&mut out[s], t, tokenizer)? {
-                    finish[s] = Some(r);
-                    break;
-                }
-            }
-            on_tokens(s, &pushed);
-            if finish[s].is_none() {
-                keep.push(slot);
-            }
-        }
-        settle()?;
-        let accept_secs = ta.elapsed().as_secs_f64();
-        // 4. commit / roll back both caches, drop finished sequences
-        let tc = Instant::now();
-        if !keep.is_empty() {
-            verifier.commit(&accepted, &next)?;
-            if let Some(d) = drafter.as_deref_mut() {
-                d.commit(&accepted, &next)?;
-            }
-            if keep.len() != b {
-                verifier.retain(&keep)?;
-                if let Some(d) = drafter.as_deref_mut() {
-                    d.retain(&keep)?;
-                }
-            }
-        }
-        settle()?;
-        let commit_secs = tc.elapsed().as_secs_f64();
-        iters.push(IterationStats {
-            accepted: accepted.clone(),
-            draft_secs,
-            verify_secs,
-            accept_secs,
-            commit_secs,
-            kv_read_fraction: ver.kv_read_fraction.clone(),
-            estimation_read_fraction: ver.estimation_read_fraction.clone(),
-        });
-        active = keep.iter().map(|&k| active[k]).collect();
-        iteration += 1;
+        run.step_inner(
+            drafter.as_deref_mut(),
+            verifier,
+            tokenizer,
+            on_tokens,
+            barrier.as_deref_mut(),
+        )?;
     }
-    let decode_secs = t1.elapsed().as_secs_f64();
-    let generated: usize = out.iter().map(Vec::len).sum();
-    let first_emitted = if cfg.max_new_tokens == 0 { 0 } else { n };
-    let seq_iters: usize = iters.iter().map(|i| i.accepted.len()).sum();
-    let tau: f64 = iters
-        .iter()
-        .flat_map(|i| i.accepted.iter())
-        .map(|&a| (a + 1) as f64)
-        .sum::<f64>()
-        / seq_iters.max(1) as f64;
-    let kvf: f64 = iters
-        .iter()
-        .flat_map(|i| i.kv_read_fraction.iter())
-        .sum::<f64>()
-        / seq_iters.max(1) as f64;
-    let estf: f64 = iters
-        .iter()
-        .flat_map(|i| i.estimation_read_fraction.iter())
-        .sum::<f64>()
-        / seq_iters.max(1) as f64;
-    let summary = SpecSummary {
-        iterations: iters.len(),
-        mean_acceptance_length: tau,
-        generated_tokens: generated,
-        prefill_secs,
-        decode_secs,
-        // the first token of each sequence comes from the prefill logits, not from decoding
-        tokens_per_sec: generated.saturating_sub(first_emitted) as f64 / decode_secs.max(1e-9),
-        draft_secs: iters.iter().map(|i| i.draft_secs).sum(),
-        verify_secs: iters.iter().map(|i| i.verify_secs).sum(),
-        accept_secs: iters.iter().map(|i| i.accept_secs).sum(),
-        commit_secs: iters.iter().map(|i| i.commit_secs).sum(),
-        mean_kv_read_fraction: kvf,
-        mean_estimation_read_fraction: estf,
-    };
-    Ok(SpecOutput {
-        tokens: out,
-        finish: finish
-            .into_iter()
-            .map(|f| f.unwrap_or(FinishReason::Length))
-            .collect(),
-        iterations: iters,
-        summary,
-    })
+    Ok(run.finish())
 }

@@ -6,17 +6,19 @@ pub mod accept;
 mod decoder;
 mod drafter;
 mod error;
+mod run;
 mod verifier;
 
 pub use decoder::{
-    autoregressive, autoregressive_with_barrier, IterationStats, NoDraft, PhaseBarrier, SpecConfig,
-    SpecOutput, SpecSummary, SpeculativeDecoder, MAX_GAMMA,
+    autoregressive, autoregressive_with_barrier, AutoregressiveDecoder, IterationStats, NoDraft,
+    PhaseBarrier, SpecConfig, SpecOutput, SpecSummary, SpeculativeDecoder, MAX_GAMMA,
 };
 pub use drafter::{
     DraftSelection, LookaheadConfig, LookaheadLayers, LookaheadScoring, ModelDrafter,
 };
 pub use dustin_core::{Drafter, SelectionPolicy, Verifier};
 pub use error::{Result, SpecError};
+pub use run::{SeqLimits, SpecRun};
 pub use verifier::{ModelVerifier, TargetKv};
 
 /// Where `logits` hold NaN or +inf, which greedy decoding refuses: a device argmax would pick

@@ -1,0 +1,314 @@
+//! `dustin serve`: the OpenAI-compatible HTTP server of `dustin-serve` over the models and
+//! selection that `dustin generate` takes.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Args;
+use dustin_kernels::KernelOps;
+use dustin_qwen::{ModelFiles, Qwen2, QwenConfig};
+use dustin_serve::{Decoder, DecoderFactory, EngineConfig, Limits, Server, ServerConfig};
+use dustin_spec::{AutoregressiveDecoder, ModelDrafter, ModelVerifier, SpeculativeDecoder};
+
+use crate::backend::DeviceKind;
+use crate::generate::{
+    build_policy, check_vocab, parse_bytes, parse_draft, read_config, DraftSpec, FileConfig,
+};
+use crate::CliError;
+
+/// Arguments of `dustin serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Target model: an HF model directory, a .gguf file or a model name (`dustin
+    /// fetch-model --list`; fetched into the cache if missing). Default:
+    /// qwen2.5-coder-1.5b-instruct.
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Draft for speculative decoding: a model path or name (same tokenizer as the target),
+    /// `self:layers=N` or `substitute[...]`, as for `dustin generate`. Without it, decoding is
+    /// autoregressive.
+    #[arg(long)]
+    pub draft: Option<String>,
+    /// Draft tokens per speculative iteration (gamma), 1..=15.
+    #[arg(long, default_value_t = 4)]
+    pub gamma: usize,
+    /// KV selection for sparse verification (needs --draft): dense, streaming, h2o, snapkv,
+    /// quest, oracle, draft-only, history-only, dustin, or `pyramid(<name>)`.
+    #[arg(long, default_value = "dense")]
+    pub selector: String,
+    /// KV budget of sparse verification: context tokens kept per layer and KV head.
+    #[arg(long, default_value_t = 2048)]
+    pub budget: usize,
+    /// TOML or JSON file with `[select]` and `[estimator]` knobs, as for `dustin generate`.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0: any free port, printed at start).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// The model id clients name in `model` (default: the model's name or file name).
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    /// Prompt tokens per request at most (after the chat template); longer prompts are
+    /// answered 400.
+    #[arg(long, default_value_t = 4096)]
+    pub max_prompt_tokens: usize,
+    /// `max_tokens` per request at most; more is answered 400.
+    #[arg(long, default_value_t = 1024)]
+    pub max_tokens: usize,
+    /// `max_tokens` of a request that gives none.
+    #[arg(long, default_value_t = 256)]
+    pub default_max_tokens: usize,
+    /// Requests waiting for admission at most; more are answered 429 with `Retry-After`.
+    #[arg(long, default_value_t = 64)]
+    pub max_queue: usize,
+    /// Sequences decoding at once at most, all batches together.
+    #[arg(long, default_value_t = 16)]
+    pub max_batch: usize,
+    /// Batches decoding at once at most (requests that arrive while others run start a new
+    /// batch; each iteration steps every batch in turn).
+    #[arg(long, default_value_t = 4)]
+    pub max_batches: usize,
+    /// Weights of a GGUF model: `auto`, `dense` or `blocks` (as for `dustin generate`).
+    #[arg(long, value_enum, default_value_t = crate::models::WeightsArg::Auto)]
+    pub weights: crate::models::WeightsArg,
+    /// Where to run.
+    #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
+    pub device: DeviceKind,
+    /// Memory the KV caches may take, e.g. `8G`: each new batch is checked against it
+    /// before it is admitted. Default: MemAvailable on the CPU.
+    #[arg(long, value_parser = parse_bytes)]
+    pub max_memory: Option<u64>,
+}
+
+/// `dustin serve`.
+pub fn run(args: ServeArgs) -> Result<(), CliError> {
+    dustin_core::memory::set_memory_limit(args.max_memory);
+    crate::with_backend!(args.device, |B, dev| run_on::<B>(args, dev))
+}
+
+/// The draft of a batch's decoder.
+enum Draft<B: KernelOps> {
+    None,
+    Model(Arc<Qwen2<B>>),
+    SelfLayers(usize),
+    Substitute(Arc<Qwen2<B>>),
+}
+
+/// Makes each batch's decoder: fresh caches and selection policy over shared models.
+struct Factory<B: KernelOps> {
+    target: Arc<Qwen2<B>>,
+    draft: Draft<B>,
+    selector: String,
+    budget: usize,
+    file: FileConfig,
+    vocab: usize,
+    /// the configs of every KV cache a batch holds (target and draft)
+    cfgs: Vec<QwenConfig>,
+    dev: B::Device,
+}
+
+impl<B: KernelOps> DecoderFactory for Factory<B> {
+    fn check_memory(&self, batch: usize, capacity: usize) -> Result<u64, String> {
+        let bytes = dustin_core::memory::float_bytes::<B>();
+        let per_token: u128 = self
+            .cfgs
+            .iter()
+            .map(|c| c.kv_bytes_per_token(bytes) as u128)
+            .sum();
+        let refs: Vec<&QwenConfig> = self.cfgs.iter().collect();
+        crate::generate::check_kv_memory::<B>(&refs, batch, capacity, &self.dev)
+            .map_err(|e| e.to_string())?;
+        Ok(u64::try_from(per_token * (batch * capacity) as u128).unwrap_or(u64::MAX))
+    }
+
+    fn build(&mut self, extra: usize) -> Result<Box<dyn Decoder>, String> {
+        let policy = build_policy::<B>(&self.selector, self.budget, &self.file)
+            .map_err(|e| e.to_string())?;
+        let verifier = ModelVerifier::new(self.target.clone(), policy, extra, self.vocab);
+        let drafter = match &self.draft {
+            Draft::None => return Ok(Box::new(AutoregressiveDecoder::new(verifier))),
+            Draft::Model(d) | Draft::Substitute(d) => ModelDrafter::new(d.clone(), None, extra),
+            Draft::SelfLayers(n) => ModelDrafter::new(self.target.clone(), Some(*n), extra),
+        };
+        Ok(Box::new(SpeculativeDecoder::new(drafter, verifier)))
+    }
+}
+
+/// The model id: the registry name or the file / folder name.
+fn model_id(arg: &Option<PathBuf>, path: &std::path::Path) -> String {
+    match arg {
+        Some(a) if !a.exists() => a.display().to_string(),
+        _ => path
+            .file_name()
+            .map(|n| n.to_string_lossy().trim_end_matches(".gguf").to_string())
+            .unwrap_or_else(|| path.display().to_string()),
+    }
+}
+
+fn run_on<B: KernelOps>(args: ServeArgs, dev: B::Device) -> Result<(), CliError> {
+    crate::check_gamma(args.gamma)?;
+    let file = read_config(&args.config)?;
+    if args.draft.is_none() && args.selector != "dense" {
+        return Err(CliError::Usage(format!(
+            "--selector {} needs speculative decoding: add --draft <path | self:layers=N | substitute>",
+            args.selector
+        )));
+    }
+    build_policy::<B>(&args.selector, args.budget, &file)?;
+    let spec = args.draft.as_deref().map(parse_draft).transpose()?;
+    let path = crate::generate::model_path(&args.model)?;
+    let files = ModelFiles::open(&path)?;
+    let slack = 2 * (args.gamma + 2);
+    let positions = args.max_prompt_tokens + args.max_tokens + slack;
+    let limit = files.config.max_position_embeddings;
+    if positions > limit {
+        return Err(CliError::Usage(format!(
+            "--max-prompt-tokens {} + --max-tokens {} (+ {slack} for drafting) = {positions} positions: the model has {limit}; lower either",
+            args.max_prompt_tokens, args.max_tokens
+        )));
+    }
+    let draft_files = match &spec {
+        Some(DraftSpec::Model(p)) => {
+            let df = ModelFiles::open(&crate::models::resolve_model_path(p)?)?;
+            check_vocab(&files.tokenizer, &df.tokenizer)?;
+            Some(df)
+        }
+        _ => None,
+    };
+    let weights = args.weights.format::<B>();
+    let target = Arc::new(files.build_as::<B>(positions, &dev, weights)?);
+    let mut cfgs = vec![files.config.clone()];
+    let draft = match spec {
+        None => Draft::None,
+        Some(DraftSpec::Model(_)) => {
+            let df = draft_files
+                .as_ref()
+                .ok_or_else(|| CliError::Usage("--draft: not loaded".into()))?;
+            cfgs.push(df.config.clone());
+            Draft::Model(Arc::new(df.build_as::<B>(positions, &dev, weights)?))
+        }
+        Some(DraftSpec::SelfLayers(n)) => {
+            if n >= files.config.num_hidden_layers {
+                return Err(CliError::Usage(format!(
+                    "--draft self:layers={n}: the target has {} layers; use fewer",
+                    files.config.num_hidden_layers
+                )));
+            }
+            cfgs.push(QwenConfig {
+                num_hidden_layers: n,
+                ..files.config.clone()
+            });
+            Draft::SelfLayers(n)
+        }
+        Some(DraftSpec::Substitute(sub)) => {
+            if sub.target_kv {
+                return Err(CliError::Usage(
+                    "--draft substitute:kv=target: not served; use kv=own".into(),
+                ));
+            }
+            cfgs.push(files.config.clone());
+            Draft::Substitute(Arc::new(sub.build(&target)?))
+        }
+    };
+    let tok = files.tokenizer.clone();
+    let vocab = tok.vocab_size().min(files.config.vocab_size);
+    let cfg = ServerConfig {
+        model_id: args
+            .served_model_name
+            .clone()
+            .unwrap_or_else(|| model_id(&args.model, &path)),
+        limits: Limits {
+            max_prompt_tokens: args.max_prompt_tokens,
+            max_tokens: args.max_tokens,
+            default_max_tokens: args.default_max_tokens.min(args.max_tokens),
+            max_queue: args.max_queue,
+            max_stop: 4,
+        },
+        engine: EngineConfig {
+            gamma: args.gamma,
+            max_batch: args.max_batch,
+            max_batches: args.max_batches,
+        },
+    };
+    let factory = Factory::<B> {
+        target,
+        draft,
+        selector: args.selector.clone(),
+        budget: args.budget,
+        file,
+        vocab,
+        cfgs,
+        dev,
+    };
+    // the models move to the engine thread, which owns them from here on
+    let server = Server::start(cfg.clone(), tok, files.chat_template.clone(), move || {
+        Ok(Box::new(factory) as Box<dyn DecoderFactory>)
+    })
+    .map_err(|e| CliError::Usage(e.to_string()))?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|source| CliError::Io {
+            path: "the async runtime".into(),
+            source,
+        })?;
+    let addr = format!("{}:{}", args.host, args.port);
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .map_err(|source| CliError::Io {
+                path: format!("--host {} --port {}", args.host, args.port),
+                source,
+            })?;
+        let local = listener
+            .local_addr()
+            .map_or(addr.clone(), |a| a.to_string());
+        eprintln!(
+            "serving {} on http://{local} (draft {}, gamma {}, selector {}, budget {}); \
+             SIGTERM or Ctrl-C finishes the running requests and stops, a second one cancels them",
+            cfg.model_id,
+            args.draft.as_deref().unwrap_or("none: autoregressive"),
+            args.gamma,
+            args.selector,
+            args.budget
+        );
+        let handle = server.handle();
+        let shutdown = async move {
+            signal().await;
+            eprintln!(
+                "shutting down: finishing the running requests (a second signal cancels them)"
+            );
+            tokio::spawn(async move {
+                signal().await;
+                eprintln!("cancelling the running requests");
+                handle.cancel_all();
+            });
+        };
+        server
+            .serve(listener, shutdown)
+            .await
+            .map_err(|e| CliError::Usage(e.to_string()))?;
+        eprintln!("stopped");
+        Ok(())
+    })
+}
+
+/// Resolves at SIGTERM or Ctrl-C (SIGINT).
+async fn signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}

@@ -1,0 +1,449 @@
+//! One speculative run as a state machine: [`SpecRun`] holds everything between iterations
+//! (tokens so far, finish reasons, random streams, statistics) while the drafter and the
+//! verifier keep their caches. [`crate::SpeculativeDecoder::generate`] is `start`, `step`
+//! until done, `finish`; a server drives the same steps itself
+//! ([`crate::SpeculativeDecoder::start`], [`crate::SpeculativeDecoder::step`]) to interleave
+//! several runs and to cancel single sequences between iterations.
+
+use std::time::Instant;
+
+use burn_tensor::backend::Backend;
+use dustin_core::{DraftCtx, Drafter, Proposal, TokenId, Verifier, VerifyCtx};
+use dustin_qwen::generate::{pick_tokens, rows_to_host, seq_rng, FinishReason, StopRule};
+use dustin_qwen::Tokenizer;
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::accept;
+use crate::decoder::{IterationStats, PhaseBarrier, SpecConfig, SpecOutput, SpecSummary};
+use crate::error::{Result, SpecError};
+
+/// Per-sequence limits that replace [`SpecConfig::max_new_tokens`] and
+/// [`SpecConfig::stop_strings`] for one sequence of a run ([`crate::SpeculativeDecoder::start`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SeqLimits {
+    /// Tokens to generate for this sequence at most.
+    pub max_new_tokens: usize,
+    /// Stop strings of this sequence (need a tokenizer).
+    pub stop_strings: Vec<String>,
+}
+
+/// The state of one speculative run between iterations (see the module docs). Made by
+/// [`crate::SpeculativeDecoder::start`], advanced by [`crate::SpeculativeDecoder::step`],
+/// closed by [`SpecRun::finish`]. Sequences are numbered by their prompt's index.
+#[derive(Debug)]
+pub struct SpecRun {
+    cfg: SpecConfig,
+    rules: Vec<StopRule>,
+    rngs: Vec<ChaCha8Rng>,
+    out: Vec<Vec<TokenId>>,
+    finish: Vec<Option<FinishReason>>,
+    /// sequences in the caches' row order (finished ones leave at the next step)
+    rows: Vec<usize>,
+    iters: Vec<IterationStats>,
+    iteration: usize,
+    prefill_secs: f64,
+    decode_start: Instant,
+    forced: Option<(Schedule, bool)>,
+}
+
+impl SpecRun {
+    /// Prefills target and draft, picks and emits each sequence's first token.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn start_inner<B: Backend, D: Drafter<B>, V: Verifier<B>>(
+        drafter: Option<&mut D>,
+        verifier: &mut V,
+        prompts: &[Vec<TokenId>],
+        cfg: &SpecConfig,
+        limits: &[SeqLimits],
+        tokenizer: Option<&Tokenizer>,
+        on_tokens: &mut dyn FnMut(usize, &[TokenId]),
+        forced: Option<(Schedule, bool)>,
+    ) -> Result<Self> {
+        cfg.sampling.validate()?;
+        let n = prompts.len();
+        if !limits.is_empty() && limits.len() != n {
+            return Err(SpecError::Config {
+                name: "limits",
+                expected: format!("none or one per prompt ({n})"),
+                found: limits.len().to_string(),
+            });
+        }
+        let rules: Vec<StopRule> = (0..n)
+            .map(|s| match limits.get(s) {
+                Some(l) => StopRule {
+                    eos: cfg.eos.clone(),
+                    stop_strings: l.stop_strings.clone(),
+                    max_new_tokens: l.max_new_tokens,
+                },
+                None => StopRule {
+                    eos: cfg.eos.clone(),
+                    stop_strings: cfg.stop_strings.clone(),
+                    max_new_tokens: cfg.max_new_tokens,
+                },
+            })
+            .collect();
+        let vocab = verifier.vocab_size();
+        // stream 0..n: acceptance draws per sequence; the draft derives its own per iteration
+        let mut rngs: Vec<ChaCha8Rng> = (0..n).map(|i| seq_rng(cfg.seed, i)).collect();
+        let t0 = Instant::now();
+        let last = verifier.prefill(prompts)?;
+        let rows = rows_to_host(last, vocab)?;
+        let all: Vec<usize> = (0..n).collect();
+        let first = pick_tokens(&rows, &cfg.sampling, &mut rngs, &all)?;
+        let mut drafter = drafter;
+        if let Some(d) = drafter.as_deref_mut() {
+            d.prefill(prompts, &first)?;
+        }
+        verifier.set_pending(&first)?;
+        let prefill_secs = t0.elapsed().as_secs_f64();
+
+        let mut out: Vec<Vec<TokenId>> = vec![Vec::new(); n];
+        let mut finish: Vec<Option<FinishReason>> = vec![None; n];
+        for (s, &t) in first.iter().enumerate() {
+            if rules[s].max_new_tokens == 0 {
+                finish[s] = Some(FinishReason::Length);
+                continue;
+            }
+            on_tokens(s, &[t]);
+            if let Some(r) = rules[s].push(&mut out[s], t, tokenizer)? {
+                finish[s] = Some(r);
+            }
+        }
+        let mut run = Self {
+            cfg: cfg.clone(),
+            rules,
+            rngs,
+            out,
+            finish,
+            rows: all,
+            iters: Vec::new(),
+            iteration: 0,
+            prefill_secs,
+            decode_start: Instant::now(),
+            forced,
+        };
+        run.drop_finished(drafter, verifier)?;
+        Ok(run)
+    }
+
+    /// Drops the rows of finished sequences from both caches.
+    fn drop_finished<B: Backend, D: Drafter<B>, V: Verifier<B>>(
+        &mut self,
+        drafter: Option<&mut D>,
+        verifier: &mut V,
+    ) -> Result<()> {
+        let keep: Vec<usize> = (0..self.rows.len())
+            .filter(|&slot| self.finish[self.rows[slot]].is_none())
+            .collect();
+        if keep.len() == self.rows.len() {
+            return Ok(());
+        }
+        if !keep.is_empty() {
+            verifier.retain(&keep)?;
+            if let Some(d) = drafter {
+                d.retain(&keep)?;
+            }
+        }
+        self.rows = keep.iter().map(|&k| self.rows[k]).collect();
+        Ok(())
+    }
+
+    /// Whether every sequence has finished (or was cancelled).
+    pub fn is_done(&self) -> bool {
+        self.finish.iter().all(Option::is_some)
+    }
+
+    /// The sequences still generating, by prompt index.
+    pub fn active(&self) -> Vec<usize> {
+        (0..self.finish.len())
+            .filter(|&s| self.finish[s].is_none())
+            .collect()
+    }
+
+    /// Why sequence `seq` stopped, `None` while it is generating (or `seq` is out of range).
+    pub fn finish_reason(&self, seq: usize) -> Option<FinishReason> {
+        self.finish.get(seq).copied().flatten()
+    }
+
+    /// The tokens sequence `seq` emitted so far (empty for an index out of range).
+    pub fn tokens(&self, seq: usize) -> &[TokenId] {
+        self.out.get(seq).map_or(&[], Vec::as_slice)
+    }
+
+    /// Ends sequence `seq` with [`FinishReason::Cancelled`] if it is still generating; its
+    /// cache rows are dropped at the next step. Returns whether it was generating.
+    pub fn cancel(&mut self, seq: usize) -> bool {
+        match self.finish.get_mut(seq) {
+            Some(f @ None) => {
+                *f = Some(FinishReason::Cancelled);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Cancels every sequence still generating.
+    pub fn cancel_all(&mut self) {
+        for f in self.finish.iter_mut().filter(|f| f.is_none()) {
+            *f = Some(FinishReason::Cancelled);
+        }
+    }
+
+    /// Iterations run so far.
+    pub fn iterations(&self) -> &[IterationStats] {
+        &self.iters
+    }
+
+    /// One speculative iteration over the sequences still generating (nothing when none is).
+    pub(crate) fn step_inner<B: Backend, D: Drafter<B>, V: Verifier<B>>(
+        &mut self,
+        mut drafter: Option<&mut D>,
+        verifier: &mut V,
+        tokenizer: Option<&Tokenizer>,
+        on_tokens: &mut dyn FnMut(usize, &[TokenId]),
+        mut barrier: Option<&mut PhaseBarrier>,
+    ) -> Result<()> {
+        // the end of a phase: the device's queued work done first when a barrier is set
+        let mut settle = || -> Result<()> {
+            if let Some(b) = barrier.as_deref_mut() {
+                (b.0)()?;
+            }
+            Ok(())
+        };
+        // sequences cancelled since the last step leave the caches first
+        self.drop_finished(drafter.as_deref_mut(), verifier)?;
+        if self.is_done() {
+            return Ok(());
+        }
+        let cfg = &self.cfg;
+        let n = self.finish.len();
+        let vocab = verifier.vocab_size();
+        let active = self.rows.clone();
+        let iteration = self.iteration;
+        let forced = self.forced.clone();
+        let b = active.len();
+        // 1. draft
+        let td = Instant::now();
+        let proposal = match drafter.as_deref_mut() {
+            Some(d) => d.propose(&DraftCtx {
+                gamma: cfg.gamma,
+                temperature: cfg.sampling.temperature,
+                top_p: cfg.sampling.top_p,
+                top_k: cfg.sampling.top_k,
+                seed: cfg.seed ^ (0x9E37_79B9_7F4A_7C15u64.wrapping_mul(iteration as u64 + 1)),
+                want_lookahead: verifier.wants_lookahead(),
+                vocab,
+            })?,
+            None => Proposal {
+                tokens: vec![Vec::new(); b],
+                q: None,
+                lookahead: None,
+            },
+        };
+        settle()?;
+        let draft_secs = td.elapsed().as_secs_f64();
+        // 2. verify
+        let tv = Instant::now();
+        let ver = verifier.verify(&VerifyCtx {
+            proposal: &proposal,
+            iteration,
+        })?;
+        let [_, m, v] = ver.logits.dims();
+        // 3. accept
+        settle()?;
+        let ta = Instant::now();
+        let verify_secs = (ta - tv).as_secs_f64();
+        let mut accepted = Vec::with_capacity(b);
+        let mut next = Vec::with_capacity(b);
+        if cfg.sampling.is_greedy() {
+            // the device argmax would pick an arbitrary token from NaN / +inf logits: refuse
+            // them, as the host sampling path does
+            let bad = crate::refused_logits(ver.logits.clone())
+                .any_dim(2)
+                .any_dim(1)
+                .reshape([b])
+                .into_data()
+                .convert::<bool>()
+                .into_vec::<bool>()
+                .map_err(|e| dustin_core::CoreError::Model(format!("{e:?}")))?;
+            if let Some(slot) = bad.iter().position(|&x| x) {
+                return Err(dustin_core::CoreError::NonFinite {
+                    what: "target logits of a verification".into(),
+                    seq: active[slot],
+                }
+                .into());
+            }
+            let am = ver.logits.clone().argmax(2).reshape([b * m]).into_data();
+            let am: Vec<i64> = am
+                .convert::<i64>()
+                .into_vec::<i64>()
+                .map_err(|e| dustin_core::CoreError::Model(format!("{e:?}")))?;
+            for slot in 0..b {
+                let row: Vec<u32> = am[slot * m..(slot + 1) * m]
+                    .iter()
+                    .map(|&x| x as u32)
+                    .collect();
+                let acc = accept::greedy(&proposal.tokens[slot], &row);
+                match &forced {
+                    Some((schedule, ragged)) => {
+                        let k = schedule
+                            .accepted(iteration, active[slot], n, *ragged)
+                            .min(proposal.tokens[slot].len());
+                        accepted.push(k);
+                        next.push(row[k]);
+                    }
+                    None => {
+                        accepted.push(acc.accepted);
+                        next.push(acc.next);
+                    }
+                }
+            }
+        } else if forced.is_some() {
+            return Err(SpecError::Config {
+                name: "sampling",
+                expected: "greedy decoding with a forced acceptance schedule".into(),
+                found: format!("temperature {}", cfg.sampling.temperature),
+            });
+        } else {
+            let rows = rows_to_host(ver.logits.clone().reshape([b * m, v]), vocab)?;
+            for (slot, &s) in active.iter().enumerate() {
+                let p: Vec<Vec<f32>> = (0..m)
+                    .map(|i| cfg.sampling.probs(&rows[slot * m + i], s))
+                    .collect::<dustin_core::Result<_>>()?;
+                let q: &[Vec<f32>] = proposal.q.as_ref().map_or(&[], |q| &q[slot]);
+                let rng = &mut self.rngs[s];
+                let acc = accept::stochastic(&proposal.tokens[slot], &p, q, s, &mut || {
+                    rng.random::<f32>()
+                })?;
+                accepted.push(acc.accepted);
+                next.push(acc.next);
+            }
+        }
+        // emit, honouring EOS / stop strings / max_new_tokens inside the block
+        let mut keep = Vec::with_capacity(b);
+        for (slot, &s) in active.iter().enumerate() {
+            let emitted: Vec<TokenId> = proposal.tokens[slot][..accepted[slot]]
+                .iter()
+                .copied()
+                .chain(std::iter::once(next[slot]))
+                .collect();
+            let mut pushed = Vec::new();
+            for &t in &emitted {
+                pushed.push(t);
+                if let Some(r) = self.rules[s].push(&mut self.out[s], t, tokenizer)? {
+                    self.finish[s] = Some(r);
+                    break;
+                }
+            }
+            on_tokens(s, &pushed);
+            if self.finish[s].is_none() {
+                keep.push(slot);
+            }
+        }
+        settle()?;
+        let accept_secs = ta.elapsed().as_secs_f64();
+        // 4. commit / roll back both caches, drop finished sequences
+        let tc = Instant::now();
+        if !keep.is_empty() {
+            verifier.commit(&accepted, &next)?;
+            if let Some(d) = drafter.as_deref_mut() {
+                d.commit(&accepted, &next)?;
+            }
+            if keep.len() != b {
+                verifier.retain(&keep)?;
+                if let Some(d) = drafter {
+                    d.retain(&keep)?;
+                }
+            }
+        }
+        settle()?;
+        let commit_secs = tc.elapsed().as_secs_f64();
+        self.iters.push(IterationStats {
+            accepted,
+            draft_secs,
+            verify_secs,
+            accept_secs,
+            commit_secs,
+            kv_read_fraction: ver.kv_read_fraction.clone(),
+            estimation_read_fraction: ver.estimation_read_fraction.clone(),
+        });
+        self.rows = keep.iter().map(|&k| active[k]).collect();
+        self.iteration += 1;
+        Ok(())
+    }
+
+    /// Closes the run: every sequence's tokens and finish reason (one still generating ends
+    /// as [`FinishReason::Length`]), the iterations and their summary.
+    pub fn finish(self) -> SpecOutput {
+        let n = self.finish.len();
+        let iters = self.iters;
+        let out = self.out;
+        let decode_secs = self.decode_start.elapsed().as_secs_f64();
+        let generated: usize = out.iter().map(Vec::len).sum();
+        let first_emitted = self.rules.iter().filter(|r| r.max_new_tokens > 0).count();
+        debug_assert!(first_emitted <= n);
+        let seq_iters: usize = iters.iter().map(|i| i.accepted.len()).sum();
+        let mean = |f: &dyn Fn(&IterationStats) -> f64| -> f64 {
+            iters.iter().map(f).sum::<f64>() / seq_iters.max(1) as f64
+        };
+        let tau = mean(&|i| i.accepted.iter().map(|&a| (a + 1) as f64).sum());
+        let kvf = mean(&|i| i.kv_read_fraction.iter().sum());
+        let estf = mean(&|i| i.estimation_read_fraction.iter().sum());
+        let summary = SpecSummary {
+            iterations: iters.len(),
+            mean_acceptance_length: tau,
+            generated_tokens: generated,
+            prefill_secs: self.prefill_secs,
+            decode_secs,
+            // the first token of each sequence comes from the prefill logits, not from decoding
+            tokens_per_sec: generated.saturating_sub(first_emitted) as f64 / decode_secs.max(1e-9),
+            draft_secs: iters.iter().map(|i| i.draft_secs).sum(),
+            verify_secs: iters.iter().map(|i| i.verify_secs).sum(),
+            accept_secs: iters.iter().map(|i| i.accept_secs).sum(),
+            commit_secs: iters.iter().map(|i| i.commit_secs).sum(),
+            mean_kv_read_fraction: kvf,
+            mean_estimation_read_fraction: estf,
+        };
+        SpecOutput {
+            tokens: out,
+            finish: self
+                .finish
+                .into_iter()
+                .map(|f| f.unwrap_or(FinishReason::Length))
+                .collect(),
+            iterations: iters,
+            summary,
+        }
+    }
+}
+
+/// A forced acceptance schedule (**benchmarks only**).
+#[derive(Debug, Clone)]
+pub(crate) enum Schedule {
+    /// A mean of drafts accepted per iteration ([`SpeculativeDecoder::set_forced_acceptance`]).
+    Mean(f64),
+    /// A recorded trace of drafts accepted per iteration
+    /// ([`SpeculativeDecoder::set_forced_trace`]).
+    Trace(Vec<usize>),
+}
+
+impl Schedule {
+    /// Drafts sequence `seq` of `n` accepts at `iteration` (before the cap at the proposal's
+    /// length); `ragged` shifts the schedule per sequence.
+    pub(crate) fn accepted(&self, iteration: usize, seq: usize, n: usize, ragged: bool) -> usize {
+        match self {
+            Schedule::Mean(a) => {
+                // the sequence's phase in the schedule (0 unless ragged)
+                let phase = if ragged { seq as f64 / n as f64 } else { 0.0 };
+                let k = ((iteration + 1) as f64 * a + phase).floor()
+                    - (iteration as f64 * a + phase).floor();
+                k as usize
+            }
+            Schedule::Trace(t) => {
+                let shift = if ragged { seq * t.len() / n.max(1) } else { 0 };
+                t[(iteration + shift) % t.len()]
+            }
+        }
+    }
+}
