@@ -36,7 +36,7 @@
 //! one (sequence, KV head) are split across thread blocks; each block holds the queries of all
 //! the heads of the group (`group * n_new` rows, up to 64 rows per block) and reads each key and
 //! value once for all of them; a combine kernel merges the per-block `(max, sum, acc)`.
-//! Verification and the prefill chunks that fill the GPU (`cuda::set_prefill_kernel`) run
+//! Verification and the prefill chunks that fill the GPU ([`KernelConfig::prefill_kernel`]) run
 //! on a FlashAttention-2 style kernel (Dao 2023, "FlashAttention-2"): each warp keeps 16 query rows, their scores (`mma.m16n8k16`, bf16 in,
 //! f32 accumulate), online softmax and output in registers, and the next K/V tile is copied
 //! by `cp.async` while this one is used. Head-subset scoring runs on the earlier split kernel
@@ -45,6 +45,7 @@
 
 mod attn_flex;
 pub mod check;
+pub mod config;
 pub mod cpu_attn;
 pub mod cpu_quant;
 pub mod cpu_skinny;
@@ -61,6 +62,9 @@ pub mod cuda;
 
 use burn_tensor::{backend::Backend, Int, Tensor, TensorData};
 
+pub use config::{
+    AttentionKernel, EstimatorKernels, KernelConfig, SkinnyKernel, SplitReduce, Switch, TopkKernel,
+};
 pub use cpu_quant::{quant_matmul, QuantMatrix, QuantType};
 pub use error::{KernelError, Result};
 pub use pinned::PinnedHost;
@@ -73,7 +77,7 @@ pub const MAX_NEW: usize = 16;
 /// chunk; the model prefills in chunks of 512 on the CPU and 16384 on CUDA, the last one up
 /// to half a chunk longer): 32768, a whole Qwen2.5 context (its `max_position_embeddings`,
 /// model card). The CUDA flash kernels keep nothing per new token beyond the output; the
-/// flash-decoding split kernel (forced by `cuda::set_prefill_kernel`, or where a chunk is too
+/// flash-decoding split kernel (forced by [`KernelConfig::prefill_kernel`], or where a chunk is too
 /// small to fill the GPU) keeps partial results `f32 [batch, kv_heads, splits, group *
 /// n_new, head_dim]`, one split once the row blocks fill the GPU: per sequence about 59 MB
 /// at 4096 new tokens and 470 MB at 32768 at Qwen2.5-7B shapes (4 KV heads, group 7), 134
@@ -102,24 +106,6 @@ pub struct Positions<B: Backend> {
     pub indices: Tensor<B, 3, Int>,
     /// Valid entries per sequence (the same for every KV head of a sequence).
     pub counts: Vec<usize>,
-}
-
-/// Which of the `dustin` estimator's steps run as one backend kernel each
-/// ([`KernelOps::estimator_kernels`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct EstimatorKernels {
-    /// The history fold, [`KernelOps::fold_rows`].
-    pub fold: bool,
-    /// The normalise-and-mix, [`KernelOps::mix_scores`].
-    pub mix: bool,
-}
-
-impl EstimatorKernels {
-    /// Neither step (the Burn-op path).
-    pub const NONE: Self = Self {
-        fold: false,
-        mix: false,
-    };
 }
 
 /// Fused attention, scoring and selection ops; implemented per backend.
@@ -173,12 +159,24 @@ pub trait KernelOps: Backend {
     /// None by default (the plain path everywhere); 64 and 128 on CUDA.
     const PREFILL_HEAD_DIMS: &'static [usize] = &[];
 
+    /// Installs `config` as the kernel choices of `device`: the launch paths of every op on
+    /// that device read them from then on (until the next call). The model installs its
+    /// [`KernelConfig`] at the start of each forward pass. Nothing by default (one kernel per
+    /// op); on CUDA the config, [`KernelConfig::normalized`], per device.
+    fn set_kernel_config(_device: &Self::Device, _config: &KernelConfig) {}
+
+    /// The kernel choices installed for `device` ([`KernelOps::set_kernel_config`];
+    /// [`KernelConfig::default`] where none was).
+    fn kernel_config(_device: &Self::Device) -> KernelConfig {
+        KernelConfig::default()
+    }
+
     /// Which of the `dustin` estimator's history fold ([`KernelOps::fold_rows`]) and
-    /// normalise-and-mix ([`KernelOps::mix_scores`]) run as this backend's kernels; the others
-    /// run through the estimator's own Burn-op path. By default neither (every step on Burn
-    /// ops); on CUDA the setting of `cuda::set_estimator_kernels`, both kernels by default.
-    /// The same values up to rounding either way.
-    fn estimator_kernels() -> EstimatorKernels {
+    /// normalise-and-mix ([`KernelOps::mix_scores`]) run as this backend's kernels on
+    /// `device`; the others run through the estimator's own Burn-op path. By default neither
+    /// (every step on Burn ops); on CUDA [`KernelConfig::estimator_kernels`] of the device's
+    /// config, both kernels by default. The same values up to rounding either way.
+    fn estimator_kernels(_device: &Self::Device) -> EstimatorKernels {
         EstimatorKernels::NONE
     }
 
@@ -207,7 +205,7 @@ pub trait KernelOps: Backend {
     /// [`MAX_PREFILL_NEW`] new tokens per sequence, with the same shapes, causal rule and
     /// result. On CUDA: a FlashAttention-2 style kernel (no score matrix in memory; a block
     /// of 64 query rows of one head stops at the last key they can see) where the chunk fills
-    /// the GPU, else the flash-decoding split kernel (`cuda::set_prefill_kernel`); the plain path
+    /// the GPU, else the flash-decoding split kernel ([`KernelConfig::prefill_kernel`]); the plain path
     /// builds the masked score matrix `[batch, kv_heads, group * n_new, ctx + n_new]`.
     ///
     /// # Errors
@@ -538,7 +536,7 @@ pub trait KernelOps: Backend {
     /// that sums the splits, adds the bias and rounds once (as PyTorch's `addmm` epilogue);
     /// from 2 rows up to 48 rows (128 when forced) with `k` a multiple of 16 and `n` of 8, the
     /// tensor-core
-    /// kernel (`cuda::set_skinny_kernel`) instead; other shapes take Burn's matmul.
+    /// kernel ([`KernelConfig::skinny_kernel`]) instead; other shapes take Burn's matmul.
     ///
     /// # Errors
     /// [`KernelError::Shape`] naming `w` or `bias` when they do not fit `x`.
@@ -632,13 +630,13 @@ pub trait KernelOps: Backend {
     }
 
     /// Most rows (`batch x new tokens`) [`KernelOps::skinny_linear`] and the grouped skinny
-    /// GEMMs run as a skinny GEMM; the model sends larger products to Burn's matmul (or from
+    /// GEMMs run as a skinny GEMM under `config`; the model sends larger products to Burn's matmul (or from
     /// [`PREFILL_GEMM_MIN_ROWS`] rows to [`KernelOps::prefill_linear`]). [`SKINNY_MAX_ROWS`]
     /// by default; on CUDA 48 (`cuda::AUTO_MMA_MAX_ROWS`), 128 with the tensor-core kernel
-    /// forced, 16 with the CUDA-core kernel only (`cuda::set_skinny_kernel`); on the CPU
+    /// forced, 16 with the CUDA-core kernel only ([`KernelConfig::skinny_kernel`]); on the CPU
     /// [`cpu_skinny::CPU_SKINNY_MAX_ROWS`] (64: at 1.5B shapes its skinny GEMM took about half
     /// the time of Burn's matmul at every `m` from 2 to 64, `benches/skinny_gemm.rs`).
-    fn skinny_max_rows() -> usize {
+    fn skinny_max_rows(_config: &KernelConfig) -> usize {
         SKINNY_MAX_ROWS
     }
 
@@ -1368,7 +1366,7 @@ impl KernelOps for burn_flex::Flex {
         cpu_skinny::skinny_linear(x, w, bias)
     }
 
-    fn skinny_max_rows() -> usize {
+    fn skinny_max_rows(_config: &KernelConfig) -> usize {
         cpu_skinny::CPU_SKINNY_MAX_ROWS
     }
 

@@ -3195,7 +3195,7 @@ pub fn split_tail<F: Float>(
 
 /// Query rows per block of [`flash_kernel`] in verification: 4 warps x one 16-row MMA tile
 /// (score mode's blocks take 16 rows, shared by the 4 warps). Prefill blocks take `warps x
-/// 16` rows, `warps` 4 or 8 (`cuda::set_prefill_warps`).
+/// 16` rows, `warps` 4 or 8 (`KernelConfig::prefill_warps`).
 pub const FLASH_ROWS: usize = 64;
 /// Keys per shared-memory tile of [`flash_kernel`] (the verification split plan's unit).
 pub const FLASH_KEYS: usize = crate::split_plan::FLASH_KEYS;

@@ -9,7 +9,7 @@
 //! other blocks).
 //!
 //! Verification, head-subset scoring and long prefill chunks run on `flash_kernel` (scores
-//! in registers, `cp.async` double buffering; [`set_verify_kernel`], [`set_prefill_kernel`]),
+//! in registers, `cp.async` double buffering; [`KernelConfig::verify_kernel`], [`KernelConfig::prefill_kernel`]),
 //! short prefill chunks on `split_kernel` (and everything it is forced onto).
 //!
 //! Outputs are freshly allocated; [`set_poison_outputs`] fills them (and the partial buffers)
@@ -19,7 +19,8 @@
 mod blas;
 mod kernels;
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::RwLock;
 
 use burn_cubecl::{
     kernel::into_contiguous,
@@ -34,10 +35,14 @@ use cubecl::prelude::*;
 use crate::{
     check_attn, check_attn_upto, check_fold, check_heads, check_kv_write, check_kv_write_pair,
     check_mix, check_packed, check_pages, check_rms_norm, check_rope, check_same, check_selection,
-    check_skinny, check_top_k, AttnDims, EstimatorKernels, Keep, KernelError, KernelOps, Positions,
-    Result, MAX_NEW, MAX_PREFILL_NEW,
+    check_skinny, check_top_k, AttnDims, EstimatorKernels, Keep, KernelConfig, KernelError,
+    KernelOps, Positions, Result, MAX_NEW, MAX_PREFILL_NEW,
 };
 
+pub use crate::config::{
+    AttentionKernel, SkinnyKernel, SplitReduce, TopkKernel, FLASH_BUFFERS, PREFILL_KEY_STEP,
+    PREFILL_LAZY_RESCALE, PREFILL_TILES, PREFILL_WARPS, SCORE_BUFFERS, SPARSE_WAVES,
+};
 pub use crate::ring::{RingConfig, RING_CONFIG};
 pub use kernels::{RESCALE_SLACK, THREADS, TILE};
 
@@ -101,6 +106,53 @@ fn poison(t: &Ct) {
         len as u32,
         t.dtype.into(),
     );
+}
+
+/// The kernel choices installed per device, indexed by [`CudaDevice::index`] (devices never
+/// installed for hold [`KernelConfig::default`]). A read lock and a copy per lookup: the
+/// launch paths look the config up once per op, next to launches that cost microseconds.
+static CONFIGS: RwLock<Vec<KernelConfig>> = RwLock::new(Vec::new());
+
+/// The kernel choices installed for `device` ([`set_config`]; [`KernelConfig::default`]
+/// where none was).
+pub fn config(device: &CudaDevice) -> KernelConfig {
+    CONFIGS
+        .read()
+        .ok()
+        .and_then(|c| c.get(device.index).copied())
+        .unwrap_or_default()
+}
+
+/// Installs `config` ([`KernelConfig::normalized`]) as the kernel choices of `device`: every
+/// op launched on it from then on reads them. What [`KernelOps::set_kernel_config`] does on
+/// CUDA; a config equal to the installed one takes a read lock only.
+pub fn set_config(device: &CudaDevice, config: KernelConfig) {
+    let config = config.normalized();
+    let installed = CONFIGS
+        .read()
+        .ok()
+        .and_then(|c| c.get(device.index).copied());
+    if installed == Some(config) {
+        return;
+    }
+    if let Ok(mut c) = CONFIGS.write() {
+        if c.len() <= device.index {
+            c.resize(device.index + 1, KernelConfig::default());
+        }
+        c[device.index] = config;
+    }
+}
+
+/// Changes the kernel choices of `device` by `change` ([`config`], then [`set_config`]).
+pub fn update_config(device: &CudaDevice, change: impl FnOnce(&mut KernelConfig)) {
+    let mut c = config(device);
+    change(&mut c);
+    set_config(device, c);
+}
+
+/// The kernel choices of the device `t` lives on.
+fn config_of(t: &Ct) -> KernelConfig {
+    config(&t.device)
 }
 
 /// How [`launch_probe`] launches its kernel.
@@ -219,115 +271,10 @@ fn skinny_takes(m: usize, k: usize, w: &Ct) -> bool {
 /// 128); above 48 rows it runs one launch per 48 rows ([`AUTO_MMA_MAX_ROWS`]).
 pub const MMA_MAX_ROWS: usize = 128;
 
-static SKINNY_KERNEL: AtomicU8 = AtomicU8::new(SkinnyKernel::Auto as u8);
-
-/// Which kernel runs an attention call on CUDA: prefill chunks
-/// ([`KernelOps::prefill_attention`], [`set_prefill_kernel`]) and verification
-/// ([`KernelOps::verify_attention`], [`KernelOps::sparse_verify_attention`], decoding
-/// included; [`set_verify_kernel`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AttentionKernel {
-    /// The default: each call's rule, in [`set_prefill_kernel`] and [`set_verify_kernel`].
-    Auto,
-    /// `flash_kernel`: FlashAttention-2 style, scores and softmax in registers, `cp.async`
-    /// double buffering. Prefill: a block per 64 query rows of one head; verification: a
-    /// block per 64 rows of a KV head's group and split of the context, merged by
-    /// `combine_kernel`.
-    Flash,
-    /// `split_kernel` (flash-decoding, scores through shared memory) and `combine_kernel`:
-    /// the context split across blocks, so it fills the GPU when few query rows are left.
-    Split,
-}
-
-impl AttentionKernel {
-    fn code(self) -> u8 {
-        match self {
-            AttentionKernel::Auto => 0,
-            AttentionKernel::Flash => 1,
-            AttentionKernel::Split => 2,
-        }
-    }
-
-    /// The kernel stored in `cell`, with `auto` deciding [`AttentionKernel::Auto`]: whether
-    /// it is the flash kernel.
-    fn flash(cell: &std::sync::atomic::AtomicU8, auto: impl FnOnce() -> bool) -> bool {
-        match cell.load(Ordering::Relaxed) {
-            1 => true,
-            2 => false,
-            _ => auto(),
-        }
-    }
-}
-
 /// Blocks (row blocks x query heads x sequences) from which [`AttentionKernel::Auto`] takes
 /// the flash kernel for a prefill chunk: one per SM of an H200 (132). Fewer leave SMs idle,
 /// where the split kernel parallelises over the context instead.
 pub const FLASH_MIN_BLOCKS: usize = 132;
-
-static PREFILL_KERNEL: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-static VERIFY_KERNEL: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-
-/// Sets which kernel runs prefill attention. [`AttentionKernel::Auto`] (the default) takes
-/// the flash kernel for chunks of more than [`MAX_NEW`] tokens that make at least
-/// [`FLASH_MIN_BLOCKS`] blocks of 64 rows, else the split kernel. For checks and benchmarks
-/// that compare them (`dustin-kernels-gpu check`, `prefill`).
-pub fn set_prefill_kernel(k: AttentionKernel) {
-    PREFILL_KERNEL.store(k.code(), Ordering::Relaxed);
-}
-
-/// Sets which kernel runs dense and sparse verification (and decoding).
-/// [`AttentionKernel::Auto`] (the default) takes the flash kernel at every shape: at B=8,
-/// 32k it took 0.36x the split kernel's time at Qwen2.5-7B's verification, 0.34x at 72B's
-/// and 0.67x at the 0.5B draft's decoding (head_dim 64), and end to end the 7B target with
-/// the 0.5B draft ran 1.15-1.2x faster with it (H200, 2026-11-30: raw output in
-/// `docs/perf/flash-everywhere-2026-11-30/verify-kernel-ab/`). For
-/// checks and benchmarks that compare them (`dustin-kernels-gpu check`, `bench
-/// --verify-kernel`, `dustin-bench e2e --verify-kernel`).
-pub fn set_verify_kernel(k: AttentionKernel) {
-    VERIFY_KERNEL.store(k.code(), Ordering::Relaxed);
-}
-
-/// K/V tile buffers of the flash kernel by default: two (the next tile in flight while one
-/// is used). A ring of three ran prefill at 149 TFLOP/s against 192 with two (16k prompt,
-/// chunks of 2048; H200, `docs/perf/flash-everywhere-2026-11-30/ring-of-three-buffers/`).
-pub const FLASH_BUFFERS: usize = 2;
-
-static FLASH_BUFS: std::sync::atomic::AtomicUsize =
-    std::sync::atomic::AtomicUsize::new(FLASH_BUFFERS);
-
-/// Shared-memory K/V tile buffers of the flash kernel (prefill and verification): 2 or 3, a
-/// ring whose next 1 or 2 tiles are copied by `cp.async` while the current one is computed
-/// on; 1, each tile staged with plain loads between two block barriers. Other values are
-/// clamped to `1..=3`. [`FLASH_BUFFERS`] by default. The automatic prefill's `prefill_kernel`
-/// ([`PREFILL_TILES`]) stages K and V apart instead; a forced `set_prefill_tiles(2)` takes
-/// this count, at most 2. For checks and benchmarks.
-pub fn set_flash_buffers(n: usize) {
-    FLASH_BUFS.store(n.clamp(1, 3), Ordering::Relaxed);
-}
-
-/// Warps per block of the flash kernel's prefill by default (16 query rows each).
-pub const PREFILL_WARPS: usize = 4;
-
-static PREFILL_WARP_COUNT: std::sync::atomic::AtomicUsize =
-    std::sync::atomic::AtomicUsize::new(PREFILL_WARPS);
-
-/// Warps per block of the flash kernel's causal prefill: 4 (64 query rows a block) or 8
-/// (128 rows; each K/V tile staged once for twice the rows). Values other than 8 select 4.
-/// [`PREFILL_WARPS`] by default. Verification always runs 4. For checks and benchmarks.
-pub fn set_prefill_warps(n: usize) {
-    PREFILL_WARP_COUNT.store(if n == 8 { 8 } else { 4 }, Ordering::Relaxed);
-}
-
-/// Query m-tiles (16 rows each) per warp of the causal prefill by default: 0, automatic:
-/// `prefill_kernel` (two a warp) with K and V staged apart for chunks of at least
-/// [`PREFILL2_KV_MIN_NEW`] new tokens, `flash_kernel` (one) for smaller chunks. On the H200
-/// (7B heads, one sequence; docs/perf.md, "GPU: prefill and time to first token", raw
-/// output in `docs/perf/prefill-head-runs-gemm-many-2026-12-04/kv-staging-hoisted/`) K and
-/// V staged apart ran 1.00-1.08x the ring of two buffers and 1.03-1.09x one buffer at every
-/// chunk of 2048 to 32768 at 16k and 32k (334.8-340.6 TFLOP/s for a 16k prompt in one
-/// chunk), and 1.17-1.19x `flash_kernel` in chunks of 512 at 16k and 32k (211.9 against
-/// 179.2 at 16k).
-pub const PREFILL_TILES: usize = 0;
 
 /// Fewest new tokens of a chunk the automatic choice ([`PREFILL_TILES`] 0) sends to
 /// `prefill_kernel` (K and V staged apart); `flash_kernel` below. In chunks of 512 it was
@@ -338,57 +285,10 @@ pub const PREFILL_TILES: usize = 0;
 /// head-runs-rescale/`); smaller chunks were not timed.
 pub const PREFILL2_KV_MIN_NEW: usize = 512;
 
-static PREFILL_TILE_COUNT: std::sync::atomic::AtomicUsize =
-    std::sync::atomic::AtomicUsize::new(PREFILL_TILES);
-
-/// Query m-tiles per warp of the causal prefill on the flash path: 1, `flash_kernel` (16
-/// rows a warp, [`set_prefill_warps`] warps a block), or 2, `prefill_kernel` (32 rows a warp,
-/// 4 warps and 128 rows a block, Q in shared memory, each K/V fragment load shared by both
-/// m-tiles; [`set_prefill_warps`] does not apply; [`set_flash_buffers`]' count, at most 2),
-/// 3, `prefill_kernel` with one K and one V buffer staged apart by `cp.async`
-/// (FlashAttention-2's schedule: V of a tile in flight during its scores, K of the next
-/// during its `P V`), or 0, automatic ([`PREFILL_TILES`]). Other values select 1. For
-/// checks and benchmarks.
-pub fn set_prefill_tiles(n: usize) {
-    PREFILL_TILE_COUNT.store(if n <= 3 { n } else { 1 }, Ordering::Relaxed);
-}
-
-/// Keys per compute step of `prefill_kernel` by default (each staged 64-key tile in one
-/// step).
-pub const PREFILL_KEY_STEP: usize = 64;
-
-static PREFILL_STEP: std::sync::atomic::AtomicUsize =
-    std::sync::atomic::AtomicUsize::new(PREFILL_KEY_STEP);
-
-/// Keys per compute step of `prefill_kernel` ([`set_prefill_tiles`] 2): 64 (a staged tile
-/// at once) or 32 (two online-softmax updates a tile, half the score registers). Values
-/// other than 32 select 64. [`PREFILL_KEY_STEP`] by default. For checks and benchmarks.
-pub fn set_prefill_key_step(n: usize) {
-    PREFILL_STEP.store(if n == 32 { 32 } else { 64 }, Ordering::Relaxed);
-}
-
-static PREFILL_HEAD_RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// Query heads per run of `prefill_kernel`'s grid: x runs over a run's heads fastest, then
-/// its row blocks heaviest first, y over the runs, so that the last blocks of a run to start
-/// are the lightest of all its heads rather than the lightest of one head (greedy list
-/// schedule of a 16k prompt's 3584 blocks on 264 slots: 1.068x the ideal span with runs of
-/// one head, 1.011x with 7, 1.002x with 28). 0 (the default): automatic, one KV head's query
-/// heads (`group`), whose blocks share that head's K and V in L2; 1: row blocks along x,
-/// heads along y (the layout before). Measured on the H200 (7B heads, raw output in
-/// `docs/perf/prefill-head-runs-gemm-many-2026-12-04/`): runs of 7 against 1 for a 16k
-/// prompt in one chunk, 1.07x (the ring: 329.1 against 306.6 TFLOP/s, `head-runs-rescale/`)
-/// and 1.05-1.06x (K and V apart: 334.8-340.6 against 316.5-322.5, `kv-staging-hoisted/`);
-/// at 32k in chunks of 16384 within noise; runs of 28 within 2% of 7.
-/// A count that does not divide `q_heads` falls back to automatic. For checks and
-/// benchmarks.
-pub fn set_prefill_head_run(n: usize) {
-    PREFILL_HEAD_RUN.store(n, Ordering::Relaxed);
-}
-
-/// Query heads per run of `prefill_kernel`'s grid ([`set_prefill_head_run`]) for `dims`.
-fn prefill_head_run(dims: &AttnDims) -> usize {
-    let forced = PREFILL_HEAD_RUN.load(Ordering::Relaxed);
+/// Query heads per run of `prefill_kernel`'s grid ([`KernelConfig::prefill_head_run`]) for
+/// `dims`.
+fn prefill_head_run(cfg: &KernelConfig, dims: &AttnDims) -> usize {
+    let forced = cfg.prefill_head_run;
     if forced > 0 && dims.q_heads.is_multiple_of(forced) {
         forced
     } else {
@@ -396,77 +296,19 @@ fn prefill_head_run(dims: &AttnDims) -> usize {
     }
 }
 
-/// Whether `prefill_kernel` moves a row's reference maximum (and rescales its accumulators)
-/// only where a tile's maximum passes it by more than [`kernels::RESCALE_SLACK`] (natural-log
-/// units: every probability stays below `e^8`), by default: FlashAttention-4's conditional
-/// rescaling, as the split kernel does. Without it, every tile that raises a maximum of the
-/// warp rescales 128 accumulators a lane.
-pub const PREFILL_LAZY_RESCALE: bool = true;
-
-static PREFILL_LAZY: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(PREFILL_LAZY_RESCALE);
-
-/// `prefill_kernel`'s rescaling: conditional (`true`, [`PREFILL_LAZY_RESCALE`]) or wherever
-/// a maximum moves. For checks and benchmarks.
-pub fn set_prefill_lazy_rescale(on: bool) {
-    PREFILL_LAZY.store(on, Ordering::Relaxed);
-}
-
-/// K tile buffers of the flash kernel's score mode by default: two, as verification. A
-/// ring of three (two tiles' copies in flight, 52 KB of shared memory; scoring stages no V)
-/// measured 36.0 us against 35.2 with two at 7B, B=8, 32k (ncu GPU time on the H200,
-/// `docs/perf/kernel-gpu-time-2026-11-30/ktime-ring-sparse-waves/`), so it stays opt-in.
-pub const SCORE_BUFFERS: usize = 2;
-
-static SCORE_BUFS: std::sync::atomic::AtomicUsize =
-    std::sync::atomic::AtomicUsize::new(SCORE_BUFFERS);
-
-/// K tile buffers of the flash kernel's score mode (head-subset scoring), as
-/// [`set_flash_buffers`] sets them for prefill and verification: clamped to `1..=3`,
-/// [`SCORE_BUFFERS`] by default. For checks and benchmarks.
-pub fn set_score_buffers(n: usize) {
-    SCORE_BUFS.store(n.clamp(1, 3), Ordering::Relaxed);
-}
-
-/// Waves of resident blocks sparse verification's splits aim for by default (dense
-/// verification aims for `split_plan::FLASH_WAVES`, 2), in splits of at least one tile
-/// (`split_plan::SPARSE_MIN_CHUNK`).
-pub const SPARSE_WAVES: usize = 2;
-
-static SPARSE_WAVE_COUNT: std::sync::atomic::AtomicUsize =
-    std::sync::atomic::AtomicUsize::new(SPARSE_WAVES);
-
-/// Waves of resident blocks sparse verification on the flash kernel aims its splits at
-/// (at least 1; [`SPARSE_WAVES`] by default). For benchmarks.
-pub fn set_sparse_waves(n: usize) {
-    SPARSE_WAVE_COUNT.store(n.max(1), Ordering::Relaxed);
-}
-
-static DENSE_WAVE_COUNT: std::sync::atomic::AtomicUsize =
-    std::sync::atomic::AtomicUsize::new(crate::split_plan::FLASH_WAVES);
-
-/// Waves of resident blocks dense verification and decoding on the flash kernel aim their
-/// splits at (at least 1; `split_plan::FLASH_WAVES`, 2, by default). More waves make more,
-/// shorter splits: more tiles in flight at once where a call has few (sequence, KV head)
-/// pairs, as the 0.5B draft's 16 at B=8. For benchmarks.
-pub fn set_dense_waves(n: usize) {
-    DENSE_WAVE_COUNT.store(n.max(1), Ordering::Relaxed);
-}
-
 /// Whether verification runs on the flash kernel.
-fn use_flash_verify() -> bool {
-    AttentionKernel::flash(&VERIFY_KERNEL, || true)
+fn use_flash_verify(cfg: &KernelConfig) -> bool {
+    cfg.verify_kernel.flash(|| true)
 }
 
 /// SMs assumed where the device does not say (an H200 has 132).
 const DEFAULT_SMS: usize = 132;
 
 /// Whether a prefill chunk of these dimensions runs on the flash kernel.
-fn use_flash(dims: &AttnDims) -> bool {
+fn use_flash(cfg: &KernelConfig, dims: &AttnDims) -> bool {
     let blocks = dims.n_new.div_ceil(kernels::FLASH_ROWS) * dims.q_heads * dims.batch;
-    AttentionKernel::flash(&PREFILL_KERNEL, || {
-        dims.n_new > MAX_NEW && blocks >= FLASH_MIN_BLOCKS
-    })
+    cfg.prefill_kernel
+        .flash(|| dims.n_new > MAX_NEW && blocks >= FLASH_MIN_BLOCKS)
 }
 
 /// Most rows [`SkinnyKernel::Auto`] sends to the tensor-core kernel: one launch (3 tiles of 16
@@ -474,113 +316,6 @@ fn use_flash(dims: &AttnDims) -> bool {
 /// 64) it was slower than Burn's matmul for 4 of the 8 projections measured (7B gate/up: 252
 /// against 144 us; docs/perf.md, 2026-12-01), so more rows keep Burn's matmul.
 pub const AUTO_MMA_MAX_ROWS: usize = 16 * kernels::MMA_ROW_TILES;
-
-/// Which kernel runs the skinny GEMMs (decode and verify rows) on CUDA
-/// ([`set_skinny_kernel`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum SkinnyKernel {
-    /// The CUDA-core kernel (`skinny_gemm_kernel`) only, up to [`crate::SKINNY_MAX_ROWS`]
-    /// rows; more rows take Burn's matmul (the default before 2026-12-01).
-    Cores = 0,
-    /// The default: one row on the CUDA-core kernel, 2 to 32 rows on the tensor-core kernel
-    /// (`skinny_mma_kernel`), [`AUTO_RING_MIN_ROWS`] to [`MMA_MAX_ROWS`] on the ring kernel
-    /// (`skinny_ring_kernel`), each where its shape rules allow (33-48 rows the ring kernel
-    /// does not take go to the tensor-core kernel); the rest on Burn's matmul. The ring kernel
-    /// at 33-128 rows since 2026-12-02: Qwen2.5-72B shapes (20 layers), 32k, dense
-    /// speculative decoding, verification phase synced, 20.2 against 23.9 ms at B=8 (40
-    /// rows) and 29.3 against 57.2 at B=16 (80 rows, where Burn's matmul ran them;
-    /// `docs/perf/skinny-ring-kernel-2026-12-02/ring-shapes-e2e-ab/`). Before, on the H200
-    /// (host-timed, `docs/perf/skinny-gemm-tensor-cores-2026-12-01/`,
-    /// `gemm-decode-e2e-auto-vs-cores/`) the tensor-core kernel took 73.0 against 104.9 us
-    /// for Qwen2.5-7B's gate projection at 8 rows, 169.8 against 310.5 us for 72B's, and 72.8
-    /// against 202.2 us at 16 rows; at one row the CUDA-core kernel was as fast or faster (7B
-    /// down: 70 against 104 us).
-    Auto = 1,
-    /// The tensor-core kernel wherever its shape rules allow, one row and up to
-    /// [`MMA_MAX_ROWS`] rows included (benchmarks).
-    Mma = 2,
-    /// The ring kernel (`skinny_ring_kernel`: the weight tile staged once per block through a
-    /// `cp.async` ring, all rows in one launch) wherever its shape rules allow, from one row
-    /// up to [`MMA_MAX_ROWS`]; elsewhere as `Mma` (benchmarks).
-    Ring = 3,
-    /// The default before the ring kernel (until 2026-12-02): as `Auto` without it, so 2 to
-    /// [`AUTO_MMA_MAX_ROWS`] rows on the tensor-core kernel and more on Burn's matmul
-    /// (benchmarks that compare the two).
-    NoRing = 4,
-}
-
-/// Which kernel runs [`KernelOps::top_k_positions`] on CUDA ([`set_topk_kernel`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TopkKernel {
-    /// `topk_block_kernel`: one block of 256 threads per (KV head, sequence), one shared
-    /// histogram, a position-order scan with two block barriers per 256 positions (the
-    /// reference). On the H200 (docs/perf.md, "GPU kernels: verification attention,
-    /// scoring, top-k") 232 us per Qwen2.5-7B layer at B=8, 32k (32 rows), 637 us for 28
-    /// layers stacked.
-    Block = 0,
-    /// `topk_kernel` (the default since 2026-12-01): 1024 threads per
-    /// row, per-warp histograms, contiguous segments per thread in the last pass. On the
-    /// H200 66 us per 7B layer at B=8, 32k and 364 us for 28 layers stacked (3.5x and 1.7x
-    /// faster than `Block`); end to end (7B + 0.5B, 32k, B=8, `dustin`) 261.3 against 240.4
-    /// tokens/s, side by side in one process. Its check passes every case, negative boundary
-    /// scores included (`dustin-kernels-gpu check --op topk`).
-    Warp = 1,
-}
-
-static TOPK_KERNEL: AtomicU8 = AtomicU8::new(TopkKernel::Warp as u8);
-
-/// Sets which kernel runs the top-k ([`TopkKernel`], `Warp` by default). For checks and
-/// benchmarks that compare them (`dustin-kernels-gpu check --op topk`, `topk`,
-/// `dustin-bench e2e --topk-kernel`).
-pub fn set_topk_kernel(kernel: TopkKernel) {
-    TOPK_KERNEL.store(kernel as u8, Ordering::Relaxed);
-}
-
-/// The kernel [`set_topk_kernel`] chose.
-pub fn topk_kernel() -> TopkKernel {
-    match TOPK_KERNEL.load(Ordering::Relaxed) {
-        0 => TopkKernel::Block,
-        _ => TopkKernel::Warp,
-    }
-}
-
-static ESTIMATOR_KERNELS: AtomicU8 = AtomicU8::new(3);
-
-/// Which of the `dustin` estimator's history fold and normalise-and-mix run as one kernel
-/// each on CUDA ([`KernelOps::fold_rows`], [`KernelOps::mix_scores`]) rather than as Burn
-/// ops (both, the default since 2026-12-01). What [`KernelOps::estimator_kernels`] returns
-/// on CUDA. For benchmarks that compare them (`dustin-bench e2e --estimator-kernels
-/// off,mix,fold,on`).
-///
-/// On the H200 (Qwen2.5-7B + 0.5B draft, 32k, B=8, `dustin`, 12 timed iterations, side by
-/// side in one process, both orders; raw output in
-/// `docs/perf/topk-estimator-kernels-2026-12-01/estimator-kernels-first/` and
-/// `.../estimator-kernels-burn-first/`) both kernels took 42.6 ms per iteration against 49.3
-/// for the Burn ops (kernels first), and 47.3 (a compile inside the window included; 45
-/// without) against 49.2 (Burn ops first). With 2 warm-up iterations, kernels compiled inside
-/// the timed window (one timed iteration 290 ms) made them look slow; 3 warm-up iterations
-/// keep compiles out of it.
-pub fn set_estimator_kernels(kernels: EstimatorKernels) {
-    let bits = u8::from(kernels.fold) | (u8::from(kernels.mix) << 1);
-    ESTIMATOR_KERNELS.store(bits, Ordering::Relaxed);
-}
-
-/// Sets which kernel runs the skinny GEMMs ([`SkinnyKernel`], `Auto` by default).
-pub fn set_skinny_kernel(kernel: SkinnyKernel) {
-    SKINNY_KERNEL.store(kernel as u8, Ordering::Relaxed);
-}
-
-/// The kernel [`set_skinny_kernel`] chose.
-fn skinny_kernel() -> SkinnyKernel {
-    match SKINNY_KERNEL.load(Ordering::Relaxed) {
-        0 => SkinnyKernel::Cores,
-        2 => SkinnyKernel::Mma,
-        3 => SkinnyKernel::Ring,
-        4 => SkinnyKernel::NoRing,
-        _ => SkinnyKernel::Auto,
-    }
-}
 
 /// Which kernel runs a skinny GEMM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -599,10 +334,10 @@ enum SkinnyPath {
 /// [`MMA_MAX_ROWS`], `k` a multiple of 16 (whole `mma.m16n8k16` steps), `n` a multiple of 8
 /// and `w` row-major with a row stride that is a multiple of 8 elements and a 16-byte aligned
 /// start (each lane reads 8 columns of a row as one 16-byte vector).
-fn mma_takes(m: usize, k: usize, w: &Ct) -> bool {
+fn mma_takes(kernel: SkinnyKernel, m: usize, k: usize, w: &Ct) -> bool {
     let n = w.meta.shape()[1];
     let st = w.meta.strides();
-    let on = match skinny_kernel() {
+    let on = match kernel {
         SkinnyKernel::Cores => false,
         SkinnyKernel::Auto | SkinnyKernel::NoRing => (2..=AUTO_MMA_MAX_ROWS).contains(&m),
         SkinnyKernel::Mma | SkinnyKernel::Ring => true,
@@ -632,8 +367,8 @@ fn mma_x_ok(x: &Ct) -> bool {
 /// ([`mma_takes`]), and `k` a multiple of the ring's stage ([`RingConfig::kc`]), `x` with a
 /// unit column stride, a row stride that is a multiple of 8 and a 16-byte aligned start
 /// (each copy moves 16 bytes; otherwise a contiguous copy of `x` is made first, which is).
-fn ring_takes(m: usize, k: usize, x: &Ct, w: &Ct, rc: RingConfig) -> bool {
-    let on = match skinny_kernel() {
+fn ring_takes(kernel: SkinnyKernel, m: usize, k: usize, x: &Ct, w: &Ct, rc: RingConfig) -> bool {
+    let on = match kernel {
         SkinnyKernel::Ring => true,
         SkinnyKernel::Auto => (AUTO_RING_MIN_ROWS..=MMA_MAX_ROWS).contains(&m),
         SkinnyKernel::Cores | SkinnyKernel::Mma | SkinnyKernel::NoRing => false,
@@ -653,63 +388,6 @@ fn ring_takes(m: usize, k: usize, x: &Ct, w: &Ct, rc: RingConfig) -> bool {
         && w.meta.strides()[0] >= w.meta.shape()[1]
         && w.meta.strides()[0].is_multiple_of(8)
         && w.handle.offset_start.unwrap_or(0).is_multiple_of(16)
-}
-
-static RING_CFG: std::sync::Mutex<RingConfig> = std::sync::Mutex::new(RING_CONFIG);
-
-/// Sets the ring kernel's block shape ([`RingConfig`]; values out of range are refused by
-/// [`RingConfig::parse`], and here clamped to the nearest allowed). For benchmarks that compare
-/// them (`dustin-kernels-gpu gemm --ring-configs`).
-pub fn set_ring_config(c: RingConfig) {
-    let c = RingConfig {
-        cols: if c.cols > 64 { 128 } else { 64 },
-        kc: if c.kc > 32 { 64 } else { 32 },
-        bufs: c.bufs.clamp(3, 4),
-    };
-    if let Ok(mut g) = RING_CFG.lock() {
-        *g = c;
-    }
-}
-
-/// The ring kernel's block shape [`set_ring_config`] chose.
-pub fn ring_config() -> RingConfig {
-    RING_CFG.lock().map(|g| *g).unwrap_or(RING_CONFIG)
-}
-
-/// Where the skinny GEMMs sum their splits over `k` ([`set_split_reduce`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SplitReduce {
-    /// Inside the GEMM's own launch: the last block of each column tile to finish sums the
-    /// tile's partial sums and writes the output (`kernels::split_tail`; with its bias, or
-    /// SwiGLU's product), one launch a projection where two ran. The tensor-core kernels
-    /// only, the tensor-core one with at most 48 rows (one launch); the rest keep the reduce
-    /// kernel. Checked on the H200, but 1 ms slower a 72B-shape verification (20 layers,
-    /// B=8) than [`SplitReduce::Kernel`] (`docs/perf/split-reduce-fused-2026-12-02/`), so
-    /// not the default.
-    Fused,
-    /// A reduce kernel after the GEMM (two launches). The default.
-    Kernel,
-}
-
-static SPLIT_REDUCE: AtomicU8 = AtomicU8::new(1);
-
-/// Sets where the skinny GEMMs sum their splits ([`SplitReduce`], `Kernel` by default).
-pub fn set_split_reduce(r: SplitReduce) {
-    SPLIT_REDUCE.store(
-        match r {
-            SplitReduce::Fused => 0,
-            SplitReduce::Kernel => 1,
-        },
-        Ordering::Relaxed,
-    );
-}
-
-/// The choice [`set_split_reduce`] made.
-pub fn split_reduce() -> SplitReduce {
-    match SPLIT_REDUCE.load(Ordering::Relaxed) {
-        0 => SplitReduce::Fused,
-        _ => SplitReduce::Kernel,
-    }
 }
 
 /// Arrival counts of the fused split reduction: one `u32` per column tile of a launch, zero
@@ -757,9 +435,9 @@ fn split_counters(t: &Ct) -> Ct {
 /// Whether a skinny GEMM on `path` of `m` rows over weights of `ns` columns finishes its
 /// split reduction in its own launch ([`SplitReduce::Fused`]): the tensor-core kernels in
 /// one launch, with a count for every column tile of the grid.
-fn fuses_split(path: SkinnyPath, m: usize, ns: &[usize]) -> bool {
+fn fuses_split(x: &Ct, path: SkinnyPath, m: usize, ns: &[usize]) -> bool {
     let tiles = |cols: usize| ns.iter().map(|n| n.div_ceil(cols)).sum::<usize>();
-    split_reduce() == SplitReduce::Fused
+    config_of(x).split_reduce == SplitReduce::Fused
         && match path {
             SkinnyPath::Cores => false,
             SkinnyPath::Mma => {
@@ -818,10 +496,15 @@ pub const AUTO_RING_MIN_ROWS: usize = 33;
 
 /// The kernel for `x [m, k]` times every weight of `ws`, or `None` (Burn's matmul).
 fn skinny_path(m: usize, k: usize, x: &Ct, ws: &[&Ct]) -> Option<SkinnyPath> {
-    let rc = ring_config();
-    if ws.iter().all(|w| ring_takes(m, k, x, w, rc)) {
+    let cfg = config_of(x);
+    let (kernel, rc) = (cfg.skinny_kernel, cfg.ring);
+    if ws.iter().all(|w| ring_takes(kernel, m, k, x, w, rc)) {
         Some(SkinnyPath::Ring(rc))
-    } else if mma_x_ok(x) && ws.iter().all(|w| w.dtype == x.dtype && mma_takes(m, k, w)) {
+    } else if mma_x_ok(x)
+        && ws
+            .iter()
+            .all(|w| w.dtype == x.dtype && mma_takes(kernel, m, k, w))
+    {
         Some(SkinnyPath::Mma)
     } else if ws.iter().all(|w| skinny_takes(m, k, w)) {
         Some(SkinnyPath::Cores)
@@ -1390,7 +1073,8 @@ fn attention<F: FloatElement, I: IntElement, BT: BoolElement>(
     }
     let (k, v) = (rows_ready(k), rows_ready(v));
     let g = dims.group();
-    if sel.is_none() && max_new == MAX_PREFILL_NEW && use_flash(&dims) {
+    let cfg = config_of(&q);
+    if sel.is_none() && max_new == MAX_PREFILL_NEW && use_flash(&cfg, &dims) {
         let ctx = ctx_tensor::<F, I, BT>(ctx_lens, &device);
         let out = flash_prefill(q, k, v, ctx, &dims, scale);
         return Ok(Tensor::from_primitive(TensorPrimitive::Float(out)));
@@ -1410,7 +1094,7 @@ fn attention<F: FloatElement, I: IntElement, BT: BoolElement>(
         }
         None => (false, ctx.clone(), ctx.clone(), dims.keys),
     };
-    if max_new == MAX_NEW && use_flash_verify() {
+    if max_new == MAX_NEW && use_flash_verify(&cfg) {
         let sel = sparse.then_some((idx, counts, max_keys));
         let out = flash_verify(q, k, v, ctx, table, sel, &dims, scale);
         return Ok(Tensor::from_primitive(TensorPrimitive::Float(out)));
@@ -1558,9 +1242,9 @@ fn launch_flash(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32, a: Fl
             dims.head_dim,
             NV,
             if a.score {
-                SCORE_BUFS.load(Ordering::Relaxed)
+                config_of(&a.out).score_buffers
             } else {
-                FLASH_BUFS.load(Ordering::Relaxed)
+                config_of(&a.out).flash_buffers
             },
             a.verify,
             a.sparse,
@@ -1582,9 +1266,10 @@ fn flash_prefill(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32) -> C
         vec![b, dims.q_heads, dims.n_new, dims.head_dim],
         q.dtype,
     );
-    match PREFILL_TILE_COUNT.load(Ordering::Relaxed) {
+    let cfg = config_of(&q);
+    match cfg.prefill_tiles {
         2 => {
-            let nbuf = FLASH_BUFS.load(Ordering::Relaxed).min(2);
+            let nbuf = cfg.flash_buffers.min(2);
             launch_prefill2(q, k, v, ctx, dims, scale, out.clone(), nbuf, false);
             return out;
         }
@@ -1598,7 +1283,7 @@ fn flash_prefill(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale: f32) -> C
         }
         _ => {}
     }
-    let warps = PREFILL_WARP_COUNT.load(Ordering::Relaxed);
+    let warps = cfg.prefill_warps;
     let rowblocks = dims.n_new.div_ceil(16 * warps);
     let one = empty(&q, vec![1], DType::F32);
     let a = FlashLaunch {
@@ -1651,11 +1336,8 @@ fn launch_prefill2(
         !kv_apart || nbuf == 1,
         "kv_apart stages one K and one V buffer"
     );
-    let kstep = if kv_apart {
-        64
-    } else {
-        PREFILL_STEP.load(Ordering::Relaxed)
-    };
+    let cfg = config_of(&q);
+    let kstep = if kv_apart { 64 } else { cfg.prefill_key_step };
     let sd = |t: &Ct, i: usize| t.meta.strides().get(i).copied().unwrap_or(0) as u32;
     let st = kernels::FlashStridesLaunch::new(
         sd(&q, 0),
@@ -1684,9 +1366,9 @@ fn launch_prefill2(
         }),
         "prefill_kernel needs K/V strides that are multiples of {NV}"
     );
-    let run = prefill_head_run(dims);
+    let run = prefill_head_run(&cfg, dims);
     // the slack in raw-score units (the kernel's maxima are of raw scores)
-    let slack = if PREFILL_LAZY.load(Ordering::Relaxed) {
+    let slack = if cfg.prefill_lazy_rescale {
         kernels::RESCALE_SLACK / scale
     } else {
         0.0
@@ -1733,7 +1415,7 @@ fn launch_prefill2(
 /// of 64, the virtual keys (context or selection, then the new tokens) split so the grid
 /// fills at most two waves of resident blocks (`split_plan::verify_splits`), with at most
 /// one split per [`MIN_CHUNK`] keys (each split a multiple of 64 keys); a selection in
-/// splits of at least one tile over [`set_sparse_waves`] waves. `table` is the
+/// splits of at least one tile over [`KernelConfig::sparse_waves`] waves. `table` is the
 /// identity slot table of the dense path, `sel` the selection (indices, counts tensor,
 /// most keys). Returns `[b, q_heads, n_new, d]` in `q`'s dtype.
 #[allow(clippy::too_many_arguments)]
@@ -1756,13 +1438,11 @@ fn flash_verify(
         None => (false, ctx.clone(), ctx.clone(), dims.keys),
     };
     let per = b * dims.kv_heads * rowblocks;
+    let cfg = config_of(&q);
     let (min_chunk, waves) = if sparse {
-        (
-            crate::split_plan::SPARSE_MIN_CHUNK,
-            SPARSE_WAVE_COUNT.load(Ordering::Relaxed),
-        )
+        (crate::split_plan::SPARSE_MIN_CHUNK, cfg.sparse_waves)
     } else {
-        (MIN_CHUNK, DENSE_WAVE_COUNT.load(Ordering::Relaxed))
+        (MIN_CHUNK, cfg.dense_waves)
     };
     let (splits, chunk) =
         crate::split_plan::verify_splits(per, max_keys, sm_count(&q), min_chunk, waves);
@@ -1955,7 +1635,7 @@ fn subset_scores<F: FloatElement, I: IntElement, BT: BoolElement>(
     let out = empty(&q, shape, DType::F32);
     let nslots = slots.len();
     // the flash kernel's score mode where verification runs on it, else the split kernel's
-    let parts = if use_flash_verify() {
+    let parts = if use_flash_verify(&config_of(&q)) {
         flash_scores(
             q,
             k,
@@ -2072,12 +1752,16 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
     const PREFILL_CHUNK: usize = 16384;
     const PREFILL_HEAD_DIMS: &'static [usize] = KERNEL_HEAD_DIMS;
 
-    fn estimator_kernels() -> EstimatorKernels {
-        let bits = ESTIMATOR_KERNELS.load(Ordering::Relaxed);
-        EstimatorKernels {
-            fold: bits & 1 != 0,
-            mix: bits & 2 != 0,
-        }
+    fn set_kernel_config(device: &Self::Device, config: &KernelConfig) {
+        set_config(device, *config);
+    }
+
+    fn kernel_config(device: &Self::Device) -> KernelConfig {
+        config(device)
+    }
+
+    fn estimator_kernels(device: &Self::Device) -> EstimatorKernels {
+        config(device).estimator_kernels
     }
 
     fn verify_attention(
@@ -2388,7 +2072,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
             let (ls, lo) = (s.meta.strides().to_vec(), out.meta.strides().to_vec());
             // 16-bit scores: the key's low byte follows from the byte above it
             let passes = if s.dtype.size() == 2 { 3 } else { 4 };
-            if topk_kernel() == TopkKernel::Block {
+            if config_of(&s).topk_kernel == TopkKernel::Block {
                 kernels::topk_block_kernel::launch::<CudaRuntime>(
                     &client,
                     CubeCount::Static(1, h as u32, b as u32),
@@ -2767,7 +2451,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
             Some(b) => contiguous(b.into_primitive().tensor()),
             None => xp.clone(),
         };
-        if fuses_split(path, m, &[n]) {
+        if fuses_split(&xp, path, m, &[n]) {
             let fin = Finish::outputs(&xp, [&out; 3], [&b; 3], u32::from(has_bias));
             skinny_gemm_into(&xp, &[(wp, 0)], &part, k, n, rows, splits, path, &fin);
             return Ok(Tensor::from_primitive(TensorPrimitive::Float(out)));
@@ -2850,7 +2534,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
             None => xp.clone(),
         };
         let (b0, b1, b2) = (bias(b0), bias(b1), bias(b2));
-        if fuses_split(path, m, &ns) {
+        if fuses_split(&xp, path, m, &ns) {
             let mask = u32::from(has[0]) | u32::from(has[1]) << 1 | u32::from(has[2]) << 2;
             let fin = Finish::outputs(&xp, [&outs[0], &outs[1], &outs[2]], [&b0, &b1, &b2], mask);
             skinny_gemm_into(&xp, &ws, &part, k, ldp, rows, splits, path, &fin);
@@ -2918,7 +2602,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         let out = empty(&xp, vec![m, n], fd);
         let client = xp.client.clone();
         let ws = [(g, 0), (u, n)];
-        if fuses_split(path, m, &[n, n]) {
+        if fuses_split(&xp, path, m, &[n, n]) {
             let fin = Finish::swiglu(&xp, &out);
             skinny_gemm_into(&xp, &ws, &part, k, 2 * n, rows, splits, path, &fin);
             return Ok(Tensor::from_primitive(TensorPrimitive::Float(out)));
@@ -3003,8 +2687,8 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelOps for Cube<F, I, B
         )
     }
 
-    fn skinny_max_rows() -> usize {
-        match skinny_kernel() {
+    fn skinny_max_rows(config: &KernelConfig) -> usize {
+        match config.skinny_kernel {
             SkinnyKernel::Mma | SkinnyKernel::Ring | SkinnyKernel::Auto => MMA_MAX_ROWS,
             SkinnyKernel::NoRing => AUTO_MMA_MAX_ROWS,
             SkinnyKernel::Cores => crate::SKINNY_MAX_ROWS,

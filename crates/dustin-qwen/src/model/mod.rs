@@ -23,7 +23,7 @@ pub use layers::{Layer, Linear, RmsNorm, Rope, RopeAt, Weight};
 
 use burn_tensor::{backend::Backend, Tensor};
 use dustin_core::Phase;
-use dustin_kernels::KernelOps;
+use dustin_kernels::{KernelConfig, KernelOps, Switch};
 use dustin_kv::{DenseKvCache, KvShape};
 
 use crate::blocks::Embedding;
@@ -94,39 +94,10 @@ pub struct Qwen2<B: Backend> {
     /// RoPE tables.
     pub rope: Rope<B>,
     device: B::Device,
-    /// Whether attention runs through the backend's [`KernelOps`] kernels (`None`: when the
-    /// backend has them, [`KernelOps::ATTENTION_KERNELS`]).
-    kernels: Option<bool>,
-    /// Whether RMSNorm, the SwiGLU product and RoPE run as the backend's kernels
-    /// ([`Qwen2::with_fused_elementwise`]; by default [`KernelOps::ELEMENTWISE_KERNELS`]:
-    /// `None`), and the dequantization of packed weights too where the backend has fused
-    /// kernels ([`KernelOps::FUSED`]).
-    elementwise: Option<bool>,
-    /// Whether linear layers of at most [`KernelOps::skinny_max_rows`] rows run through
-    /// [`KernelOps::skinny_linear`] ([`Qwen2::with_skinny_gemm`]; by default
-    /// [`KernelOps::SKINNY_GEMM`]: `None`).
-    skinny_gemm: Option<bool>,
-    /// Whether the q/k/v projections and the MLP's gate/up/SiLU of at most
-    /// [`KernelOps::skinny_max_rows`] rows run as one grouped skinny GEMM each
-    /// ([`KernelOps::skinny_linear3`], [`KernelOps::skinny_swiglu`];
-    /// [`Qwen2::with_grouped_gemm`]; by default exactly when the skinny GEMM is on: `None`).
-    grouped_gemm: Option<bool>,
-    /// Whether dense attention of more than [`MAX_NEW`] new tokens (prefill chunks) runs
-    /// through [`KernelOps::prefill_attention`] ([`Qwen2::with_prefill_attention`]; by
-    /// default exactly when the attention runs through the kernels: `None`).
-    prefill_kernel: Option<bool>,
-    /// Whether each residual add runs with the RMSNorm after it as one
-    /// [`KernelOps::add_rms_norm`] ([`Qwen2::with_fused_residual`]; off unless asked for:
-    /// `None`).
-    fused_residual: Option<bool>,
-    /// Whether linear layers of at least [`dustin_kernels::PREFILL_GEMM_MIN_ROWS`] rows run
-    /// through [`KernelOps::prefill_linear`] ([`Qwen2::with_prefill_gemm`]; by default exactly
-    /// when the backend has fused kernels: `None`).
-    prefill_gemm: Option<bool>,
-    /// Whether new keys and values go into the cache through [`KernelOps::kv_write`]
-    /// ([`Qwen2::with_kv_write_kernel`]; by default [`KernelOps::ATTENTION_KERNELS`]:
-    /// `None`).
-    kv_write_kernel: Option<bool>,
+    /// Which paths and kernels the forward passes take ([`Qwen2::with_kernel_config`]; its
+    /// [`Switch`] fields at `auto` take the backend's defaults), installed for the device at
+    /// the start of each forward pass ([`KernelOps::set_kernel_config`]).
+    kernels: KernelConfig,
     /// Whether the next offloaded layer is staged by a helper thread while the current layer
     /// computes ([`Qwen2::with_prefetch`]).
     prefetch: bool,
@@ -166,12 +137,26 @@ pub const WEIGHT_TABLE: &str = "see the doc comment of this constant";
 pub const KV_VIEW_MULTIPLE: usize = 64;
 
 impl<B: Backend> Qwen2<B> {
-    /// Chooses the attention path: `Some(true)` the backend's [`KernelOps`] (fused kernels
+    /// Sets every path and kernel choice at once ([`KernelConfig`]; the default holds the
+    /// backend defaults the `with_*` switches below describe). The path switches are read by
+    /// this model; the kernel choices by the launch paths of its device, on which each
+    /// forward pass installs the whole config ([`KernelOps::set_kernel_config`]).
+    pub fn with_kernel_config(mut self, kernels: KernelConfig) -> Self {
+        self.kernels = kernels;
+        self
+    }
+
+    /// The path and kernel choices of this model ([`Qwen2::with_kernel_config`]).
+    pub fn kernel_config(&self) -> &KernelConfig {
+        &self.kernels
+    }
+
+    /// Chooses the attention path ([`KernelConfig::attention`]): `Some(true)` the backend's [`KernelOps`] (fused kernels
     /// on CUDA, the host kernels of [`dustin_kernels::cpu_attn`] on the CPU), `Some(false)`
     /// the model's own plain ops, `None` (the default) [`KernelOps::ATTENTION_KERNELS`]. Both
     /// paths compute the same attention; tests use this to check one against the other.
     pub fn with_kernels(mut self, kernels: Option<bool>) -> Self {
-        self.kernels = kernels;
+        self.kernels.attention = Switch::from(kernels);
         self
     }
 
@@ -186,7 +171,7 @@ impl<B: Backend> Qwen2<B> {
     /// are the plain ops there). Packed weights are dequantized by the kernel only where the
     /// backend has fused kernels ([`KernelOps::FUSED`]).
     pub fn with_fused_elementwise(mut self, on: bool) -> Self {
-        self.elementwise = Some(on);
+        self.kernels.elementwise = Switch::from(on);
         self
     }
 
@@ -198,7 +183,7 @@ impl<B: Backend> Qwen2<B> {
     /// packs the weight from 2 rows on); `dustin-bench e2e --skinny-gemm on|off` compares. The same
     /// products up to f32 summation order.
     pub fn with_skinny_gemm(mut self, on: bool) -> Self {
-        self.skinny_gemm = Some(on);
+        self.kernels.skinny_gemm = Switch::from(on);
         self
     }
 
@@ -210,7 +195,7 @@ impl<B: Backend> Qwen2<B> {
     /// `false` keeps one [`KernelOps::skinny_linear`] per projection. The same values either
     /// way.
     pub fn with_grouped_gemm(mut self, on: bool) -> Self {
-        self.grouped_gemm = Some(on);
+        self.kernels.grouped_gemm = Switch::from(on);
         self
     }
 
@@ -224,7 +209,7 @@ impl<B: Backend> Qwen2<B> {
     /// the plain path either way. The same attention up to rounding; `dustin-bench bench
     /// --prefill-attention kernel,plain` compares their speed.
     pub fn with_prefill_attention(mut self, on: bool) -> Self {
-        self.prefill_kernel = Some(on);
+        self.kernels.prefill_attention = Switch::from(on);
         self
     }
 
@@ -237,7 +222,7 @@ impl<B: Backend> Qwen2<B> {
     /// add twice); `dustin-bench bench --prefill-gemm cublas,burn` compares their
     /// speed.
     pub fn with_prefill_gemm(mut self, on: bool) -> Self {
-        self.prefill_gemm = Some(on);
+        self.kernels.prefill_gemm = Switch::from(on);
         self
     }
 
@@ -252,7 +237,7 @@ impl<B: Backend> Qwen2<B> {
     /// showed no gain at 7B, 32k (`dustin-bench e2e --fused-residual on`, docs/perf.md). The same
     /// values either way (the sum is rounded to the dtype once, as Burn's add rounds it).
     pub fn with_fused_residual(mut self, on: bool) -> Self {
-        self.fused_residual = Some(on);
+        self.kernels.fused_residual = Switch::from(on);
         self
     }
 
@@ -270,7 +255,7 @@ impl<B: Backend> Qwen2<B> {
     /// 1.35-1.55x faster with it (docs/perf.md, 2026-11-30). The same cache either way (a
     /// copy).
     pub fn with_kv_write_kernel(mut self, on: bool) -> Self {
-        self.kv_write_kernel = Some(on);
+        self.kernels.kv_write = Switch::from(on);
         self
     }
 

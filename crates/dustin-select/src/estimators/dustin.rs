@@ -517,7 +517,7 @@ fn fold<B: KernelOps>(
     c: Pending<B>,
     w: &[f32],
 ) -> Result<Tensor<B, 3>> {
-    if B::estimator_kernels().fold {
+    if B::estimator_kernels(&hist.device()).fold {
         B::fold_rows(Some(hist), factor, c.rows, w, &c.own, &c.all)
     } else {
         dustin_kernels::plain::fold_rows(Some(hist), factor, c.rows, w, &c.own, &c.all)
@@ -549,7 +549,7 @@ impl<B: KernelOps> Dustin<B> {
             });
         }
         let keep = keep_rule(ctx);
-        if B::estimator_kernels().mix {
+        if B::estimator_kernels(&history.device()).mix {
             // one kernel: the mask, both sums and the mix
             let la = if self.alpha == 0.0 {
                 None
