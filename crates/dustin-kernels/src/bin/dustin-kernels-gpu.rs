@@ -34,8 +34,9 @@ use std::time::Instant;
 
 use burn_tensor::{backend::Backend, Distribution, Int, Tensor, TensorData};
 use dustin_kernels::cuda::{self, AttentionKernel, RingConfig};
+use dustin_kernels::prelude::*;
 use dustin_kernels::reference::{self, Dims, Sel};
-use dustin_kernels::{Keep, KernelConfig, KernelOps, MAX_NEW};
+use dustin_kernels::{Keep, KernelConfig, MAX_NEW};
 
 type B = burn_cuda::Cuda<half::bf16, i32>;
 
@@ -735,7 +736,7 @@ fn time_us(warm: usize, iters: usize, mut f: impl FnMut()) -> f64 {
     t.elapsed().as_secs_f64() * 1e6 / iters as f64
 }
 
-/// `topk`: GPU time of [`KernelOps::top_k_positions`] at the selectors' shapes (4 sinks, 64
+/// `topk`: GPU time of [`KernelOps::top_k_positions`](crate::SelectionOps::top_k_positions) at the selectors' shapes (4 sinks, 64
 /// window, budget 1024 + 68), each row also checked against the float64-ordered
 /// [`reference::top_k`]. Two score distributions: uniform in [0, 1), and clustered like the
 /// normalised attention mass the selectors rank (`exp(2 u)` over the row's sum, `u` uniform

@@ -12,10 +12,10 @@ use crate::error::{QwenError, Result};
 
 impl<B: KernelOps> Qwen2<B> {
     /// Whether the dense attention of prefill chunks runs as the backend's kernel
-    /// ([`KernelOps::prefill_attention`], no score matrix in memory): the model's kernels on
+    /// ([`KernelOps::prefill_attention`](dustin_kernels::AttentionOps::prefill_attention), no score matrix in memory): the model's kernels on
     /// ([`Qwen2::with_kernels`], by default where the backend has them), its prefill kernel
     /// on ([`Qwen2::with_prefill_attention`]) and its head width one the backend takes
-    /// ([`KernelOps::PREFILL_HEAD_DIMS`]). Chunks whose probabilities a hook wants take the
+    /// ([`KernelOps::PREFILL_HEAD_DIMS`](dustin_kernels::AttentionOps::PREFILL_HEAD_DIMS)). Chunks whose probabilities a hook wants take the
     /// plain path either way.
     pub fn prefill_attention_fused(&self) -> bool {
         self.kernels.attention.resolve(B::FUSED)

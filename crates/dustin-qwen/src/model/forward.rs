@@ -38,7 +38,7 @@ impl<B: KernelOps> Qwen2<B> {
     }
 
     /// Whether a product of `rows` rows goes through the skinny GEMM
-    /// ([`Qwen2::with_skinny_gemm`], at most [`KernelOps::skinny_max_rows`] rows).
+    /// ([`Qwen2::with_skinny_gemm`], at most [`KernelOps::skinny_max_rows`](dustin_kernels::LinearOps::skinny_max_rows) rows).
     fn skinny_rows(&self, rows: usize) -> bool {
         self.kernels.skinny_gemm.resolve(B::SKINNY_GEMM)
             && rows <= B::skinny_max_rows(&self.kernels)
@@ -51,10 +51,10 @@ impl<B: KernelOps> Qwen2<B> {
 
     /// `lin` applied to `x` `[batch, n, in]`; a packed (substitute) weight is dequantized by
     /// the fused kernel when chosen ([`crate::substitute::PackedWeight::dequantize_fused`]).
-    /// With [`Qwen2::with_skinny_gemm`], `x` of at most [`KernelOps::skinny_max_rows`]
-    /// rows goes through [`KernelOps::skinny_linear`]; with [`Qwen2::with_prefill_gemm`], `x`
+    /// With [`Qwen2::with_skinny_gemm`], `x` of at most [`KernelOps::skinny_max_rows`](dustin_kernels::LinearOps::skinny_max_rows)
+    /// rows goes through [`KernelOps::skinny_linear`](dustin_kernels::LinearOps::skinny_linear); with [`Qwen2::with_prefill_gemm`], `x`
     /// of at least [`dustin_kernels::PREFILL_GEMM_MIN_ROWS`] rows through
-    /// [`KernelOps::prefill_linear`].
+    /// [`KernelOps::prefill_linear`](dustin_kernels::LinearOps::prefill_linear).
     pub(super) fn linear(&self, lin: &Linear<B>, x: Tensor<B, 3>) -> Result<Tensor<B, 3>> {
         let [b, n, d] = x.dims();
         if let Weight::Blocks(q) = &lin.weight {
@@ -85,8 +85,8 @@ impl<B: KernelOps> Qwen2<B> {
     }
 
     /// Each of `lins` applied to one `x` `[batch, n, in]`, in order, as [`Qwen2::linear`]
-    /// would; where that would take [`KernelOps::prefill_linear`], the products go through
-    /// [`KernelOps::prefill_linear_many`] together (on CUDA one pair of device waits for
+    /// would; where that would take [`KernelOps::prefill_linear`](dustin_kernels::LinearOps::prefill_linear), the products go through
+    /// [`KernelOps::prefill_linear_many`](dustin_kernels::LinearOps::prefill_linear_many) together (on CUDA one pair of device waits for
     /// all of them) from [`dustin_kernels::PREFILL_MANY_MIN_ROWS`] rows, except where a
     /// weight is packed (a substitute draft's): dequantized
     /// together, the weights would all be dense at once, so those go one at a time as
@@ -398,7 +398,7 @@ impl<B: KernelOps> Qwen2<B> {
     }
 
     /// `x + delta` (when there is a delta; `delta` on the left, see `layer_forward`) and its
-    /// RMSNorm, as one [`KernelOps::add_rms_norm`] when the fused residual is on.
+    /// RMSNorm, as one [`KernelOps::add_rms_norm`](dustin_kernels::ElementwiseOps::add_rms_norm) when the fused residual is on.
     fn residual_norm(
         &self,
         norm: &RmsNorm<B>,

@@ -96,7 +96,7 @@ pub struct Qwen2<B: Backend> {
     device: B::Device,
     /// Which paths and kernels the forward passes take ([`Qwen2::with_kernel_config`]; its
     /// [`Switch`] fields at `auto` take the backend's defaults), installed for the device at
-    /// the start of each forward pass ([`KernelOps::set_kernel_config`]).
+    /// the start of each forward pass ([`KernelOps::set_kernel_config`](dustin_kernels::KernelBackend::set_kernel_config)).
     kernels: KernelConfig,
     /// Whether the next offloaded layer is staged by a helper thread while the current layer
     /// computes ([`Qwen2::with_prefetch`]).
@@ -140,7 +140,7 @@ impl<B: Backend> Qwen2<B> {
     /// Sets every path and kernel choice at once ([`KernelConfig`]; the default holds the
     /// backend defaults the `with_*` switches below describe). The path switches are read by
     /// this model; the kernel choices by the launch paths of its device, on which each
-    /// forward pass installs the whole config ([`KernelOps::set_kernel_config`]).
+    /// forward pass installs the whole config ([`KernelOps::set_kernel_config`](dustin_kernels::KernelBackend::set_kernel_config)).
     pub fn with_kernel_config(mut self, kernels: KernelConfig) -> Self {
         self.kernels = kernels;
         self
@@ -153,7 +153,7 @@ impl<B: Backend> Qwen2<B> {
 
     /// Chooses the attention path ([`KernelConfig::attention`]): `Some(true)` the backend's [`KernelOps`] (fused kernels
     /// on CUDA, the host kernels of [`dustin_kernels::cpu_attn`] on the CPU), `Some(false)`
-    /// the model's own plain ops, `None` (the default) [`KernelOps::ATTENTION_KERNELS`]. Both
+    /// the model's own plain ops, `None` (the default) [`KernelOps::ATTENTION_KERNELS`](dustin_kernels::AttentionOps::ATTENTION_KERNELS). Both
     /// paths compute the same attention; tests use this to check one against the other.
     pub fn with_kernels(mut self, kernels: Option<bool>) -> Self {
         self.kernels.attention = Switch::from(kernels);
@@ -161,23 +161,23 @@ impl<B: Backend> Qwen2<B> {
     }
 
     /// Chooses how RMSNorm, the MLP's SwiGLU product, RoPE and the dequantization of packed
-    /// substitute weights run: `true` through [`KernelOps::rms_norm`],
-    /// [`KernelOps::silu_mul`], [`KernelOps::rope`] and [`KernelOps::dequantize_packed`] (one
+    /// substitute weights run: `true` through [`KernelOps::rms_norm`](dustin_kernels::ElementwiseOps::rms_norm),
+    /// [`KernelOps::silu_mul`](dustin_kernels::ElementwiseOps::silu_mul), [`KernelOps::rope`](dustin_kernels::ElementwiseOps::rope) and [`KernelOps::dequantize_packed`](dustin_kernels::ElementwiseOps::dequantize_packed) (one
     /// kernel each on CUDA, where the plain ops launch 7, 10, 7 and about 8), `false` the
-    /// model's own Burn ops. The default is [`KernelOps::ELEMENTWISE_KERNELS`]: on CUDA,
+    /// model's own Burn ops. The default is [`KernelOps::ELEMENTWISE_KERNELS`](dustin_kernels::ElementwiseOps::ELEMENTWISE_KERNELS): on CUDA,
     /// where `dustin-bench kernel-check --device cuda` holds the kernels to float64 references and
     /// they made 7B decoding at 32k 1.1-1.9x faster (docs/perf.md), and on the CPU, whose
     /// RoPE is one host loop with the plain ops' rounding (RMSNorm and the SwiGLU product
     /// are the plain ops there). Packed weights are dequantized by the kernel only where the
-    /// backend has fused kernels ([`KernelOps::FUSED`]).
+    /// backend has fused kernels ([`KernelOps::FUSED`](dustin_kernels::KernelBackend::FUSED)).
     pub fn with_fused_elementwise(mut self, on: bool) -> Self {
         self.kernels.elementwise = Switch::from(on);
         self
     }
 
-    /// Runs linear layers of at most [`KernelOps::skinny_max_rows`] rows (decoding and
-    /// verification: batch x new tokens) through [`KernelOps::skinny_linear`] (`true`) or
-    /// Burn's matmul (`false`). The default is [`KernelOps::SKINNY_GEMM`]: on for CUDA (7B
+    /// Runs linear layers of at most [`KernelOps::skinny_max_rows`](dustin_kernels::LinearOps::skinny_max_rows) rows (decoding and
+    /// verification: batch x new tokens) through [`KernelOps::skinny_linear`](dustin_kernels::LinearOps::skinny_linear) (`true`) or
+    /// Burn's matmul (`false`). The default is [`KernelOps::SKINNY_GEMM`](dustin_kernels::LinearOps::SKINNY_GEMM): on for CUDA (7B
     /// decoding at batch 1 went from 25.4 to 74.8 tokens/s, the 0.5B draft got 3-5% slower,
     /// docs/perf.md 2026-11-30) and on the CPU (`dustin_kernels::cpu_skinny`: Burn's matmul
     /// packs the weight from 2 rows on); `dustin-bench e2e --skinny-gemm on|off` compares. The same
@@ -188,11 +188,11 @@ impl<B: Backend> Qwen2<B> {
     }
 
     /// With the skinny GEMM on ([`Qwen2::with_skinny_gemm`]), runs a layer's q, k and v
-    /// projections as one [`KernelOps::skinny_linear3`] and its gate and up projections with
-    /// the SiLU product as one [`KernelOps::skinny_swiglu`] (`true`): on CUDA 4 launches
+    /// projections as one [`KernelOps::skinny_linear3`](dustin_kernels::LinearOps::skinny_linear3) and its gate and up projections with
+    /// the SiLU product as one [`KernelOps::skinny_swiglu`](dustin_kernels::LinearOps::skinny_swiglu) (`true`): on CUDA 4 launches
     /// instead of 6 and 3 instead of 5 per layer and step (the default wherever the skinny
     /// GEMM is on: checked on the H200 and faster in every row of docs/perf.md, 2026-11-30).
-    /// `false` keeps one [`KernelOps::skinny_linear`] per projection. The same values either
+    /// `false` keeps one [`KernelOps::skinny_linear`](dustin_kernels::LinearOps::skinny_linear) per projection. The same values either
     /// way.
     pub fn with_grouped_gemm(mut self, on: bool) -> Self {
         self.kernels.grouped_gemm = Switch::from(on);
@@ -201,7 +201,7 @@ impl<B: Backend> Qwen2<B> {
 
     /// Runs the dense attention of prefill chunks (more than [`MAX_NEW`] and at most
     /// [`dustin_kernels::MAX_PREFILL_NEW`] new tokens) through
-    /// [`KernelOps::prefill_attention`] (`true`: on CUDA a flash-attention kernel, with no
+    /// [`KernelOps::prefill_attention`](dustin_kernels::AttentionOps::prefill_attention) (`true`: on CUDA a flash-attention kernel, with no
     /// score matrix in memory) or the model's own plain ops (`false`: the masked score matrix
     /// of the chunk against its context, Burn's matmul and softmax). The default is `true`
     /// wherever the attention runs through the kernels ([`Qwen2::with_kernels`]). Chunks
@@ -215,7 +215,7 @@ impl<B: Backend> Qwen2<B> {
 
     /// Runs the linear layers of prefill chunks (at least
     /// [`dustin_kernels::PREFILL_GEMM_MIN_ROWS`] rows: batch x new tokens) through
-    /// [`KernelOps::prefill_linear`] (`true`: on CUDA cuBLAS where `libcublas` loads) or
+    /// [`KernelOps::prefill_linear`](dustin_kernels::LinearOps::prefill_linear) (`true`: on CUDA cuBLAS where `libcublas` loads) or
     /// Burn's matmul (`false`). The default is `true` on backends with fused kernels (CUDA)
     /// and `false` elsewhere (the CPU, where both are Burn's matmul). The same products up to
     /// rounding (the order of the f32 sums; with a bias cuBLAS rounds once, Burn's matmul and
@@ -227,7 +227,7 @@ impl<B: Backend> Qwen2<B> {
     }
 
     /// Runs each residual add together with the RMSNorm that follows it as one
-    /// [`KernelOps::add_rms_norm`] (`true`; with the fused element-wise ops on,
+    /// [`KernelOps::add_rms_norm`](dustin_kernels::ElementwiseOps::add_rms_norm) (`true`; with the fused element-wise ops on,
     /// [`Qwen2::with_fused_elementwise`]): after attention with the layer's post-attention
     /// norm, and after the MLP with the next layer's input norm (the MLP's output is carried
     /// into the next layer un-added; the last layer's is added before the final norm). On
@@ -242,13 +242,13 @@ impl<B: Backend> Qwen2<B> {
     }
 
     /// Writes each layer's new keys and values into the cache through
-    /// [`KernelOps::kv_write_pair`] (`true`) instead of Burn's slice-assigns. For a ragged
+    /// [`KernelOps::kv_write_pair`](dustin_kernels::MemoryOps::kv_write_pair) (`true`) instead of Burn's slice-assigns. For a ragged
     /// batch (sequences that accepted different numbers of drafts) the slice-assigns take one
     /// or two launches per sequence, tensor and layer (32-64 per layer at batch 16: a
     /// slice-assign, and the slice of the sequence's rows where Burn copies it), the CUDA
     /// kernel one per layer for keys and values together; equal lengths take two
     /// slice-assigns against the kernel's one launch. On by default
-    /// where the backend runs its attention kernels ([`KernelOps::ATTENTION_KERNELS`]): on the
+    /// where the backend runs its attention kernels ([`KernelOps::ATTENTION_KERNELS`](dustin_kernels::AttentionOps::ATTENTION_KERNELS)): on the
     /// CPU a host copy into the cache's storage in place, and on CUDA
     /// `dustin-bench kernel-check --device cuda` passed its `kv_write` rows and the model rows
     /// (whose decode step is ragged) on the H200, and a ragged batch of 8 at 7B, 32k decoded

@@ -175,13 +175,13 @@ pub struct Dustin<B: Backend> {
     /// What [`Dustin::mix`] computes alike for every layer of one verification; dropped with
     /// the lookahead.
     shared: Option<MixShared<B>>,
-    /// Per layer, the `own` and `all` weights `[kv_heads]` of [`KernelOps::fold_rows`] for
+    /// Per layer, the `own` and `all` weights `[kv_heads]` of [`KernelOps::fold_rows`](dustin_kernels::SelectionOps::fold_rows) for
     /// the fused kernel's rows (fixed once the layer's heads are).
     head_weights: Vec<Option<(Vec<f32>, Vec<f32>)>>,
 }
 
 /// One verification's estimator-head attention of a layer, kept until commit: `rows`
-/// `[batch, kv_heads, n, keys]` and the [`KernelOps::fold_rows`] weights that map them to
+/// `[batch, kv_heads, n, keys]` and the [`KernelOps::fold_rows`](dustin_kernels::SelectionOps::fold_rows) weights that map them to
 /// the per-KV-head contribution (`own` 1 and `all` 0 when `rows` is the contribution).
 #[derive(Debug, Clone)]
 struct Pending<B: Backend> {
@@ -448,9 +448,9 @@ impl<B: KernelOps> Dustin<B> {
     }
 
     /// [`Dustin::contribution`] from the backend's fused head-subset kernel
-    /// ([`KernelOps::head_subset_row_scores`], which sums the chosen heads of each KV head):
+    /// ([`KernelOps::head_subset_row_scores`](dustin_kernels::SelectionOps::head_subset_row_scores), which sums the chosen heads of each KV head):
     /// a KV head holding `c > 0` chosen heads takes its sum over `c`, one holding none the
-    /// mean of all chosen heads, as in the plain path; [`KernelOps::fold_rows`] applies those
+    /// mean of all chosen heads, as in the plain path; [`KernelOps::fold_rows`](dustin_kernels::SelectionOps::fold_rows) applies those
     /// weights. `None` where the kernel does not take the input.
     fn fused_contribution(
         &mut self,
@@ -508,8 +508,8 @@ impl<B: Backend> Dustin<B> {
     }
 }
 
-/// `factor[b] * hist + the pending rows folded with weights w` ([`KernelOps::fold_rows`]):
-/// the backend's kernel where [`KernelOps::estimator_kernels`] says so, else Burn ops
+/// `factor[b] * hist + the pending rows folded with weights w` ([`KernelOps::fold_rows`](dustin_kernels::SelectionOps::fold_rows)):
+/// the backend's kernel where [`KernelOps::estimator_kernels`](dustin_kernels::SelectionOps::estimator_kernels) says so, else Burn ops
 /// ([`dustin_kernels::plain::fold_rows`]).
 fn fold<B: KernelOps>(
     hist: Tensor<B, 3>,
@@ -830,7 +830,7 @@ mod tests {
     use rand::{Rng, SeedableRng};
 
     /// The estimator's own mix (the CPU path: mask, two normalisations, the weighted sum)
-    /// equals [`KernelOps::mix_scores`]' plain path, the op CUDA runs as one kernel: free
+    /// equals [`KernelOps::mix_scores`](dustin_kernels::SelectionOps::mix_scores)' plain path, the op CUDA runs as one kernel: free
     /// ranges from the keep rule, a lookahead shorter than the width (zero-padded), a ragged
     /// batch, with and without the lookahead.
     #[test]
