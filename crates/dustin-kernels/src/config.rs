@@ -3,9 +3,9 @@
 //!
 //! The model (`dustin_qwen::Qwen2::with_kernel_config`) reads the path switches
 //! ([`Switch`] fields) itself and installs the whole value for its device
-//! ([`crate::KernelOps::set_kernel_config`]) at the start of each forward pass; the CUDA
+//! ([`KernelOps::set_kernel_config`](crate::KernelBackend::set_kernel_config)) at the start of each forward pass; the CUDA
 //! launch paths read the kernel choices of the device their tensors live on
-//! ([`crate::KernelOps::kernel_config`]). Every enum parses from and prints as its
+//! ([`KernelOps::kernel_config`](crate::KernelBackend::kernel_config)). Every enum parses from and prints as its
 //! kebab-case name (`FromStr`, `Display`, serde), and with the `clap` feature is a
 //! `clap::ValueEnum`. `docs/decisions.md`, "Kernel selection", says why the value is held
 //! per device.
@@ -174,7 +174,7 @@ named!(SkinnyKernel, "skinny kernel", {
     Auto => "auto", Mma => "mma", Ring => "ring", NoRing => "no-ring", Cores => "cores"
 });
 
-/// Which kernel runs [`crate::KernelOps::top_k_positions`] on CUDA
+/// Which kernel runs [`KernelOps::top_k_positions`](crate::SelectionOps::top_k_positions) on CUDA
 /// ([`KernelConfig::topk_kernel`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
@@ -219,14 +219,14 @@ pub enum SplitReduce {
 named!(SplitReduce, "split reduce", { Kernel => "kernel", Fused => "fused" });
 
 /// Which of the `dustin` estimator's steps run as one backend kernel each
-/// ([`crate::KernelOps::estimator_kernels`], [`KernelConfig::estimator_kernels`]). Names:
+/// ([`KernelOps::estimator_kernels`](crate::SelectionOps::estimator_kernels), [`KernelConfig::estimator_kernels`]). Names:
 /// `off` (neither), `mix`, `fold`, `on` (both); serde writes and reads the name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(into = "&'static str", try_from = "String")]
 pub struct EstimatorKernels {
-    /// The history fold, [`crate::KernelOps::fold_rows`].
+    /// The history fold, [`KernelOps::fold_rows`](crate::SelectionOps::fold_rows).
     pub fold: bool,
-    /// The normalise-and-mix, [`crate::KernelOps::mix_scores`].
+    /// The normalise-and-mix, [`KernelOps::mix_scores`](crate::SelectionOps::mix_scores).
     pub mix: bool,
 }
 
@@ -363,39 +363,39 @@ pub struct KernelConfig {
     /// [`KernelConfig::prefill_attention`] allows, prefill) runs through the backend's
     /// attention ops (`on`: fused kernels on CUDA, the host kernels of [`crate::cpu_attn`]
     /// on the CPU) or the model's own plain ops (`off`). Default `auto`:
-    /// [`crate::KernelOps::ATTENTION_KERNELS`] for decoding and verification,
-    /// [`crate::KernelOps::FUSED`] for prefill.
+    /// [`KernelOps::ATTENTION_KERNELS`](crate::AttentionOps::ATTENTION_KERNELS) for decoding and verification,
+    /// [`KernelOps::FUSED`](crate::KernelBackend::FUSED) for prefill.
     pub attention: Switch,
     /// Whether RMSNorm, the MLP's SwiGLU product, RoPE and the dequantization of packed
     /// weights run as the backend's kernels (`on`) or the model's Burn ops (`off`). Default
-    /// `auto`: [`crate::KernelOps::ELEMENTWISE_KERNELS`] (packed weights through the kernel
-    /// only where the backend has fused kernels, [`crate::KernelOps::FUSED`]).
+    /// `auto`: [`KernelOps::ELEMENTWISE_KERNELS`](crate::ElementwiseOps::ELEMENTWISE_KERNELS) (packed weights through the kernel
+    /// only where the backend has fused kernels, [`KernelOps::FUSED`](crate::KernelBackend::FUSED)).
     pub elementwise: Switch,
-    /// Whether linear layers of at most [`crate::KernelOps::skinny_max_rows`] rows run
-    /// through [`crate::KernelOps::skinny_linear`] (`on`) or Burn's matmul (`off`). Default
-    /// `auto`: [`crate::KernelOps::SKINNY_GEMM`].
+    /// Whether linear layers of at most [`KernelOps::skinny_max_rows`](crate::LinearOps::skinny_max_rows) rows run
+    /// through [`KernelOps::skinny_linear`](crate::LinearOps::skinny_linear) (`on`) or Burn's matmul (`off`). Default
+    /// `auto`: [`KernelOps::SKINNY_GEMM`](crate::LinearOps::SKINNY_GEMM).
     pub skinny_gemm: Switch,
     /// With the skinny GEMM on, whether a layer's q/k/v projections run as one
-    /// [`crate::KernelOps::skinny_linear3`] and its gate/up projections with the SiLU product
-    /// as one [`crate::KernelOps::skinny_swiglu`] (`on`) or one skinny GEMM per projection
+    /// [`KernelOps::skinny_linear3`](crate::LinearOps::skinny_linear3) and its gate/up projections with the SiLU product
+    /// as one [`KernelOps::skinny_swiglu`](crate::LinearOps::skinny_swiglu) (`on`) or one skinny GEMM per projection
     /// (`off`). Default `auto`: on.
     pub grouped_gemm: Switch,
     /// Whether the dense attention of prefill chunks (more than [`crate::MAX_NEW`] new
-    /// tokens) runs through [`crate::KernelOps::prefill_attention`] (`on`) or the model's
+    /// tokens) runs through [`KernelOps::prefill_attention`](crate::AttentionOps::prefill_attention) (`on`) or the model's
     /// plain ops (`off`), when the attention runs through the backend's ops at all. Default
     /// `auto`: on.
     pub prefill_attention: Switch,
     /// Whether linear layers of at least [`crate::PREFILL_GEMM_MIN_ROWS`] rows run through
-    /// [`crate::KernelOps::prefill_linear`] (`on`: cuBLAS on CUDA) or Burn's matmul (`off`).
-    /// Default `auto`: [`crate::KernelOps::FUSED`].
+    /// [`KernelOps::prefill_linear`](crate::LinearOps::prefill_linear) (`on`: cuBLAS on CUDA) or Burn's matmul (`off`).
+    /// Default `auto`: [`KernelOps::FUSED`](crate::KernelBackend::FUSED).
     pub prefill_gemm: Switch,
     /// Whether each residual add runs with the RMSNorm after it as one
-    /// [`crate::KernelOps::add_rms_norm`] (`on`, with the element-wise kernels on). Default
+    /// [`KernelOps::add_rms_norm`](crate::ElementwiseOps::add_rms_norm) (`on`, with the element-wise kernels on). Default
     /// `auto`: off.
     pub fused_residual: Switch,
     /// Whether new keys and values go into the cache through
-    /// [`crate::KernelOps::kv_write_pair`] (`on`) or Burn's slice-assigns (`off`). Default
-    /// `auto`: [`crate::KernelOps::ATTENTION_KERNELS`].
+    /// [`KernelOps::kv_write_pair`](crate::MemoryOps::kv_write_pair) (`on`) or Burn's slice-assigns (`off`). Default
+    /// `auto`: [`KernelOps::ATTENTION_KERNELS`](crate::AttentionOps::ATTENTION_KERNELS).
     pub kv_write: Switch,
     /// Which kernel runs verification and decoding attention on CUDA. Default
     /// [`AttentionKernel::Auto`]: the flash kernel at every shape (at B=8, 32k it took 0.36x

@@ -328,7 +328,7 @@ impl PackedHost {
 }
 
 impl<B: dustin_kernels::KernelOps> PackedWeight<B> {
-    /// [`PackedWeight::dequantize`] through [`dustin_kernels::KernelOps::dequantize_packed`]:
+    /// [`PackedWeight::dequantize`] through [`KernelOps::dequantize_packed`](dustin_kernels::ElementwiseOps::dequantize_packed):
     /// one kernel on CUDA (reads the 4-bit words once, writes the dense matrix) where the
     /// Burn ops write and read `[groups, words, codes, cols]` integer intermediates.
     ///

@@ -3,6 +3,9 @@
 use super::KernelBackend;
 use crate::plain;
 use crate::Result;
+#[cfg(doc)]
+#[allow(unused_imports)]
+use crate::*;
 use burn_tensor::Int;
 use burn_tensor::Tensor;
 

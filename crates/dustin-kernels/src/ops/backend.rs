@@ -1,6 +1,9 @@
 //! [`KernelBackend`]: the base ops of [`KernelOps`](crate::KernelOps).
 
 use crate::KernelConfig;
+#[cfg(doc)]
+#[allow(unused_imports)]
+use crate::*;
 use burn_tensor::backend::Backend;
 
 /// What every kernel trait builds on: whether the backend runs fused device kernels and the

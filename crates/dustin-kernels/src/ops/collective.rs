@@ -3,6 +3,9 @@
 use super::KernelBackend;
 use crate::KernelError;
 use crate::Result;
+#[cfg(doc)]
+#[allow(unused_imports)]
+use crate::*;
 use burn_tensor::Tensor;
 
 /// Collectives over a tensor-parallel device group.

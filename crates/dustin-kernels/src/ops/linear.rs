@@ -9,6 +9,9 @@ use crate::KernelError;
 use crate::LinearParts;
 use crate::Result;
 use crate::SKINNY_MAX_ROWS;
+#[cfg(doc)]
+#[allow(unused_imports)]
+use crate::*;
 use burn_tensor::Tensor;
 
 /// Linear layers: the skinny GEMMs of decoding and verification, the prefill GEMMs and

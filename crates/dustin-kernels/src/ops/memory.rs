@@ -6,6 +6,9 @@ use crate::plain;
 use crate::KernelError;
 use crate::PinnedHost;
 use crate::Result;
+#[cfg(doc)]
+#[allow(unused_imports)]
+use crate::*;
 use burn_tensor::Tensor;
 use burn_tensor::TensorData;
 

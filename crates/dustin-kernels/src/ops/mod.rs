@@ -1,6 +1,9 @@
 //! The kernel traits, one per concern, and [`KernelOps`], the umbrella every backend gets by
 //! implementing them all.
 
+#[cfg(doc)]
+use crate::{plain, KernelError};
+
 mod attention;
 mod backend;
 mod collective;
@@ -21,7 +24,7 @@ pub use selection::SelectionOps;
 ///
 /// Every method validates its input and returns [`KernelError`] instead of panicking. Every
 /// method defaults to the plain path ([`plain`], Burn tensor ops, correct on any backend), so
-/// another backend joins with `impl KernelOps for MyBackend {}` and overrides what it fuses.
+/// another backend joins with an empty impl of each trait below and overrides what it fuses.
 ///
 /// The ops are grouped by concern: [`KernelBackend`] (fused or not, the kernel config),
 /// [`AttentionOps`], [`SelectionOps`], [`ElementwiseOps`], [`LinearOps`], [`MemoryOps`] and

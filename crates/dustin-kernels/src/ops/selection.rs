@@ -6,6 +6,9 @@ use crate::EstimatorKernels;
 use crate::Keep;
 use crate::Positions;
 use crate::Result;
+#[cfg(doc)]
+#[allow(unused_imports)]
+use crate::*;
 use burn_tensor::Tensor;
 
 /// Scoring and selection: head-subset scores, the `dustin` estimator's fold and mix, Quest

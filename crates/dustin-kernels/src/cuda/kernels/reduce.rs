@@ -42,7 +42,7 @@ pub fn skinny_reduce_kernel<F: Float>(
 
 /// `out [m, n]` (contiguous, `total = m * n`) filled with `bias [n]` on every row, one thread
 /// per element: the starting value of the cuBLAS GEMM that adds its product into it
-/// (`beta = 1`, [`crate::KernelOps::prefill_linear`]).
+/// (`beta = 1`, [`KernelOps::prefill_linear`](crate::LinearOps::prefill_linear)).
 #[cube(launch)]
 pub fn broadcast_rows_kernel<F: Float>(
     bias: &Tensor<F>,
