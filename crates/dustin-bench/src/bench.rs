@@ -173,15 +173,14 @@ fn run_on<B: KernelOps>(args: &BenchArgs, dev: &B::Device) -> Result<(), CliErro
         })
     });
     for (chunk, path, gemm, warps, tiles) in runs {
-        #[cfg(feature = "cuda")]
-        {
-            dustin_kernels::cuda::set_prefill_warps(warps);
-            dustin_kernels::cuda::set_prefill_tiles(tiles);
-        }
-        let m = model
-            .clone()
-            .with_prefill_attention(path == PrefillPath::Kernel)
-            .with_prefill_gemm(gemm == PrefillGemm::Cublas);
+        let kernels = dustin_kernels::KernelConfig {
+            prefill_attention: (path == PrefillPath::Kernel).into(),
+            prefill_gemm: (gemm == PrefillGemm::Cublas).into(),
+            prefill_warps: warps,
+            prefill_tiles: tiles,
+            ..*model.kernel_config()
+        };
+        let m = model.clone().with_kernel_config(kernels);
         // the automatic chunk of this path (the plain one builds score matrices: 512)
         let chunk = resolve_prefill_chunk(&m, &DenseHook, None, chunk);
         // the first prompt run untimed before each path's prefill: every chunk of it, so

@@ -55,10 +55,6 @@ pub fn run(mut args: E2eArgs) -> Result<(), CliError> {
     // `-0` is 0 (its label and JSON value would say `-0`)
     args.accept_drop_sigmas = args.accept_drop_sigmas.iter().map(|v| v + 0.0).collect();
     validate(&args)?;
-    // ` 64 x 32 x 4` is `64x32x4` (one spelling a shape in the rows' labels and JSON)
-    if let Ok(c) = dustin_kernels::RingConfig::parse(&args.ring_config) {
-        args.ring_config = c.to_string();
-    }
     check_json_path(args.json.as_deref())?;
     dustin_cli::with_backend!(args.device, |B, _dev, dev_of| run_on::<B>(
         &args,

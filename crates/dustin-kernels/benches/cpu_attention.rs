@@ -15,7 +15,8 @@ use std::hint::black_box;
 use burn_flex::{Flex, FlexDevice};
 use burn_tensor::{Int, Tensor, TensorData};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use dustin_kernels::{plain, reference, KernelOps};
+use dustin_kernels::prelude::*;
+use dustin_kernels::{plain, reference};
 
 /// `(name, q_heads, kv_heads, head_dim)` of the pair's models.
 const MODELS: [(&str, usize, usize, usize); 2] = [("target", 12, 2, 128), ("draft", 14, 2, 64)];

@@ -12,7 +12,8 @@ use std::time::Instant;
 
 use burn_flex::{Flex, FlexDevice};
 use burn_tensor::{Distribution, Tensor};
-use dustin_kernels::{cpu_skinny, KernelOps};
+use dustin_kernels::cpu_skinny;
+use dustin_kernels::prelude::*;
 
 type B = Flex;
 

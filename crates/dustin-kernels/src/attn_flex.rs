@@ -48,8 +48,8 @@ fn readable(t: FlexTensor) -> FlexTensor {
     }
 }
 
-/// [`crate::KernelOps::verify_attention`] (`selection` `None`) and
-/// [`crate::KernelOps::sparse_verify_attention`] on the CPU ([`cpu_attn::attention`]).
+/// [`KernelOps::verify_attention`](crate::AttentionOps::verify_attention) (`selection` `None`) and
+/// [`KernelOps::sparse_verify_attention`](crate::AttentionOps::sparse_verify_attention) on the CPU ([`cpu_attn::attention`]).
 ///
 /// # Errors
 /// As the trait methods: [`KernelError::Shape`] / [`KernelError::InvalidInput`] naming the
@@ -114,7 +114,7 @@ pub(crate) fn verify_attention(
     ))
 }
 
-/// [`crate::KernelOps::rope`] on the CPU: `x * cos + [x2, x1] * sin` per element, rounded
+/// [`KernelOps::rope`](crate::ElementwiseOps::rope) on the CPU: `x * cos + [x2, x1] * sin` per element, rounded
 /// as the plain path rounds it (two products, then their sum), reading `x` through its
 /// strides.
 ///
@@ -152,7 +152,7 @@ pub(crate) fn rope(
     Ok(tensor(out, [b, h, n, d]))
 }
 
-/// [`crate::KernelOps::kv_write`] on the CPU: the new rows copied into the cache's storage in
+/// [`KernelOps::kv_write`](crate::MemoryOps::kv_write) on the CPU: the new rows copied into the cache's storage in
 /// place (Burn-flex copies a storage another tensor still shares before writing, as its
 /// slice-assign does), reading `src` through its strides. A cache that is not f32 takes the
 /// plain path.

@@ -1,11 +1,11 @@
-//! Checks of the element-wise ops ([`KernelOps::rms_norm`], [`KernelOps::add_rms_norm`],
-//! [`KernelOps::silu_mul`], [`KernelOps::rope`], [`KernelOps::dequantize_packed`]) and the
+//! Checks of the element-wise ops ([`KernelOps::rms_norm`](crate::ElementwiseOps::rms_norm), [`KernelOps::add_rms_norm`](crate::ElementwiseOps::add_rms_norm),
+//! [`KernelOps::silu_mul`](crate::ElementwiseOps::silu_mul), [`KernelOps::rope`](crate::ElementwiseOps::rope), [`KernelOps::dequantize_packed`](crate::ElementwiseOps::dequantize_packed)) and the
 //! skinny GEMMs
-//! ([`KernelOps::skinny_linear`], [`KernelOps::skinny_linear3`], [`KernelOps::skinny_swiglu`]),
-//! the prefill GEMMs ([`KernelOps::prefill_linear`], [`KernelOps::prefill_linear_many`]),
-//! the KV-cache view [`KernelOps::kv_prefix`] and writes [`KernelOps::kv_write`],
-//! [`KernelOps::kv_write_pair`], and the `dustin` estimator's [`KernelOps::fold_rows`] and
-//! [`KernelOps::mix_scores`]
+//! ([`KernelOps::skinny_linear`](crate::LinearOps::skinny_linear), [`KernelOps::skinny_linear3`](crate::LinearOps::skinny_linear3), [`KernelOps::skinny_swiglu`](crate::LinearOps::skinny_swiglu)),
+//! the prefill GEMMs ([`KernelOps::prefill_linear`](crate::LinearOps::prefill_linear), [`KernelOps::prefill_linear_many`](crate::LinearOps::prefill_linear_many)),
+//! the KV-cache view [`KernelOps::kv_prefix`](crate::MemoryOps::kv_prefix) and writes [`KernelOps::kv_write`](crate::MemoryOps::kv_write),
+//! [`KernelOps::kv_write_pair`](crate::MemoryOps::kv_write_pair), and the `dustin` estimator's [`KernelOps::fold_rows`](crate::SelectionOps::fold_rows) and
+//! [`KernelOps::mix_scores`](crate::SelectionOps::mix_scores)
 //! against the float64 references of [`crate::reference`], on fresh
 //! random inputs rounded to bf16 (so a bf16 device copy holds them exactly), odd sizes, and a
 //! strided RoPE input (the model's `[batch, n, heads, d]` projection viewed as `[batch,
@@ -434,8 +434,8 @@ fn positive_bf16(len: usize, amp: f32, seed: u64) -> Vec<f32> {
 }
 
 /// The skinny GEMMs of decode and verify rows against float64 references:
-/// [`KernelOps::skinny_linear`] (op `skinny`), [`KernelOps::skinny_linear3`] (`skinny3`) and
-/// [`KernelOps::skinny_swiglu`] (`swiglu`), with whichever kernel the backend picks (on CUDA
+/// [`KernelOps::skinny_linear`](crate::LinearOps::skinny_linear) (op `skinny`), [`KernelOps::skinny_linear3`](crate::LinearOps::skinny_linear3) (`skinny3`) and
+/// [`KernelOps::skinny_swiglu`](crate::LinearOps::skinny_swiglu) (`swiglu`), with whichever kernel the backend picks (on CUDA
 /// `dustin-kernels-gpu check --op skinny` runs them again with each kernel forced). One row per
 /// output, error relative to the reference's largest magnitude, under `bound`.
 pub fn check_skinny_gemms<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<CheckRow> {
@@ -583,7 +583,7 @@ pub fn check_skinny_gemms<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<C
     rows_out
 }
 
-/// The `dustin` estimator's ops ([`KernelOps::fold_rows`], [`KernelOps::mix_scores`], two
+/// The `dustin` estimator's ops ([`KernelOps::fold_rows`](crate::SelectionOps::fold_rows), [`KernelOps::mix_scores`](crate::SelectionOps::mix_scores), two
 /// rows each) against [`reference::fold_rows`] and [`reference::mix_scores`]; part of
 /// [`check_elementwise`], and on its own for `dustin-kernels-gpu check --op dustin`.
 pub fn check_dustin_ops<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<CheckRow> {

@@ -1,6 +1,6 @@
 //! Decode and verification attention on the CPU, dense or over a selection, on f32 host
-//! memory: [`KernelOps::verify_attention`](crate::KernelOps::verify_attention) and
-//! [`KernelOps::sparse_verify_attention`](crate::KernelOps::sparse_verify_attention) for
+//! memory: [`KernelOps::verify_attention`](crate::AttentionOps::verify_attention) and
+//! [`KernelOps::sparse_verify_attention`](crate::AttentionOps::sparse_verify_attention) for
 //! `burn_flex::Flex`.
 //!
 //! What the plain path (Burn ops) costs on the CPU is not the arithmetic but the tensors it

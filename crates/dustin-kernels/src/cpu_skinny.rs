@@ -30,7 +30,7 @@ use rayon::prelude::*;
 use crate::{KernelError, Result};
 
 /// Most rows `x` may have for [`skinny_linear`] to run the product here (and
-/// [`crate::KernelOps::skinny_max_rows`] on [`Flex`]: the model sends up to this many rows);
+/// [`KernelOps::skinny_max_rows`](crate::LinearOps::skinny_max_rows) on [`Flex`]: the model sends up to this many rows);
 /// more go to Burn's matmul. Bounds the accumulator tile (`m x nb` floats, [`tile_width`]);
 /// at Qwen2.5-1.5B shapes the product here still took about half of Burn's time at 64 rows
 /// (`cargo bench -p dustin-kernels --bench skinny_gemm`).
@@ -171,7 +171,7 @@ fn f32_slice(t: &FlexTensor) -> Option<&[f32]> {
     t.as_slice::<f32>()
 }
 
-/// [`crate::KernelOps::skinny_linear`] on [`Flex`]: `x` `[m, k]` times `w` `[k, n]` plus
+/// [`KernelOps::skinny_linear`](crate::LinearOps::skinny_linear) on [`Flex`]: `x` `[m, k]` times `w` `[k, n]` plus
 /// `bias` `[n]`, `[m, n]`. For f32 with `m` up to [`CPU_SKINNY_MAX_ROWS`] and a contiguous
 /// `w`, [`gemm_f32`] (a strided `x` or `bias` is copied first: it is small); otherwise
 /// Burn's matmul and the bias add ([`crate::plain::linear`]).

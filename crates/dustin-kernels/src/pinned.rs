@@ -9,9 +9,9 @@
 use burn_tensor::{DType, TensorData};
 
 /// A `[rows, cols]` matrix in page-locked host memory, in the dtype it has on the device.
-/// Made by [`crate::KernelOps::pin_host`] on backends that have page-locked memory (CUDA:
+/// Made by [`KernelOps::pin_host`](crate::MemoryOps::pin_host) on backends that have page-locked memory (CUDA:
 /// `cuMemHostAlloc`, portable to every context), copied to the device by
-/// [`crate::KernelOps::upload_pinned`]. Read-only once made; freed on drop.
+/// [`KernelOps::upload_pinned`](crate::MemoryOps::upload_pinned). Read-only once made; freed on drop.
 pub struct PinnedHost {
     pub(crate) shape: [usize; 2],
     pub(crate) dtype: DType,

@@ -56,7 +56,7 @@ fn check_v(k: [usize; 4], v: [usize; 4]) -> Result<()> {
     }
 }
 
-/// Dense verify attention ([`KernelOps::verify_attention`](crate::KernelOps::verify_attention)).
+/// Dense verify attention ([`KernelOps::verify_attention`](crate::AttentionOps::verify_attention)).
 ///
 /// # Errors
 /// As the trait method.
@@ -70,7 +70,7 @@ pub fn verify_attention<B: Backend>(
     dense_attention(q, k, v, ctx_lens, scale, MAX_NEW)
 }
 
-/// Cache write ([`KernelOps::kv_write`](crate::KernelOps::kv_write)): one slice-assign for
+/// Cache write ([`KernelOps::kv_write`](crate::MemoryOps::kv_write)): one slice-assign for
 /// equal starts, one slice and slice-assign per sequence otherwise.
 ///
 /// # Errors
@@ -98,7 +98,7 @@ pub fn kv_write<B: Backend>(
 }
 
 /// Dense prefill attention
-/// ([`KernelOps::prefill_attention`](crate::KernelOps::prefill_attention)): the verify
+/// ([`KernelOps::prefill_attention`](crate::AttentionOps::prefill_attention)): the verify
 /// attention's masked score matrix for up to [`MAX_PREFILL_NEW`] new tokens. The matrix is
 /// `[batch, kv_heads, group * n_new, ctx + n_new]` in `q`'s dtype: keep chunks small (the
 /// model's automatic chunk here is 512; 32768 new tokens over themselves at 28 heads would
@@ -148,7 +148,7 @@ fn dense_attention<B: Backend>(
 }
 
 /// Sparse verify attention
-/// ([`KernelOps::sparse_verify_attention`](crate::KernelOps::sparse_verify_attention)):
+/// ([`KernelOps::sparse_verify_attention`](crate::AttentionOps::sparse_verify_attention)):
 /// gathers the selected rows and the new tokens, then attends with a mask.
 ///
 /// # Errors
@@ -240,7 +240,7 @@ pub fn sparse_verify_attention<B: Backend>(
 }
 
 /// Head-subset scores
-/// ([`KernelOps::head_subset_scores`](crate::KernelOps::head_subset_scores)).
+/// ([`KernelOps::head_subset_scores`](crate::SelectionOps::head_subset_scores)).
 ///
 /// # Errors
 /// As the trait method.
@@ -257,7 +257,7 @@ pub fn head_subset_scores<B: Backend>(
 }
 
 /// Per-row head-subset scores
-/// ([`KernelOps::head_subset_row_scores`](crate::KernelOps::head_subset_row_scores)).
+/// ([`KernelOps::head_subset_row_scores`](crate::SelectionOps::head_subset_row_scores)).
 ///
 /// # Errors
 /// As the trait method.
@@ -300,7 +300,7 @@ pub fn head_subset_row_scores<B: Backend>(
     Ok(mix.matmul(p).reshape([b, kvh, n, l]))
 }
 
-/// The `dustin` history fold ([`KernelOps::fold_rows`](crate::KernelOps::fold_rows)).
+/// The `dustin` history fold ([`KernelOps::fold_rows`](crate::SelectionOps::fold_rows)).
 pub fn fold_rows<B: Backend>(
     hist: Option<Tensor<B, 3>>,
     factor: &[f32],
@@ -347,7 +347,7 @@ pub fn fold_rows<B: Backend>(
     })
 }
 
-/// The `dustin` normalise-and-mix ([`KernelOps::mix_scores`](crate::KernelOps::mix_scores)).
+/// The `dustin` normalise-and-mix ([`KernelOps::mix_scores`](crate::SelectionOps::mix_scores)).
 pub fn mix_scores<B: Backend>(
     hist: Tensor<B, 3>,
     la: Option<Tensor<B, 2>>,
@@ -397,7 +397,7 @@ fn fit_width<B: Backend>(x: Tensor<B, 3>, width: usize) -> Tensor<B, 3> {
 }
 
 /// Quest page bounds
-/// ([`KernelOps::quest_page_bounds`](crate::KernelOps::quest_page_bounds)).
+/// ([`KernelOps::quest_page_bounds`](crate::SelectionOps::quest_page_bounds)).
 ///
 /// # Errors
 /// As the trait method.
@@ -463,7 +463,7 @@ fn page_empty_mask<B: Backend>(
 }
 
 /// Quest page scores
-/// ([`KernelOps::quest_page_scores`](crate::KernelOps::quest_page_scores)), as
+/// ([`KernelOps::quest_page_scores`](crate::SelectionOps::quest_page_scores)), as
 /// `relu(q) . max + min(q, 0) . min` (two matmuls, same value as the elementwise max).
 ///
 /// # Errors
@@ -505,7 +505,7 @@ pub fn quest_page_scores<B: Backend>(
 }
 
 /// Top-k on the host
-/// ([`KernelOps::top_k_positions`](crate::KernelOps::top_k_positions)).
+/// ([`KernelOps::top_k_positions`](crate::SelectionOps::top_k_positions)).
 ///
 /// # Errors
 /// As the trait method.
@@ -587,7 +587,7 @@ pub fn rope<B: Backend>(
 }
 
 /// Dequantizes a packed matrix with Burn ops (shift, mask, multiply, add); see
-/// [`crate::KernelOps::dequantize_packed`].
+/// [`KernelOps::dequantize_packed`](crate::ElementwiseOps::dequantize_packed).
 ///
 /// # Errors
 /// As [`crate::check_packed`].
@@ -648,7 +648,7 @@ pub fn dequantize_packed_unchecked<B: Backend>(
 }
 
 /// `x [m, k] . w [k, n] + bias [n]` with Burn's matmul; see
-/// [`crate::KernelOps::skinny_linear`].
+/// [`KernelOps::skinny_linear`](crate::LinearOps::skinny_linear).
 ///
 /// # Errors
 /// As [`crate::check_skinny`].
@@ -660,7 +660,7 @@ pub fn skinny_linear<B: Backend>(
     linear(x, w, bias)
 }
 
-/// [`crate::KernelOps::prefill_linear`] (and the skinny GEMM's plain path): Burn's matmul
+/// [`KernelOps::prefill_linear`](crate::LinearOps::prefill_linear) (and the skinny GEMM's plain path): Burn's matmul
 /// `x . w` (`[m, k] x [k, n]`), then `+ bias` broadcast over the rows.
 ///
 /// # Errors

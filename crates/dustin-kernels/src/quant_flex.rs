@@ -1,4 +1,4 @@
-//! [`crate::KernelOps::quant_linear`] on [`Flex`]: the block kernels of [`crate::cpu_quant`]
+//! [`KernelOps::quant_linear`](crate::LinearOps::quant_linear) on [`Flex`]: the block kernels of [`crate::cpu_quant`]
 //! on the f32 storage of Burn-flex tensors.
 
 use burn_flex::{Flex, FlexTensor};

@@ -301,7 +301,7 @@ pub fn top_k(
     rows
 }
 
-/// [`KernelOps::fold_rows`](crate::KernelOps::fold_rows) in float64: `rows` `[b, kvh, n,
+/// [`KernelOps::fold_rows`](crate::SelectionOps::fold_rows) in float64: `rows` `[b, kvh, n,
 /// len]`, `hist` `[b, kvh, len]` (`None`: zeros), `factor` `[b]`, `w` `[b * n]`, `own`, `all`
 /// `[kvh]`; returns `[b, kvh, len]`.
 #[allow(clippy::too_many_arguments)]
@@ -336,7 +336,7 @@ pub fn fold_rows(
     out
 }
 
-/// [`KernelOps::mix_scores`](crate::KernelOps::mix_scores) in float64: `hist` `[b, kvh,
+/// [`KernelOps::mix_scores`](crate::SelectionOps::mix_scores) in float64: `hist` `[b, kvh,
 /// hist_len]`, `la` `[b, la_len]`; returns `[b, kvh, width]`.
 #[allow(clippy::too_many_arguments)]
 pub fn mix_scores(
@@ -447,7 +447,7 @@ pub fn rope(
     out
 }
 
-/// Dequantizes a packed matrix (layout of [`crate::KernelOps::dequantize_packed`]): `words`
+/// Dequantizes a packed matrix (layout of [`KernelOps::dequantize_packed`](crate::ElementwiseOps::dequantize_packed)): `words`
 /// `[groups, wpg, cols]` (row-major), `scale`, `min` `[groups, cols]`; returns `[rows, cols]`
 /// `code * scale + min`, each code read with plain shifts on `u32`.
 pub fn dequantize_packed(

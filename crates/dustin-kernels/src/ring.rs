@@ -6,8 +6,8 @@ use crate::KernelError;
 /// The block shape of the ring skinny GEMM (`skinny_ring_kernel`): `cols` columns of `w` a
 /// block (64 or 128: the 4 warps own a quarter each), `kc` rows of `w` a stage (32 or 64:
 /// whole `mma` steps) and `bufs` stages in its `cp.async` ring (3 or 4). [`RING_CONFIG`] by
-/// default; `cuda::set_ring_config` changes it (benchmarks).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// default; [`crate::KernelConfig::ring`] changes it (benchmarks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RingConfig {
     /// Columns of `w` per block: 64 or 128.
     pub cols: usize,

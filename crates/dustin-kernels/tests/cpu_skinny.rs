@@ -13,8 +13,9 @@
 use burn_flex::{Flex, FlexDevice};
 use burn_tensor::{Tensor, TensorData};
 use dustin_kernels::cpu_skinny::{self, Isa, CPU_SKINNY_MAX_ROWS};
+use dustin_kernels::prelude::*;
 use dustin_kernels::reference;
-use dustin_kernels::{KernelError, KernelOps};
+use dustin_kernels::KernelError;
 
 const ROWS: [usize; 6] = [1, 2, 5, 16, 17, 64];
 

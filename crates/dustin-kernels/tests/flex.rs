@@ -4,8 +4,9 @@
 
 use burn_flex::{Flex, FlexDevice};
 use burn_tensor::{Int, Tensor, TensorData};
+use dustin_kernels::prelude::*;
 use dustin_kernels::reference::{self, Dims, Sel};
-use dustin_kernels::{Keep, KernelError, KernelOps};
+use dustin_kernels::{Keep, KernelError};
 
 const BOUND: f64 = 1e-4;
 

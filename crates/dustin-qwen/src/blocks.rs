@@ -1,7 +1,7 @@
 //! Weights kept in their GGUF block formats ([`WeightFormat::Blocks`]): the linear layers,
 //! the embedding and the LM head of a GGUF model stay as the file stores them (Q4_K, Q6_K,
 //! Q5_0, Q8_0, ...) and are multiplied by the backend's block kernels
-//! ([`dustin_kernels::KernelOps::quant_linear`]), as llama.cpp does. On the CPU a decode step
+//! ([`KernelOps::quant_linear`](dustin_kernels::LinearOps::quant_linear)), as llama.cpp does. On the CPU a decode step
 //! of Qwen2.5-Coder-1.5B (Q4_K_M) then reads about 1.1 GB of weights instead of 6.2 GB of f32,
 //! and the model holds no f32 copy of them.
 
@@ -23,7 +23,7 @@ pub enum WeightFormat {
     Dense,
     /// Linear weights, the embedding and the LM head kept in their stored block format where
     /// the source holds one the block kernels read ([`QuantType`]); everything else dense.
-    /// Meant for backends with [`dustin_kernels::KernelOps::QUANT_KERNELS`] (the CPU);
+    /// Meant for backends with [`KernelOps::QUANT_KERNELS`](dustin_kernels::LinearOps::QUANT_KERNELS) (the CPU);
     /// elsewhere each product dequantizes its weight first.
     Blocks,
 }

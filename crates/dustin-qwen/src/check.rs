@@ -28,9 +28,9 @@ pub const CHECK_CONFIG: &str = r#"{
 }"#;
 
 /// Two prompts (300 and 20 tokens, each prefilled on its own: more than 16 rows, so the
-/// fused element-wise ops and [`KernelOps::prefill_attention`], and the skinny GEMM only for
-/// the 20 rows when [`KernelOps::skinny_max_rows`] allows them (the opt-in tensor-core kernel
-/// on CUDA); the 300 rows also take [`KernelOps::prefill_linear`], cuBLAS on CUDA), then
+/// fused element-wise ops and [`KernelOps::prefill_attention`](dustin_kernels::AttentionOps::prefill_attention), and the skinny GEMM only for
+/// the 20 rows when [`KernelOps::skinny_max_rows`](dustin_kernels::LinearOps::skinny_max_rows) allows them (the opt-in tensor-core kernel
+/// on CUDA); the 300 rows also take [`KernelOps::prefill_linear`](dustin_kernels::LinearOps::prefill_linear), cuBLAS on CUDA), then
 /// one decode step of the ragged batch (2 rows through each linear layer) and one 5-token
 /// verification pass (10 rows): logits of the kernel path against the model path, normwise
 /// relative error

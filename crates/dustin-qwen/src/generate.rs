@@ -23,7 +23,7 @@ pub const DEFAULT_PREFILL_CHUNK: usize = 512;
 /// [`auto_prefill_chunk`]'s choice.
 pub const AUTO_PREFILL_CHUNK: usize = 0;
 
-/// The chunk [`AUTO_PREFILL_CHUNK`] stands for: the backend's [`KernelOps::PREFILL_CHUNK`]
+/// The chunk [`AUTO_PREFILL_CHUNK`] stands for: the backend's [`KernelOps::PREFILL_CHUNK`](dustin_kernels::AttentionOps::PREFILL_CHUNK)
 /// (16384 on CUDA, whose prefill kernel builds no score matrix) where the model's prefill
 /// attention runs as that kernel ([`Qwen2::prefill_attention_fused`]), `hook` wants no
 /// layer's attention probabilities during prefill (neither in the last chunk nor before it,

@@ -111,7 +111,7 @@ impl HostWeight {
     }
 
     /// This weight in page-locked host memory for uploads to `device`
-    /// ([`KernelOps::pin_host`]), or a shared handle to itself where backend `B` has no
+    /// ([`KernelOps::pin_host`](dustin_kernels::MemoryOps::pin_host)), or a shared handle to itself where backend `B` has no
     /// page-locked memory (the CPU) or it already is. The pageable copy is dropped with the
     /// last handle to it.
     ///
@@ -139,7 +139,7 @@ impl HostWeight {
     }
 
     /// A device copy of the weight, by one DMA transfer when it is page-locked
-    /// ([`KernelOps::upload_pinned`]); [`HostWeight::upload`] otherwise, or when the driver
+    /// ([`KernelOps::upload_pinned`](dustin_kernels::MemoryOps::upload_pinned)); [`HostWeight::upload`] otherwise, or when the driver
     /// refuses the transfer (the values are the same either way, only the speed differs; such
     /// fallbacks are counted, [`pinned_fallbacks`]).
     pub fn upload_fast<B: KernelOps>(&self, device: &B::Device) -> Tensor<B, 2> {
@@ -178,7 +178,7 @@ pub fn pinned_fallbacks() -> usize {
 
 /// What the device allocator holds, bytes `(in use, reserved)`, summed over the calling
 /// thread's CubeCL stream and the prefetch thread's stream (each stream has its own pool);
-/// `None` where the backend does not say ([`KernelOps::memory_usage`]).
+/// `None` where the backend does not say ([`KernelOps::memory_usage`](dustin_kernels::MemoryOps::memory_usage)).
 pub fn memory_usage<B: KernelOps>(device: &B::Device) -> Option<(u64, u64)> {
     let main = B::memory_usage(device)?;
     let upload = cubecl_common::stream_id::StreamId {

@@ -328,7 +328,7 @@ impl PackedHost {
 }
 
 impl<B: dustin_kernels::KernelOps> PackedWeight<B> {
-    /// [`PackedWeight::dequantize`] through [`dustin_kernels::KernelOps::dequantize_packed`]:
+    /// [`PackedWeight::dequantize`] through [`KernelOps::dequantize_packed`](dustin_kernels::ElementwiseOps::dequantize_packed):
     /// one kernel on CUDA (reads the 4-bit words once, writes the dense matrix) where the
     /// Burn ops write and read `[groups, words, codes, cols]` integer intermediates.
     ///
@@ -492,7 +492,7 @@ pub fn second_half(num_layers: usize) -> Vec<usize> {
 /// The SubSpec draft model of `target`: each layer listed in `layers` (any order, repeats
 /// ignored) carries group-quantized copies of its linear weights: packed
 /// ([`Weight::Packed`], dequantized per product) on backends with fused kernels
-/// ([`KernelOps::FUSED`], the GPU), dequantized once ([`Weight::Dense`], the same values) on
+/// ([`KernelOps::FUSED`](dustin_kernels::KernelBackend::FUSED), the GPU), dequantized once ([`Weight::Dense`], the same values) on
 /// the others, where the unpacking would cost more than the matmul. Every other layer, the
 /// embedding, the final norm, the LM head and the RoPE tables are the target's own tensors
 /// (clones of Burn tensors share their storage: nothing is copied).

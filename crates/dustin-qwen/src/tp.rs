@@ -15,7 +15,7 @@
 //! layer), and every selector and estimator hook on the rank sees only its heads: the
 //! selection is split with the cache. After `o` and after `down`, each rank holds a partial
 //! sum of the block's output; [`TpGroup::sum`] adds them up (NCCL's all-reduce on CUDA
-//! through Burn 0.21's `DistributedBackend`, [`KernelOps::all_reduce_sum`]), so every rank
+//! through Burn 0.21's `DistributedBackend`, [`KernelOps::all_reduce_sum`](dustin_kernels::CollectiveOps::all_reduce_sum)), so every rank
 //! continues with the same hidden states and computes the same logits.
 //!
 //! Ranks run SPMD: one host thread per rank runs the same engine (draft included, replicated)

@@ -150,7 +150,7 @@ impl KeepRule {
     }
 }
 
-/// The same rule as the kernels' top-k takes it ([`dustin_kernels::KernelOps::top_k_positions`]).
+/// The same rule as the kernels' top-k takes it ([`KernelOps::top_k_positions`](dustin_kernels::SelectionOps::top_k_positions)).
 impl From<KeepRule> for dustin_kernels::Keep {
     fn from(k: KeepRule) -> Self {
         Self {

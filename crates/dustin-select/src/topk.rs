@@ -3,7 +3,7 @@
 //!
 //! Both run on the scores' device; only per-sequence lengths (a few integers per sequence)
 //! come from the host. The top-k runs the backend's fused kernel
-//! ([`KernelOps::top_k_positions`]) where it has one ([`KernelOps::FUSED`]: CUDA), else
+//! ([`KernelOps::top_k_positions`](dustin_kernels::SelectionOps::top_k_positions)) where it has one ([`KernelOps::FUSED`](dustin_kernels::KernelBackend::FUSED): CUDA), else
 //! Burn ops (mask / sort; Burn's sort reads the tensor back to the host on every backend of
 //! 0.21, which is why the GPU needs the kernel).
 

@@ -4,6 +4,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 use dustin_cli::backend::DeviceKind;
+use dustin_kernels::{
+    AttentionKernel, EstimatorKernels, RingConfig, SkinnyKernel, SplitReduce, TopkKernel,
+};
 use dustin_spec::{LookaheadLayers, LookaheadScoring};
 
 /// Arguments of `dustin-bench e2e`.
@@ -103,7 +106,7 @@ pub struct E2eArgs {
     /// (`off`; rows on the CPU say `off`).
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub grouped_gemm: OnOff,
-    /// Which kernel runs the skinny GEMMs on CUDA (`dustin_kernels::cuda::set_skinny_kernel`):
+    /// Which kernel runs the skinny GEMMs on CUDA (`KernelConfig::skinny_kernel`):
     /// `auto` (the default: one row on CUDA cores, 2-32 rows on tensor cores, 33-128 on the
     /// ring kernel), `mma` (tensor cores wherever the shape allows), `ring` (the ring kernel
     /// wherever it allows), `no-ring` (`auto` without the ring kernel: 2-48 rows on tensor
@@ -112,16 +115,16 @@ pub struct E2eArgs {
     /// on the CPU.
     #[arg(long, value_enum, default_value_t = SkinnyKernel::Auto)]
     pub skinny_kernel: SkinnyKernel,
-    /// The ring kernel's block shape, `COLSxKCxBUFS` (`dustin_kernels::cuda::RingConfig`:
-    /// columns a block 64 or 128, rows a stage 32 or 64, stages 3 or 4). No effect on the CPU.
+    /// The ring kernel's block shape, `COLSxKCxBUFS` (`KernelConfig::ring`: columns a block
+    /// 64 or 128, rows a stage 32 or 64, stages 3 or 4). No effect on the CPU.
     #[arg(long, default_value = "128x64x3")]
-    pub ring_config: String,
+    pub ring_config: RingConfig,
     /// Which kernel runs dense and sparse verification (and decoding) attention on CUDA
-    /// (`dustin_kernels::cuda::set_verify_kernel`): `auto` (the default: `flash`),
+    /// (`KernelConfig::verify_kernel`): `auto` (the default: `flash`),
     /// `flash` (scores in registers, `cp.async` double buffering) or `split` (the earlier
     /// flash-decoding kernel, scores through shared memory). No effect on the CPU.
-    #[arg(long, value_enum, default_value_t = VerifyKernel::Auto)]
-    pub verify_kernel: VerifyKernel,
+    #[arg(long, value_enum, default_value_t = AttentionKernel::Auto)]
+    pub verify_kernel: AttentionKernel,
     /// Each residual add fused with the RMSNorm after it (`on`, `Qwen2::with_fused_residual`:
     /// one `KernelOps::add_rms_norm` launch where the add and the norm take two) or not
     /// (`off`, the default). Needs `--elementwise fused`; the same values either way. A
@@ -169,16 +172,16 @@ pub struct E2eArgs {
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub kv_write_kernel: OnOff,
     /// How the `dustin` estimator folds its history and mixes it with the lookahead on CUDA
-    /// (`dustin_kernels::cuda::set_estimator_kernels`): one kernel each (`on`, the default:
+    /// (`KernelConfig::estimator_kernels`): one kernel each (`on`, the default:
     /// `KernelOps::fold_rows` and `KernelOps::mix_scores`), for the mix only (`mix`), for the
     /// fold only (`fold`), or Burn ops (`off`). The same selections up to rounding. A list
     /// (`off,mix,on`) runs the modes of the `dustin` estimator (`dustin`, `history-only`)
     /// once per setting, side by side in one process (the table's mode then says `+ek`,
     /// `+ekmix` or `+ekfold`); the other modes run once, and so does every mode on the CPU
     /// (no such kernels; its rows say `off`).
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "on")]
-    pub estimator_kernels: Vec<EstKernels>,
-    /// Which kernel runs the selectors' top-k on CUDA (`dustin_kernels::cuda::set_topk_kernel`):
+    #[arg(long, value_delimiter = ',', default_value = "on")]
+    pub estimator_kernels: Vec<EstimatorKernels>,
+    /// Which kernel runs the selectors' top-k on CUDA (`KernelConfig::topk_kernel`):
     /// `warp` (the default: 1024 threads per row, per-warp histograms) or `block` (256
     /// threads per row, the default before 2026-12-01). The same selections. A list
     /// (`block,warp`) runs every mode that selects (all but `ar` and `dense`) once per
@@ -187,7 +190,7 @@ pub struct E2eArgs {
     #[arg(long, value_enum, value_delimiter = ',', default_value = "warp")]
     pub topk_kernel: Vec<TopkKernel>,
     /// Where the skinny GEMMs sum their splits over `k` on CUDA
-    /// (`dustin_kernels::cuda::set_split_reduce`): `kernel` (the default: a reduce kernel
+    /// (`KernelConfig::split_reduce`): `kernel` (the default: a reduce kernel
     /// after the GEMM) or `fused` (the last block of each column tile sums them inside the
     /// GEMM's own launch, one launch a projection; measured 1 ms slower a 72B-shape
     /// verification). The same values either way. A list (`kernel,fused`) runs every mode once per setting, side by
@@ -196,7 +199,7 @@ pub struct E2eArgs {
     #[arg(long, value_enum, value_delimiter = ',', default_value = "kernel")]
     pub split_reduce: Vec<SplitReduce>,
     /// Waves of resident blocks that dense attention's key splits on the CUDA flash kernel aim
-    /// for (`dustin_kernels::cuda::set_dense_waves`; 2 by default): more waves, more and
+    /// for (`KernelConfig::dense_waves`; 2 by default): more waves, more and
     /// shorter splits. A list (`2,8`) runs every mode once per setting, side by side in one
     /// process (the table's mode then says `+dw<n>`). No effect on the CPU (its rows say 2).
     #[arg(long, value_delimiter = ',', default_values_t = [DENSE_WAVES])]
@@ -240,41 +243,6 @@ pub struct E2eArgs {
     pub device: DeviceKind,
 }
 
-/// `--estimator-kernels`: which of the `dustin` estimator's steps run as one CUDA kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EstKernels {
-    /// Neither (Burn ops).
-    Off,
-    /// The normalise-and-mix only.
-    Mix,
-    /// The history fold only.
-    Fold,
-    /// Both.
-    On,
-}
-
-#[cfg(feature = "cuda")]
-impl EstKernels {
-    /// The kernels this setting runs.
-    pub fn kernels(self) -> dustin_kernels::EstimatorKernels {
-        dustin_kernels::EstimatorKernels {
-            fold: matches!(self, Self::Fold | Self::On),
-            mix: matches!(self, Self::Mix | Self::On),
-        }
-    }
-}
-
-/// `--topk-kernel`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TopkKernel {
-    /// `dustin_kernels::cuda::TopkKernel::Block`.
-    Block,
-    /// `dustin_kernels::cuda::TopkKernel::Warp`.
-    Warp,
-}
-
 /// `--skinny-gemm`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -304,45 +272,6 @@ impl From<Scoring> for LookaheadScoring {
     }
 }
 
-/// `--skinny-kernel`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SkinnyKernel {
-    /// One row on CUDA cores, 2-32 rows on tensor cores, 33-128 on the ring kernel.
-    Auto,
-    /// Tensor cores (`skinny_mma_kernel`).
-    Mma,
-    /// Tensor cores fed from a shared-memory ring (`skinny_ring_kernel`), every row count.
-    Ring,
-    /// The default before the ring kernel: as `auto` with the ring kernel off (2-48 rows on
-    /// `skinny_mma_kernel`, more on Burn's matmul).
-    NoRing,
-    /// CUDA cores (`skinny_gemm_kernel`).
-    Cores,
-}
-
-/// `--split-reduce`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SplitReduce {
-    /// Inside the GEMM's launch (`dustin_kernels::cuda::SplitReduce::Fused`).
-    Fused,
-    /// A reduce kernel after the GEMM (`dustin_kernels::cuda::SplitReduce::Kernel`).
-    Kernel,
-}
-
-/// `--verify-kernel`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum VerifyKernel {
-    /// The kernels' own choice (`flash` for every verification).
-    Auto,
-    /// `flash_kernel` (verify mode) and `combine_kernel`.
-    Flash,
-    /// `split_kernel` and `combine_kernel`.
-    Split,
-}
-
 /// `--elementwise`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -353,9 +282,9 @@ pub enum Elementwise {
     Plain,
 }
 
-/// `--dense-waves`'s default: the CUDA flash kernel's own (`dustin_kernels::cuda::set_dense_waves`,
-/// `split_plan::FLASH_WAVES`), and what the CPU's rows report.
-pub(super) const DENSE_WAVES: usize = 2;
+/// `--dense-waves`'s default: the CUDA flash kernel's own ([`dustin_kernels::config::DENSE_WAVES`]),
+/// and what the CPU's rows report.
+pub(super) const DENSE_WAVES: usize = dustin_kernels::config::DENSE_WAVES;
 
 /// `--lookahead-layers` values (`LookaheadLayers`'s `FromStr`, whose error names the input).
 fn parse_lookahead_layers(s: &str) -> Result<LookaheadLayers, String> {

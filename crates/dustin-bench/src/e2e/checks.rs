@@ -30,9 +30,6 @@ pub(super) fn validate(a: &E2eArgs) -> Result<(), CliError> {
     if a.iters == 0 {
         return bad("--iters 0: nothing would be timed".into());
     }
-    if let Err(e) = dustin_kernels::RingConfig::parse(&a.ring_config) {
-        return bad(format!("--ring-config: {e}"));
-    }
     if !(1..=MAX_ROUNDS).contains(&a.rounds) {
         return bad(format!(
             "--rounds {}: expected 1 ..= {MAX_ROUNDS}",

@@ -16,15 +16,12 @@ use dustin_spec::{
     PhaseBarrier, SpecConfig, SpeculativeDecoder,
 };
 
-use super::args::{
-    E2eArgs, Elementwise, EstKernels, OnOff, Scoring, SplitReduce, TopkKernel, DENSE_WAVES,
-};
-#[cfg(feature = "cuda")]
-use super::args::{SkinnyKernel, VerifyKernel};
+use super::args::{E2eArgs, Elementwise, OnOff, Scoring, DENSE_WAVES};
 use super::checks::{accept_of, trace_of};
 use super::rows::{mean, print_scaled_summary, report_profile, timed_window, Row};
 use super::HBM_BYTES_PER_SEC;
 use crate::jsonl::append_json;
+use dustin_kernels::{EstimatorKernels, KernelConfig, SplitReduce, TopkKernel};
 
 /// `+ads{v}`, `v` in its shortest decimal form up to 8 characters, else in scientific
 /// notation (`1e-9`), so that labels and host-profile file names stay short.
@@ -93,24 +90,6 @@ pub(super) fn measure<B: KernelOps>(
     } else {
         (target, draft)
     };
-    #[cfg(feature = "cuda")]
-    dustin_kernels::cuda::set_skinny_kernel(match args.skinny_kernel {
-        SkinnyKernel::Auto => dustin_kernels::cuda::SkinnyKernel::Auto,
-        SkinnyKernel::Mma => dustin_kernels::cuda::SkinnyKernel::Mma,
-        SkinnyKernel::Ring => dustin_kernels::cuda::SkinnyKernel::Ring,
-        SkinnyKernel::NoRing => dustin_kernels::cuda::SkinnyKernel::NoRing,
-        SkinnyKernel::Cores => dustin_kernels::cuda::SkinnyKernel::Cores,
-    });
-    #[cfg(feature = "cuda")]
-    if let Ok(c) = dustin_kernels::cuda::RingConfig::parse(&args.ring_config) {
-        dustin_kernels::cuda::set_ring_config(c);
-    }
-    #[cfg(feature = "cuda")]
-    dustin_kernels::cuda::set_verify_kernel(match args.verify_kernel {
-        VerifyKernel::Auto => dustin_kernels::cuda::AttentionKernel::Auto,
-        VerifyKernel::Flash => dustin_kernels::cuda::AttentionKernel::Flash,
-        VerifyKernel::Split => dustin_kernels::cuda::AttentionKernel::Split,
-    });
     let (fused, skinny, grouped, kv_write) = (
         args.elementwise == Elementwise::Fused,
         args.skinny_gemm == OnOff::On,
@@ -120,14 +99,18 @@ pub(super) fn measure<B: KernelOps>(
     // always set: the models' own default is on where the backend has fused kernels, so
     // `plain` / `off` must be asked for explicitly
     let with = |m: &Qwen2<B>, residual: OnOff| {
-        Arc::new(
-            m.clone()
-                .with_fused_elementwise(fused)
-                .with_skinny_gemm(skinny)
-                .with_grouped_gemm(grouped)
-                .with_fused_residual(residual == OnOff::On)
-                .with_kv_write_kernel(kv_write),
-        )
+        let kernels = KernelConfig {
+            elementwise: fused.into(),
+            skinny_gemm: skinny.into(),
+            grouped_gemm: grouped.into(),
+            fused_residual: (residual == OnOff::On).into(),
+            kv_write: kv_write.into(),
+            skinny_kernel: args.skinny_kernel,
+            ring: args.ring_config,
+            verify_kernel: args.verify_kernel,
+            ..*m.kernel_config()
+        };
+        Arc::new(m.clone().with_kernel_config(kernels))
     };
     // one (target, draft) pair per `--fused-residual` setting (clones share the weights)
     type Pair<B> = (OnOff, Arc<Qwen2<B>>, Arc<Qwen2<B>>);
@@ -262,7 +245,7 @@ pub(super) fn measure<B: KernelOps>(
                     let est_kernels = if B::FUSED && uses_dustin_estimator(mode) {
                         est_kernels
                     } else {
-                        EstKernels::Off
+                        EstimatorKernels::NONE
                     };
                     let topk = if B::FUSED && selects_top_k(mode) {
                         topk
@@ -276,19 +259,17 @@ pub(super) fn measure<B: KernelOps>(
                         SplitReduce::Kernel
                     };
                     let dense_waves = if B::FUSED { *dense_waves } else { DENSE_WAVES };
-                    #[cfg(feature = "cuda")]
-                    {
-                        dustin_kernels::cuda::set_dense_waves(dense_waves);
-                        dustin_kernels::cuda::set_split_reduce(match split {
-                            SplitReduce::Fused => dustin_kernels::cuda::SplitReduce::Fused,
-                            SplitReduce::Kernel => dustin_kernels::cuda::SplitReduce::Kernel,
-                        });
-                        dustin_kernels::cuda::set_estimator_kernels(est_kernels.kernels());
-                        dustin_kernels::cuda::set_topk_kernel(match topk {
-                            TopkKernel::Block => dustin_kernels::cuda::TopkKernel::Block,
-                            TopkKernel::Warp => dustin_kernels::cuda::TopkKernel::Warp,
-                        });
-                    }
+                    // this row's kernel choices, installed by each forward pass of the models
+                    let row = |m: &Arc<Qwen2<B>>| {
+                        Arc::new((**m).clone().with_kernel_config(KernelConfig {
+                            dense_waves,
+                            split_reduce: split,
+                            estimator_kernels: est_kernels,
+                            topk_kernel: topk,
+                            ..*m.kernel_config()
+                        }))
+                    };
+                    let (target, draft) = (&row(target), &row(draft));
                     // the mode's name in the table, profiles and JSON rows: `+res` where a list of
                     // settings ran it with the fused residual in effect
                     let mut label = if pairs.len() > 1 && residual == OnOff::On && B::FUSED && fused
@@ -316,10 +297,22 @@ pub(super) fn measure<B: KernelOps>(
                     // it with kernels
                     if args.estimator_kernels.len() > 1 {
                         label.push_str(match est_kernels {
-                            EstKernels::Off => "",
-                            EstKernels::Mix => "+ekmix",
-                            EstKernels::Fold => "+ekfold",
-                            EstKernels::On => "+ek",
+                            EstimatorKernels {
+                                fold: false,
+                                mix: false,
+                            } => "",
+                            EstimatorKernels {
+                                fold: false,
+                                mix: true,
+                            } => "+ekmix",
+                            EstimatorKernels {
+                                fold: true,
+                                mix: false,
+                            } => "+ekfold",
+                            EstimatorKernels {
+                                fold: true,
+                                mix: true,
+                            } => "+ek",
                         });
                     }
                     // `+ads{v}` where a list of noise tests ran it
@@ -624,7 +617,7 @@ pub(super) fn measure<B: KernelOps>(
                         },
                         kv_write_kernel: args.kv_write_kernel,
                         skinny_kernel: args.skinny_kernel,
-                        ring_config: args.ring_config.clone(),
+                        ring_config: args.ring_config.to_string(),
                         verify_kernel: args.verify_kernel,
                         estimator_kernels: est_kernels,
                         topk_kernel: topk,

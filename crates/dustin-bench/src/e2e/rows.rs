@@ -4,9 +4,9 @@
 use dustin_cli::CliError;
 use dustin_spec::IterationStats;
 
-use super::args::{E2eArgs, Elementwise, EstKernels, OnOff, Scoring, SkinnyKernel};
-use super::args::{SplitReduce, TopkKernel, VerifyKernel};
+use super::args::{E2eArgs, Elementwise, OnOff, Scoring};
 use crate::jsonl::append_json;
+use dustin_kernels::{AttentionKernel, EstimatorKernels, SkinnyKernel, SplitReduce, TopkKernel};
 
 /// Phase times of one mode's profiled run (`--profile`), decode steps only, per iteration.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -116,9 +116,9 @@ pub struct Row {
     /// `--ring-config` (CUDA only).
     pub ring_config: String,
     /// `--verify-kernel` (CUDA only).
-    pub verify_kernel: VerifyKernel,
+    pub verify_kernel: AttentionKernel,
     /// `--estimator-kernels` (`off` on the CPU and for modes without the `dustin` estimator).
-    pub estimator_kernels: EstKernels,
+    pub estimator_kernels: EstimatorKernels,
     /// `--topk-kernel` (`block` on the CPU and for modes that do not select).
     pub topk_kernel: TopkKernel,
     /// `--split-reduce` (`kernel` on the CPU, which has no fused GEMMs).

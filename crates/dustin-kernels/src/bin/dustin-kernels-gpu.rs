@@ -34,8 +34,9 @@ use std::time::Instant;
 
 use burn_tensor::{backend::Backend, Distribution, Int, Tensor, TensorData};
 use dustin_kernels::cuda::{self, AttentionKernel, RingConfig};
+use dustin_kernels::prelude::*;
 use dustin_kernels::reference::{self, Dims, Sel};
-use dustin_kernels::{Keep, KernelOps, MAX_NEW};
+use dustin_kernels::{Keep, KernelConfig, MAX_NEW};
 
 type B = burn_cuda::Cuda<half::bf16, i32>;
 
@@ -43,6 +44,16 @@ const BOUND: f64 = 1e-2;
 
 fn dev() -> burn_cuda::CudaDevice {
     burn_cuda::CudaDevice::default()
+}
+
+/// The kernel choices installed for the device the checks run on.
+fn config() -> KernelConfig {
+    cuda::config(&dev())
+}
+
+/// Changes the kernel choices of the device the checks run on ([`cuda::update_config`]).
+fn tweak(change: impl FnOnce(&mut KernelConfig)) {
+    cuda::update_config(&dev(), change)
 }
 
 fn to_f32<const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
@@ -219,16 +230,16 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
     if want("dense") {
         let r = reference::attention(&q, &k, &v, &dims, &c.ctx, scale, None);
         for (tag, kern, bufs) in kernels {
-            dustin_kernels::cuda::set_verify_kernel(kern);
-            dustin_kernels::cuda::set_flash_buffers(bufs);
+            tweak(|c| c.verify_kernel = kern);
+            tweak(|c| c.flash_buffers = bufs);
             let op = format!("dense{tag}");
             match B::verify_attention(qt.clone(), kt.clone(), vt.clone(), &c.ctx, scale as f32) {
                 Ok(o) => rep.add(c.name, &op, reference::rel_err(&to_f32(o), &r), BOUND),
                 Err(e) => rep.add(c.name, &format!("{op} error {e}"), f64::INFINITY, BOUND),
             }
         }
-        dustin_kernels::cuda::set_verify_kernel(AttentionKernel::Auto);
-        dustin_kernels::cuda::set_flash_buffers(dustin_kernels::cuda::FLASH_BUFFERS);
+        tweak(|c| c.verify_kernel = AttentionKernel::Auto);
+        tweak(|c| c.flash_buffers = dustin_kernels::cuda::FLASH_BUFFERS);
     }
 
     // sparse: a budget below the contexts and one above all of them
@@ -268,8 +279,8 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
             &dev(),
         );
         for (tag, kern, bufs) in kernels {
-            dustin_kernels::cuda::set_verify_kernel(kern);
-            dustin_kernels::cuda::set_flash_buffers(bufs);
+            tweak(|c| c.verify_kernel = kern);
+            tweak(|c| c.flash_buffers = bufs);
             let op = format!("sparse budget {budget}{tag}");
             match B::sparse_verify_attention(
                 qt.clone(),
@@ -284,8 +295,8 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
                 Err(e) => rep.add(c.name, &format!("{op} error {e}"), f64::INFINITY, BOUND),
             }
         }
-        dustin_kernels::cuda::set_verify_kernel(AttentionKernel::Auto);
-        dustin_kernels::cuda::set_flash_buffers(dustin_kernels::cuda::FLASH_BUFFERS);
+        tweak(|c| c.verify_kernel = AttentionKernel::Auto);
+        tweak(|c| c.flash_buffers = dustin_kernels::cuda::FLASH_BUFFERS);
     }
 
     // head-subset scores: a head of KV head 0, two of the last KV head
@@ -301,7 +312,7 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
             (" split", AttentionKernel::Split),
             ("", AttentionKernel::Flash),
         ] {
-            dustin_kernels::cuda::set_verify_kernel(kern);
+            tweak(|c| c.verify_kernel = kern);
             match B::head_subset_row_scores(qt.clone(), kt.clone(), &c.ctx, &heads, scale as f32) {
                 Ok(s) => rep.add(
                     c.name,
@@ -355,7 +366,7 @@ fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
                 ),
             }
         }
-        dustin_kernels::cuda::set_verify_kernel(AttentionKernel::Auto);
+        tweak(|c| c.verify_kernel = AttentionKernel::Auto);
     }
 
     // quest
@@ -443,19 +454,19 @@ fn topk_check(
 ) {
     let want = reference::top_k(host, batch, heads, l, ctx, keep);
     // both kernels (cuda::TopkKernel), the default's setting restored after
-    let before = cuda::topk_kernel();
+    let before = config().topk_kernel;
     for (kname, kernel) in [
         ("block", cuda::TopkKernel::Block),
         ("warp", cuda::TopkKernel::Warp),
     ] {
-        cuda::set_topk_kernel(kernel);
+        tweak(|c| c.topk_kernel = kernel);
         let op = format!("{op} [{kname}]");
         topk_check_one(case, &op, scores.clone(), &want, heads, ctx, keep, rep);
     }
-    cuda::set_topk_kernel(before);
+    tweak(|c| c.topk_kernel = before);
 }
 
-/// One run of the top-k kernel [`cuda::set_topk_kernel`] chose against `want` (per row, the
+/// One run of the top-k kernel [`KernelConfig::topk_kernel`] of the device against `want` (per row, the
 /// kept positions ascending).
 #[allow(clippy::too_many_arguments)]
 fn topk_check_one(
@@ -657,7 +668,7 @@ fn check(op: &str) -> usize {
         // reduction as `--split-reduce` says (a reduce kernel by default) and then inside the
         // GEMM's launch
         use dustin_kernels::cuda::SplitReduce;
-        let split_default = dustin_kernels::cuda::split_reduce();
+        let split_default = config().split_reduce;
         let kernels = if op == "skinny" {
             vec![
                 (SkinnyKernel::Auto, split_default, "auto"),
@@ -681,14 +692,14 @@ fn check(op: &str) -> usize {
             ]
         };
         for (kernel, split, label) in kernels {
-            dustin_kernels::cuda::set_skinny_kernel(kernel);
-            dustin_kernels::cuda::set_split_reduce(split);
+            tweak(|c| c.skinny_kernel = kernel);
+            tweak(|c| c.split_reduce = split);
             for r in dustin_kernels::check::check_skinny_gemms::<B>(&dev(), BOUND) {
                 rep.add(&format!("{} ({label})", r.case), r.op, r.err, r.bound);
             }
         }
-        dustin_kernels::cuda::set_skinny_kernel(SkinnyKernel::Auto);
-        dustin_kernels::cuda::set_split_reduce(split_default);
+        tweak(|c| c.skinny_kernel = SkinnyKernel::Auto);
+        tweak(|c| c.split_reduce = split_default);
     }
     dustin_kernels::cuda::set_poison_outputs(false);
     println!(
@@ -725,7 +736,7 @@ fn time_us(warm: usize, iters: usize, mut f: impl FnMut()) -> f64 {
     t.elapsed().as_secs_f64() * 1e6 / iters as f64
 }
 
-/// `topk`: GPU time of [`KernelOps::top_k_positions`] at the selectors' shapes (4 sinks, 64
+/// `topk`: GPU time of [`KernelOps::top_k_positions`](crate::SelectionOps::top_k_positions) at the selectors' shapes (4 sinks, 64
 /// window, budget 1024 + 68), each row also checked against the float64-ordered
 /// [`reference::top_k`]. Two score distributions: uniform in [0, 1), and clustered like the
 /// normalised attention mass the selectors rank (`exp(2 u)` over the row's sum, `u` uniform
@@ -779,12 +790,12 @@ fn topk_bench(json: Option<&str>) -> usize {
                 let seen = to_f32(t.clone());
                 let want = reference::top_k(&seen, batch, heads, ctx, &lens, keep);
                 // both kernels side by side, the default restored after
-                let before = cuda::topk_kernel();
+                let before = config().topk_kernel;
                 for (kname, kernel) in [
                     ("block", cuda::TopkKernel::Block),
                     ("warp", cuda::TopkKernel::Warp),
                 ] {
-                    cuda::set_topk_kernel(kernel);
+                    tweak(|c| c.topk_kernel = kernel);
                     let us = time_us(3, 20, || {
                         let _ = B::top_k_positions(t.clone(), &lens, keep);
                     });
@@ -815,7 +826,7 @@ fn topk_bench(json: Option<&str>) -> usize {
                         bad == 0
                     ));
                 }
-                cuda::set_topk_kernel(before);
+                tweak(|c| c.topk_kernel = before);
             }
         }
     }
@@ -853,7 +864,7 @@ fn selection(
 }
 
 fn bench(json: Option<&str>, quick: bool, kern: AttentionKernel) {
-    dustin_kernels::cuda::set_verify_kernel(kern);
+    tweak(|c| c.verify_kernel = kern);
     let mut out = json.and_then(|p| std::fs::File::create(p).ok());
     // (model, query heads, KV heads, head_dim, new tokens): the published configs; the
     // 0.5B draft decodes one token a step (its attention during drafting)
@@ -1041,7 +1052,7 @@ fn gemm(
                 // CUDA-core one (up to SKINNY_MAX_ROWS)
                 use dustin_kernels::cuda::SkinnyKernel;
                 // the ring kernel in its current shape, then each of `ring_configs`
-                let ring_default = dustin_kernels::cuda::ring_config();
+                let ring_default = config().ring;
                 let mut runs: Vec<(SkinnyKernel, String, usize, Option<RingConfig>)> = vec![(
                     SkinnyKernel::Mma,
                     "skinny_mma".into(),
@@ -1073,7 +1084,7 @@ fn gemm(
                 // the tensor-core kernels again with the split reduction inside the GEMM's
                 // launch (`_fused`), where the default runs a reduce kernel after it
                 use dustin_kernels::cuda::SplitReduce;
-                let split_default = dustin_kernels::cuda::split_reduce();
+                let split_default = config().split_reduce;
                 let mut runs: Vec<_> = runs
                     .into_iter()
                     .map(|(kernel, label, max, ring)| (kernel, label, max, ring, split_default))
@@ -1091,9 +1102,9 @@ fn gemm(
                     if m > max {
                         continue;
                     }
-                    dustin_kernels::cuda::set_skinny_kernel(kernel);
-                    dustin_kernels::cuda::set_ring_config(ring.unwrap_or(ring_default));
-                    dustin_kernels::cuda::set_split_reduce(split);
+                    tweak(|c| c.skinny_kernel = kernel);
+                    tweak(|c| c.ring = ring.unwrap_or(ring_default));
+                    tweak(|c| c.split_reduce = split);
                     let run = || B::skinny_linear(x.clone(), w.clone(), None);
                     match run() {
                         Ok(_) => {
@@ -1111,9 +1122,9 @@ fn gemm(
                         ),
                     }
                 }
-                dustin_kernels::cuda::set_ring_config(ring_default);
-                dustin_kernels::cuda::set_skinny_kernel(dustin_kernels::cuda::SkinnyKernel::Auto);
-                dustin_kernels::cuda::set_split_reduce(split_default);
+                tweak(|c| c.ring = ring_default);
+                tweak(|c| c.skinny_kernel = dustin_kernels::cuda::SkinnyKernel::Auto);
+                tweak(|c| c.split_reduce = split_default);
             }
         }
         // the products of one input as the model issues them at prefill rows
@@ -1307,12 +1318,12 @@ fn prefill_attention(emit: &mut dyn FnMut(String), quick: bool) {
 }
 
 /// Times this, added to a prefill variant's m-tile code (`tiles`, [`set_prefill_variant`]):
-/// the query heads per run of `prefill_kernel`'s grid (`cuda::set_prefill_head_run`; none
+/// the query heads per run of `prefill_kernel`'s grid (`KernelConfig::prefill_head_run`; none
 /// added: automatic).
 const RUN: usize = 1000;
 
 /// Added to a prefill variant's m-tile code: `prefill_kernel` rescales wherever a maximum
-/// moves (`cuda::set_prefill_lazy_rescale(false)`).
+/// moves (`KernelConfig::prefill_lazy_rescale` false).
 const EAGER: usize = 500;
 
 /// Forces one causal-prefill variant: `kern`, `bufs` flash tile buffers (1: plain copies),
@@ -1321,24 +1332,24 @@ const EAGER: usize = 500;
 /// steps) plus a head run times [`RUN`] and / or [`EAGER`].
 fn set_prefill_variant(kern: AttentionKernel, bufs: usize, warps: usize, tiles: usize) {
     let (run, eager, t) = (tiles / RUN, tiles % RUN >= EAGER, tiles % EAGER);
-    dustin_kernels::cuda::set_prefill_lazy_rescale(!eager);
-    dustin_kernels::cuda::set_prefill_kernel(kern);
-    dustin_kernels::cuda::set_flash_buffers(bufs);
-    dustin_kernels::cuda::set_prefill_warps(warps);
-    dustin_kernels::cuda::set_prefill_tiles(if t == 32 { 2 } else { t });
-    dustin_kernels::cuda::set_prefill_key_step(if t == 32 { 32 } else { 64 });
-    dustin_kernels::cuda::set_prefill_head_run(run);
+    tweak(|c| c.prefill_lazy_rescale = !eager);
+    tweak(|c| c.prefill_kernel = kern);
+    tweak(|c| c.flash_buffers = bufs);
+    tweak(|c| c.prefill_warps = warps);
+    tweak(|c| c.prefill_tiles = if t == 32 { 2 } else { t });
+    tweak(|c| c.prefill_key_step = if t == 32 { 32 } else { 64 });
+    tweak(|c| c.prefill_head_run = run);
 }
 
 /// Puts every causal-prefill setting back to its default.
 fn reset_prefill_variant() {
-    dustin_kernels::cuda::set_prefill_kernel(AttentionKernel::Auto);
-    dustin_kernels::cuda::set_flash_buffers(dustin_kernels::cuda::FLASH_BUFFERS);
-    dustin_kernels::cuda::set_prefill_warps(dustin_kernels::cuda::PREFILL_WARPS);
-    dustin_kernels::cuda::set_prefill_tiles(dustin_kernels::cuda::PREFILL_TILES);
-    dustin_kernels::cuda::set_prefill_key_step(dustin_kernels::cuda::PREFILL_KEY_STEP);
-    dustin_kernels::cuda::set_prefill_head_run(0);
-    dustin_kernels::cuda::set_prefill_lazy_rescale(dustin_kernels::cuda::PREFILL_LAZY_RESCALE);
+    tweak(|c| c.prefill_kernel = AttentionKernel::Auto);
+    tweak(|c| c.flash_buffers = dustin_kernels::cuda::FLASH_BUFFERS);
+    tweak(|c| c.prefill_warps = dustin_kernels::cuda::PREFILL_WARPS);
+    tweak(|c| c.prefill_tiles = dustin_kernels::cuda::PREFILL_TILES);
+    tweak(|c| c.prefill_key_step = dustin_kernels::cuda::PREFILL_KEY_STEP);
+    tweak(|c| c.prefill_head_run = 0);
+    tweak(|c| c.prefill_lazy_rescale = dustin_kernels::cuda::PREFILL_LAZY_RESCALE);
 }
 
 /// Query tokens per prefill chunk of the first rows: the model's chunk where a hook wants
@@ -1535,7 +1546,7 @@ fn main() -> std::process::ExitCode {
         .map(|i| args.get(i + 1).and_then(|s| s.parse::<usize>().ok()))
     {
         None => {}
-        Some(Some(n)) if (1..=3).contains(&n) => dustin_kernels::cuda::set_flash_buffers(n),
+        Some(Some(n)) if (1..=3).contains(&n) => tweak(|c| c.flash_buffers = n),
         Some(other) => {
             eprintln!("--flash-buffers: expected 1, 2 or 3, got {other:?}");
             return std::process::ExitCode::FAILURE;
@@ -1545,10 +1556,10 @@ fn main() -> std::process::ExitCode {
         (
             "--score-buffers",
             3,
-            dustin_kernels::cuda::set_score_buffers as fn(usize),
+            (|c, n| c.score_buffers = n) as fn(&mut KernelConfig, usize),
         ),
-        ("--sparse-waves", 8, dustin_kernels::cuda::set_sparse_waves),
-        ("--dense-waves", 16, dustin_kernels::cuda::set_dense_waves),
+        ("--sparse-waves", 8, |c, n| c.sparse_waves = n),
+        ("--dense-waves", 16, |c, n| c.dense_waves = n),
     ] {
         match args
             .iter()
@@ -1556,7 +1567,7 @@ fn main() -> std::process::ExitCode {
             .map(|i| args.get(i + 1).and_then(|s| s.parse::<usize>().ok()))
         {
             None => {}
-            Some(Some(n)) if (1..=most).contains(&n) => set(n),
+            Some(Some(n)) if (1..=most).contains(&n) => tweak(|c| set(c, n)),
             Some(other) => {
                 eprintln!("{flag}: expected a number from 1 to {most}, got {other:?}");
                 return std::process::ExitCode::FAILURE;
@@ -1589,14 +1600,14 @@ fn main() -> std::process::ExitCode {
         }
     };
     if let Some(&c) = ring_one.first() {
-        dustin_kernels::cuda::set_ring_config(c);
+        tweak(|k| k.ring = c);
     }
     // where the skinny GEMMs sum their splits, for every command
     if let Some(i) = args.iter().position(|a| a == "--split-reduce") {
         use dustin_kernels::cuda::SplitReduce;
         match args.get(i + 1).map(String::as_str) {
-            Some("fused") => dustin_kernels::cuda::set_split_reduce(SplitReduce::Fused),
-            Some("kernel") => dustin_kernels::cuda::set_split_reduce(SplitReduce::Kernel),
+            Some("fused") => tweak(|c| c.split_reduce = SplitReduce::Fused),
+            Some("kernel") => tweak(|c| c.split_reduce = SplitReduce::Kernel),
             other => {
                 eprintln!("--split-reduce: expected fused or kernel, got {other:?}");
                 return std::process::ExitCode::FAILURE;

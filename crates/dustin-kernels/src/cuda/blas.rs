@@ -1,5 +1,5 @@
-//! [`KernelOps::prefill_linear`](crate::KernelOps::prefill_linear) and
-//! [`KernelOps::prefill_linear_many`](crate::KernelOps::prefill_linear_many) on CUDA through cuBLAS
+//! [`KernelOps::prefill_linear`](crate::LinearOps::prefill_linear) and
+//! [`KernelOps::prefill_linear_many`](crate::LinearOps::prefill_linear_many) on CUDA through cuBLAS
 //! (`cublasGemmEx`, reached through the `cudarc` bindings cubecl-cuda already links; the
 //! library is loaded at run time, so nothing is needed at build time).
 //!

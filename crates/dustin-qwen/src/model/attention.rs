@@ -12,14 +12,14 @@ use crate::error::{QwenError, Result};
 
 impl<B: KernelOps> Qwen2<B> {
     /// Whether the dense attention of prefill chunks runs as the backend's kernel
-    /// ([`KernelOps::prefill_attention`], no score matrix in memory): the model's kernels on
+    /// ([`KernelOps::prefill_attention`](dustin_kernels::AttentionOps::prefill_attention), no score matrix in memory): the model's kernels on
     /// ([`Qwen2::with_kernels`], by default where the backend has them), its prefill kernel
     /// on ([`Qwen2::with_prefill_attention`]) and its head width one the backend takes
-    /// ([`KernelOps::PREFILL_HEAD_DIMS`]). Chunks whose probabilities a hook wants take the
+    /// ([`KernelOps::PREFILL_HEAD_DIMS`](dustin_kernels::AttentionOps::PREFILL_HEAD_DIMS)). Chunks whose probabilities a hook wants take the
     /// plain path either way.
     pub fn prefill_attention_fused(&self) -> bool {
-        self.kernels.unwrap_or(B::FUSED)
-            && self.prefill_kernel.unwrap_or(true)
+        self.kernels.attention.resolve(B::FUSED)
+            && self.kernels.prefill_attention.resolve(true)
             && B::PREFILL_HEAD_DIMS.contains(&self.config.head_dim())
     }
 
@@ -115,7 +115,7 @@ impl<B: KernelOps> Qwen2<B> {
             };
             let lens: Vec<usize> = ctx_lens.iter().map(|&l| l + r0).collect();
             // the scoring kernel where the model runs its kernels, else the plain ops
-            let kernel = if self.kernels.unwrap_or(B::ATTENTION_KERNELS) {
+            let kernel = if self.kernels.attention.resolve(B::ATTENTION_KERNELS) {
                 fallback(B::head_subset_scores(
                     qc.clone(),
                     k.clone(),
@@ -191,7 +191,7 @@ impl<B: KernelOps> Qwen2<B> {
             Ok((self.rope_forward(rope, q)?, self.rope_forward(rope, k)?))
         })?;
         timer.time("kv_append", || {
-            if self.kv_write_kernel.unwrap_or(B::ATTENTION_KERNELS) {
+            if self.kernels.kv_write.resolve(B::ATTENTION_KERNELS) {
                 cache.append_pair_with(li, k.clone(), v.clone(), |kd, vd, ks, vs, lens| {
                     B::kv_write_pair(kd, vd, ks, vs, lens)
                         .map_err(|e| dustin_core::CoreError::Model(format!("kv_write_pair: {e}")))
@@ -230,7 +230,7 @@ impl<B: KernelOps> Qwen2<B> {
             dense[b] += (l * kvh) as u64;
         }
         let dev = &self.device;
-        let fused = self.kernels.unwrap_or(B::ATTENTION_KERNELS);
+        let fused = self.kernels.attention.resolve(B::ATTENTION_KERNELS);
         // a hook that needs only the mass per key gets it from the scoring kernel, and the
         // layer keeps its fused attention
         let mut mass_done = false;

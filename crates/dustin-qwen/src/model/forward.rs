@@ -16,7 +16,7 @@ use crate::profile::Timer;
 impl<B: KernelOps> Qwen2<B> {
     /// `norm` applied to `x` `[batch, n, hidden]`, by the fused kernel when chosen.
     fn norm_forward(&self, norm: &RmsNorm<B>, x: Tensor<B, 3>) -> Result<Tensor<B, 3>> {
-        if self.elementwise.unwrap_or(B::ELEMENTWISE_KERNELS) {
+        if self.kernels.elementwise.resolve(B::ELEMENTWISE_KERNELS) {
             if let Some(t) = fallback(B::rms_norm(x.clone(), norm.weight.clone(), norm.eps))? {
                 return Ok(t);
             }
@@ -28,7 +28,7 @@ impl<B: KernelOps> Qwen2<B> {
     /// by the fused kernel when chosen, else [`Weight::to_dense`].
     pub(super) fn dense_weight(&self, lin: &Linear<B>, device: &B::Device) -> Result<Tensor<B, 2>> {
         if let Weight::Packed(p) = &lin.weight {
-            if self.elementwise.unwrap_or(B::FUSED) {
+            if self.kernels.elementwise.resolve(B::FUSED) {
                 if let Some(w) = fallback(p.dequantize_fused())? {
                     return Ok(w);
                 }
@@ -38,22 +38,23 @@ impl<B: KernelOps> Qwen2<B> {
     }
 
     /// Whether a product of `rows` rows goes through the skinny GEMM
-    /// ([`Qwen2::with_skinny_gemm`], at most [`KernelOps::skinny_max_rows`] rows).
+    /// ([`Qwen2::with_skinny_gemm`], at most [`KernelOps::skinny_max_rows`](dustin_kernels::LinearOps::skinny_max_rows) rows).
     fn skinny_rows(&self, rows: usize) -> bool {
-        self.skinny_gemm.unwrap_or(B::SKINNY_GEMM) && rows <= B::skinny_max_rows()
+        self.kernels.skinny_gemm.resolve(B::SKINNY_GEMM)
+            && rows <= B::skinny_max_rows(&self.kernels)
     }
 
     /// Whether `rows` rows go through the grouped skinny GEMMs ([`Qwen2::with_grouped_gemm`]).
     pub(super) fn grouped(&self, rows: usize) -> bool {
-        self.grouped_gemm.unwrap_or(true) && self.skinny_rows(rows)
+        self.kernels.grouped_gemm.resolve(true) && self.skinny_rows(rows)
     }
 
     /// `lin` applied to `x` `[batch, n, in]`; a packed (substitute) weight is dequantized by
     /// the fused kernel when chosen ([`crate::substitute::PackedWeight::dequantize_fused`]).
-    /// With [`Qwen2::with_skinny_gemm`], `x` of at most [`KernelOps::skinny_max_rows`]
-    /// rows goes through [`KernelOps::skinny_linear`]; with [`Qwen2::with_prefill_gemm`], `x`
+    /// With [`Qwen2::with_skinny_gemm`], `x` of at most [`KernelOps::skinny_max_rows`](dustin_kernels::LinearOps::skinny_max_rows)
+    /// rows goes through [`KernelOps::skinny_linear`](dustin_kernels::LinearOps::skinny_linear); with [`Qwen2::with_prefill_gemm`], `x`
     /// of at least [`dustin_kernels::PREFILL_GEMM_MIN_ROWS`] rows through
-    /// [`KernelOps::prefill_linear`].
+    /// [`KernelOps::prefill_linear`](dustin_kernels::LinearOps::prefill_linear).
     pub(super) fn linear(&self, lin: &Linear<B>, x: Tensor<B, 3>) -> Result<Tensor<B, 3>> {
         let [b, n, d] = x.dims();
         if let Weight::Blocks(q) = &lin.weight {
@@ -62,7 +63,7 @@ impl<B: KernelOps> Qwen2<B> {
             // quantized to int8 the logits of Qwen2.5-Coder-1.5B moved by up to 1.29 from
             // HF's (the first positions' large activations leave the rest of their blocks
             // few steps), against 0.085 this way (tests/pair_parity.rs)
-            if B::QUANT_KERNELS && b * n <= B::skinny_max_rows() {
+            if B::QUANT_KERNELS && b * n <= B::skinny_max_rows(&self.kernels) {
                 let y = B::quant_linear(x.reshape([b * n, d]), q, lin.bias.clone())?;
                 return Ok(y.reshape([b, n, q.rows()]));
             }
@@ -73,7 +74,9 @@ impl<B: KernelOps> Qwen2<B> {
             let y = B::skinny_linear(x.reshape([b * n, d]), w, lin.bias.clone())?;
             return Ok(y.reshape([b, n, out]));
         }
-        if self.prefill_gemm.unwrap_or(B::FUSED) && b * n >= dustin_kernels::PREFILL_GEMM_MIN_ROWS {
+        if self.kernels.prefill_gemm.resolve(B::FUSED)
+            && b * n >= dustin_kernels::PREFILL_GEMM_MIN_ROWS
+        {
             let out = w.dims()[1];
             let y = B::prefill_linear(x.reshape([b * n, d]), w, lin.bias.clone())?;
             return Ok(y.reshape([b, n, out]));
@@ -82,8 +85,8 @@ impl<B: KernelOps> Qwen2<B> {
     }
 
     /// Each of `lins` applied to one `x` `[batch, n, in]`, in order, as [`Qwen2::linear`]
-    /// would; where that would take [`KernelOps::prefill_linear`], the products go through
-    /// [`KernelOps::prefill_linear_many`] together (on CUDA one pair of device waits for
+    /// would; where that would take [`KernelOps::prefill_linear`](dustin_kernels::LinearOps::prefill_linear), the products go through
+    /// [`KernelOps::prefill_linear_many`](dustin_kernels::LinearOps::prefill_linear_many) together (on CUDA one pair of device waits for
     /// all of them) from [`dustin_kernels::PREFILL_MANY_MIN_ROWS`] rows, except where a
     /// weight is packed (a substitute draft's): dequantized
     /// together, the weights would all be dense at once, so those go one at a time as
@@ -96,7 +99,7 @@ impl<B: KernelOps> Qwen2<B> {
         let [b, n, d] = x.dims();
         let rows = b * n;
         let ys: Vec<Tensor<B, 3>> = if self.skinny_rows(rows)
-            || !self.prefill_gemm.unwrap_or(B::FUSED)
+            || !self.kernels.prefill_gemm.resolve(B::FUSED)
             || rows < dustin_kernels::PREFILL_MANY_MIN_ROWS
             || lins
                 .iter()
@@ -132,7 +135,7 @@ impl<B: KernelOps> Qwen2<B> {
 
     /// `x` `[batch, heads, n, head_dim]` rotated by `rope`, by the fused kernel when chosen.
     pub(super) fn rope_forward(&self, rope: &RopeAt<B>, x: Tensor<B, 4>) -> Result<Tensor<B, 4>> {
-        if self.elementwise.unwrap_or(B::ELEMENTWISE_KERNELS) {
+        if self.kernels.elementwise.resolve(B::ELEMENTWISE_KERNELS) {
             if let Some(t) = fallback(B::rope(x.clone(), rope.cos.clone(), rope.sin.clone()))? {
                 return Ok(t);
             }
@@ -154,6 +157,9 @@ impl<B: KernelOps> Qwen2<B> {
         hook: &mut H,
         opts: ForwardOpts,
     ) -> Result<ForwardOut<B>> {
+        // the launch paths read the kernel choices of the device (a read lock where they are
+        // installed already)
+        B::set_kernel_config(&self.device, &self.kernels);
         let batch = tokens.len();
         let n = tokens.first().map_or(0, Vec::len);
         if batch != cache.batch() {
@@ -369,7 +375,7 @@ impl<B: KernelOps> Qwen2<B> {
                 return self.linear(&layer.down, act);
             }
             let [gate, up] = self.linear_many([&layer.gate, &layer.up], h)?;
-            let act = if self.elementwise.unwrap_or(B::ELEMENTWISE_KERNELS) {
+            let act = if self.kernels.elementwise.resolve(B::ELEMENTWISE_KERNELS) {
                 fallback(B::silu_mul(gate.clone(), up.clone()))?
             } else {
                 None
@@ -387,11 +393,12 @@ impl<B: KernelOps> Qwen2<B> {
 
     /// Whether residual adds run fused with the next RMSNorm ([`Qwen2::with_fused_residual`]).
     fn fuses_residual(&self) -> bool {
-        self.fused_residual.unwrap_or(false) && self.elementwise.unwrap_or(B::ELEMENTWISE_KERNELS)
+        self.kernels.fused_residual.resolve(false)
+            && self.kernels.elementwise.resolve(B::ELEMENTWISE_KERNELS)
     }
 
     /// `x + delta` (when there is a delta; `delta` on the left, see `layer_forward`) and its
-    /// RMSNorm, as one [`KernelOps::add_rms_norm`] when the fused residual is on.
+    /// RMSNorm, as one [`KernelOps::add_rms_norm`](dustin_kernels::ElementwiseOps::add_rms_norm) when the fused residual is on.
     fn residual_norm(
         &self,
         norm: &RmsNorm<B>,

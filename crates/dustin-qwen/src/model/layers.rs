@@ -24,8 +24,8 @@ pub enum Weight<B: Backend> {
     /// the device for each product unless the forward pass staged the layer first.
     Host(crate::offload::HostWeight),
     /// In host memory as the GGUF file stores it, `[out, in]` in blocks
-    /// ([`crate::WeightFormat::Blocks`]), multiplied by [`KernelOps::quant_linear`] where the
-    /// backend has block kernels ([`KernelOps::QUANT_KERNELS`]), else dequantized for each
+    /// ([`crate::WeightFormat::Blocks`]), multiplied by [`KernelOps::quant_linear`](dustin_kernels::LinearOps::quant_linear) where the
+    /// backend has block kernels ([`KernelOps::QUANT_KERNELS`](dustin_kernels::LinearOps::QUANT_KERNELS)), else dequantized for each
     /// product.
     Blocks(Arc<QuantMatrix>),
 }

@@ -6,6 +6,7 @@ use burn_tensor::{backend::Backend, Tensor, TensorData};
 use std::sync::Arc;
 
 use dustin_kernels::cpu_quant::QuantMatrix;
+use dustin_kernels::KernelConfig;
 
 #[cfg(doc)]
 use super::WEIGHT_TABLE;
@@ -313,14 +314,7 @@ impl<B: Backend> Qwen2<B> {
             lm_head,
             rope: Rope::new(c.rope_theta, hd, max_positions, device),
             device: device.clone(),
-            kernels: None,
-            elementwise: None,
-            skinny_gemm: None,
-            grouped_gemm: None,
-            prefill_kernel: None,
-            prefill_gemm: None,
-            fused_residual: None,
-            kv_write_kernel: None,
+            kernels: KernelConfig::default(),
             prefetch: true,
             tp: None,
             profile: None,
@@ -450,14 +444,7 @@ impl<B: Backend> Qwen2<B> {
             lm_head,
             rope: Rope::new(c.rope_theta, hd, max_positions, device),
             device: device.clone(),
-            kernels: None,
-            elementwise: None,
-            skinny_gemm: None,
-            grouped_gemm: None,
-            prefill_kernel: None,
-            prefill_gemm: None,
-            fused_residual: None,
-            kv_write_kernel: None,
+            kernels: KernelConfig::default(),
             prefetch: true,
             tp,
             profile: None,
@@ -583,13 +570,6 @@ impl<B: Backend> Qwen2<B> {
             rope: Rope::new(c.rope_theta, hd, self.rope.max_positions, &dev),
             device: dev,
             kernels: self.kernels,
-            elementwise: self.elementwise,
-            skinny_gemm: self.skinny_gemm,
-            grouped_gemm: self.grouped_gemm,
-            prefill_kernel: self.prefill_kernel,
-            prefill_gemm: self.prefill_gemm,
-            fused_residual: self.fused_residual,
-            kv_write_kernel: self.kv_write_kernel,
             prefetch: self.prefetch,
             tp: Some(rank),
             profile: self.profile,

@@ -23,7 +23,7 @@ pub use layers::{Layer, Linear, RmsNorm, Rope, RopeAt, Weight};
 
 use burn_tensor::{backend::Backend, Tensor};
 use dustin_core::Phase;
-use dustin_kernels::KernelOps;
+use dustin_kernels::{KernelConfig, KernelOps, Switch};
 use dustin_kv::{DenseKvCache, KvShape};
 
 use crate::blocks::Embedding;
@@ -94,39 +94,10 @@ pub struct Qwen2<B: Backend> {
     /// RoPE tables.
     pub rope: Rope<B>,
     device: B::Device,
-    /// Whether attention runs through the backend's [`KernelOps`] kernels (`None`: when the
-    /// backend has them, [`KernelOps::ATTENTION_KERNELS`]).
-    kernels: Option<bool>,
-    /// Whether RMSNorm, the SwiGLU product and RoPE run as the backend's kernels
-    /// ([`Qwen2::with_fused_elementwise`]; by default [`KernelOps::ELEMENTWISE_KERNELS`]:
-    /// `None`), and the dequantization of packed weights too where the backend has fused
-    /// kernels ([`KernelOps::FUSED`]).
-    elementwise: Option<bool>,
-    /// Whether linear layers of at most [`KernelOps::skinny_max_rows`] rows run through
-    /// [`KernelOps::skinny_linear`] ([`Qwen2::with_skinny_gemm`]; by default
-    /// [`KernelOps::SKINNY_GEMM`]: `None`).
-    skinny_gemm: Option<bool>,
-    /// Whether the q/k/v projections and the MLP's gate/up/SiLU of at most
-    /// [`KernelOps::skinny_max_rows`] rows run as one grouped skinny GEMM each
-    /// ([`KernelOps::skinny_linear3`], [`KernelOps::skinny_swiglu`];
-    /// [`Qwen2::with_grouped_gemm`]; by default exactly when the skinny GEMM is on: `None`).
-    grouped_gemm: Option<bool>,
-    /// Whether dense attention of more than [`MAX_NEW`] new tokens (prefill chunks) runs
-    /// through [`KernelOps::prefill_attention`] ([`Qwen2::with_prefill_attention`]; by
-    /// default exactly when the attention runs through the kernels: `None`).
-    prefill_kernel: Option<bool>,
-    /// Whether each residual add runs with the RMSNorm after it as one
-    /// [`KernelOps::add_rms_norm`] ([`Qwen2::with_fused_residual`]; off unless asked for:
-    /// `None`).
-    fused_residual: Option<bool>,
-    /// Whether linear layers of at least [`dustin_kernels::PREFILL_GEMM_MIN_ROWS`] rows run
-    /// through [`KernelOps::prefill_linear`] ([`Qwen2::with_prefill_gemm`]; by default exactly
-    /// when the backend has fused kernels: `None`).
-    prefill_gemm: Option<bool>,
-    /// Whether new keys and values go into the cache through [`KernelOps::kv_write`]
-    /// ([`Qwen2::with_kv_write_kernel`]; by default [`KernelOps::ATTENTION_KERNELS`]:
-    /// `None`).
-    kv_write_kernel: Option<bool>,
+    /// Which paths and kernels the forward passes take ([`Qwen2::with_kernel_config`]; its
+    /// [`Switch`] fields at `auto` take the backend's defaults), installed for the device at
+    /// the start of each forward pass ([`KernelOps::set_kernel_config`](dustin_kernels::KernelBackend::set_kernel_config)).
+    kernels: KernelConfig,
     /// Whether the next offloaded layer is staged by a helper thread while the current layer
     /// computes ([`Qwen2::with_prefetch`]).
     prefetch: bool,
@@ -166,57 +137,71 @@ pub const WEIGHT_TABLE: &str = "see the doc comment of this constant";
 pub const KV_VIEW_MULTIPLE: usize = 64;
 
 impl<B: Backend> Qwen2<B> {
-    /// Chooses the attention path: `Some(true)` the backend's [`KernelOps`] (fused kernels
-    /// on CUDA, the host kernels of [`dustin_kernels::cpu_attn`] on the CPU), `Some(false)`
-    /// the model's own plain ops, `None` (the default) [`KernelOps::ATTENTION_KERNELS`]. Both
-    /// paths compute the same attention; tests use this to check one against the other.
-    pub fn with_kernels(mut self, kernels: Option<bool>) -> Self {
+    /// Sets every path and kernel choice at once ([`KernelConfig`]; the default holds the
+    /// backend defaults the `with_*` switches below describe). The path switches are read by
+    /// this model; the kernel choices by the launch paths of its device, on which each
+    /// forward pass installs the whole config ([`KernelOps::set_kernel_config`](dustin_kernels::KernelBackend::set_kernel_config)).
+    pub fn with_kernel_config(mut self, kernels: KernelConfig) -> Self {
         self.kernels = kernels;
         self
     }
 
+    /// The path and kernel choices of this model ([`Qwen2::with_kernel_config`]).
+    pub fn kernel_config(&self) -> &KernelConfig {
+        &self.kernels
+    }
+
+    /// Chooses the attention path ([`KernelConfig::attention`]): `Some(true)` the backend's [`KernelOps`] (fused kernels
+    /// on CUDA, the host kernels of [`dustin_kernels::cpu_attn`] on the CPU), `Some(false)`
+    /// the model's own plain ops, `None` (the default) [`KernelOps::ATTENTION_KERNELS`](dustin_kernels::AttentionOps::ATTENTION_KERNELS). Both
+    /// paths compute the same attention; tests use this to check one against the other.
+    pub fn with_kernels(mut self, kernels: Option<bool>) -> Self {
+        self.kernels.attention = Switch::from(kernels);
+        self
+    }
+
     /// Chooses how RMSNorm, the MLP's SwiGLU product, RoPE and the dequantization of packed
-    /// substitute weights run: `true` through [`KernelOps::rms_norm`],
-    /// [`KernelOps::silu_mul`], [`KernelOps::rope`] and [`KernelOps::dequantize_packed`] (one
+    /// substitute weights run: `true` through [`KernelOps::rms_norm`](dustin_kernels::ElementwiseOps::rms_norm),
+    /// [`KernelOps::silu_mul`](dustin_kernels::ElementwiseOps::silu_mul), [`KernelOps::rope`](dustin_kernels::ElementwiseOps::rope) and [`KernelOps::dequantize_packed`](dustin_kernels::ElementwiseOps::dequantize_packed) (one
     /// kernel each on CUDA, where the plain ops launch 7, 10, 7 and about 8), `false` the
-    /// model's own Burn ops. The default is [`KernelOps::ELEMENTWISE_KERNELS`]: on CUDA,
+    /// model's own Burn ops. The default is [`KernelOps::ELEMENTWISE_KERNELS`](dustin_kernels::ElementwiseOps::ELEMENTWISE_KERNELS): on CUDA,
     /// where `dustin-bench kernel-check --device cuda` holds the kernels to float64 references and
     /// they made 7B decoding at 32k 1.1-1.9x faster (docs/perf.md), and on the CPU, whose
     /// RoPE is one host loop with the plain ops' rounding (RMSNorm and the SwiGLU product
     /// are the plain ops there). Packed weights are dequantized by the kernel only where the
-    /// backend has fused kernels ([`KernelOps::FUSED`]).
+    /// backend has fused kernels ([`KernelOps::FUSED`](dustin_kernels::KernelBackend::FUSED)).
     pub fn with_fused_elementwise(mut self, on: bool) -> Self {
-        self.elementwise = Some(on);
+        self.kernels.elementwise = Switch::from(on);
         self
     }
 
-    /// Runs linear layers of at most [`KernelOps::skinny_max_rows`] rows (decoding and
-    /// verification: batch x new tokens) through [`KernelOps::skinny_linear`] (`true`) or
-    /// Burn's matmul (`false`). The default is [`KernelOps::SKINNY_GEMM`]: on for CUDA (7B
+    /// Runs linear layers of at most [`KernelOps::skinny_max_rows`](dustin_kernels::LinearOps::skinny_max_rows) rows (decoding and
+    /// verification: batch x new tokens) through [`KernelOps::skinny_linear`](dustin_kernels::LinearOps::skinny_linear) (`true`) or
+    /// Burn's matmul (`false`). The default is [`KernelOps::SKINNY_GEMM`](dustin_kernels::LinearOps::SKINNY_GEMM): on for CUDA (7B
     /// decoding at batch 1 went from 25.4 to 74.8 tokens/s, the 0.5B draft got 3-5% slower,
     /// docs/perf.md 2026-11-30) and on the CPU (`dustin_kernels::cpu_skinny`: Burn's matmul
     /// packs the weight from 2 rows on); `dustin-bench e2e --skinny-gemm on|off` compares. The same
     /// products up to f32 summation order.
     pub fn with_skinny_gemm(mut self, on: bool) -> Self {
-        self.skinny_gemm = Some(on);
+        self.kernels.skinny_gemm = Switch::from(on);
         self
     }
 
     /// With the skinny GEMM on ([`Qwen2::with_skinny_gemm`]), runs a layer's q, k and v
-    /// projections as one [`KernelOps::skinny_linear3`] and its gate and up projections with
-    /// the SiLU product as one [`KernelOps::skinny_swiglu`] (`true`): on CUDA 4 launches
+    /// projections as one [`KernelOps::skinny_linear3`](dustin_kernels::LinearOps::skinny_linear3) and its gate and up projections with
+    /// the SiLU product as one [`KernelOps::skinny_swiglu`](dustin_kernels::LinearOps::skinny_swiglu) (`true`): on CUDA 4 launches
     /// instead of 6 and 3 instead of 5 per layer and step (the default wherever the skinny
     /// GEMM is on: checked on the H200 and faster in every row of docs/perf.md, 2026-11-30).
-    /// `false` keeps one [`KernelOps::skinny_linear`] per projection. The same values either
+    /// `false` keeps one [`KernelOps::skinny_linear`](dustin_kernels::LinearOps::skinny_linear) per projection. The same values either
     /// way.
     pub fn with_grouped_gemm(mut self, on: bool) -> Self {
-        self.grouped_gemm = Some(on);
+        self.kernels.grouped_gemm = Switch::from(on);
         self
     }
 
     /// Runs the dense attention of prefill chunks (more than [`MAX_NEW`] and at most
     /// [`dustin_kernels::MAX_PREFILL_NEW`] new tokens) through
-    /// [`KernelOps::prefill_attention`] (`true`: on CUDA a flash-attention kernel, with no
+    /// [`KernelOps::prefill_attention`](dustin_kernels::AttentionOps::prefill_attention) (`true`: on CUDA a flash-attention kernel, with no
     /// score matrix in memory) or the model's own plain ops (`false`: the masked score matrix
     /// of the chunk against its context, Burn's matmul and softmax). The default is `true`
     /// wherever the attention runs through the kernels ([`Qwen2::with_kernels`]). Chunks
@@ -224,25 +209,25 @@ impl<B: Backend> Qwen2<B> {
     /// the plain path either way. The same attention up to rounding; `dustin-bench bench
     /// --prefill-attention kernel,plain` compares their speed.
     pub fn with_prefill_attention(mut self, on: bool) -> Self {
-        self.prefill_kernel = Some(on);
+        self.kernels.prefill_attention = Switch::from(on);
         self
     }
 
     /// Runs the linear layers of prefill chunks (at least
     /// [`dustin_kernels::PREFILL_GEMM_MIN_ROWS`] rows: batch x new tokens) through
-    /// [`KernelOps::prefill_linear`] (`true`: on CUDA cuBLAS where `libcublas` loads) or
+    /// [`KernelOps::prefill_linear`](dustin_kernels::LinearOps::prefill_linear) (`true`: on CUDA cuBLAS where `libcublas` loads) or
     /// Burn's matmul (`false`). The default is `true` on backends with fused kernels (CUDA)
     /// and `false` elsewhere (the CPU, where both are Burn's matmul). The same products up to
     /// rounding (the order of the f32 sums; with a bias cuBLAS rounds once, Burn's matmul and
     /// add twice); `dustin-bench bench --prefill-gemm cublas,burn` compares their
     /// speed.
     pub fn with_prefill_gemm(mut self, on: bool) -> Self {
-        self.prefill_gemm = Some(on);
+        self.kernels.prefill_gemm = Switch::from(on);
         self
     }
 
     /// Runs each residual add together with the RMSNorm that follows it as one
-    /// [`KernelOps::add_rms_norm`] (`true`; with the fused element-wise ops on,
+    /// [`KernelOps::add_rms_norm`](dustin_kernels::ElementwiseOps::add_rms_norm) (`true`; with the fused element-wise ops on,
     /// [`Qwen2::with_fused_elementwise`]): after attention with the layer's post-attention
     /// norm, and after the MLP with the next layer's input norm (the MLP's output is carried
     /// into the next layer un-added; the last layer's is added before the final norm). On
@@ -252,25 +237,25 @@ impl<B: Backend> Qwen2<B> {
     /// showed no gain at 7B, 32k (`dustin-bench e2e --fused-residual on`, docs/perf.md). The same
     /// values either way (the sum is rounded to the dtype once, as Burn's add rounds it).
     pub fn with_fused_residual(mut self, on: bool) -> Self {
-        self.fused_residual = Some(on);
+        self.kernels.fused_residual = Switch::from(on);
         self
     }
 
     /// Writes each layer's new keys and values into the cache through
-    /// [`KernelOps::kv_write_pair`] (`true`) instead of Burn's slice-assigns. For a ragged
+    /// [`KernelOps::kv_write_pair`](dustin_kernels::MemoryOps::kv_write_pair) (`true`) instead of Burn's slice-assigns. For a ragged
     /// batch (sequences that accepted different numbers of drafts) the slice-assigns take one
     /// or two launches per sequence, tensor and layer (32-64 per layer at batch 16: a
     /// slice-assign, and the slice of the sequence's rows where Burn copies it), the CUDA
     /// kernel one per layer for keys and values together; equal lengths take two
     /// slice-assigns against the kernel's one launch. On by default
-    /// where the backend runs its attention kernels ([`KernelOps::ATTENTION_KERNELS`]): on the
+    /// where the backend runs its attention kernels ([`KernelOps::ATTENTION_KERNELS`](dustin_kernels::AttentionOps::ATTENTION_KERNELS)): on the
     /// CPU a host copy into the cache's storage in place, and on CUDA
     /// `dustin-bench kernel-check --device cuda` passed its `kv_write` rows and the model rows
     /// (whose decode step is ragged) on the H200, and a ragged batch of 8 at 7B, 32k decoded
     /// 1.35-1.55x faster with it (docs/perf.md, 2026-11-30). The same cache either way (a
     /// copy).
     pub fn with_kv_write_kernel(mut self, on: bool) -> Self {
-        self.kv_write_kernel = Some(on);
+        self.kernels.kv_write = Switch::from(on);
         self
     }
 

@@ -181,13 +181,13 @@ pub struct Dustin<B: Backend> {
     /// What [`Dustin::mix`] computes alike for every layer of one verification; dropped with
     /// the lookahead.
     shared: Option<MixShared<B>>,
-    /// Per layer, the `own` and `all` weights `[kv_heads]` of [`KernelOps::fold_rows`] for
+    /// Per layer, the `own` and `all` weights `[kv_heads]` of [`KernelOps::fold_rows`](dustin_kernels::SelectionOps::fold_rows) for
     /// the fused kernel's rows (fixed once the layer's heads are).
     head_weights: Vec<Option<(Vec<f32>, Vec<f32>)>>,
 }
 
 /// One verification's estimator-head attention of a layer, kept until commit: `rows`
-/// `[batch, kv_heads, n, keys]` and the [`KernelOps::fold_rows`] weights that map them to
+/// `[batch, kv_heads, n, keys]` and the [`KernelOps::fold_rows`](dustin_kernels::SelectionOps::fold_rows) weights that map them to
 /// the per-KV-head contribution (`own` 1 and `all` 0 when `rows` is the contribution).
 #[derive(Debug, Clone)]
 struct Pending<B: Backend> {

@@ -15,7 +15,7 @@
 //! positions are committed and never change, so the cache survives rollback (which only drops
 //! positions past the context); it is dropped at reset and retain. In a ragged batch the cache
 //! holds the pages below the shortest context, and the pages past it are bounded per sequence
-//! at each call ([`dustin_kernels::KernelOps::quest_page_bounds`]). Quest maintains the bounds
+//! at each call ([`dustin_kernels::SelectionOps::quest_page_bounds`]). Quest maintains the bounds
 //! as keys are written; the cache gives the same cost profile without a hook into the KV
 //! cache.
 
@@ -122,7 +122,7 @@ impl<B: Backend> Quest<B> {
     /// (max `c`): `(kmin, kmax)` `[batch, kv_heads, ceil(c / page_size), head_dim]`. The pages
     /// below the shortest context come from the cache ([`Self::full_page_bounds`]); the rest
     /// are computed: the partial last page when every context is `c`, else through
-    /// [`dustin_kernels::KernelOps::quest_page_bounds`] over the tail, whose pages at or past
+    /// [`dustin_kernels::SelectionOps::quest_page_bounds`] over the tail, whose pages at or past
     /// a sequence's context are 0 (their scores are then 0 as well, and the top-k never reads
     /// past a context).
     ///

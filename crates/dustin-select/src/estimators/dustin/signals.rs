@@ -54,9 +54,9 @@ impl<B: KernelOps> Dustin<B> {
     }
 
     /// [`Dustin::contribution`] from the backend's fused head-subset kernel
-    /// ([`KernelOps::head_subset_row_scores`], which sums the chosen heads of each KV head):
+    /// ([`SelectionOps::head_subset_row_scores`](dustin_kernels::SelectionOps::head_subset_row_scores), which sums the chosen heads of each KV head):
     /// a KV head holding `c > 0` chosen heads takes its sum over `c`, one holding none the
-    /// mean of all chosen heads, as in the plain path; [`KernelOps::fold_rows`] applies those
+    /// mean of all chosen heads, as in the plain path; [`SelectionOps::fold_rows`](dustin_kernels::SelectionOps::fold_rows) applies those
     /// weights. `None` where the kernel does not take the input.
     pub(super) fn fused_contribution(
         &mut self,
@@ -114,8 +114,8 @@ impl<B: Backend> Dustin<B> {
     }
 }
 
-/// `factor[b] * hist + the pending rows folded with weights w` ([`KernelOps::fold_rows`]):
-/// the backend's kernel where [`KernelOps::estimator_kernels`] says so, else Burn ops
+/// `factor[b] * hist + the pending rows folded with weights w` ([`SelectionOps::fold_rows`](dustin_kernels::SelectionOps::fold_rows)):
+/// the backend's kernel where [`SelectionOps::estimator_kernels`](dustin_kernels::SelectionOps::estimator_kernels) says so, else Burn ops
 /// ([`dustin_kernels::plain::fold_rows`]).
 pub(super) fn fold<B: KernelOps>(
     hist: Tensor<B, 3>,
@@ -123,7 +123,7 @@ pub(super) fn fold<B: KernelOps>(
     c: Pending<B>,
     w: &[f32],
 ) -> Result<Tensor<B, 3>> {
-    if B::estimator_kernels().fold {
+    if B::estimator_kernels(&hist.device()).fold {
         B::fold_rows(Some(hist), factor, c.rows, w, &c.own, &c.all)
     } else {
         dustin_kernels::plain::fold_rows(Some(hist), factor, c.rows, w, &c.own, &c.all)
@@ -155,7 +155,7 @@ impl<B: KernelOps> Dustin<B> {
             });
         }
         let keep = keep_rule(ctx);
-        if B::estimator_kernels().mix {
+        if B::estimator_kernels(&history.device()).mix {
             // one kernel: the mask, both sums and the mix
             let la = if self.alpha == 0.0 {
                 None

@@ -6,7 +6,7 @@ use dustin_core::Phase;
 use rand::{Rng, SeedableRng};
 
 /// The estimator's own mix (the CPU path: mask, two normalisations, the weighted sum)
-/// equals [`KernelOps::mix_scores`]' plain path, the op CUDA runs as one kernel: free
+/// equals [`SelectionOps::mix_scores`](dustin_kernels::SelectionOps::mix_scores)' plain path, the op CUDA runs as one kernel: free
 /// ranges from the keep rule, a lookahead shorter than the width (zero-padded), a ragged
 /// batch, with and without the lookahead.
 #[test]
