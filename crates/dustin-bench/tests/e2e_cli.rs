@@ -431,7 +431,7 @@ fn bad_schedule_and_modes_are_named() {
         // a ring-kernel shape the kernel has no build for (checked on every backend)
         (
             vec!["--ring-config", "96x32x4", "--modes", "ar"],
-            "--ring-config: ring config: expected COLSxKCxBUFS with COLS 64 or 128, KC 32 or 64, BUFS 3 or 4 (e.g. 64x32x4), found \"96x32x4\"",
+            "'--ring-config <RING_CONFIG>': ring config: expected COLSxKCxBUFS with COLS 64 or 128, KC 32 or 64, BUFS 3 or 4 (e.g. 64x32x4), found \"96x32x4\"",
         ),
         (vec!["--ring-config", "64x32", "--modes", "ar"], "found \"64x32\""),
         (vec!["--rounds", "11", "--modes", "ar"], "--rounds 11: expected 1 ..= 10"),
