@@ -221,7 +221,7 @@ impl SpecRun {
         let vocab = verifier.vocab_size();
         let active = self.rows.clone();
         let iteration = self.iteration;
-        let forced = self.forced.clone();
+        let forced = &self.forced;
         let b = active.len();
         // 1. draft
         let td = Instant::now();
@@ -285,7 +285,7 @@ impl SpecRun {
                     .map(|&x| x as u32)
                     .collect();
                 let acc = accept::greedy(&proposal.tokens[slot], &row);
-                match &forced {
+                match forced {
                     Some((schedule, ragged)) => {
                         let k = schedule
                             .accepted(iteration, active[slot], n, *ragged)
