@@ -74,6 +74,11 @@ pub struct GenerateArgs {
     /// to f32) or `blocks`.
     #[arg(long, value_enum, default_value_t = crate::models::WeightsArg::Auto)]
     pub weights: crate::models::WeightsArg,
+    /// Prefill products over block weights: `on` multiplies prefill chunks with AMX tiles
+    /// (each operand split into two bf16 parts: within about 2^-15 of the f32 product), `off`
+    /// decodes each weight for an f32 matmul; `auto` is `on` where the CPU has AMX.
+    #[arg(long, value_parser = parse_switch, default_value = "auto")]
+    pub quant_prefill: dustin_kernels::config::Switch,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
@@ -279,7 +284,9 @@ fn run_on<B: KernelOps>(
             );
         }
     }
-    let model = Arc::new(model.with_profile(args.profile.then_some("target")));
+    let model = Arc::new(
+        quant_prefill(model, args.quant_prefill).with_profile(args.profile.then_some("target")),
+    );
     let sampling = SamplingConfig {
         temperature: args.temperature,
         top_p: args.top_p,
@@ -343,8 +350,11 @@ fn run_on<B: KernelOps>(
                     check_vocab(&tok, &df.tokenizer)?;
                     let n = df.config.num_hidden_layers;
                     let dm = Arc::new(
-                        df.build_as::<B>(positions, dev, weights)?
-                            .with_profile(args.profile.then_some("draft")),
+                        quant_prefill(
+                            df.build_as::<B>(positions, dev, weights)?,
+                            args.quant_prefill,
+                        )
+                        .with_profile(args.profile.then_some("draft")),
                     );
                     (ModelDrafter::new(dm, None, extra), n)
                 }
@@ -421,6 +431,25 @@ fn run_on<B: KernelOps>(
         print_profile();
     }
     Ok(())
+}
+
+/// `--quant-prefill`'s value.
+fn parse_switch(s: &str) -> Result<dustin_kernels::config::Switch, String> {
+    s.parse()
+        .map_err(|e: dustin_kernels::KernelError| e.to_string())
+}
+
+/// `model` with `--quant-prefill` applied (`auto` leaves the backend's default).
+fn quant_prefill<B: dustin_kernels::KernelOps>(
+    model: dustin_qwen::Qwen2<B>,
+    switch: dustin_kernels::config::Switch,
+) -> dustin_qwen::Qwen2<B> {
+    use dustin_kernels::config::Switch;
+    match switch {
+        Switch::Auto => model,
+        Switch::On => model.with_quant_prefill(true),
+        Switch::Off => model.with_quant_prefill(false),
+    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,8 @@
 //! head `[151936 x 1536]`, for `m` = 1 (decoding), 5 (verification, gamma + 1) and 16 rows,
 //! `Q4_K` and `Q6_K` (the formats of the Q4_K_M file); the 0.5B draft's gate projection
 //! `[4864 x 896]` in `Q5_0` and `Q8_0`; and a prefill chunk of 512 rows of the 1.5B gate
-//! projection, `Q4_K` against Burn's f32 matmul (`burn_flex`).
+//! projection, `Q4_K` through the block kernels and through the AMX product (`cpu_amx`, where
+//! the machine has AMX) against Burn's f32 matmul (`burn_flex`).
 //!
 //! `cargo bench -p dustin-kernels --bench quant_gemm` (criterion; a filter such as `gate`
 //! or `prefill` picks groups; `QUANT_ISA=avx2` (or another `QuantIsa` name) times that
@@ -168,6 +169,13 @@ fn bench(c: &mut Criterion) {
     g.bench_with_input(BenchmarkId::new("Q4_K", m), &m, |b, &m| {
         b.iter(|| black_box(quant_matmul(&x, m, &w, None)))
     });
+    if dustin_kernels::cpu_amx::available() {
+        g.bench_with_input(BenchmarkId::new("Q4_K amx", m), &m, |b, &m| {
+            b.iter(|| {
+                black_box(dustin_kernels::cpu_amx::amx_matmul(&x, m, &w, None).expect("fits"))
+            })
+        });
+    }
     let dev = FlexDevice;
     let xt: Tensor<Flex, 2> = Tensor::from_data(TensorData::new(x.clone(), [m, cols]), &dev);
     let wt: Tensor<Flex, 2> = Tensor::from_data(

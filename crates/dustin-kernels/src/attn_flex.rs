@@ -6,7 +6,7 @@ use burn_tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
 
 use crate::cpu_attn::{self, Context, Shape, Strided};
 use crate::quant_flex::host_f32;
-use crate::{check_attn, check_selection, KernelError, Result};
+use crate::{check_selection, KernelError, Result};
 
 /// The f32 primitive of `t`.
 fn prim<const D: usize>(t: Tensor<Flex, D>) -> FlexTensor {
@@ -48,21 +48,24 @@ fn readable(t: FlexTensor) -> FlexTensor {
     }
 }
 
-/// [`KernelOps::verify_attention`](crate::AttentionOps::verify_attention) (`selection` `None`) and
-/// [`KernelOps::sparse_verify_attention`](crate::AttentionOps::sparse_verify_attention) on the CPU ([`cpu_attn::attention`]).
+/// [`KernelOps::verify_attention`](crate::AttentionOps::verify_attention) (`selection` `None`),
+/// [`KernelOps::sparse_verify_attention`](crate::AttentionOps::sparse_verify_attention) and
+/// [`KernelOps::prefill_attention`](crate::AttentionOps::prefill_attention) on the CPU
+/// ([`cpu_attn::attention`]), with at most `max_new` new tokens.
 ///
 /// # Errors
 /// As the trait methods: [`KernelError::Shape`] / [`KernelError::InvalidInput`] naming the
 /// first input that does not fit.
-pub(crate) fn verify_attention(
+pub(crate) fn attention(
     q: Tensor<Flex, 4>,
     k: Tensor<Flex, 4>,
     v: Tensor<Flex, 4>,
     ctx_lens: &[usize],
     selection: Option<(Tensor<Flex, 3, Int>, &[usize])>,
     scale: f32,
+    max_new: usize,
 ) -> Result<Tensor<Flex, 4>> {
-    let dims = check_attn(q.dims(), k.dims(), ctx_lens)?;
+    let dims = crate::check_attn_upto(q.dims(), k.dims(), ctx_lens, max_new)?;
     if k.dims() != v.dims() {
         return Err(KernelError::Shape {
             name: "v",

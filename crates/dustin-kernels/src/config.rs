@@ -363,8 +363,7 @@ pub struct KernelConfig {
     /// [`KernelConfig::prefill_attention`] allows, prefill) runs through the backend's
     /// attention ops (`on`: fused kernels on CUDA, the host kernels of [`crate::cpu_attn`]
     /// on the CPU) or the model's own plain ops (`off`). Default `auto`:
-    /// [`KernelOps::ATTENTION_KERNELS`](crate::AttentionOps::ATTENTION_KERNELS) for decoding and verification,
-    /// [`KernelOps::FUSED`](crate::KernelBackend::FUSED) for prefill.
+    /// [`KernelOps::ATTENTION_KERNELS`](crate::AttentionOps::ATTENTION_KERNELS) (decoding, verification and prefill).
     pub attention: Switch,
     /// Whether RMSNorm, the MLP's SwiGLU product, RoPE and the dequantization of packed
     /// weights run as the backend's kernels (`on`) or the model's Burn ops (`off`). Default
@@ -389,6 +388,12 @@ pub struct KernelConfig {
     /// [`KernelOps::prefill_linear`](crate::LinearOps::prefill_linear) (`on`: cuBLAS on CUDA) or Burn's matmul (`off`).
     /// Default `auto`: [`KernelOps::FUSED`](crate::KernelBackend::FUSED).
     pub prefill_gemm: Switch,
+    /// Whether linear layers over block weights (`dustin_qwen::WeightFormat::Blocks`) with
+    /// more rows than [`KernelOps::skinny_max_rows`](crate::LinearOps::skinny_max_rows) (prefill chunks) run through
+    /// [`KernelOps::quant_prefill_linear`](crate::LinearOps::quant_prefill_linear) (`on`: AMX tiles on the CPU,
+    /// [`crate::cpu_amx`]) or decode the weight for Burn's matmul (`off`). Default `auto`:
+    /// [`KernelOps::quant_prefill_available`](crate::LinearOps::quant_prefill_available).
+    pub quant_prefill: Switch,
     /// Whether each residual add runs with the RMSNorm after it as one
     /// [`KernelOps::add_rms_norm`](crate::ElementwiseOps::add_rms_norm) (`on`, with the element-wise kernels on). Default
     /// `auto`: off.
@@ -482,6 +487,7 @@ impl Default for KernelConfig {
             grouped_gemm: Switch::Auto,
             prefill_attention: Switch::Auto,
             prefill_gemm: Switch::Auto,
+            quant_prefill: Switch::Auto,
             fused_residual: Switch::Auto,
             kv_write: Switch::Auto,
             verify_kernel: AttentionKernel::Auto,

@@ -46,6 +46,7 @@
 mod attn_flex;
 pub mod check;
 pub mod config;
+pub mod cpu_amx;
 pub mod cpu_attn;
 pub mod cpu_quant;
 pub mod cpu_skinny;
@@ -685,6 +686,25 @@ impl KernelBackend for burn_flex::Flex {}
 impl AttentionOps for burn_flex::Flex {
     const ATTENTION_KERNELS: bool = true;
 
+    /// Every width: the host kernel of [`cpu_attn`] takes any (AVX-512 where it is a multiple
+    /// of 16).
+    const PREFILL_HEAD_DIMS: &'static [usize] = &[32, 64, 80, 96, 128, 256];
+
+    /// 2048: the host kernel builds no score matrix, and each prefill product over block
+    /// weights decodes every weight once per chunk ([`cpu_amx`]), so longer chunks decode
+    /// less.
+    const PREFILL_CHUNK: usize = 2048;
+
+    fn prefill_attention(
+        q: Tensor<Self, 4>,
+        k: Tensor<Self, 4>,
+        v: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        scale: f32,
+    ) -> Result<Tensor<Self, 4>> {
+        attn_flex::attention(q, k, v, ctx_lens, None, scale, MAX_PREFILL_NEW)
+    }
+
     fn verify_attention(
         q: Tensor<Self, 4>,
         k: Tensor<Self, 4>,
@@ -692,7 +712,7 @@ impl AttentionOps for burn_flex::Flex {
         ctx_lens: &[usize],
         scale: f32,
     ) -> Result<Tensor<Self, 4>> {
-        attn_flex::verify_attention(q, k, v, ctx_lens, None, scale)
+        attn_flex::attention(q, k, v, ctx_lens, None, scale, MAX_NEW)
     }
 
     fn sparse_verify_attention(
@@ -704,7 +724,7 @@ impl AttentionOps for burn_flex::Flex {
         counts: &[usize],
         scale: f32,
     ) -> Result<Tensor<Self, 4>> {
-        attn_flex::verify_attention(q, k, v, ctx_lens, Some((indices, counts)), scale)
+        attn_flex::attention(q, k, v, ctx_lens, Some((indices, counts)), scale, MAX_NEW)
     }
 }
 
@@ -745,6 +765,18 @@ impl LinearOps for burn_flex::Flex {
         bias: Option<Tensor<Self, 1>>,
     ) -> Result<Tensor<Self, 2>> {
         quant_flex::quant_linear(x, w, bias)
+    }
+
+    fn quant_prefill_available() -> bool {
+        cpu_amx::available()
+    }
+
+    fn quant_prefill_linear(
+        x: Tensor<Self, 2>,
+        w: &cpu_quant::QuantMatrix,
+        bias: Option<Tensor<Self, 1>>,
+    ) -> Result<Tensor<Self, 2>> {
+        quant_flex::amx_linear(x, w, bias)
     }
 }
 

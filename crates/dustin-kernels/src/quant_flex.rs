@@ -41,6 +41,31 @@ pub(crate) fn quant_linear(
     Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
 }
 
+/// [`crate::cpu_amx::amx_matmul`] on Flex tensors: `x` `[m, k]`, `w` `[n, k]` in blocks,
+/// `bias` `[n]`; `[m, n]`.
+///
+/// # Errors
+/// As [`crate::cpu_amx::amx_matmul`] (`x`'s shape checked here first).
+pub(crate) fn amx_linear(
+    x: Tensor<Flex, 2>,
+    w: &QuantMatrix,
+    bias: Option<Tensor<Flex, 1>>,
+) -> Result<Tensor<Flex, 2>> {
+    let [m, k] = x.dims();
+    if k != w.cols() {
+        return Err(KernelError::Shape {
+            name: "x",
+            expected: vec![m, w.cols()],
+            found: vec![m, k],
+        });
+    }
+    let xs = host_f32(x.into_primitive().tensor());
+    let bs = bias.map(|b| host_f32(b.into_primitive().tensor()));
+    let y = crate::cpu_amx::amx_matmul(as_f32(&xs), m, w, bs.as_ref().map(as_f32))?;
+    let out = FlexTensor::from_data(TensorData::new(y, [m, w.rows()]));
+    Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
+}
+
 /// `t` as a contiguous f32 tensor (itself when it already is one).
 pub(crate) fn host_f32(t: FlexTensor) -> FlexTensor {
     let t = if t.dtype() == DType::F32 {

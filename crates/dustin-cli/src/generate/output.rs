@@ -9,18 +9,21 @@ use crate::CliError;
 
 /// The decode-stage phases recorded by `--profile`, per model, largest first.
 pub(super) fn print_profile() {
-    let mut rows: Vec<_> = dustin_qwen::profile::snapshot()
-        .into_iter()
-        .filter(|p| p.stage == "decode")
-        .collect();
-    rows.sort_by(|a, b| a.model.cmp(b.model).then(b.secs.total_cmp(&a.secs)));
-    eprintln!("profile (decode steps and verifications; device waited for around each phase):");
-    eprintln!("| model | phase | calls | seconds |");
-    eprintln!("|---|---|---:|---:|");
+    let mut rows = dustin_qwen::profile::snapshot();
+    // prefill first, then decode steps and verifications; the slowest phases first in each
+    rows.sort_by(|a, b| {
+        (b.stage == "prefill")
+            .cmp(&(a.stage == "prefill"))
+            .then(a.model.cmp(b.model))
+            .then(b.secs.total_cmp(&a.secs))
+    });
+    eprintln!("profile (device waited for around each phase):");
+    eprintln!("| stage | model | phase | calls | seconds |");
+    eprintln!("|---|---|---|---:|---:|");
     for p in rows {
         eprintln!(
-            "| {} | {} | {} | {:.3} |",
-            p.model, p.phase, p.calls, p.secs
+            "| {} | {} | {} | {} | {:.3} |",
+            p.stage, p.model, p.phase, p.calls, p.secs
         );
     }
 }

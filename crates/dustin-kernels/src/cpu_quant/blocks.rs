@@ -7,8 +7,9 @@
 use super::tile::Kern;
 use super::QuantType;
 
-/// Elements of a group: eight blocks of [`BLOCK`] (one k-quant super-block).
-pub(super) const GROUP: usize = 256;
+/// Elements of a group: eight blocks of 32 (one k-quant super-block), the unit the decoders
+/// produce.
+pub const GROUP: usize = 256;
 
 /// Elements of an activation block (one scale `d`).
 pub(super) const BLOCK: usize = 32;

@@ -64,12 +64,16 @@ use rayon::prelude::*;
 use crate::{KernelError, Result};
 
 mod blocks;
+mod decode;
 mod formats;
 mod tile;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-use blocks::{ActGroup, GROUP};
+pub use blocks::GROUP;
+pub use decode::{dequantize_group, dequantize_rows};
+
+use blocks::ActGroup;
 use tile::{run_tile, Task};
 
 /// Most `x` rows of a chunk (rows whose products with a weight group are computed while it

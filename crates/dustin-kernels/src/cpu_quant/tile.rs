@@ -56,7 +56,7 @@ pub(super) trait Kern {
 }
 
 /// The portable group product.
-struct Portable;
+pub(super) struct Portable;
 
 impl Kern for Portable {
     #[inline(always)]

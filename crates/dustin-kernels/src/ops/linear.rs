@@ -164,6 +164,32 @@ pub trait LinearOps: ElementwiseOps {
         )))
     }
 
+    /// Whether [`KernelOps::quant_prefill_linear`](crate::LinearOps::quant_prefill_linear) runs on this machine: `false` by default;
+    /// on [`burn_flex::Flex`], whether the CPU has AMX ([`crate::cpu_amx::available`]).
+    fn quant_prefill_available() -> bool {
+        false
+    }
+
+    /// `x` `[m, k]` times the block weight `w` (`[n, k]`, GGUF layout) transposed, plus
+    /// `bias` `[n]`: `[m, n]`, for prefill-sized `m`, at close to f32 accuracy (unlike
+    /// [`KernelOps::quant_linear`](crate::LinearOps::quant_linear), which rounds the activations to int8). On
+    /// [`burn_flex::Flex`]: [`crate::cpu_amx::amx_matmul`].
+    ///
+    /// # Errors
+    /// [`KernelError::Unsupported`] where [`KernelOps::quant_prefill_available`](crate::LinearOps::quant_prefill_available) is false;
+    /// [`KernelError::Shape`] naming `x` or `bias` when they do not fit `w`.
+    fn quant_prefill_linear(
+        x: Tensor<Self, 2>,
+        w: &crate::cpu_quant::QuantMatrix,
+        bias: Option<Tensor<Self, 1>>,
+    ) -> Result<Tensor<Self, 2>> {
+        let _ = (x, bias);
+        Err(KernelError::Unsupported(format!(
+            "{} block weights: this backend has no prefill product for them",
+            w.quant_type().name()
+        )))
+    }
+
     /// Which library runs [`KernelOps::prefill_linear`](crate::LinearOps::prefill_linear) on `device`: `"cublas"`, or
     /// `"burn"` (Burn's matmul; the default, and CUDA when `libcublas` does not load). For
     /// benchmark reports.

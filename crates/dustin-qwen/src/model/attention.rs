@@ -18,7 +18,7 @@ impl<B: KernelOps> Qwen2<B> {
     /// ([`KernelOps::PREFILL_HEAD_DIMS`](dustin_kernels::AttentionOps::PREFILL_HEAD_DIMS)). Chunks whose probabilities a hook wants take the
     /// plain path either way.
     pub fn prefill_attention_fused(&self) -> bool {
-        self.kernels.attention.resolve(B::FUSED)
+        self.kernels.attention.resolve(B::ATTENTION_KERNELS)
             && self.kernels.prefill_attention.resolve(true)
             && B::PREFILL_HEAD_DIMS.contains(&self.config.head_dim())
     }

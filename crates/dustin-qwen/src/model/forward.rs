@@ -67,6 +67,16 @@ impl<B: KernelOps> Qwen2<B> {
                 let y = B::quant_linear(x.reshape([b * n, d]), q, lin.bias.clone())?;
                 return Ok(y.reshape([b, n, q.rows()]));
             }
+            // prefill chunks through the backend's f32-accurate block product where it has
+            // one (AMX on the CPU: the activations split into two bf16 parts, not int8)
+            if self
+                .kernels
+                .quant_prefill
+                .resolve(B::quant_prefill_available())
+            {
+                let y = B::quant_prefill_linear(x.reshape([b * n, d]), q, lin.bias.clone())?;
+                return Ok(y.reshape([b, n, q.rows()]));
+            }
         }
         let w = self.dense_weight(lin, &x.device())?;
         if self.skinny_rows(b * n) {

@@ -226,6 +226,18 @@ impl<B: Backend> Qwen2<B> {
         self
     }
 
+    /// Runs the linear layers of prefill chunks over block weights
+    /// ([`crate::WeightFormat::Blocks`], more rows than the skinny GEMM takes) through
+    /// [`KernelOps::quant_prefill_linear`](dustin_kernels::LinearOps::quant_prefill_linear) (`true`: AMX tiles on the CPU, each
+    /// operand split into two bf16 parts, within about `2^-15` of the f32 product) or
+    /// decodes each weight for Burn's f32 matmul (`false`). The default is `true` where the
+    /// backend has the product on this machine
+    /// ([`KernelOps::quant_prefill_available`](dustin_kernels::LinearOps::quant_prefill_available)).
+    pub fn with_quant_prefill(mut self, on: bool) -> Self {
+        self.kernels.quant_prefill = Switch::from(on);
+        self
+    }
+
     /// Runs each residual add together with the RMSNorm that follows it as one
     /// [`KernelOps::add_rms_norm`](dustin_kernels::ElementwiseOps::add_rms_norm) (`true`; with the fused element-wise ops on,
     /// [`Qwen2::with_fused_elementwise`]): after attention with the layer's post-attention
