@@ -193,7 +193,7 @@ pub struct FlashStrides {
 ///   Writes every scaled,
 ///   masked logit to `logits[b, slot, row, key]` (`[b, slots, rpad, lmax]`, `rpad` a
 ///   multiple of 16) and each warp's partial `(max, sum)` as split `4 split + w` into `pm`,
-///   `pl` (`[b, slots, 4 splits, rpad]`), which [`score_reduce_kernel`](crate::cuda::selection::kernels::score_reduce_kernel) turns into
+///   `pl` (`[b, slots, 4 splits, rpad]`), which `score_reduce_kernel` (`cuda::selection`) turns into
 ///   probabilities (Dustin's head-subset importance scores).
 ///
 /// Key slots past a block's last key are clamped to it (finite values, masked), so slots
