@@ -22,7 +22,7 @@
 #                                 # which of them, default all three)
 #   bash .device/gpu_e2e.sh s7    # ragged acceptance, ar/dense/dustin: 7B 32k B 1/8, 72B (20
 #                                 # layers) 32k B 8
-#   bash .device/gpu_e2e.sh next  # elementwise, then trace, in one call
+#   bash .device/gpu_e2e.sh next  # elementwise, then trace, in one run
 #   bash .device/gpu_e2e.sh draftncu # every kernel of a speculative iteration in order, with its
 #                                 # GPU time (ncu; 7B cut to 1 layer, 0.5B draft, 32k, B 8)
 #   bash .device/gpu_e2e.sh where # GPU utilization while decoding, and every kernel's GPU time
@@ -81,7 +81,7 @@ group() {
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/machine.txt"
 case "${1:-7b}" in
 grid)
-    # the whole grid without the kernel check and the peers (one call of about 9 minutes)
+    # the whole grid without the kernel check and the peers (one run of about 9 minutes)
     group 7b_32768 --target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 32768 --batch 1,8,16
     group 72b_32768 --target "$C/Qwen2.5-72B-Instruct.config.json" --target-layers 20 \
         --ctx 32768 --batch 8,16
@@ -128,8 +128,8 @@ s7)
         --target-layers 20 --ctx 32768 --batch 8 --modes ar,dense,dustin
     ;;
 skinny)
-    # 2026-12-01: the skinny GEMMs' default (auto: tensor cores from 2 rows) against the old
-    # one (cores: CUDA cores up to 16 rows, Burn's matmul above), one process each, 7B and
+    # the skinny GEMMs' default (auto: tensor cores from 2 rows) against `cores` (CUDA
+    # cores up to 16 rows, Burn's matmul above), one process each, 7B and
     # 72B (first 20 of 80 layers) at 32k, B=8; ar, dense, dustin
     for k in auto cores; do
         LIMIT=${LIMIT:-100} SKMMA=$k group "7b_32768_b8_$k" --target "$C/Qwen2.5-7B-Instruct.config.json" \
@@ -151,7 +151,7 @@ draft)
     LIMIT=${LIMIT2:-200} group 7b_draft_budget "${T7[@]}" --draft-budget "${DRAFT_BUDGETS:-0,1024}"
     ;;
 ab)
-    # 2026-12-01: the `dustin-bench` binary of an earlier commit ($D/dustin-base, staged by hand) against
+    # the `dustin-bench` binary of another commit ($D/dustin-base, staged by hand) against
     # this one, which runs every mode with the fused residual off and on side by side in its
     # process (RESIDUAL=off,on); 7B, 32k, B=8, ar/dense/dustin
     T7=(--target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 32768 --batch 8 --modes "${MODES:-ar,dense,dustin}")
@@ -214,7 +214,7 @@ dropab)
         --accept-drop-sigmas 0,3
     ;;
 ab2)
-    # the `dustin-bench` binary of an earlier commit ($D/dustin-base, staged by hand) against
+    # the `dustin-bench` binary of another commit ($D/dustin-base, staged by hand) against
     # this one, one process each, default settings; 7B, 32k, B 8, MODES (default
     # dense,dustin)
     T7=(--target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 32768 --batch "${BATCH:-8}" --modes "${MODES:-dense,dustin}")
@@ -223,7 +223,7 @@ ab2)
     ;;
 launch)
     # side by side at 7B, 32k, B 1 and 8 (MODES, default ar,dense,dustin), one
-    # process each: the tensor-core skinny GEMM (opt-in), the CUDA-core one (the default), the fused
+    # process each: the tensor-core skinny GEMM (`mma`), the CUDA-core one (`cores`), the fused
     # residual, then ragged acceptance with Burn's slice-assigns and with the kv_write kernel
     T7=(--target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 32768 --batch 1,8
         --modes "${MODES:-ar,dense,dustin}")
@@ -254,8 +254,8 @@ elementwise)
     ;;
 next)
     # `elementwise` (kernel-check first; stops here when it fails), then `trace`: about 13
-    # minutes since kernel-check takes 4 (H200, 2026-11-30), so more than one device call
-    # allows; run the two as separate calls there
+    # minutes (kernel-check alone takes 4 on the H200); where one run is limited to less,
+    # run the two separately
     LIMIT=${LIMIT:-120} bash "$0" elementwise && bash "$0" trace
     ;;
 trace)
@@ -269,7 +269,7 @@ trace)
             --ctx 32768 --batch "$b" --modes dustin
         echo "B=$b: $(grep -c . "$OUT/autotune_b$b.log" 2>/dev/null || echo 0) autotune log lines"
     done
-    # the raw profile stays on the machine (a device call brings back few files): its
+    # the raw profile stays on the machine (only a few files are copied back): its
     # summary and a compressed copy come back
     printf '[profiling.logger]\nlevel = "basic"\nfile = "%s"\n' /tmp/profile_b1.log > cubecl.toml
     LIMIT=200 group trace_profile_b1 --target "$C/Qwen2.5-7B-Instruct.config.json" \
@@ -312,7 +312,7 @@ draftncu)
     SMALL=(e2e --device cuda --accept "default=$TAU" --draft "$DRAFT" --target
         "${TARGET:-$C/Qwen2.5-7B-Instruct.config.json}" --target-layers 1 --ctx "${CTX:-32768}" --batch "${B:-8}"
         --modes "${MODES:-dense}" --warmup 1 --iters "${ITERS:-1}" ${EXTRA:-})
-    # TAG names the outputs, so that several traces (MODES, EXTRA) come back from one call
+    # TAG names the outputs, so that several traces (MODES, EXTRA) come back from one run
     T=${TAG:-draft}
     timeout 100 "$D/dustin-bench" "${SMALL[@]}" 2>&1 | grep "^|" | tee "$OUT/${T}_small_run.txt"
     timeout "${NCU_LIMIT:-300}" ncu --metrics gpu__time_duration.sum --csv --print-units base \

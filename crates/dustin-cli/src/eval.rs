@@ -1,14 +1,18 @@
-//! `dustin eval`: `fidelity`, `pg19` (in `eval/pg19.rs`), `longbench` (in
-//! `eval/longbench.rs`) and `acceptance` (in `eval/acceptance.rs`): the command-line options
-//! of each, handed to the harness of `dustin_eval::harness`, which runs them (docs/fidelity.md
-//! has the fidelity method, the accounting and the results). This module also gives the
-//! harness what it leaves to the command: models by registry name (fetched when missing),
-//! `--draft` values, the backend.
+//! `dustin eval`: `fidelity`, `pg19`, `longbench` and `acceptance`. Each command's flags are
+//! the option struct of its harness run in `dustin_eval::harness` (flattened; that crate's
+//! `clap` feature derives them), plus the device and, for `acceptance`, the weight format
+//! (docs/fidelity.md has the fidelity method, the accounting and the results). This module
+//! also gives the harness what it leaves to the command: models by registry name (fetched
+//! when missing), `--draft` values, the backend.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::{Args, Subcommand};
+use dustin_eval::harness::acceptance::AcceptanceOptions;
+use dustin_eval::harness::fidelity::FidelityOptions;
+use dustin_eval::harness::longbench::LongBenchOptions;
+use dustin_eval::harness::pg19::Pg19Options;
 use dustin_eval::harness::{self, EvalDraft, HarnessError, ModelHost, PairSource};
 use dustin_kernels::KernelOps;
 use dustin_qwen::{ModelFiles, Qwen2, Tokenizer};
@@ -18,10 +22,6 @@ use crate::generate::{model_path, parse_draft, DraftSpec};
 use crate::models::WeightsArg;
 use crate::pair::PairFiles;
 use crate::CliError;
-
-mod acceptance;
-mod longbench;
-mod pg19;
 
 /// Arguments of `dustin eval`.
 #[derive(Debug, Args)]
@@ -35,79 +35,42 @@ pub struct EvalArgs {
 #[derive(Debug, Subcommand)]
 pub enum EvalCommand {
     /// Fidelity of sparse verification vs dense, per selector and budget, on PG-19 books.
-    Fidelity(FidelityArgs),
+    Fidelity(RunArgs<FidelityOptions>),
     /// Perplexity of PG-19 continuations when the target reads only its selection
     /// (teacher-forced verification windows), per selector and budget, against dense.
-    Pg19(pg19::Pg19Args),
+    Pg19(RunArgs<Pg19Options>),
     /// LongBench tasks answered by greedy speculative decoding with sparse verification,
     /// scored with LongBench's metrics, per selector and budget, against dense.
-    Longbench(longbench::LongBenchArgs),
+    Longbench(RunArgs<LongBenchOptions>),
     /// Mean acceptance length and speed of a draft/target pair per gamma, temperature,
     /// selector and budget, beside autoregressive decoding on the same prompts (resumable).
-    Acceptance(acceptance::AcceptanceArgs),
+    Acceptance(AcceptanceArgs),
 }
 
-/// Arguments of `dustin eval fidelity`.
+/// Arguments of `dustin eval fidelity`, `pg19` and `longbench`: the harness's options `O`
+/// and the device.
 #[derive(Debug, Args)]
-pub struct FidelityArgs {
-    /// Target model: HF directory, .gguf file, or a model name (`dustin fetch-model
-    /// --list`). Default: qwen2.5-coder-1.5b-instruct from the cache.
-    #[arg(long)]
-    pub model: Option<PathBuf>,
-    /// Draft: `self:layers=N` (early-exit self-draft), `substitute[:bits=B][:group=G][:layers=L]`
-    /// (SubSpec: the target with the listed layers group-quantized) or a model path or name
-    /// (same tokenizer).
-    #[arg(long, default_value = "qwen2.5-coder-0.5b-instruct")]
-    pub draft: String,
-    /// Draft layers whose attention makes the lookahead (`dustin_spec::LookaheadLayers`):
-    /// `half` (the default: the later half), `all`, `stride:S` (every S-th layer counted
-    /// back from the last), `last:N` or a list of layer indices (`0,5,9`), of the draft's
-    /// layers (a self-draft's `N`). Applies to the teacher-forced lookaheads and to the
-    /// speculative run's draft.
-    #[arg(long, default_value = "half")]
-    pub lookahead_layers: String,
-    /// A PG-19 book (.txt) or a directory of them.
-    #[arg(long)]
-    pub data: PathBuf,
-    /// Use at most this many books (in file-name order).
-    #[arg(long)]
-    pub books: Option<usize>,
-    /// Context lengths N (comma-separated): the last verified position is below N.
-    #[arg(long, value_delimiter = ',', required = true)]
-    pub ctx: Vec<usize>,
-    /// Token budgets (comma-separated): absolute (`512`) or fractions of the context
-    /// (`1/8`, `0.125`).
-    #[arg(long, value_delimiter = ',', required = true)]
-    pub budget: Vec<String>,
-    /// Selectors (comma-separated registry names, `pyramid(<name>)`, or `label=<name>` for a
-    /// variant whose knobs `--knobs label=...` sets).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "dense,streaming,h2o,snapkv,quest,oracle,draft-only,history-only,dustin,pyramid(dustin)"
-    )]
-    pub selectors: Vec<String>,
-    /// Estimator knobs of one selector label as JSON, e.g. `dustin={"alpha":0.7}`
-    /// (repeatable).
-    #[arg(long = "knobs")]
-    pub knobs: Vec<String>,
-    /// Selector-config overrides of one selector label as JSON, e.g. `dustin={"refresh":1}`
-    /// (repeatable; the budget always comes from `--budget`).
-    #[arg(long = "select")]
-    pub select: Vec<String>,
-    /// Teacher-forced verification windows per (book, context, budget, selector).
-    #[arg(long, default_value_t = 16)]
-    pub windows: usize,
-    /// Draft tokens per verification (each window verifies gamma + 1 tokens).
-    #[arg(long, default_value_t = 4)]
-    pub gamma: usize,
-    /// Tokens generated by the speculative run that measures the acceptance length
-    /// (0: skip it).
-    #[arg(long, default_value_t = 32)]
-    pub spec_tokens: usize,
-    /// Output folder (results.jsonl, fidelity.md, fidelity.json, `fidelity_ctx<N>.svg`).
-    #[arg(long, default_value = "out/fidelity")]
-    pub out: PathBuf,
+pub struct RunArgs<O: Args> {
+    /// The harness's options.
+    #[command(flatten)]
+    pub options: O,
+    /// Where to run.
+    #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
+    pub device: DeviceKind,
+}
+
+/// Arguments of `dustin eval acceptance`: the harness's options, the weight format and the
+/// device (the command applies those two itself when it loads the pair).
+#[derive(Debug, Args)]
+pub struct AcceptanceArgs {
+    /// The harness's options.
+    #[command(flatten)]
+    pub options: AcceptanceOptions,
+    /// Weights of a GGUF model: `auto` (kept in their block format on the CPU, whose block
+    /// kernels read a sixth of the bytes of f32; decoded to f32 elsewhere), `dense` (decoded
+    /// to f32) or `blocks`.
+    #[arg(long, value_enum, default_value_t = WeightsArg::Auto)]
+    pub weights: WeightsArg,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
@@ -118,51 +81,29 @@ pub fn run(args: EvalArgs) -> Result<(), CliError> {
     let host = CliHost::default();
     match args.command {
         EvalCommand::Fidelity(a) => {
-            let opts = a.options();
+            let opts = a.options;
             crate::with_backend!(a.device, |B, dev| Ok(harness::fidelity::run::<B, _>(
                 &opts, &dev, &host
             )?))
         }
         EvalCommand::Pg19(a) => {
-            let opts = a.options();
+            let opts = a.options;
             crate::with_backend!(a.device, |B, dev| Ok(harness::pg19::run::<B, _>(
                 &opts, &dev, &host
             )?))
         }
         EvalCommand::Longbench(a) => {
-            let opts = a.options();
+            let opts = a.options;
             crate::with_backend!(a.device, |B, dev| Ok(harness::longbench::run::<B, _>(
                 &opts, &dev, &host
             )?))
         }
         EvalCommand::Acceptance(a) => {
-            let opts = a.options();
+            let opts = a.options;
             let host = CliHost { weights: a.weights };
             crate::with_backend!(a.device, |B, dev| Ok(harness::acceptance::run::<B, _>(
                 &opts, &dev, &host
             )?))
-        }
-    }
-}
-
-impl FidelityArgs {
-    /// The harness's options of these arguments (all but the device).
-    pub fn options(&self) -> harness::fidelity::FidelityOptions {
-        harness::fidelity::FidelityOptions {
-            model: self.model.clone(),
-            draft: self.draft.clone(),
-            lookahead_layers: self.lookahead_layers.clone(),
-            data: self.data.clone(),
-            books: self.books,
-            ctx: self.ctx.clone(),
-            budget: self.budget.clone(),
-            selectors: self.selectors.clone(),
-            knobs: self.knobs.clone(),
-            select: self.select.clone(),
-            windows: self.windows,
-            gamma: self.gamma,
-            spec_tokens: self.spec_tokens,
-            out: self.out.clone(),
         }
     }
 }

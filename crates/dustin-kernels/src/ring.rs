@@ -1,4 +1,4 @@
-//! The ring skinny GEMM's block shape (`cuda::kernels::skinny_ring_kernel`): a plain value
+//! The ring skinny GEMM's block shape (`skinny_ring_kernel` in `cuda::linear`): a plain value
 //! type, here so that every build can parse and check it (the kernel itself is CUDA only).
 
 use crate::KernelError;

@@ -35,7 +35,7 @@ pub struct SelectConfig {
     /// How many standard errors of a batch mean the fall of `refresh_on_accept_drop` must
     /// also exceed (the per-sequence standard deviation of the accepted counts seen so far
     /// over the square root of the batch). Default [`crate::ACCEPT_DROP_SIGMAS`] (3); 0 is the
-    /// rule without the noise test (before 2026-12-01).
+    /// rule without the noise test.
     pub accept_drop_sigmas: f64,
     /// Whether the layers that reuse their selection in a verification are re-ranked in one
     /// call when the estimator can ([`crate::Selector`]: one scoring pass and one top-k over

@@ -110,9 +110,8 @@ pub struct E2eArgs {
     /// `auto` (the default: one row on CUDA cores, 2-32 rows on tensor cores, 33-128 on the
     /// ring kernel), `mma` (tensor cores wherever the shape allows), `ring` (the ring kernel
     /// wherever it allows), `no-ring` (`auto` without the ring kernel: 2-48 rows on tensor
-    /// cores, more on Burn's matmul, the default before 2026-12-02) or `cores` (the CUDA-core
-    /// kernel up to 16 rows, Burn's matmul above: the default before 2026-12-01). No effect
-    /// on the CPU.
+    /// cores, more on Burn's matmul) or `cores` (the CUDA-core kernel up to 16 rows, Burn's
+    /// matmul above). No effect on the CPU.
     #[arg(long, value_enum, default_value_t = SkinnyKernel::Auto)]
     pub skinny_kernel: SkinnyKernel,
     /// The ring kernel's block shape, `COLSxKCxBUFS` (`KernelConfig::ring`: columns a block
@@ -121,7 +120,7 @@ pub struct E2eArgs {
     pub ring_config: RingConfig,
     /// Which kernel runs dense and sparse verification (and decoding) attention on CUDA
     /// (`KernelConfig::verify_kernel`): `auto` (the default: `flash`),
-    /// `flash` (scores in registers, `cp.async` double buffering) or `split` (the earlier
+    /// `flash` (scores in registers, `cp.async` double buffering) or `split` (the
     /// flash-decoding kernel, scores through shared memory). No effect on the CPU.
     #[arg(long, value_enum, default_value_t = AttentionKernel::Auto)]
     pub verify_kernel: AttentionKernel,
@@ -134,8 +133,8 @@ pub struct E2eArgs {
     pub fused_residual: Vec<OnOff>,
     /// When the draft scores its lookahead (`dustin_spec::LookaheadScoring`): `deferred`
     /// (the default: every draft step's queries against the draft cache in one call per
-    /// layer after drafting) or `per-step` (each draft step scores its own rows in its pass,
-    /// the default before 2026-12-01). The same signal either way. A list
+    /// layer after drafting) or `per-step` (each draft step scores its own rows in its
+    /// pass). The same signal either way. A list
     /// (`deferred,per-step`) runs every mode whose selector reads the lookahead once per
     /// setting, side by side in one process (the table's mode then says `+step` for
     /// `per-step`); the other modes run once.
@@ -183,7 +182,7 @@ pub struct E2eArgs {
     pub estimator_kernels: Vec<EstimatorKernels>,
     /// Which kernel runs the selectors' top-k on CUDA (`KernelConfig::topk_kernel`):
     /// `warp` (the default: 1024 threads per row, per-warp histograms) or `block` (256
-    /// threads per row, the default before 2026-12-01). The same selections. A list
+    /// threads per row). The same selections. A list
     /// (`block,warp`) runs every mode that selects (all but `ar` and `dense`) once per
     /// kernel, side by side in one process (the table's mode then says `+tkb` or `+tkw`). On
     /// the CPU every mode runs once (its rows say `block`).

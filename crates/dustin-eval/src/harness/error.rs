@@ -3,7 +3,7 @@
 /// Everything that can stop an evaluation run.
 ///
 /// Messages name the option at fault as the `dustin eval` commands spell it (`--ctx`,
-/// `--budget`, ...), since the options structs mirror those flags.
+/// `--budget`, ...): the option structs are those commands' flags (the `clap` feature).
 #[derive(Debug, thiserror::Error)]
 pub enum HarnessError {
     /// A bad option, or data that does not fit the options (named in the message).

@@ -20,37 +20,61 @@ use crate::report::{plot_lines, Cell, Table};
 
 /// The options of a PG-19 perplexity run (the flags of `dustin eval pg19`).
 #[derive(Debug, Clone)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
 pub struct Pg19Options {
     /// Target model: HF directory, .gguf file, or a model name (`dustin fetch-model
     /// --list`). Default: qwen2.5-coder-1.5b-instruct from the cache.
+    #[cfg_attr(feature = "clap", arg(long))]
     pub model: Option<PathBuf>,
     /// Draft whose lookahead the draft-aware selectors read: `self:layers=N` (early-exit
     /// self-draft) or a model path or name (same tokenizer).
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, default_value = "qwen2.5-coder-0.5b-instruct")
+    )]
     pub draft: String,
     /// A PG-19 book (.txt) or a directory of them.
+    #[cfg_attr(feature = "clap", arg(long, default_value = "../shared/data/pg19"))]
     pub data: PathBuf,
     /// Use at most this many books (in file-name order).
+    #[cfg_attr(feature = "clap", arg(long))]
     pub books: Option<usize>,
     /// Context lengths N (comma-separated): the last verified position is below N.
+    #[cfg_attr(feature = "clap", arg(long, value_delimiter = ',', required = true))]
     pub ctx: Vec<usize>,
     /// Token budgets (comma-separated): absolute (`512`) or fractions of the context
     /// (`1/8`, `0.125`).
+    #[cfg_attr(feature = "clap", arg(long, value_delimiter = ',', required = true))]
     pub budget: Vec<String>,
     /// Selectors (comma-separated registry names, `pyramid(<name>)`, or `label=<name>`).
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            value_delimiter = ',',
+            default_value = "dense,streaming,h2o,snapkv,quest,oracle,dustin"
+        )
+    )]
     pub selectors: Vec<String>,
     /// Estimator knobs of one selector label as JSON (repeatable).
+    #[cfg_attr(feature = "clap", arg(long = "knobs"))]
     pub knobs: Vec<String>,
     /// Selector-config overrides of one selector label as JSON (repeatable).
+    #[cfg_attr(feature = "clap", arg(long = "select"))]
     pub select: Vec<String>,
     /// Teacher-forced verification windows per (book, context, budget, selector).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 16))]
     pub windows: usize,
     /// Draft tokens per verification (each window verifies gamma + 1 tokens).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 4))]
     pub gamma: usize,
     /// Tokens of a speculative run per row that measures the acceptance length (0: none,
     /// the default). Rows are keyed by it, so `--spec-tokens 8 --out out/fidelity` reads the
     /// rows an `eval fidelity --spec-tokens 8` run stored there instead of recomputing them.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 0))]
     pub spec_tokens: usize,
     /// Output folder (results.jsonl, pg19.md, pg19.json, `pg19_ctx<N>.svg`).
+    #[cfg_attr(feature = "clap", arg(long, default_value = "out/pg19"))]
     pub out: PathBuf,
 }
 

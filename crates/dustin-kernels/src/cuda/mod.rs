@@ -15,16 +15,19 @@
 //! Outputs are freshly allocated; [`set_poison_outputs`] fills them (and the partial buffers)
 //! with NaN before each launch, so a checked run fails on any element a kernel leaves
 //! unwritten.
+//!
+//! One module per operation family, each holding its launchers and its part of
+//! [`KernelOps`], with the family's CubeCL device code in its `kernels` module: `attention`,
+//! `selection`, `linear`, `elementwise`, `memory` and `probe` (the launch-cost probe); `mma`
+//! holds the tensor-core step the attention and linear kernels share.
 
 mod attention;
-mod blas;
 mod elementwise;
-mod kernels;
 mod linear;
 mod memory;
+mod mma;
 mod probe;
 mod selection;
-mod skinny;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::RwLock;
@@ -54,12 +57,12 @@ pub use crate::config::{
     PREFILL_LAZY_RESCALE, PREFILL_TILES, PREFILL_WARPS, SCORE_BUFFERS, SPARSE_WAVES,
 };
 pub use crate::ring::{RingConfig, RING_CONFIG};
-pub use kernels::{RESCALE_SLACK, THREADS, TILE};
 
 pub use attention::*;
+use elementwise::ELEM_THREADS;
+pub use linear::{AUTO_MMA_MAX_ROWS, AUTO_RING_MIN_ROWS, MMA_MAX_ROWS};
 pub(crate) use memory::*;
 pub use probe::*;
-pub use skinny::*;
 
 static POISON: AtomicBool = AtomicBool::new(false);
 
@@ -112,7 +115,7 @@ fn poison(t: &Ct) {
     let len = t.meta.shape().num_elements();
     let dim = CubeDim::new_1d(256);
     let count = CubeCount::Static(len.div_ceil(256) as u32, 1, 1);
-    kernels::fill_kernel::launch::<CudaRuntime>(
+    fill_kernel::launch::<CudaRuntime>(
         &t.client,
         count,
         dim,
@@ -175,18 +178,14 @@ fn config_of(t: &Ct) -> KernelConfig {
 /// # Errors
 /// [`KernelError::InvalidInput`] when `total` does not fit the kernels' 32-bit indices.
 fn elementwise_count(total: usize) -> Result<CubeCount> {
-    if total > u32::MAX as usize - kernels::ELEM_THREADS {
+    if total > u32::MAX as usize - ELEM_THREADS {
         return Err(KernelError::invalid(
             "elements",
-            format!("at most {}", u32::MAX as usize - kernels::ELEM_THREADS),
+            format!("at most {}", u32::MAX as usize - ELEM_THREADS),
             total,
         ));
     }
-    Ok(CubeCount::Static(
-        total.div_ceil(kernels::ELEM_THREADS) as u32,
-        1,
-        1,
-    ))
+    Ok(CubeCount::Static(total.div_ceil(ELEM_THREADS) as u32, 1, 1))
 }
 
 /// `t` as a contiguous tensor (itself when it is one): the reduce kernels index biases flat.

@@ -35,41 +35,75 @@ pub const DEFAULT_DRAFT: &str = "qwen2.5-coder-0.5b-instruct";
 /// The options of an acceptance run (the flags of `dustin eval acceptance`, less the
 /// device and the weight format, which the host applies when it loads the pair).
 #[derive(Debug, Clone)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
 pub struct AcceptanceOptions {
     /// Target model: a model name (`dustin fetch-model --list`) or a path.
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, default_value = "qwen2.5-coder-1.5b-instruct")
+    )]
     pub model: String,
     /// Draft model: a model name or a path (same tokenizer as the target).
     /// `substitute[:bits=B][:group=G][:layers=L]` is the target's own SubSpec substitute.
+    #[cfg_attr(feature = "clap", arg(long, default_value = DEFAULT_DRAFT))]
     pub draft: String,
     /// Prompt sources (comma-separated): text files, or folders whose files are each one
     /// source. PG-19 books lose their Gutenberg header and footer first.
+    #[cfg_attr(feature = "clap", arg(long, value_delimiter = ',', required = true))]
     pub data: Vec<PathBuf>,
     /// Prompt lengths in tokens (comma-separated): each source's first `ctx` tokens.
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_delimiter = ',', default_value = "4096")
+    )]
     pub ctx: Vec<usize>,
     /// Draft tokens per iteration (comma-separated, each 1..=15).
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_delimiter = ',', default_value = "4")
+    )]
     pub gamma: Vec<usize>,
     /// Sampling temperatures (comma-separated; 0 is greedy).
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_delimiter = ',', default_value = "0")
+    )]
     pub temperature: Vec<f32>,
     /// Verification modes (comma-separated): `dense`, or a selector of the registry
     /// (dustin, streaming, h2o, snapkv, quest, oracle, ...) at each `--budget`.
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_delimiter = ',', default_value = "dense")
+    )]
     pub selectors: Vec<String>,
     /// Budgets of the sparse modes (comma-separated): tokens (`512`) or fractions of the
     /// prompt (`1/16`, `0.125`).
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_delimiter = ',', default_value = "1/16")
+    )]
     pub budget: Vec<String>,
     /// Tokens the draft attends to per layer and KV head (0: dense drafting).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 0))]
     pub draft_budget: usize,
     /// Tokens generated per cell.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 64))]
     pub new_tokens: usize,
     /// Skip the autoregressive row of each prompt (its tokens/s is the speed-up's base).
+    #[cfg_attr(feature = "clap", arg(long))]
     pub no_autoregressive: bool,
     /// Draft layers whose attention makes the lookahead (`half`, `all`, `stride:S`,
     /// `last:N` or a list of indices).
+    #[cfg_attr(feature = "clap", arg(long, default_value = "half"))]
     pub lookahead_layers: String,
     /// Seed of the sampled cells.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 0))]
     pub seed: u64,
     /// Stop starting new cells after this many seconds (the run resumes from its results).
+    #[cfg_attr(feature = "clap", arg(long))]
     pub time_limit: Option<f64>,
     /// Output folder: results.jsonl (resumable), acceptance.md, acceptance.json.
+    #[cfg_attr(feature = "clap", arg(long, default_value = "out/acceptance"))]
     pub out: PathBuf,
 }
 

@@ -11,6 +11,8 @@
 use cubecl::cmma;
 use cubecl::prelude::*;
 
+use crate::cuda::mma::mma_16816;
+
 use super::*;
 
 /// Columns per block of the skinny GEMM (32 lanes x [`SKINNY_COLS`]).

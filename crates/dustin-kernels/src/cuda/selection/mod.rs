@@ -1,5 +1,7 @@
 //! Head-subset scoring launches and [`SelectionOps`] on CUDA (scores, the estimator's fold and mix, Quest, top-k).
 
+mod kernels;
+
 use super::*;
 
 /// What the score mode of `flash_kernel` (or the split kernel's) leaves for

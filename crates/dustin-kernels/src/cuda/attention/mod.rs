@@ -1,6 +1,10 @@
 //! Attention launches: the split kernel's plan and launch, the flash kernel in verification and prefill, `prefill_kernel`, and [`AttentionOps`] on CUDA.
 
+mod kernels;
+
 use super::*;
+
+pub use kernels::{RESCALE_SLACK, THREADS, TILE};
 
 /// Blocks (row blocks x query heads x sequences) from which [`AttentionKernel::Auto`] takes
 /// the flash kernel for a prefill chunk: one per SM of an H200 (132). Fewer leave SMs idle,

@@ -116,7 +116,7 @@ pub fn skinny_reduce3_kernel<F: Float>(
 /// SwiGLU from two skinny GEMMs sharing `part [splits, m, 2 inter]` (gate at columns `0 ..
 /// inter`, up at `inter .. 2 inter`): `out[r, c] = dtype(silu(gate)) * up` `[m, inter]`
 /// (contiguous), with `gate` and `up` each summed in f32 and rounded once to the dtype first,
-/// silu in f32 (as [`skinny_reduce_kernel`] then [`silu_mul_kernel`]); one thread per output.
+/// silu in f32 (as [`skinny_reduce_kernel`] then `silu_mul_kernel` in `cuda::elementwise`); one thread per output.
 #[cube(launch)]
 pub fn skinny_reduce_swiglu_kernel<F: Float>(
     part: &Array<f32>,

@@ -251,7 +251,7 @@ pub(super) fn skinny_path(m: usize, k: usize, x: &Ct, ws: &[&Ct]) -> Option<Skin
 /// whose blocks fill whole waves of `sms` SMs best ([`mma_blocks_per_sm`] each), but no more
 /// splits than keep the partial sums (written, then read by the reduce: `2 splits m n` f32)
 /// under a quarter of the weight read (`k n` bf16), i.e. `splits <= k / (16 m)`, nor than
-/// leave a split under [`MMA_MIN_SPLIT_ROWS`] rows; the fewest splits that fill 95% of
+/// leave a split under [`MMA_MIN_SPLIT_ROWS`](crate::split_plan::MMA_MIN_SPLIT_ROWS) rows; the fewest splits that fill 95% of
 /// their waves.
 pub(super) fn skinny_plan(
     k: usize,

@@ -19,7 +19,7 @@ use burn_tensor::{DType, Shape};
 use cubecl::cuda::CudaRuntime;
 use cudarc::cublas::{result as blas, sys};
 
-use super::{driver, empty, make_current, Ct};
+use crate::cuda::{driver, empty, make_current, Ct, ELEM_THREADS};
 use crate::{KernelError, Result};
 
 /// One cuBLAS handle per device ordinal, made on first use and kept for the process (a
@@ -133,7 +133,7 @@ pub(crate) fn linear_many(x: Ct, ws: Vec<(Ct, Option<Ct>)>) -> Result<Option<Vec
                 super::kernels::broadcast_rows_kernel::launch::<CudaRuntime>(
                     &client,
                     super::elementwise_count(m * n)?,
-                    cubecl::prelude::CubeDim::new_1d(super::kernels::ELEM_THREADS as u32),
+                    cubecl::prelude::CubeDim::new_1d(ELEM_THREADS as u32),
                     b.into_tensor_arg(),
                     out.clone().into_tensor_arg(),
                     (m * n) as u32,

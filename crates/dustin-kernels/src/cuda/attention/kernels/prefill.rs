@@ -12,6 +12,8 @@ use cubecl::cmma::{self, MatrixIdent};
 use cubecl::prelude::barrier::{copy_async, Barrier};
 use cubecl::prelude::*;
 
+use crate::cuda::mma::mma_16816;
+
 use super::*;
 
 /// Query rows per warp of [`prefill_kernel`]: two 16-row m-tiles.

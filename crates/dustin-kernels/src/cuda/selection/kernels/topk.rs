@@ -278,9 +278,8 @@ pub fn topk_kernel<F: Float, I: Int>(
 /// histogram) finds the k-th largest key `T` and how many keys equal to `T` to take (lowest
 /// positions first); a scan in position order, 256 positions a step with two block barriers
 /// each, writes the kept positions ascending; padding slots get 0. Kept beside
-/// [`topk_kernel`] (the default since the two were compared end to end on the GPU;
-/// docs/perf.md, "GPU kernels: verification attention, scoring, top-k") as the reference for
-/// its benchmark and checks.
+/// [`topk_kernel`] (the default, faster end to end on the GPU; docs/perf.md, "GPU kernels:
+/// verification attention, scoring, top-k") as the reference for its benchmark and checks.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub fn topk_block_kernel<F: Float, I: Int>(

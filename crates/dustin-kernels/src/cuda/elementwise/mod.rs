@@ -1,6 +1,10 @@
 //! [`ElementwiseOps`] on CUDA: RMSNorm (with the residual add), the SwiGLU product, RoPE and dequantization.
 
+mod kernels;
+
 use super::*;
+
+pub(super) use kernels::ELEM_THREADS;
 
 impl<F: FloatElement, I: IntElement, BT: BoolElement> ElementwiseOps for Cube<F, I, BT> {
     fn rms_norm(x: Tensor<Self, 3>, weight: Tensor<Self, 1>, eps: f64) -> Result<Tensor<Self, 3>> {

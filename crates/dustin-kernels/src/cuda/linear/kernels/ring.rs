@@ -12,6 +12,8 @@ use cubecl::cmma::{self, MatrixIdent};
 use cubecl::prelude::barrier::{copy_async, Barrier};
 use cubecl::prelude::*;
 
+use crate::cuda::mma::mma_16816;
+
 use super::*;
 
 /// Most 16-row tiles of `x` [`skinny_ring_kernel`] takes in one launch (128 rows: batch 16 x

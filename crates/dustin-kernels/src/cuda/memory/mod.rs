@@ -1,6 +1,10 @@
 //! The CUDA driver calls of pinned uploads and [`MemoryOps`] on CUDA (KV writes, memory, page-locked uploads).
 
+mod kernels;
+
 use super::*;
+
+pub(super) use kernels::fill_kernel;
 
 /// `cuMemHostAlloc` flag: the block is page-locked for every CUDA context, not only the one
 /// current when it was made (CUDA driver API, `CU_MEMHOSTALLOC_PORTABLE`).

@@ -1,5 +1,5 @@
-//! The CubeCL kernels. Shapes and formulas are documented on the launchers in
-//! [`super`]; this file holds the device code only.
+//! The attention kernels. Shapes and formulas are documented on the launchers in
+//! [`super`]; these files hold the device code only.
 //!
 //! Block layout of the split kernel (flash-decoding, one block per (split, row block, slot,
 //! sequence), 128 threads = 4 warps): a tile of 64 keys (and values) is staged in shared
@@ -14,26 +14,12 @@
 //! `e^8` and the final normalisation is exact). Masked logits and empty maxima are `f32::MIN`
 //! (CubeCL's C++ output has no spelling for an infinite constant).
 //!
-//! One module per operation family; every kernel and constant is re-exported here.
+//! Every kernel and constant is re-exported here.
 
-mod elementwise;
-mod estimator;
 mod flash;
 mod prefill;
-mod reduce;
-mod ring;
-mod score;
-mod skinny;
 mod split;
-mod topk;
 
-pub use elementwise::*;
-pub use estimator::*;
 pub use flash::*;
 pub use prefill::*;
-pub use reduce::*;
-pub use ring::*;
-pub use score::*;
-pub use skinny::*;
 pub use split::*;
-pub use topk::*;

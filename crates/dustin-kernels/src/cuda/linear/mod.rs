@@ -1,6 +1,13 @@
 //! [`LinearOps`] on CUDA: the skinny GEMMs, the prefill GEMMs (cuBLAS) and the quantized products.
 
+mod blas;
+mod kernels;
+mod skinny;
+
 use super::*;
+use skinny::*;
+
+pub use skinny::{AUTO_MMA_MAX_ROWS, AUTO_RING_MIN_ROWS, MMA_MAX_ROWS};
 
 impl<F: FloatElement, I: IntElement, BT: BoolElement> LinearOps for Cube<F, I, BT> {
     fn skinny_linear(
@@ -47,7 +54,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> LinearOps for Cube<F, I, B
         kernels::skinny_reduce_kernel::launch::<CudaRuntime>(
             &client,
             elementwise_count(m * n)?,
-            CubeDim::new_1d(kernels::ELEM_THREADS as u32),
+            CubeDim::new_1d(ELEM_THREADS as u32),
             part.into_array_arg(),
             b.into_array_arg(),
             out.clone().into_array_arg(),
@@ -131,7 +138,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> LinearOps for Cube<F, I, B
         kernels::skinny_reduce3_kernel::launch::<CudaRuntime>(
             &client,
             elementwise_count(m * ldp)?,
-            CubeDim::new_1d(kernels::ELEM_THREADS as u32),
+            CubeDim::new_1d(ELEM_THREADS as u32),
             part.into_array_arg(),
             b0.into_array_arg(),
             b1.into_array_arg(),
@@ -198,7 +205,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> LinearOps for Cube<F, I, B
         kernels::skinny_reduce_swiglu_kernel::launch::<CudaRuntime>(
             &client,
             elementwise_count(m * n)?,
-            CubeDim::new_1d(kernels::ELEM_THREADS as u32),
+            CubeDim::new_1d(ELEM_THREADS as u32),
             part.into_array_arg(),
             out.clone().into_array_arg(),
             (m * n) as u32,

@@ -1,4 +1,4 @@
-//! Fills, launch probes, RMSNorm, KV writes, the SwiGLU product, RoPE and dequantization.
+//! RMSNorm (with the residual add), the SwiGLU product, RoPE and dequantization.
 
 // Device code: nested `if`s and explicit casts keep the generated C++ predictable.
 #![allow(
@@ -9,54 +9,6 @@
 )]
 
 use cubecl::prelude::*;
-
-/// Fills a float tensor with `value` (used to poison outputs before a checked run).
-#[cube(launch)]
-pub fn fill_kernel<F: Float>(
-    out: &mut Tensor<F>,
-    value: f32,
-    len: u32,
-    #[define(F)] _dtype: StorageType,
-) {
-    let i = ABSOLUTE_POS as usize;
-    if i < len as usize {
-        out[i] = F::cast_from(value);
-    }
-}
-
-/// Launch-cost probe, tensor arguments: `out[i] = a[i] + b[i]` for `i < len`. Each tensor
-/// argument's shape and strides are dynamic metadata, which cubecl-cuda 0.10 uploads to the
-/// device before every launch (`launch_checked`: `create_with_data`); for
-/// [`crate::cuda::launch_probe`].
-#[cube(launch)]
-pub fn probe_tensor_kernel<F: Float>(
-    a: &Tensor<F>,
-    b: &Tensor<F>,
-    out: &mut Tensor<F>,
-    len: u32,
-    #[define(F)] _dtype: StorageType,
-) {
-    let i = ABSOLUTE_POS as usize;
-    if i < len as usize {
-        out[i] = a[i] + b[i];
-    }
-}
-
-/// Launch-cost probe, array arguments: the same sum as [`probe_tensor_kernel`], with only
-/// static metadata (buffer lengths, passed as kernel parameters: no upload).
-#[cube(launch)]
-pub fn probe_array_kernel<F: Float>(
-    a: &Array<F>,
-    b: &Array<F>,
-    out: &mut Array<F>,
-    len: u32,
-    #[define(F)] _dtype: StorageType,
-) {
-    let i = ABSOLUTE_POS as usize;
-    if i < len as usize {
-        out[i] = a[i] + b[i];
-    }
-}
 
 /// Threads per block of the element-wise and row kernels below.
 pub const ELEM_THREADS: usize = 256;
@@ -109,92 +61,6 @@ pub fn rms_norm_kernel<F: Float>(
         let t = F::cast_from(v * inv);
         out[row * hidden + c] = t * w[c * ldw as usize];
         c += ELEM_THREADS;
-    }
-}
-
-/// `out = dtype(silu(gate)) * up` element-wise over `[rows, cols]` (any strides; `out`
-/// contiguous), `silu` in f32.
-/// Cache write of a ragged batch: one block per (new row `i`, KV head `h`, sequence `b`), one
-/// thread per column: `dst[b, h, starts[b] + i, c] = src[b, h, i, c]`, both through their
-/// strides (the cache is written in place).
-#[cube(launch)]
-pub fn kv_write_kernel<F: Float, I: Int>(
-    src: &Tensor<F>,
-    starts: &Tensor<I>,
-    dst: &mut Tensor<F>,
-    #[comptime] d: usize,
-    #[define(F, I)] _dtypes: [StorageType; 2],
-) {
-    let i = CUBE_POS_X as usize;
-    let h = CUBE_POS_Y as usize;
-    let b = CUBE_POS_Z as usize;
-    let c = UNIT_POS as usize;
-    if c < d {
-        let p = u32::cast_from(starts[b]) as usize + i;
-        dst[b * dst.stride(0) + h * dst.stride(1) + p * dst.stride(2) + c * dst.stride(3)] =
-            src[b * src.stride(0) + h * src.stride(1) + i * src.stride(2) + c * src.stride(3)];
-    }
-}
-
-/// Element strides of [`kv_write_pair_kernel`]'s four tensors, `[batch, kv_heads, seq,
-/// head_dim]` each (`sk`, `sv` the new keys and values, `dk`, `dv` the caches).
-#[derive(CubeLaunch, CubeType)]
-pub struct KvPairStrides {
-    pub sk0: u32,
-    pub sk1: u32,
-    pub sk2: u32,
-    pub sk3: u32,
-    pub sv0: u32,
-    pub sv1: u32,
-    pub sv2: u32,
-    pub sv3: u32,
-    pub dk0: u32,
-    pub dk1: u32,
-    pub dk2: u32,
-    pub dk3: u32,
-    pub dv0: u32,
-    pub dv1: u32,
-    pub dv2: u32,
-    pub dv3: u32,
-}
-
-/// Cache write of a layer's keys and values in one launch: one block per (new row `i`, KV
-/// head `h`, sequence `b`), one thread per column: `dk[b, h, p + i, c] = sk[b, h, i, c]` and
-/// `dv[..] = sv[..]` with `p = starts[b]` (`ragged`) or `start` (every sequence at the same
-/// length: no `starts` upload). Array arguments, strides in `st` (no per-launch metadata
-/// upload); the caches are written in place.
-#[cube(launch)]
-pub fn kv_write_pair_kernel<F: Float, I: Int>(
-    sk: &Array<F>,
-    sv: &Array<F>,
-    starts: &Array<I>,
-    dk: &mut Array<F>,
-    dv: &mut Array<F>,
-    st: &KvPairStrides,
-    start: u32,
-    #[comptime] ragged: bool,
-    #[comptime] d: usize,
-    #[define(F, I)] _dtypes: [StorageType; 2],
-) {
-    let i = CUBE_POS_X as usize;
-    let h = CUBE_POS_Y as usize;
-    let b = CUBE_POS_Z as usize;
-    let c = UNIT_POS as usize;
-    if c < d {
-        let mut p = start as usize + i;
-        if comptime![ragged] {
-            p = u32::cast_from(starts[b]) as usize + i;
-        }
-        dk[b * st.dk0 as usize + h * st.dk1 as usize + p * st.dk2 as usize + c * st.dk3 as usize] =
-            sk[b * st.sk0 as usize
-                + h * st.sk1 as usize
-                + i * st.sk2 as usize
-                + c * st.sk3 as usize];
-        dv[b * st.dv0 as usize + h * st.dv1 as usize + p * st.dv2 as usize + c * st.dv3 as usize] =
-            sv[b * st.sv0 as usize
-                + h * st.sv1 as usize
-                + i * st.sv2 as usize
-                + c * st.sv3 as usize];
     }
 }
 
@@ -255,6 +121,8 @@ pub fn add_rms_norm_kernel<F: Float>(
     }
 }
 
+/// `out = dtype(silu(gate)) * up` element-wise over `[rows, cols]` (any strides; `out`
+/// contiguous), `silu` in f32.
 #[cube(launch)]
 pub fn silu_mul_kernel<F: Float>(
     gate: &Tensor<F>,

@@ -12,6 +12,8 @@ use cubecl::cmma::{self, MatrixIdent};
 use cubecl::prelude::barrier::{copy_async, Barrier};
 use cubecl::prelude::*;
 
+use crate::cuda::mma::mma_16816;
+
 #[cfg(doc)]
 use super::*;
 
@@ -21,37 +23,6 @@ use super::*;
 pub const FLASH_ROWS: usize = 64;
 /// Keys per shared-memory tile of [`flash_kernel`] (the verification split plan's unit).
 pub const FLASH_KEYS: usize = crate::split_plan::FLASH_KEYS;
-
-/// One `mma.sync.m16n8k16` (bf16/f16 in, f32 accumulate) on register fragments: the A
-/// fragment is `a[a0 .. a0 + 4]`, the B fragment `b0`, `b1`, the accumulator
-/// `c[c0 .. c0 + 2]` (PTX ISA, "Matrix Fragments for mma.m16n8k16"; the register layouts
-/// are those of cubecl's `MmaDefinition` on CUDA).
-#[cube]
-#[allow(clippy::too_many_arguments)]
-pub(super) fn mma_16816<F: Float>(
-    def: cmma::MmaDefinition<F, F, f32>,
-    a: &Array<Vector<F, Const<2>>>,
-    #[comptime] a0: usize,
-    b0: Vector<F, Const<2>>,
-    b1: Vector<F, Const<2>>,
-    c: &mut Array<Vector<f32, Const<2>>>,
-    #[comptime] c0: usize,
-) {
-    let mut fa = Array::<Vector<F, Const<2>>>::new(4usize);
-    #[unroll]
-    for i in 0..4usize {
-        fa[i] = a[a0 + i];
-    }
-    let mut fb = Array::<Vector<F, Const<2>>>::new(2usize);
-    fb[0] = b0;
-    fb[1] = b1;
-    let mut fc = Array::<Vector<f32, Const<2>>>::new(2usize);
-    fc[0] = c[c0];
-    fc[1] = c[c0 + 1];
-    def.execute_inplace(&fa, &fb, &mut fc);
-    c[c0] = fc[0];
-    c[c0 + 1] = fc[1];
-}
 
 /// Stages virtual keys `t0 .. t0 + FLASH_KEYS` of [`flash_kernel`] (clamped to `kend - 1`)
 /// into shared buffer `buf`: K and V rows of `d / nv` 16-byte vectors at row stride
@@ -222,7 +193,7 @@ pub struct FlashStrides {
 ///   Writes every scaled,
 ///   masked logit to `logits[b, slot, row, key]` (`[b, slots, rpad, lmax]`, `rpad` a
 ///   multiple of 16) and each warp's partial `(max, sum)` as split `4 split + w` into `pm`,
-///   `pl` (`[b, slots, 4 splits, rpad]`), which [`score_reduce_kernel`] turns into
+///   `pl` (`[b, slots, 4 splits, rpad]`), which `score_reduce_kernel` (`cuda::selection`) turns into
 ///   probabilities (Dustin's head-subset importance scores).
 ///
 /// Key slots past a block's last key are clamped to it (finite values, masked), so slots

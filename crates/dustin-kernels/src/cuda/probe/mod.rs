@@ -1,5 +1,7 @@
 //! The launch-cost probe (`dustin-kernels-gpu launchcost`).
 
+mod kernels;
+
 use super::*;
 
 /// How [`launch_probe`] launches its kernel.
@@ -48,7 +50,7 @@ pub fn launch_probe<F: FloatElement, I: IntElement, BT: BoolElement, const D: us
         }
     }
     let count = elementwise_count(len)?;
-    let dim = CubeDim::new_1d(kernels::ELEM_THREADS as u32);
+    let dim = CubeDim::new_1d(ELEM_THREADS as u32);
     for _ in 0..launches {
         match probe {
             LaunchProbe::Tensor => kernels::probe_tensor_kernel::launch::<CudaRuntime>(
