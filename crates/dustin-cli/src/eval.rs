@@ -66,7 +66,8 @@ pub struct FidelityArgs {
     /// speculative run's draft.
     #[arg(long, default_value = "half")]
     pub lookahead_layers: String,
-    /// A PG-19 book (.txt) or a directory of them.
+    /// A PG-19 book (.txt), a directory of them, any other text file (source code is kept
+    /// as it is), or a comma-separated list of these.
     #[arg(long)]
     pub data: PathBuf,
     /// Use at most this many books (in file-name order).
