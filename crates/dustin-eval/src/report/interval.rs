@@ -67,7 +67,7 @@ pub fn wilson(successes: usize, trials: usize, z: f64) -> Result<Interval, Inter
     if successes > trials {
         return Err(IntervalError::TooManySuccesses { successes, trials });
     }
-    if !(z.is_finite() && z > 0.0) {
+    if !z.is_finite() || z <= 0.0 {
         return Err(IntervalError::OutOfRange {
             what: "wilson z",
             value: z,
@@ -138,13 +138,16 @@ pub fn bootstrap_ratio(
             value: 0.0,
         });
     }
-    if !(level > 0.0 && level < 1.0) {
+    if level.is_nan() || level <= 0.0 || level >= 1.0 {
         return Err(IntervalError::OutOfRange {
             what: "bootstrap level",
             value: level,
         });
     }
-    if let Some(&(_, d)) = groups.iter().find(|g| !(g.1 > 0.0)) {
+    if let Some(&(_, d)) = groups
+        .iter()
+        .find(|g| g.1.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater))
+    {
         return Err(IntervalError::OutOfRange {
             what: "bootstrap group size",
             value: d,
@@ -211,7 +214,7 @@ pub fn bootstrap_ratio_of_means(
             value: 0.0,
         });
     }
-    if !(level > 0.0 && level < 1.0) {
+    if level.is_nan() || level <= 0.0 || level >= 1.0 {
         return Err(IntervalError::OutOfRange {
             what: "bootstrap level",
             value: level,

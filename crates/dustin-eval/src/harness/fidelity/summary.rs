@@ -340,7 +340,7 @@ mod tests {
     #[test]
     fn equal_reads_interpolate_between_the_bracketing_budgets() {
         let lo = summarize(&[&row("x", 256, vec![4; 10], 0.0, vec![])]).unwrap();
-        let hi = summarize(&[&row("x", 512, vec![4, 5].repeat(5), 0.0, vec![])]).unwrap();
+        let hi = summarize(&[&row("x", 512, [4, 5].repeat(5), 0.0, vec![])]).unwrap();
         assert!((lo.top1.value - 0.8).abs() < 1e-12 && (hi.top1.value - 0.9).abs() < 1e-12);
         let mid = (0.0625 + 0.125) / 2.0;
         let a = at_reads(&[&hi, &lo], mid).unwrap();
