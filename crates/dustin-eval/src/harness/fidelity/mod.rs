@@ -283,6 +283,40 @@ pub(crate) fn compute_rows<B: KernelOps, H: ModelHost>(
         )));
     }
 
+    std::fs::create_dir_all(&args.out).map_err(|source| HarnessError::Io {
+        path: args.out.display().to_string(),
+        source,
+    })?;
+    let mut store = ResultStore::open(args.out.join("results.jsonl"))
+        .map_err(|e| HarnessError::Usage(e.to_string()))?;
+
+    let total: usize = books.len() * args.ctx.len() * budgets.len() * sels.len();
+    let mut todo = 0usize;
+    for b in &books {
+        for &n in &args.ctx {
+            for (_, bs) in &budgets {
+                for s in &sels {
+                    if !store.is_done(&row_key(&b.id, n, bs.tokens(n), s, args)?) {
+                        todo += 1;
+                    }
+                }
+            }
+        }
+    }
+    if todo == 0 {
+        // every row is stored: the report needs no model
+        println!(
+            "{what}: all {total} rows are in {}",
+            args.out.join("results.jsonl").display()
+        );
+        return Ok(Computed {
+            store,
+            books,
+            budgets,
+            sels,
+        });
+    }
+
     let path = host.model_path(args.model.as_deref())?;
     let files = ModelFiles::open(&path)?;
     let tok = files.tokenizer.clone();
@@ -316,26 +350,6 @@ pub(crate) fn compute_rows<B: KernelOps, H: ModelHost>(
         observed: OBSERVED_CHUNK,
     };
 
-    std::fs::create_dir_all(&args.out).map_err(|source| HarnessError::Io {
-        path: args.out.display().to_string(),
-        source,
-    })?;
-    let mut store = ResultStore::open(args.out.join("results.jsonl"))
-        .map_err(|e| HarnessError::Usage(e.to_string()))?;
-
-    let total: usize = books.len() * args.ctx.len() * budgets.len() * sels.len();
-    let mut todo = 0usize;
-    for b in &books {
-        for &n in &args.ctx {
-            for (_, bs) in &budgets {
-                for s in &sels {
-                    if !store.is_done(&row_key(&b.id, n, bs.tokens(n), s, args)?) {
-                        todo += 1;
-                    }
-                }
-            }
-        }
-    }
     let bar = ProgressBar::new(todo as u64);
     bar.set_style(
         ProgressStyle::with_template(

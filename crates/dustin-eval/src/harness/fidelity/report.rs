@@ -243,7 +243,7 @@ fn equal_reads_table(
         "KL(dense||sparse) [95% CI]",
     ])
     .with_title(format!(
-        "At equal total reads: every selector at the total KV read (selected + estimation) of `{EQUAL_READS_REFERENCE}` at its smallest budget, interpolated linearly in the total read between the two budgets run that bracket it (interval ends interpolated alike); n/a: the level is outside the totals run"
+        "At equal total reads: every selector at the total KV read (selected + estimation) of `{EQUAL_READS_REFERENCE}` at its smallest budget, a cell within 1% of it taken as it is, else interpolated linearly in the total read between the two budgets run that bracket it (interval ends interpolated alike); n/a: the level is outside the totals run"
     ));
     let mut any = false;
     let mut ctxs: Vec<usize> = all.iter().map(|c| c.ctx).collect();

@@ -204,8 +204,9 @@ pub(crate) fn accept_ratio(s: &Summary, dense: &Summary) -> Option<Est> {
     })
 }
 
-/// A selector's figures at total KV read `target`, interpolated linearly in the total read
-/// between the two budgets run that bracket it (the interval ends interpolated the same way).
+/// A selector's figures at total KV read `target`: those of a cell within 1% of it, else
+/// interpolated linearly in the total read between the two budgets run that bracket it (the
+/// interval ends interpolated the same way).
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct AtReads {
     /// The selector.
@@ -244,15 +245,22 @@ fn lerp_est(xa: f64, a: &Est, xb: f64, b: &Est, x: f64) -> Est {
 pub(crate) fn at_reads(cells: &[&Summary], target: f64) -> Option<AtReads> {
     let mut c: Vec<&&Summary> = cells.iter().collect();
     c.sort_by(|a, b| a.kv_total.total_cmp(&b.kv_total));
-    let tol = 1e-9;
+    // a cell within 1% of the level is at it (totals of one budget differ by a few selected
+    // positions between selectors)
+    let tol = 0.01 * target.abs();
     let i = c
-        .windows(2)
-        .position(|w| w[0].kv_total - tol <= target && target <= w[1].kv_total + tol)
-        .map(|i| (c[i], c[i + 1]))
+        .iter()
+        .filter(|s| (s.kv_total - target).abs() <= tol)
+        .min_by(|a, b| {
+            (a.kv_total - target)
+                .abs()
+                .total_cmp(&(b.kv_total - target).abs())
+        })
+        .map(|s| (*s, *s))
         .or_else(|| {
-            c.iter()
-                .find(|s| (s.kv_total - target).abs() <= tol)
-                .map(|s| (*s, *s))
+            c.windows(2)
+                .position(|w| w[0].kv_total <= target && target <= w[1].kv_total)
+                .map(|i| (c[i], c[i + 1]))
         })?;
     let (a, b) = i;
     let (xa, xb) = (a.kv_total, b.kv_total);
@@ -350,6 +358,8 @@ mod tests {
         assert!((k.lo - (i.lo + j.lo) / 2.0).abs() < 1e-12);
         assert!(at_reads(&[&hi, &lo], 0.2).is_none());
         assert!(at_reads(&[&hi, &lo], 0.03).is_none());
-        assert!(at_reads(&[&lo], 0.0625).is_some());
+        let at = at_reads(&[&hi, &lo], 0.0625 * 1.005).unwrap();
+        assert_eq!(at.between, ("256".to_string(), "256".to_string()));
+        assert_eq!(at.top1.value, lo.top1.value);
     }
 }
