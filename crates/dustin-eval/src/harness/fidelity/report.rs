@@ -152,7 +152,7 @@ pub(crate) fn report(
             ])
             .map_err(uerr)?;
     }
-    let equal = equal_reads_table(&all, budgets).map_err(uerr)?;
+    let equal = equal_reads_table(&all).map_err(uerr)?;
     for &n in args.ctx.iter().collect::<std::collections::BTreeSet<_>>() {
         let of_ctx: Vec<&Summary> = all.iter().filter(|c| c.ctx == n).collect();
         let series = |y: fn(&Summary) -> f64, x: fn(&Summary) -> f64| {
@@ -230,10 +230,7 @@ pub(crate) fn report(
 /// smallest budget run, and every selector's top-1 agreement and KL interpolated at that
 /// total between the two budgets that bracket it (docs/decisions.md, "Evaluation"). `None`
 /// when the reference selector was not run.
-fn equal_reads_table(
-    all: &[Summary],
-    budgets: &[(String, BudgetSpec)],
-) -> Result<Option<Table>, crate::EvalError> {
+fn equal_reads_table(all: &[Summary]) -> Result<Option<Table>, crate::EvalError> {
     let mut t = Table::new([
         "ctx",
         "total KV read",
@@ -304,7 +301,6 @@ fn equal_reads_table(
             ])?;
         }
     }
-    let _ = budgets;
     Ok(any.then_some(t))
 }
 
