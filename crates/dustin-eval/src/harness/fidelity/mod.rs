@@ -40,8 +40,10 @@ use crate::report::ResultStore;
 use windows::{run_row, shared_part, Ctx, Pending};
 
 mod report;
+mod summary;
 #[cfg(test)]
 mod tests;
+mod timed;
 mod windows;
 
 pub(crate) use report::Agg;
@@ -73,7 +75,8 @@ pub struct FidelityOptions {
     /// speculative run's draft.
     #[cfg_attr(feature = "clap", arg(long, default_value = "half"))]
     pub lookahead_layers: String,
-    /// A PG-19 book (.txt) or a directory of them.
+    /// A PG-19 book (.txt), a directory of them, any other text file (source code is kept
+    /// as it is), or a comma-separated list of these.
     #[cfg_attr(feature = "clap", arg(long))]
     pub data: PathBuf,
     /// Use at most this many books (in file-name order).
@@ -162,6 +165,55 @@ pub(crate) struct Row {
     /// Seconds verifying in the speculative run.
     #[serde(default)]
     pub(crate) secs_spec_verify: f64,
+    /// Seconds in the selector's hooks over the windows (its scoring, re-ranking and top-k:
+    /// the selection work), all windows together.
+    #[serde(default)]
+    pub(crate) secs_select: f64,
+    /// Per window: positions whose sparse and dense argmax agree (empty in rows stored
+    /// before the per-window figures were kept).
+    #[serde(default)]
+    pub(crate) win_agree: Vec<usize>,
+    /// Per window: KL(dense || sparse) summed over its positions, nats.
+    #[serde(default)]
+    pub(crate) win_kl: Vec<f64>,
+    /// Per window: NLL of the true next tokens summed over its positions, nats.
+    #[serde(default)]
+    pub(crate) win_nll: Vec<f64>,
+    /// Per iteration of the speculative run: drafts accepted.
+    #[serde(default)]
+    pub(crate) spec_accepted: Vec<usize>,
+}
+
+/// The sources of `--data`: one file (a PG-19 book, or any text such as a source file), a
+/// directory of PG-19 `.txt` books, or a comma-separated list of either. Every file's
+/// Gutenberg header and footer are stripped when it has them (`dustin_eval::pg19`); a source
+/// file is kept as it is. A source's id is its file stem.
+///
+/// # Errors
+/// [`HarnessError::Usage`] naming the path that cannot be read, and for two sources with
+/// the same id (their rows would share store keys).
+pub(crate) fn load_sources(data: &std::path::Path) -> Result<Vec<crate::pg19::Book>, HarnessError> {
+    let text = data.to_string_lossy();
+    let mut books = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let path = std::path::Path::new(part);
+        let got = if path.is_dir() {
+            crate::pg19::load_dir(path)
+        } else {
+            crate::pg19::load_book(path).map(|b| vec![b])
+        }
+        .map_err(|e| HarnessError::Usage(format!("--data {part}: {e}")))?;
+        books.extend(got);
+    }
+    let mut ids: Vec<&str> = books.iter().map(|b| b.id.as_str()).collect();
+    ids.sort_unstable();
+    if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+        return Err(HarnessError::Usage(format!(
+            "--data {text}: two sources named {} (the file stem identifies a source)",
+            w[0]
+        )));
+    }
+    Ok(books)
 }
 
 /// The store key of one (book, context, budget, selector) row.
@@ -244,12 +296,7 @@ pub(crate) fn compute_rows<B: KernelOps, H: ModelHost>(
             }
         }
     }
-    let books = if args.data.is_dir() {
-        crate::pg19::load_dir(&args.data)
-    } else {
-        crate::pg19::load_book(&args.data).map(|b| vec![b])
-    }
-    .map_err(|e| HarnessError::Usage(format!("--data {}: {e}", args.data.display())))?;
+    let books = load_sources(&args.data)?;
     let books: Vec<_> = books
         .into_iter()
         .take(args.books.unwrap_or(usize::MAX))
@@ -259,6 +306,40 @@ pub(crate) fn compute_rows<B: KernelOps, H: ModelHost>(
             "--data {}: no .txt books",
             args.data.display()
         )));
+    }
+
+    std::fs::create_dir_all(&args.out).map_err(|source| HarnessError::Io {
+        path: args.out.display().to_string(),
+        source,
+    })?;
+    let mut store = ResultStore::open(args.out.join("results.jsonl"))
+        .map_err(|e| HarnessError::Usage(e.to_string()))?;
+
+    let total: usize = books.len() * args.ctx.len() * budgets.len() * sels.len();
+    let mut todo = 0usize;
+    for b in &books {
+        for &n in &args.ctx {
+            for (_, bs) in &budgets {
+                for s in &sels {
+                    if !store.is_done(&row_key(&b.id, n, bs.tokens(n), s, args)?) {
+                        todo += 1;
+                    }
+                }
+            }
+        }
+    }
+    if todo == 0 {
+        // every row is stored: the report needs no model
+        println!(
+            "{what}: all {total} rows are in {}",
+            args.out.join("results.jsonl").display()
+        );
+        return Ok(Computed {
+            store,
+            books,
+            budgets,
+            sels,
+        });
     }
 
     let path = host.model_path(args.model.as_deref())?;
@@ -294,26 +375,6 @@ pub(crate) fn compute_rows<B: KernelOps, H: ModelHost>(
         observed: OBSERVED_CHUNK,
     };
 
-    std::fs::create_dir_all(&args.out).map_err(|source| HarnessError::Io {
-        path: args.out.display().to_string(),
-        source,
-    })?;
-    let mut store = ResultStore::open(args.out.join("results.jsonl"))
-        .map_err(|e| HarnessError::Usage(e.to_string()))?;
-
-    let total: usize = books.len() * args.ctx.len() * budgets.len() * sels.len();
-    let mut todo = 0usize;
-    for b in &books {
-        for &n in &args.ctx {
-            for (_, bs) in &budgets {
-                for s in &sels {
-                    if !store.is_done(&row_key(&b.id, n, bs.tokens(n), s, args)?) {
-                        todo += 1;
-                    }
-                }
-            }
-        }
-    }
     let bar = ProgressBar::new(todo as u64);
     bar.set_style(
         ProgressStyle::with_template(

@@ -94,6 +94,22 @@ fn fitting_budgets_are_dense_bit_for_bit_and_small_ones_read_their_share() {
     for r in &rows {
         let what = format!("{} budget {}", r.selector, r.budget);
         assert_eq!(r.positions, 12, "{what}");
+        // the per-window and per-iteration figures are the row's, split
+        assert_eq!(r.win_agree.len(), 3, "{what}");
+        let agree: usize = r.win_agree.iter().sum();
+        assert_eq!(agree as f64 / 12.0, r.top1, "{what}");
+        assert!(
+            (r.win_kl.iter().sum::<f64>() / 12.0 - r.kl).abs() < 1e-12,
+            "{what}"
+        );
+        assert!(
+            (r.win_nll.iter().sum::<f64>() / 12.0 - r.nll).abs() < 1e-12,
+            "{what}"
+        );
+        let it = r.spec_iterations.unwrap();
+        assert_eq!(r.spec_accepted.len(), it, "{what}");
+        let tau = r.spec_accepted.iter().map(|&a| (a + 1) as f64).sum::<f64>() / it as f64;
+        assert!((tau - r.accept_len.unwrap()).abs() < 1e-12, "{what}");
         assert!(
             (0.0..=1.0).contains(&r.top1) && r.kl >= -1e-6 && r.kl.is_finite(),
             "{what}"
@@ -180,4 +196,30 @@ fn sparse_figures_of_a_fixed_case_are_the_recorded_ones() {
         assert_eq!(r.spec_iterations, Some(it), "{what}");
         assert!((r.kv_selected - 40.0 / 59.0).abs() < 1e-12, "{what}");
     }
+}
+
+/// `--data` takes a comma-separated list of files and directories; a source file is kept as
+/// it is; two sources with one file stem are refused, naming it.
+#[test]
+fn data_lists_sources_and_refuses_duplicate_ids() {
+    let dir = std::env::temp_dir().join(format!("dustin-fid-sources-{}", std::process::id()));
+    let books = dir.join("books");
+    std::fs::create_dir_all(&books).unwrap();
+    std::fs::write(books.join("1.txt"), "A book.\n").unwrap();
+    std::fs::write(dir.join("a.py"), "def f():\n    return 1\n").unwrap();
+    std::fs::write(dir.join("1.rs"), "fn main() {}\n").unwrap();
+    let list = format!("{},{}", books.display(), dir.join("a.py").display());
+    let got = load_sources(std::path::Path::new(&list)).unwrap();
+    let ids: Vec<&str> = got.iter().map(|b| b.id.as_str()).collect();
+    assert_eq!(ids, ["1", "a"]);
+    assert_eq!(got[1].text, "def f():\n    return 1");
+    let dup = format!("{},{}", books.display(), dir.join("1.rs").display());
+    let e = load_sources(std::path::Path::new(&dup))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("two sources named 1"), "{e}");
+    let missing = dir.join("missing.txt");
+    let e = load_sources(&missing).unwrap_err().to_string();
+    assert!(e.contains("missing.txt"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -12,6 +12,7 @@ use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2};
 use dustin_select::BudgetedPolicy;
 use dustin_spec::{SpecConfig, SpeculativeDecoder};
 
+use super::timed::Timed;
 use super::{FidelityOptions, Row};
 use crate::harness::engine::{
     forced_window, host_f32, host_i64, nll_of, shared_drafter, shared_verifier, FanOut,
@@ -221,17 +222,18 @@ pub(crate) fn run_row<B: KernelOps>(
     let t = Instant::now();
     let mut verifier = shared_verifier(
         cx.target.clone(),
-        fid,
+        Timed::new(fid),
         sh.cache.clone(),
         sh.last.clone(),
         cx.vocab,
     );
     verifier.prefill(&[ids[..p].to_vec()])?;
     verifier.set_pending(&[ids[p]])?;
-    let (mut agree, mut kl, mut nll) = (0usize, 0.0f64, 0.0f64);
+    let (mut win_agree, mut win_kl, mut win_nll) = (Vec::new(), Vec::new(), Vec::new());
     let (mut reads, mut dense) = (0u64, 0u64);
     let mut est_before = verifier
         .policy()
+        .inner()
         .estimation_reads()
         .first()
         .copied()
@@ -248,6 +250,7 @@ pub(crate) fn run_row<B: KernelOps>(
         )?;
         let e = verifier
             .policy()
+            .inner()
             .estimation_reads()
             .first()
             .copied()
@@ -259,19 +262,25 @@ pub(crate) fn run_row<B: KernelOps>(
         let lp = activation::log_softmax(logits, 2);
         let dl = &sh.dense_logp[j];
         let kls = (dl.clone().exp() * (dl.clone() - lp.clone())).sum_dim(2);
-        kl += host_f32(kls)?.iter().map(|&x| f64::from(x)).sum::<f64>();
+        win_kl.push(host_f32(kls)?.iter().map(|&x| f64::from(x)).sum::<f64>());
         let top = host_i64(lp.clone().argmax(2))?;
-        agree += top
-            .iter()
-            .zip(&sh.dense_top[j * g1..(j + 1) * g1])
-            .filter(|(a, b)| a == b)
-            .count();
-        nll += nll_of(&lp, &ids[p + j * g1 + 1..p + (j + 1) * g1 + 1])?;
+        win_agree.push(
+            top.iter()
+                .zip(&sh.dense_top[j * g1..(j + 1) * g1])
+                .filter(|(a, b)| a == b)
+                .count(),
+        );
+        win_nll.push(nll_of(&lp, &ids[p + j * g1 + 1..p + (j + 1) * g1 + 1])?);
     }
     let secs_windows = t.elapsed().as_secs_f64();
+    let secs_select = verifier.policy().secs();
+    let agree: usize = win_agree.iter().sum();
+    let kl: f64 = win_kl.iter().sum();
+    let nll: f64 = win_nll.iter().sum();
     let positions = args.windows * g1;
     let t = Instant::now();
     let (mut sd, mut sv) = (0.0, 0.0);
+    let mut spec_accepted = Vec::new();
     let (accept_len, spec_iterations) = match spec {
         Some(policy) => {
             let drafter = shared_drafter(
@@ -299,6 +308,11 @@ pub(crate) fn run_row<B: KernelOps>(
             let o = dec.generate(&[ids[..p].to_vec()], &cfg, None, &mut |_, _| {})?;
             sd = o.summary.draft_secs;
             sv = o.summary.verify_secs;
+            spec_accepted = o
+                .iterations
+                .iter()
+                .map(|it| it.accepted.first().copied().unwrap_or(0))
+                .collect();
             (
                 Some(o.summary.mean_acceptance_length),
                 Some(o.summary.iterations),
@@ -331,5 +345,10 @@ pub(crate) fn run_row<B: KernelOps>(
         secs_spec,
         secs_spec_draft: sd,
         secs_spec_verify: sv,
+        secs_select,
+        win_agree,
+        win_kl,
+        win_nll,
+        spec_accepted,
     })
 }
