@@ -20,7 +20,7 @@ bin=${DUSTIN_BIN:-target/release/dustin}
 row() {
     local name=$1; shift
     local line
-    line=$("$bin" generate --prompt-file "$prompt" --max-new-tokens "$new" "$@" 2>&1 >/dev/null | grep '^prefill:')
+    line=$("$bin" generate --prompt-file "$prompt" --max-new-tokens "$new" "$@" 2>&1 >/dev/null | grep -E '^(prefill|speculative)' || true)
     echo "| $name | $line |"
 }
 echo "| row | result |"

@@ -5,8 +5,7 @@
 use rayon::prelude::*;
 
 use super::{K_STEP, PANEL, ROW_BLOCK};
-use crate::cpu_quant::{dequantize_group, QuantMatrix, GROUP};
-use crate::Result;
+use crate::cpu_quant::{group_of, QuantMatrix, GROUP};
 
 /// The bits of `v` rounded to the nearest bf16 (ties to even), in the high half of an f32's
 /// bits (the low half zero); a NaN stays a NaN. Branch-free, so loops over it vectorize.
@@ -94,32 +93,49 @@ pub(super) const A_TILE: usize = 512;
 /// holds rows `32 r + 16 h ..` (16) at columns `32 s ..` (32), 64 bytes a row. A tile of
 /// rows of `x` itself would read 16 rows `2 k` bytes apart, a page or more each; the tiles
 /// laid out whole read one kilobyte.
-pub(super) fn split_rows(
-    x: &[f32],
-    m: usize,
-    k: usize,
-    m_pad: usize,
-) -> (Aligned<u16>, Aligned<u16>) {
+pub(super) fn split_rows(x: &[f32], k: usize, m_pad: usize) -> (Aligned<u16>, Aligned<u16>) {
+    use std::arch::is_x86_feature_detected as has;
     let mut hi = Aligned::zeroed(m_pad * k);
     let mut lo = Aligned::zeroed(m_pad * k);
     let block = ROW_BLOCK * k;
+    let avx512 = has!("avx512f") && has!("avx512bw") && has!("avx512vl");
     hi.as_mut_slice()
         .par_chunks_mut(block)
         .zip(lo.as_mut_slice().par_chunks_mut(block))
         .enumerate()
         .for_each(|(r, (h, l))| {
-            for i in 0..ROW_BLOCK.min(m.saturating_sub(r * ROW_BLOCK)) {
-                let row = &x[(r * ROW_BLOCK + i) * k..][..k];
-                let (half, i) = (i / 16, i % 16);
-                for (s, seg) in row.chunks_exact(K_STEP).enumerate() {
-                    let at = (2 * s + half) * A_TILE + 32 * i;
-                    for (c, &v) in seg.iter().enumerate() {
-                        (h[at + c], l[at + c]) = split(v);
-                    }
-                }
+            let rows = &x[(r * ROW_BLOCK * k).min(x.len())..((r + 1) * ROW_BLOCK * k).min(x.len())];
+            if avx512 {
+                // SAFETY: the features were detected above.
+                unsafe { split_block_avx512(rows, k, h, l) }
+            } else {
+                split_block(rows, k, h, l)
             }
         });
     (hi, lo)
+}
+
+/// [`split_block`] compiled with AVX-512.
+///
+/// # Safety
+/// The CPU has AVX-512F, BW and VL.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+unsafe fn split_block_avx512(rows: &[f32], k: usize, h: &mut [u16], l: &mut [u16]) {
+    split_block(rows, k, h, l)
+}
+
+/// The rows `rows` (at most 32 of `k` values) of one row block into its `A` tiles `h`, `l`.
+#[inline(always)]
+fn split_block(rows: &[f32], k: usize, h: &mut [u16], l: &mut [u16]) {
+    for (i, row) in rows.chunks_exact(k).enumerate() {
+        let (half, i) = (i / 16, i % 16);
+        for (s, seg) in row.chunks_exact(K_STEP).enumerate() {
+            let at = (2 * s + half) * A_TILE + 32 * i;
+            for (c, &v) in seg.iter().enumerate() {
+                (h[at + c], l[at + c]) = split(v);
+            }
+        }
+    }
 }
 
 /// Values of one `B` tile: 16 rows (pairs of `k`) of 16 columns of 2 bf16, as 256 pairs.
@@ -130,13 +146,12 @@ pub(super) const B_TILE_PAIRS: usize = 256;
 pub(super) const BLOCK_STEPS: usize = GROUP / K_STEP;
 
 /// The weight rows `j0 .. j0 + panels * PANEL` (those past the weight zero), elements
-/// `256 g ..` of `k` (group `g`, `steps` steps of 32), split into `hi` and `lo` `B` tiles:
-/// the tile of step `s`, panel `p` and half `t` at `((s panels + p) 2 + t) B_TILE_PAIRS`
-/// holds in row `i`, column `j`, the pair `w[j0 + 32 p + 16 t + j][256 g + 32 s + 2 i + e]`
-/// (`e = 0, 1`; `e = 0` in the low half).
-///
-/// # Errors
-/// As [`dequantize_group`] (never for groups within the weight).
+/// `256 g ..` of `k` (group `g` of the weight's rows, `steps` steps of 32), split into `hi`
+/// and `lo` `B` tiles: the tile of step `s`, panel `p` and half `t` at
+/// `((s panels + p) 2 + t) B_TILE_PAIRS` holds in row `i`, column `j`, the pair
+/// `w[j0 + 32 p + 16 t + j][256 g + 32 s + 2 i + e]` (`e = 0, 1`; `e = 0` in the low half).
+/// Compiled for AVX-512 where the CPU has it (every CPU with AMX does), so that the decoders
+/// and the splits vectorize; `g` must be a group of `w`.
 pub(super) fn pack_block(
     w: &QuantMatrix,
     j0: usize,
@@ -145,14 +160,51 @@ pub(super) fn pack_block(
     steps: usize,
     hi: &mut [u32],
     lo: &mut [u32],
-) -> Result<()> {
+) {
+    use std::arch::is_x86_feature_detected as has;
+    if has!("avx512f") && has!("avx512bw") && has!("avx512vl") && has!("f16c") {
+        // SAFETY: the features were detected above.
+        unsafe { pack_block_avx512(w, j0, panels, g, steps, hi, lo) }
+    } else {
+        pack_block_body(w, j0, panels, g, steps, hi, lo)
+    }
+}
+
+/// [`pack_block`] compiled with AVX-512.
+///
+/// # Safety
+/// The CPU has AVX-512F, BW, VL and F16C.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn pack_block_avx512(
+    w: &QuantMatrix,
+    j0: usize,
+    panels: usize,
+    g: usize,
+    steps: usize,
+    hi: &mut [u32],
+    lo: &mut [u32],
+) {
+    pack_block_body(w, j0, panels, g, steps, hi, lo)
+}
+
+/// [`pack_block`]'s work, inlined into each instruction set's function.
+#[inline(always)]
+fn pack_block_body(
+    w: &QuantMatrix,
+    j0: usize,
+    panels: usize,
+    g: usize,
+    steps: usize,
+    hi: &mut [u32],
+    lo: &mut [u32],
+) {
     let mut vals = [0.0f32; GROUP];
     for p in 0..panels {
         for t in 0..PANEL / 16 {
             for j in 0..16 {
                 let row = j0 + PANEL * p + 16 * t + j;
                 if row < w.rows() {
-                    dequantize_group(w, row, g, &mut vals)?;
+                    group_of(w, row, g, &mut vals);
                 } else {
                     vals = [0.0; GROUP];
                 }
@@ -171,7 +223,6 @@ pub(super) fn pack_block(
             }
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -85,14 +85,14 @@ pub(super) fn matmul(
     if m == 0 || n == 0 {
         return Ok(y);
     }
-    let (ah, al) = pack::split_rows(x, m, k, m_pad);
+    let (ah, al) = pack::split_rows(x, k, m_pad);
     let panels = n.div_ceil(PANEL);
     // enough tasks for every thread twice over where the weight has that many panels
     let group = (panels / (2 * rayon::current_num_threads()).max(1)).clamp(1, MAX_GROUP);
     let out = Out(y.as_mut_ptr());
     (0..panels.div_ceil(group))
         .into_par_iter()
-        .try_for_each(|task| {
+        .for_each(|task| {
             let p0 = task * group;
             let task = Group {
                 w,
@@ -109,7 +109,7 @@ pub(super) fn matmul(
             // `j0 .. j0 + panels * PANEL` (below `n`) of `y`'s `m` rows, which no other task
             // writes, while `y` outlives the tasks.
             unsafe { task.run(out, bias) }
-        })?;
+        });
     Ok(y)
 }
 
@@ -138,7 +138,7 @@ impl Group<'_> {
     /// AMX is available and granted; `ah`, `al` hold `m_pad * k` values laid out by
     /// [`pack::split_rows`], 64-byte aligned; `out` points at `m * n` writable f32 of which
     /// no other thread touches these columns.
-    unsafe fn run(&self, out: Out, bias: Option<&[f32]>) -> Result<()> {
+    unsafe fn run(&self, out: Out, bias: Option<&[f32]>) {
         let (k, panels) = (self.k, self.panels);
         let steps_total = k / K_STEP;
         let row_blocks = self.m_pad / ROW_BLOCK;
@@ -153,7 +153,7 @@ impl Group<'_> {
         for g in 0..steps_total.div_ceil(BLOCK_STEPS) {
             let s0 = g * BLOCK_STEPS;
             let steps = BLOCK_STEPS.min(steps_total - s0);
-            let packed = pack::pack_block(
+            pack::pack_block(
                 self.w,
                 self.j0,
                 panels,
@@ -162,11 +162,6 @@ impl Group<'_> {
                 bh.as_mut_slice(),
                 bl.as_mut_slice(),
             );
-            if let Err(e) = packed {
-                // SAFETY: releases the tile state configured above.
-                unsafe { asm!("tilerelease", options(nostack, nomem)) };
-                return Err(e);
-            }
             let (bhp, blp) = (bh.as_slice().as_ptr(), bl.as_slice().as_ptr());
             for r in 0..row_blocks {
                 // the A tiles of row block r from step s0: two halves, `hi` and `lo`
@@ -278,6 +273,5 @@ impl Group<'_> {
                 }
             }
         }
-        Ok(())
     }
 }

@@ -122,6 +122,14 @@ pub fn dequantize_group(
             g,
         ));
     }
+    group_of(w, row, g, out);
+    Ok(())
+}
+
+/// [`dequantize_group`] without its checks (`row` and `g` within `w`), inlined into its
+/// caller so that it compiles with the caller's instruction set.
+#[inline(always)]
+pub(crate) fn group_of(w: &QuantMatrix, row: usize, g: usize, out: &mut [f32; GROUP]) {
     let rb = w.row_bytes();
     let bytes = &w.data()[row * rb..(row + 1) * rb];
     let n = GROUP.min(w.cols() - g * GROUP);
@@ -136,7 +144,6 @@ pub fn dequantize_group(
         QuantType::Q5K => group_in::<formats::Q5K>(bytes, g, &mut out[..n]),
         QuantType::Q6K => group_in::<formats::Q6K>(bytes, g, &mut out[..n]),
     }
-    Ok(())
 }
 
 /// Group `g` of the row `bytes` in format `F` into `out`.

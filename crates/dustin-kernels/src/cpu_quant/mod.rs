@@ -71,6 +71,7 @@ mod tile;
 mod x86;
 
 pub use blocks::GROUP;
+pub(crate) use decode::group_of;
 pub use decode::{dequantize_group, dequantize_rows};
 
 use blocks::ActGroup;
