@@ -8,8 +8,8 @@ throughput, time to first token, inter-token latency and the server's own time p
 
 Prompts are slices of this repository's Rust sources, about `--prompt-tokens` tokens each
 (the mean the server counted is reported). Every request is greedy with `max_tokens` new
-tokens. For each N the first N requests run at once; the baseline runs the largest set one
-after another. A streamed chunk holds the text of one engine iteration (several tokens
+tokens. For each N the first N requests run at once; the baseline runs the first
+`--sequential` of them (default: the largest N) one after another. A streamed chunk holds the text of one engine iteration (several tokens
 after a speculative iteration): the inter-token latency gives each token of a chunk the
 gap to the request's previous chunk divided by the chunk's tokens, a request's tokens
 (the server's count over the requests) apportioned to its chunks by characters. The
@@ -28,6 +28,8 @@ from pathlib import Path
 
 from openai import OpenAI
 
+GAUGES = ("dustin_active_sequences", "dustin_queue_depth")
+
 METRICS = (
     "dustin_completion_tokens_total",
     "dustin_prompt_tokens_total",
@@ -45,9 +47,20 @@ def metrics(base: str) -> dict:
         if line.startswith("#") or " " not in line:
             continue
         name, value = line.rsplit(" ", 1)
-        if name in METRICS:
+        if name in METRICS or name in GAUGES:
             out[name] = float(value)
     return out
+
+
+def idle_metrics(base: str) -> dict:
+    """The counters once the engine has counted its last round (it updates its busy time
+    after the round in which the last request ended)."""
+    for _ in range(200):
+        m = metrics(base)
+        if all(m.get(g, 0.0) == 0.0 for g in GAUGES):
+            return m
+        time.sleep(0.05)
+    return metrics(base)
 
 
 def prompts(n: int, tokens: int) -> list:
@@ -78,7 +91,7 @@ def one(client: OpenAI, model: str, prompt: str, max_tokens: int, t0: float) -> 
 
 
 def run(client, base, model, batch, max_tokens, concurrent: bool) -> dict:
-    before = metrics(base)
+    before = idle_metrics(base)
     t0 = time.perf_counter()
     results = [None] * len(batch)
     if concurrent:
@@ -93,7 +106,7 @@ def run(client, base, model, batch, max_tokens, concurrent: bool) -> dict:
         for i, p in enumerate(batch):
             results[i] = one(client, model, p, max_tokens, t0)
     wall = time.perf_counter() - t0
-    after = metrics(base)
+    after = idle_metrics(base)
     d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in METRICS}
     tokens = d["dustin_completion_tokens_total"]
     ttft, itl = [], []
@@ -144,6 +157,8 @@ def main() -> None:
     ap.add_argument("--concurrency", default="1,4,16")
     ap.add_argument("--prompt-tokens", type=int, default=256)
     ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--sequential", type=int, default=0,
+                    help="requests of the one-at-a-time baseline (default: the largest N)")
     ap.add_argument("--label", default="")
     ap.add_argument("--json", help="append the rows to this JSON-lines file")
     a = ap.parse_args()
@@ -152,8 +167,9 @@ def main() -> None:
     reqs = prompts(max(ns), a.prompt_tokens)
     # warm-up: one short request (first-call allocations), not measured
     client.completions.create(model=a.model, prompt=reqs[0][:200], max_tokens=2, temperature=0)
-    rows = [run(client, a.base, a.model, reqs, a.max_tokens, concurrent=False)]
-    rows[0]["label"] = f"{a.label} one at a time x{max(ns)}"
+    seq = a.sequential or max(ns)
+    rows = [run(client, a.base, a.model, reqs[:seq], a.max_tokens, concurrent=False)]
+    rows[0]["label"] = f"{a.label} one at a time x{seq}"
     for n in ns:
         r = run(client, a.base, a.model, reqs[:n], a.max_tokens, concurrent=True)
         r["label"] = f"{a.label} N={n}"
