@@ -349,7 +349,8 @@ impl<B: Backend, D: JoinDrafter<B>, V: JoinVerifier<B>> SpeculativeDecoder<B, D,
     }
 
     /// Prefills the joining sequences of `run` in chunks of `chunk` tokens, oldest first,
-    /// until `budget` prompt tokens ran (at least one chunk when any is joining); a sequence
+    /// while the tokens run stay within `budget` (one chunk at least when any is joining;
+    /// the last chunk of a prompt may be up to half a chunk longer); a sequence
     /// whose prompt is done emits its first token through `on_tokens` and joins the batch,
     /// decoding from the next [`Self::step`]. Returns the prompt tokens run. A joining
     /// sequence's tokens equal those of its run alone ([`Self::generate`] with a prefill

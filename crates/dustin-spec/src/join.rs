@@ -330,8 +330,8 @@ impl<B: Backend, P: SelectionPolicy<B>> AttentionHook<B> for PerRow<P> {
         }
         let mut sels = Vec::with_capacity(b);
         for (r, (p, _)) in self.rows.iter_mut().enumerate() {
-            let q = ctx.q.clone().slice([r..r + 1]);
-            let k = ctx.k.clone().slice([r..r + 1]);
+            let q = ctx.q.clone().narrow(0, r, 1);
+            let k = ctx.k.clone().narrow(0, r, 1);
             sels.push(p.on_layer(&row_ctx(
                 ctx,
                 Phase::Decode,
@@ -413,7 +413,7 @@ impl<B: Backend, P: SelectionPolicy<B>> AttentionHook<B> for PerRow<P> {
             if !wants_probs && !p.wants_key_mass(layer, phase) {
                 continue;
             }
-            let mine = probs.clone().slice([r..r + 1]);
+            let mine = probs.clone().narrow(0, r, 1);
             if wants_probs {
                 p.on_probs(layer, phase, &mine)?;
             } else {
@@ -458,7 +458,7 @@ impl<B: Backend, P: SelectionPolicy<B>> AttentionHook<B> for PerRow<P> {
         }
         for (r, (p, _)) in self.rows.iter_mut().enumerate() {
             if p.wants_key_mass(layer, phase) {
-                p.on_key_mass(layer, phase, &mass.clone().slice([r..r + 1]))?;
+                p.on_key_mass(layer, phase, &mass.clone().narrow(0, r, 1))?;
             }
         }
         Ok(())
@@ -491,7 +491,7 @@ impl<B: Backend, P: SelectionPolicy<B>> SelectionPolicy<B> for PerRow<P> {
             return;
         }
         for (r, (p, _)) in self.rows.iter_mut().enumerate() {
-            p.observe_lookahead(&lookahead.clone().slice([r..r + 1]));
+            p.observe_lookahead(&lookahead.clone().narrow(0, r, 1));
         }
     }
 

@@ -273,10 +273,10 @@ impl SpecRun {
         Ok(seq)
     }
 
-    /// Runs prefill chunks of `chunk` tokens of the joining sequences, oldest first, until
-    /// `budget` prompt tokens ran (at least one chunk when any sequence is joining); a
-    /// sequence whose prompt is done picks and emits its first token and joins the batch.
-    /// Returns the prompt tokens run.
+    /// Runs prefill chunks of `chunk` tokens of the joining sequences, oldest first, while
+    /// the prompt tokens run stay within `budget` (one chunk at least when any sequence is
+    /// joining); a sequence whose prompt is done picks and emits its first token and joins
+    /// the batch. Returns the prompt tokens run.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn prefill_inner<B: Backend, D: JoinDrafter<B>, V: JoinVerifier<B>>(
         &mut self,
@@ -301,9 +301,12 @@ impl SpecRun {
         });
         let t0 = Instant::now();
         let mut ran = 0usize;
-        while !self.joining.is_empty() && (ran == 0 || ran < budget) {
-            let (seq, len, done) = self.joining[0];
+        while let Some(&(seq, len, done)) = self.joining.first() {
             let end = chunk_end(done, len, chunk);
+            // the round stops before a chunk that would pass the budget (one chunk at least)
+            if ran > 0 && ran + (end - done) > budget {
+                break;
+            }
             let last = verifier.prefill_row(seq, end)?;
             if let Some(d) = drafter.as_deref_mut() {
                 d.prefill_row(seq, end)?;
