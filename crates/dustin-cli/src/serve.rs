@@ -5,10 +5,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
+use dustin_core::{DenseHook, SelectionPolicy};
 use dustin_kernels::KernelOps;
 use dustin_qwen::{ModelFiles, Qwen2, QwenConfig};
 use dustin_serve::{Decoder, DecoderFactory, EngineConfig, Limits, Server, ServerConfig};
-use dustin_spec::{AutoregressiveDecoder, ModelDrafter, ModelVerifier, SpeculativeDecoder};
+use dustin_spec::{
+    AutoregressiveDecoder, JoinPolicy, ModelDrafter, ModelVerifier, PerRow, SpeculativeDecoder,
+};
 
 use crate::backend::DeviceKind;
 use crate::generate::{
@@ -64,13 +67,19 @@ pub struct ServeArgs {
     /// Requests waiting for admission at most; more are answered 429 with `Retry-After`.
     #[arg(long, default_value_t = 64)]
     pub max_queue: usize,
-    /// Sequences decoding at once at most, all batches together.
+    /// Sequences decoding at once at most, all batches together (those being prefilled
+    /// included).
     #[arg(long, default_value_t = 16)]
     pub max_batch: usize,
-    /// Batches decoding at once at most (requests that arrive while others run start a new
-    /// batch; each iteration steps every batch in turn).
+    /// Batches decoding at once at most: greedy requests join one running batch between its
+    /// iterations, a sampled request runs in a batch of its own; each iteration steps every
+    /// batch in turn.
     #[arg(long, default_value_t = 4)]
     pub max_batches: usize,
+    /// Prompt tokens prefilled between two iterations of a batch: a new request's prompt
+    /// runs in chunks of this size interleaved with the running requests' iterations.
+    #[arg(long, default_value_t = 256)]
+    pub prefill_chunk: usize,
     /// Weights of a GGUF model: `auto`, `dense` or `blocks` (as for `dustin generate`).
     #[arg(long, value_enum, default_value_t = crate::models::WeightsArg::Auto)]
     pub weights: crate::models::WeightsArg,
@@ -103,7 +112,7 @@ struct Factory<B: KernelOps> {
     draft: Draft<B>,
     selector: String,
     budget: usize,
-    file: FileConfig,
+    file: Arc<FileConfig>,
     vocab: usize,
     /// the configs of every KV cache a batch holds (target and draft)
     cfgs: Vec<QwenConfig>,
@@ -125,15 +134,37 @@ impl<B: KernelOps> DecoderFactory for Factory<B> {
     }
 
     fn build(&mut self, extra: usize) -> Result<Box<dyn Decoder>, String> {
-        let policy = build_policy::<B>(&self.selector, self.budget, &self.file)
-            .map_err(|e| e.to_string())?;
+        if self.selector == "dense" {
+            let verifier = ModelVerifier::new(self.target.clone(), DenseHook, extra, self.vocab);
+            return Ok(self.decoder(verifier, extra));
+        }
+        build_policy::<B>(&self.selector, self.budget, &self.file).map_err(|e| e.to_string())?;
+        let (selector, budget) = (self.selector.clone(), self.budget);
+        let file = self.file.clone();
+        // one policy per sequence, so that sequences join and leave with their own state;
+        // the settings built above, so the fallback to dense is never taken
+        let policy = PerRow::new(move || {
+            build_policy::<B>(&selector, budget, &file)
+                .unwrap_or_else(|_| Box::new(DenseHook) as Box<dyn SelectionPolicy<B>>)
+        });
         let verifier = ModelVerifier::new(self.target.clone(), policy, extra, self.vocab);
+        Ok(self.decoder(verifier, extra))
+    }
+}
+
+impl<B: KernelOps> Factory<B> {
+    /// The batch's decoder over `verifier`: speculative with the draft, else autoregressive.
+    fn decoder<P: JoinPolicy<B> + 'static>(
+        &self,
+        verifier: ModelVerifier<B, P>,
+        extra: usize,
+    ) -> Box<dyn Decoder> {
         let drafter = match &self.draft {
-            Draft::None => return Ok(Box::new(AutoregressiveDecoder::new(verifier))),
+            Draft::None => return Box::new(AutoregressiveDecoder::new(verifier)),
             Draft::Model(d) | Draft::Substitute(d) => ModelDrafter::new(d.clone(), None, extra),
             Draft::SelfLayers(n) => ModelDrafter::new(self.target.clone(), Some(*n), extra),
         };
-        Ok(Box::new(SpeculativeDecoder::new(drafter, verifier)))
+        Box::new(SpeculativeDecoder::new(drafter, verifier))
     }
 }
 
@@ -231,6 +262,7 @@ fn run_on<B: KernelOps>(args: ServeArgs, dev: B::Device) -> Result<(), CliError>
             gamma: args.gamma,
             max_batch: args.max_batch,
             max_batches: args.max_batches,
+            prefill_chunk: args.prefill_chunk,
         },
     };
     let factory = Factory::<B> {
@@ -238,7 +270,7 @@ fn run_on<B: KernelOps>(args: ServeArgs, dev: B::Device) -> Result<(), CliError>
         draft,
         selector: args.selector.clone(),
         budget: args.budget,
-        file,
+        file: Arc::new(file),
         vocab,
         cfgs,
         dev,

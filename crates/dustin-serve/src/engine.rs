@@ -1,9 +1,12 @@
 //! The engine thread: owns the models (through a [`DecoderFactory`]), takes requests from
 //! the HTTP handlers over a channel, and runs them in batches, one speculative iteration of
-//! each running batch in turn. Requests join between iterations as a new batch (prefilled
-//! before the next round of iterations) and leave their batch when they finish; a request
-//! whose client went away is cancelled at the next iteration and its cache rows dropped; a
-//! batch whose sequences have all finished is dropped with its KV caches.
+//! each running batch in turn (continuous batching). A greedy request joins the running
+//! batch of greedy requests between two of its iterations: its prompt is prefilled in
+//! chunks of [`EngineConfig::prefill_chunk`] tokens, one chunk per iteration of the batch,
+//! and it decodes from the iteration after its last chunk. A sampled request runs in a
+//! batch of its own. Requests leave their batch when they finish; a request whose client
+//! went away is cancelled at the next iteration and its cache rows dropped (before or after
+//! it joined); a batch whose sequences have all finished is dropped with its KV caches.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -12,31 +15,53 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use burn_tensor::backend::Backend;
-use dustin_core::{Drafter, SamplingConfig, TokenId, Verifier};
+use dustin_core::{SamplingConfig, TokenId};
 use dustin_qwen::generate::FinishReason;
 use dustin_qwen::{StreamDecoder, Tokenizer};
-use dustin_spec::{AutoregressiveDecoder, SeqLimits, SpecConfig, SpecRun, SpeculativeDecoder};
+use dustin_spec::{
+    AutoregressiveDecoder, JoinDrafter, JoinVerifier, SeqLimits, SpecConfig, SpecRun,
+    SpeculativeDecoder,
+};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 
-/// A decoder the engine can drive one iteration at a time: speculative
-/// ([`SpeculativeDecoder`]) or autoregressive ([`AutoregressiveDecoder`]).
+/// A decoder the engine drives one iteration at a time, taking sequences between
+/// iterations: speculative ([`SpeculativeDecoder`]) or autoregressive
+/// ([`AutoregressiveDecoder`]), over a drafter and a verifier that take joining sequences
+/// ([`JoinDrafter`], [`JoinVerifier`]).
 pub trait Decoder {
-    /// Prefills `prompts` and emits each sequence's first token (see
-    /// [`SpeculativeDecoder::start`]).
+    /// An empty run (see [`SpeculativeDecoder::open`]).
     ///
     /// # Errors
-    /// Configuration, prompt and model errors.
-    fn start(
+    /// Configuration errors.
+    fn open(&self, cfg: &SpecConfig) -> dustin_spec::Result<SpecRun>;
+
+    /// Adds a sequence to `run`, to join once prefilled (see [`SpeculativeDecoder::join`]).
+    ///
+    /// # Errors
+    /// Prompt and memory errors; `run` is unchanged then.
+    fn join(
         &mut self,
-        prompts: &[Vec<TokenId>],
-        cfg: &SpecConfig,
-        limits: &[SeqLimits],
+        run: &mut SpecRun,
+        prompt: &[TokenId],
+        limits: &SeqLimits,
+        room: usize,
+    ) -> dustin_spec::Result<usize>;
+
+    /// Prefill chunks of the joining sequences (see [`SpeculativeDecoder::prefill`]).
+    ///
+    /// # Errors
+    /// Model errors.
+    fn prefill(
+        &mut self,
+        run: &mut SpecRun,
+        chunk: usize,
+        budget: usize,
         tokenizer: &Tokenizer,
         on_tokens: &mut dyn FnMut(usize, &[TokenId]),
-    ) -> dustin_spec::Result<SpecRun>;
+    ) -> dustin_spec::Result<usize>;
 
     /// One iteration of `run` (see [`SpeculativeDecoder::step`]).
     ///
@@ -50,16 +75,30 @@ pub trait Decoder {
     ) -> dustin_spec::Result<()>;
 }
 
-impl<B: Backend, D: Drafter<B>, V: Verifier<B>> Decoder for SpeculativeDecoder<B, D, V> {
-    fn start(
+impl<B: Backend, D: JoinDrafter<B>, V: JoinVerifier<B>> Decoder for SpeculativeDecoder<B, D, V> {
+    fn open(&self, cfg: &SpecConfig) -> dustin_spec::Result<SpecRun> {
+        SpeculativeDecoder::open(self, cfg)
+    }
+
+    fn join(
         &mut self,
-        prompts: &[Vec<TokenId>],
-        cfg: &SpecConfig,
-        limits: &[SeqLimits],
+        run: &mut SpecRun,
+        prompt: &[TokenId],
+        limits: &SeqLimits,
+        room: usize,
+    ) -> dustin_spec::Result<usize> {
+        SpeculativeDecoder::join(self, run, prompt, limits, room)
+    }
+
+    fn prefill(
+        &mut self,
+        run: &mut SpecRun,
+        chunk: usize,
+        budget: usize,
         tokenizer: &Tokenizer,
         on_tokens: &mut dyn FnMut(usize, &[TokenId]),
-    ) -> dustin_spec::Result<SpecRun> {
-        SpeculativeDecoder::start(self, prompts, cfg, limits, Some(tokenizer), on_tokens)
+    ) -> dustin_spec::Result<usize> {
+        SpeculativeDecoder::prefill(self, run, chunk, budget, Some(tokenizer), on_tokens)
     }
 
     fn step(
@@ -72,16 +111,30 @@ impl<B: Backend, D: Drafter<B>, V: Verifier<B>> Decoder for SpeculativeDecoder<B
     }
 }
 
-impl<B: Backend, V: Verifier<B>> Decoder for AutoregressiveDecoder<B, V> {
-    fn start(
+impl<B: Backend, V: JoinVerifier<B>> Decoder for AutoregressiveDecoder<B, V> {
+    fn open(&self, cfg: &SpecConfig) -> dustin_spec::Result<SpecRun> {
+        AutoregressiveDecoder::open(self, cfg)
+    }
+
+    fn join(
         &mut self,
-        prompts: &[Vec<TokenId>],
-        cfg: &SpecConfig,
-        limits: &[SeqLimits],
+        run: &mut SpecRun,
+        prompt: &[TokenId],
+        limits: &SeqLimits,
+        room: usize,
+    ) -> dustin_spec::Result<usize> {
+        AutoregressiveDecoder::join(self, run, prompt, limits, room)
+    }
+
+    fn prefill(
+        &mut self,
+        run: &mut SpecRun,
+        chunk: usize,
+        budget: usize,
         tokenizer: &Tokenizer,
         on_tokens: &mut dyn FnMut(usize, &[TokenId]),
-    ) -> dustin_spec::Result<SpecRun> {
-        AutoregressiveDecoder::start(self, prompts, cfg, limits, Some(tokenizer), on_tokens)
+    ) -> dustin_spec::Result<usize> {
+        AutoregressiveDecoder::prefill(self, run, chunk, budget, Some(tokenizer), on_tokens)
     }
 
     fn step(
@@ -104,8 +157,9 @@ pub trait DecoderFactory {
     /// The check's message (needed and available bytes) when they do not fit.
     fn check_memory(&self, batch: usize, capacity: usize) -> Result<u64, String>;
 
-    /// A fresh decoder (its own caches and selection policy state) with room for
-    /// `extra_capacity` tokens past the longest prompt of the batch it will run.
+    /// A fresh decoder (its own caches and selection policy state, no sequences yet; each
+    /// sequence joins with its own room, [`Decoder::join`]); `extra_capacity` is the room
+    /// past its prompt of the request that opens the batch.
     ///
     /// # Errors
     /// A message when the decoder cannot be made.
@@ -117,10 +171,15 @@ pub trait DecoderFactory {
 pub struct EngineConfig {
     /// Draft tokens per iteration (ignored by an autoregressive factory).
     pub gamma: usize,
-    /// Sequences in running batches at most, all batches together.
+    /// Sequences in running batches at most, all batches together (those being prefilled
+    /// included).
     pub max_batch: usize,
-    /// Batches running at once at most (each iteration steps every one of them in turn).
+    /// Batches running at once at most (each iteration steps every one of them in turn):
+    /// greedy requests share one batch, a sampled request runs in a batch of its own.
     pub max_batches: usize,
+    /// Prompt tokens prefilled per batch between two of its iterations (chunks of this
+    /// size), so that a long prompt does not stall the sequences decoding.
+    pub prefill_chunk: usize,
 }
 
 /// What a request's handler receives from the engine.
@@ -270,7 +329,18 @@ struct Batch {
     dec: Box<dyn Decoder>,
     run: SpecRun,
     members: Vec<Member>,
-    kv_bytes: u64,
+    /// whether greedy requests with these end tokens may join
+    joinable: Option<Vec<TokenId>>,
+    /// tokens each sequence's cache holds (the longest prompt + room of those that joined)
+    capacity: usize,
+    /// KV bytes per sequence and token (from the factory's memory check)
+    token_bytes: f64,
+}
+
+impl Batch {
+    fn kv_bytes(&self) -> u64 {
+        (self.token_bytes * (self.run.active().len() * self.capacity) as f64) as u64
+    }
 }
 
 /// The engine's loop; returns when told to stop and nothing is left, or when every sender
@@ -297,6 +367,7 @@ pub(crate) fn run_engine(
                 Err(_) => break,
             }
         }
+        let busy = Instant::now();
         loop {
             match rx.try_recv() {
                 Ok(c) => take(c, &mut waiting, &mut stopping, &mut cancel),
@@ -336,22 +407,18 @@ pub(crate) fn run_engine(
             }
             batches.clear();
         }
-        admit(
-            &mut waiting,
-            &mut batches,
-            factory.as_mut(),
-            &tok,
-            &cfg,
-            &metrics,
-        );
+        admit(&mut waiting, &mut batches, factory.as_mut(), &cfg, &metrics);
         for b in &mut batches {
-            step(b, &tok, &metrics);
+            advance(b, &tok, &cfg, &metrics);
         }
         batches.retain(|b| !b.run.is_done());
+        let secs = busy.elapsed().as_secs_f64();
         metrics.update(|c| {
+            c.engine_secs += secs;
             c.batches = batches.len() as u64;
             c.active_sequences = batches.iter().map(|b| b.run.active().len() as u64).sum();
-            c.kv_bytes = batches.iter().map(|b| b.kv_bytes).sum();
+            c.prefilling = batches.iter().map(|b| b.run.joining().len() as u64).sum();
+            c.kv_bytes = batches.iter().map(Batch::kv_bytes).sum();
         });
     }
 }
@@ -367,62 +434,43 @@ fn take(c: Command, waiting: &mut VecDeque<GenRequest>, stopping: &mut bool, can
     }
 }
 
-/// Whether two requests can share a batch: greedy both, with the same end tokens.
-fn same_batch(a: &GenRequest, b: &GenRequest) -> bool {
-    a.sampling.is_greedy() && b.sampling.is_greedy() && a.eos == b.eos
+/// Tokens a request's caches hold past its prompt: its generation and room for drafting.
+fn room(r: &GenRequest, cfg: &EngineConfig) -> usize {
+    r.max_tokens + 2 * (cfg.gamma + 2)
 }
 
-/// Starts new batches from the waiting requests while there is room: the first waiting
-/// request and, when it is greedy, every later greedy request with the same end tokens (up to
-/// the free sequences); a sampled request runs in a batch of its own, so that its seed gives
-/// the same text whatever else runs.
+/// Admits waiting requests, oldest first, while sequences are free: a greedy request joins
+/// the running batch of greedy requests with its end tokens, or starts one; a sampled
+/// request starts a batch of its own, so that its seed gives the same text whatever else
+/// runs. A request whose KV cache does not fit waits while batches run (their memory frees
+/// as they finish) and is answered an error when nothing runs.
 fn admit(
     waiting: &mut VecDeque<GenRequest>,
     batches: &mut Vec<Batch>,
     factory: &mut dyn DecoderFactory,
-    tok: &Tokenizer,
     cfg: &EngineConfig,
     metrics: &Metrics,
 ) {
-    while batches.len() < cfg.max_batches && !waiting.is_empty() {
+    while let Some(r) = waiting.front() {
         let running: usize = batches.iter().map(|b| b.run.active().len()).sum();
-        let room = cfg.max_batch.saturating_sub(running);
-        if room == 0 {
+        if running >= cfg.max_batch {
             return;
         }
-        let Some(head) = waiting.front() else { return };
-        let mut pick = vec![0usize];
-        for (i, r) in waiting.iter().enumerate().skip(1) {
-            if pick.len() >= room {
-                break;
-            }
-            if same_batch(head, r) {
-                pick.push(i);
-            }
+        let need = r.prompt.len() + room(r, cfg);
+        let target = batches.iter().position(|b| {
+            r.sampling.is_greedy() && b.joinable.as_deref() == Some(r.eos.as_slice())
+        });
+        if target.is_none() && batches.len() >= cfg.max_batches {
+            return;
         }
-        let slack = 2 * (cfg.gamma + 2);
-        let shape = |pick: &[usize]| {
-            let longest = pick
-                .iter()
-                .map(|&i| waiting[i].prompt.len())
-                .max()
-                .unwrap_or(0);
-            let most = pick
-                .iter()
-                .map(|&i| waiting[i].max_tokens)
-                .max()
-                .unwrap_or(0);
-            (most + slack, longest + most + slack)
+        // a batch whose capacity grows is copied: every sequence at the new capacity
+        let check = match target {
+            Some(i) if need > batches[i].capacity => (batches[i].run.active().len() + 1, need),
+            Some(i) => (1, batches[i].capacity),
+            None => (1, need),
         };
-        let (mut extra, mut capacity) = shape(&pick);
-        let mut kv = factory.check_memory(pick.len(), capacity);
-        if kv.is_err() && pick.len() > 1 {
-            pick.truncate(1);
-            (extra, capacity) = shape(&pick);
-            kv = factory.check_memory(1, capacity);
-        }
-        let kv_bytes = match kv {
-            Ok(b) => b,
+        let token_bytes = match factory.check_memory(check.0, check.1) {
+            Ok(b) => b as f64 / (check.0 * check.1).max(1) as f64,
             // memory frees when a running batch finishes
             Err(_) if !batches.is_empty() => return,
             Err(e) => {
@@ -436,87 +484,69 @@ fn admit(
                 continue;
             }
         };
-        // take the picked requests out of the queue, in order
-        let mut reqs = Vec::with_capacity(pick.len());
-        for &i in pick.iter().rev() {
-            if let Some(r) = waiting.remove(i) {
-                reqs.push(r);
+        let Some(r) = waiting.pop_front() else { return };
+        metrics.queued.fetch_sub(1, Ordering::SeqCst);
+        let i = match target {
+            Some(i) => i,
+            None => match open_batch(&r, factory, cfg, token_bytes) {
+                Ok(b) => {
+                    batches.push(b);
+                    metrics.update(|c| c.batches_opened += 1);
+                    batches.len() - 1
+                }
+                Err(e) => {
+                    metrics.finished("error");
+                    let _ = r.events.send(Event::Error(ApiError::internal(e)));
+                    continue;
+                }
+            },
+        };
+        let b = &mut batches[i];
+        let limits = SeqLimits {
+            max_new_tokens: r.max_tokens,
+            stop_strings: r.stop.clone(),
+        };
+        match b.dec.join(&mut b.run, &r.prompt, &limits, room(&r, cfg)) {
+            Ok(s) => {
+                debug_assert_eq!(s, b.members.len());
+                b.capacity = b.capacity.max(need);
+                b.members.push(Member::new(&r));
+                metrics.update(|c| c.prompt_tokens += r.prompt.len() as u64);
             }
-        }
-        reqs.reverse();
-        metrics.queued.fetch_sub(reqs.len(), Ordering::SeqCst);
-        if let Some(b) = start_batch(reqs, extra, factory, tok, cfg, metrics) {
-            batches.push(Batch { kv_bytes, ..b });
+            Err(e) => {
+                metrics.finished("error");
+                let _ = r.events.send(Event::Error(ApiError::internal(format!(
+                    "cannot admit: {e}"
+                ))));
+            }
         }
     }
 }
 
-/// Builds a decoder for `reqs` and prefills them; a failure answers each request with it.
-fn start_batch(
-    reqs: Vec<GenRequest>,
-    extra: usize,
+/// A new batch for `r` (its decoder and an empty run), before `r` joins it.
+fn open_batch(
+    r: &GenRequest,
     factory: &mut dyn DecoderFactory,
-    tok: &Tokenizer,
     cfg: &EngineConfig,
-    metrics: &Metrics,
-) -> Option<Batch> {
-    let mut members: Vec<Member> = reqs.iter().map(Member::new).collect();
-    let fail = |members: &mut [Member], msg: String| {
-        for m in members {
-            metrics.finished("error");
-            let _ = m.events.send(Event::Error(ApiError::internal(msg.clone())));
-        }
-    };
-    let mut dec = match factory.build(extra) {
-        Ok(d) => d,
-        Err(e) => {
-            fail(&mut members, e);
-            return None;
-        }
-    };
-    let head = &reqs[0];
+    token_bytes: f64,
+) -> Result<Batch, String> {
+    let dec = factory.build(room(r, cfg))?;
     let spec = SpecConfig {
         gamma: cfg.gamma,
-        max_new_tokens: reqs.iter().map(|r| r.max_tokens).max().unwrap_or(0),
-        sampling: head.sampling,
-        seed: head.seed,
-        eos: head.eos.clone(),
+        max_new_tokens: r.max_tokens,
+        sampling: r.sampling,
+        seed: r.seed,
+        eos: r.eos.clone(),
         stop_strings: Vec::new(),
     };
-    let limits: Vec<SeqLimits> = reqs
-        .iter()
-        .map(|r| SeqLimits {
-            max_new_tokens: r.max_tokens,
-            stop_strings: r.stop.clone(),
-        })
-        .collect();
-    let prompts: Vec<Vec<TokenId>> = reqs.iter().map(|r| r.prompt.clone()).collect();
-    let t = Instant::now();
-    let started = dec.start(&prompts, &spec, &limits, tok, &mut |s, ids| {
-        if let Some(m) = members.get_mut(s) {
-            m.push(tok, ids, metrics);
-        }
-    });
-    let secs = t.elapsed().as_secs_f64();
-    let prompt_tokens: usize = prompts.iter().map(Vec::len).sum();
-    metrics.update(|c| {
-        c.prefill_secs += secs;
-        c.prompt_tokens += prompt_tokens as u64;
-        c.completion_tokens += members.iter().map(|m| m.tokens as u64).sum::<u64>();
-    });
-    let mut run = match started {
-        Ok(r) => r,
-        Err(e) => {
-            fail(&mut members, e.to_string());
-            return None;
-        }
-    };
-    report_finished(&mut run, &mut members, metrics);
-    Some(Batch {
+    let run = dec.open(&spec).map_err(|e| e.to_string())?;
+    Ok(Batch {
         dec,
         run,
-        members,
-        kv_bytes: 0,
+        members: Vec::new(),
+        joinable: r.sampling.is_greedy().then(|| r.eos.clone()),
+        capacity: 0,
+        token_bytes,
     })
 }
 
@@ -531,14 +561,50 @@ fn report_finished(run: &mut SpecRun, members: &mut [Member], metrics: &Metrics)
     }
 }
 
-/// One iteration of `b`: cancels the sequences whose client left, steps, sends the new text
-/// and the ends, and counts.
-fn step(b: &mut Batch, tok: &Tokenizer, metrics: &Metrics) {
+/// Answers every request of `b` still open with `msg` and ends the batch.
+fn fail(b: &mut Batch, msg: &str, metrics: &Metrics) {
+    b.run.cancel_all();
+    for m in b.members.iter_mut().filter(|m| !m.done) {
+        m.done = true;
+        metrics.finished("error");
+        let _ = m
+            .events
+            .send(Event::Error(ApiError::internal(msg.to_string())));
+    }
+}
+
+/// Advances `b` by one round: cancels the sequences whose client left, prefills up to one
+/// chunk of joining prompts (a sequence whose prompt is done emits its first token and
+/// joins), runs one iteration of the sequences decoding, sends the new text and the ends,
+/// and counts.
+fn advance(b: &mut Batch, tok: &Tokenizer, cfg: &EngineConfig, metrics: &Metrics) {
     for (s, m) in b.members.iter_mut().enumerate() {
         if !m.done && m.events.is_closed() && b.run.cancel(s) {
             m.done = true;
             metrics.finished("disconnected");
         }
+    }
+    if !b.run.joining().is_empty() {
+        let mut first = 0usize;
+        let t = Instant::now();
+        let members = &mut b.members;
+        let chunk = cfg.prefill_chunk;
+        let r = b.dec.prefill(&mut b.run, chunk, chunk, tok, &mut |s, ids| {
+            first += ids.len();
+            if let Some(m) = members.get_mut(s) {
+                m.push(tok, ids, metrics);
+            }
+        });
+        let secs = t.elapsed().as_secs_f64();
+        metrics.update(|c| {
+            c.prefill_secs += secs;
+            c.completion_tokens += first as u64;
+        });
+        if let Err(e) = r {
+            fail(b, &format!("prefill failed: {e}"), metrics);
+            return;
+        }
+        report_finished(&mut b.run, &mut b.members, metrics);
     }
     if b.run.is_done() {
         return;
@@ -555,18 +621,14 @@ fn step(b: &mut Batch, tok: &Tokenizer, metrics: &Metrics) {
     });
     let secs = t.elapsed().as_secs_f64();
     if let Err(e) = r {
-        let msg = format!("generation failed: {e}");
-        b.run.cancel_all();
-        for m in b.members.iter_mut().filter(|m| !m.done) {
-            m.done = true;
-            metrics.finished("error");
-            let _ = m.events.send(Event::Error(ApiError::internal(msg.clone())));
-        }
+        fail(b, &format!("generation failed: {e}"), metrics);
         return;
     }
     let last = b.run.iterations().get(before);
     metrics.update(|c| {
-        c.step_secs += secs;
+        if last.is_some() {
+            c.step_secs += secs;
+        }
         c.step_tokens += emitted as u64;
         c.completion_tokens += emitted as u64;
         if let Some(it) = last {

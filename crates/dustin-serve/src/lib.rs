@@ -70,6 +70,9 @@ impl ServerConfig {
         if e.max_batches == 0 {
             return bad("--max-batches", "at least 1".into(), 0);
         }
+        if e.prefill_chunk == 0 {
+            return bad("--prefill-chunk", "at least 1".into(), 0);
+        }
         Ok(())
     }
 }

@@ -7,6 +7,7 @@ use dustin_qwen::Tokenizer;
 use serde::Serialize;
 
 use crate::error::{Result, SpecError};
+use crate::join::{JoinDrafter, JoinVerifier};
 use crate::run::{Schedule, SeqLimits, SpecRun};
 
 /// Largest `gamma` accepted: verification runs `gamma + 1 <= 16` query tokens per sequence,
@@ -309,6 +310,73 @@ impl<B: Backend, D: Drafter<B>, V: Verifier<B>> SpeculativeDecoder<B, D, V> {
     }
 }
 
+/// Continuous batching (see [`crate::join`]): a run opened empty, sequences joining it
+/// between iterations, each prefilled in chunks interleaved with the iterations.
+impl<B: Backend, D: JoinDrafter<B>, V: JoinVerifier<B>> SpeculativeDecoder<B, D, V> {
+    /// An empty run for sequences to [`Self::join`]; `cfg.max_new_tokens` and
+    /// `cfg.stop_strings` are replaced by each sequence's [`SeqLimits`].
+    ///
+    /// # Errors
+    /// [`SpecError::Config`] for `gamma` outside `1 ..= MAX_GAMMA` or a sampling rule out of
+    /// range.
+    pub fn open(&self, cfg: &SpecConfig) -> Result<SpecRun> {
+        check_gamma(cfg.gamma)?;
+        SpecRun::empty(cfg)
+    }
+
+    /// Adds a sequence to `run` (opened by [`Self::open`] on this decoder, or started by
+    /// [`Self::start`]) with room for `room` tokens past its prompt (its generation and
+    /// `2 (gamma + 2)` for drafting); it joins the batch once [`Self::prefill`] has run its
+    /// whole prompt. Returns its index in the run.
+    ///
+    /// # Errors
+    /// A bad prompt, a cache that does not fit, a drafter that cannot take joining
+    /// sequences; the run is unchanged then.
+    pub fn join(
+        &mut self,
+        run: &mut SpecRun,
+        prompt: &[TokenId],
+        limits: &SeqLimits,
+        room: usize,
+    ) -> Result<usize> {
+        run.join_inner(
+            Some(&mut self.drafter),
+            &mut self.verifier,
+            prompt,
+            limits,
+            room,
+        )
+    }
+
+    /// Prefills the joining sequences of `run` in chunks of `chunk` tokens, oldest first,
+    /// while the tokens run stay within `budget` (one chunk at least when any is joining;
+    /// the last chunk of a prompt may be up to half a chunk longer); a sequence
+    /// whose prompt is done emits its first token through `on_tokens` and joins the batch,
+    /// decoding from the next [`Self::step`]. Returns the prompt tokens run. A joining
+    /// sequence's tokens equal those of its run alone ([`Self::generate`] with a prefill
+    /// chunk of `chunk`) up to floating-point differences between batch shapes.
+    ///
+    /// # Errors
+    /// Model errors; the run should then be abandoned.
+    pub fn prefill(
+        &mut self,
+        run: &mut SpecRun,
+        chunk: usize,
+        budget: usize,
+        tokenizer: Option<&Tokenizer>,
+        on_tokens: &mut dyn FnMut(usize, &[TokenId]),
+    ) -> Result<usize> {
+        run.prefill_inner(
+            Some(&mut self.drafter),
+            &mut self.verifier,
+            chunk,
+            budget,
+            tokenizer,
+            on_tokens,
+        )
+    }
+}
+
 fn check_gamma(gamma: usize) -> Result<()> {
     if gamma == 0 || gamma > MAX_GAMMA {
         return Err(SpecError::Config {
@@ -425,6 +493,74 @@ impl<B: Backend, V: Verifier<B>> AutoregressiveDecoder<B, V> {
         on_tokens: &mut dyn FnMut(usize, &[TokenId]),
     ) -> Result<()> {
         run.step_inner::<B, NoDraft, V>(None, &mut self.verifier, tokenizer, on_tokens, None)
+    }
+}
+
+/// Continuous batching for autoregressive decoding (see [`SpeculativeDecoder::open`]).
+impl<B: Backend, V: JoinVerifier<B>> AutoregressiveDecoder<B, V> {
+    /// An empty run for sequences to [`Self::join`] (`cfg.gamma` is ignored).
+    ///
+    /// # Errors
+    /// [`SpecError::Config`] for a sampling rule out of range.
+    pub fn open(&self, cfg: &SpecConfig) -> Result<SpecRun> {
+        SpecRun::empty(&SpecConfig {
+            gamma: 0,
+            ..cfg.clone()
+        })
+    }
+
+    /// Adds a sequence to `run` (see [`SpeculativeDecoder::join`]).
+    ///
+    /// # Errors
+    /// A bad prompt or a cache that does not fit; the run is unchanged then.
+    pub fn join(
+        &mut self,
+        run: &mut SpecRun,
+        prompt: &[TokenId],
+        limits: &SeqLimits,
+        room: usize,
+    ) -> Result<usize> {
+        run.join_inner::<B, NoDraft, V>(None, &mut self.verifier, prompt, limits, room)
+    }
+
+    /// Prefills the joining sequences of `run` (see [`SpeculativeDecoder::prefill`]).
+    ///
+    /// # Errors
+    /// Model errors; the run should then be abandoned.
+    pub fn prefill(
+        &mut self,
+        run: &mut SpecRun,
+        chunk: usize,
+        budget: usize,
+        tokenizer: Option<&Tokenizer>,
+        on_tokens: &mut dyn FnMut(usize, &[TokenId]),
+    ) -> Result<usize> {
+        run.prefill_inner::<B, NoDraft, V>(
+            None,
+            &mut self.verifier,
+            chunk,
+            budget,
+            tokenizer,
+            on_tokens,
+        )
+    }
+}
+
+impl<B: Backend> JoinDrafter<B> for NoDraft {
+    fn begin_row(&mut self, _: usize, _: &[TokenId], _: usize) -> dustin_core::Result<()> {
+        match *self {}
+    }
+    fn prefill_row(&mut self, _: usize, _: usize) -> dustin_core::Result<()> {
+        match *self {}
+    }
+    fn join_row(&mut self, _: usize, _: TokenId) -> dustin_core::Result<()> {
+        match *self {}
+    }
+    fn drop_row(&mut self, _: usize) {
+        match *self {}
+    }
+    fn clear_batch(&mut self) {
+        match *self {}
     }
 }
 

@@ -13,6 +13,7 @@ use rand::Rng;
 
 mod forced;
 mod greedy;
+mod join;
 mod lookahead;
 mod selection;
 
@@ -21,6 +22,8 @@ use lookahead::LookaheadHook;
 pub use lookahead::{LookaheadConfig, LookaheadLayers, LookaheadScoring};
 pub use selection::DraftSelection;
 use selection::{draft_selection, group_rows};
+
+use crate::join::RowPrefill;
 
 /// A drafter backed by a [`Qwen2`] model: a separate small model sharing the target's
 /// tokenizer, or a self-draft made from the target's own first `layers` layers and LM head
@@ -53,6 +56,8 @@ pub struct ModelDrafter<B: Backend> {
     /// a cache holding whole prompts, for the next prefill
     prefilled: Option<DenseKvCache<B>>,
     target_kv: Option<crate::TargetKv<B>>,
+    /// sequences being prefilled to join the batch ([`crate::JoinDrafter`])
+    joining: Vec<RowPrefill<B, dustin_core::DenseHook>>,
 }
 
 impl<B: Backend> ModelDrafter<B> {
@@ -85,6 +90,7 @@ impl<B: Backend> ModelDrafter<B> {
             prefix: None,
             prefilled: None,
             target_kv: None,
+            joining: Vec::new(),
         }
     }
 
@@ -145,6 +151,14 @@ impl<B: Backend> ModelDrafter<B> {
     /// is used as given.
     pub fn with_prefilled(mut self, cache: DenseKvCache<B>) -> Self {
         self.prefilled = Some(cache);
+        self
+    }
+
+    /// Prefills prompts in chunks of `chunk` tokens (`dustin_qwen::generate::prefill`'s
+    /// rule; the default, 0, is the backend's choice). A selection policy observes the
+    /// prompt chunk by chunk, so the chunk can change what it selects later.
+    pub fn with_prefill_chunk(mut self, chunk: usize) -> Self {
+        self.prefill_chunk = chunk;
         self
     }
 

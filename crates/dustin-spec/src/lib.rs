@@ -6,6 +6,7 @@ pub mod accept;
 mod decoder;
 mod drafter;
 mod error;
+pub mod join;
 mod run;
 mod verifier;
 
@@ -18,6 +19,7 @@ pub use drafter::{
 };
 pub use dustin_core::{Drafter, SelectionPolicy, Verifier};
 pub use error::{Result, SpecError};
+pub use join::{JoinDrafter, JoinPolicy, JoinVerifier, PerRow};
 pub use run::{SeqLimits, SpecRun};
 pub use verifier::{ModelVerifier, TargetKv};
 

@@ -17,6 +17,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::accept;
 use crate::decoder::{IterationStats, PhaseBarrier, SpecConfig, SpecOutput, SpecSummary};
 use crate::error::{Result, SpecError};
+use crate::join::{JoinDrafter, JoinVerifier};
 
 /// Per-sequence limits that replace [`SpecConfig::max_new_tokens`] and
 /// [`SpecConfig::stop_strings`] for one sequence of a run ([`crate::SpeculativeDecoder::start`]).
@@ -45,6 +46,20 @@ pub struct SpecRun {
     prefill_secs: f64,
     decode_start: Instant,
     forced: Option<(Schedule, bool)>,
+    /// sequences being prefilled to join, in order: (sequence, prompt length, done)
+    joining: Vec<(usize, usize, usize)>,
+}
+
+/// Where the prefill chunk of a prompt of `len` tokens that starts at `start` ends, with
+/// chunks of `chunk` tokens: the last chunk takes the remainder when it is at most half a
+/// chunk longer (as `dustin_qwen::generate::prefill` splits a prompt).
+pub(crate) fn chunk_end(start: usize, len: usize, chunk: usize) -> usize {
+    let chunk = chunk.max(1);
+    if len - start <= chunk + chunk / 2 {
+        len
+    } else {
+        start + chunk
+    }
 }
 
 impl SpecRun {
@@ -122,6 +137,7 @@ impl SpecRun {
             prefill_secs,
             decode_start: Instant::now(),
             forced,
+            joining: Vec::new(),
         };
         run.drop_finished(drafter, verifier)?;
         Ok(run)
@@ -190,9 +206,152 @@ impl SpecRun {
         }
     }
 
+    /// The sequences still being prefilled to join the batch, by index.
+    pub fn joining(&self) -> Vec<usize> {
+        self.joining.iter().map(|&(s, _, _)| s).collect()
+    }
+
+    /// Prompt tokens of the joining sequences still to prefill.
+    pub fn prefill_backlog(&self) -> usize {
+        self.joining.iter().map(|&(_, len, done)| len - done).sum()
+    }
+
     /// Iterations run so far.
     pub fn iterations(&self) -> &[IterationStats] {
         &self.iters
+    }
+
+    /// An empty run: sequences join it one by one ([`crate::SpeculativeDecoder::join`]).
+    ///
+    /// # Errors
+    /// [`SpecError::Config`] for a sampling rule out of range.
+    pub(crate) fn empty(cfg: &SpecConfig) -> Result<Self> {
+        cfg.sampling.validate()?;
+        Ok(Self {
+            cfg: cfg.clone(),
+            rules: Vec::new(),
+            rngs: Vec::new(),
+            out: Vec::new(),
+            finish: Vec::new(),
+            rows: Vec::new(),
+            iters: Vec::new(),
+            iteration: 0,
+            prefill_secs: 0.0,
+            decode_start: Instant::now(),
+            forced: None,
+            joining: Vec::new(),
+        })
+    }
+
+    /// Adds a sequence that joins once its prompt is prefilled ([`Self::prefill_inner`]);
+    /// returns its index.
+    pub(crate) fn join_inner<B: Backend, D: JoinDrafter<B>, V: JoinVerifier<B>>(
+        &mut self,
+        drafter: Option<&mut D>,
+        verifier: &mut V,
+        prompt: &[TokenId],
+        limits: &SeqLimits,
+        room: usize,
+    ) -> Result<usize> {
+        let seq = self.finish.len();
+        verifier.begin_row(seq, prompt, room)?;
+        if let Some(d) = drafter {
+            if let Err(e) = d.begin_row(seq, prompt, room) {
+                verifier.drop_row(seq);
+                return Err(e.into());
+            }
+        }
+        self.rules.push(StopRule {
+            eos: self.cfg.eos.clone(),
+            stop_strings: limits.stop_strings.clone(),
+            max_new_tokens: limits.max_new_tokens,
+        });
+        self.rngs.push(seq_rng(self.cfg.seed, seq));
+        self.out.push(Vec::new());
+        self.finish.push(None);
+        self.joining.push((seq, prompt.len(), 0));
+        Ok(seq)
+    }
+
+    /// Runs prefill chunks of `chunk` tokens of the joining sequences, oldest first, while
+    /// the prompt tokens run stay within `budget` (one chunk at least when any sequence is
+    /// joining); a sequence whose prompt is done picks and emits its first token and joins
+    /// the batch. Returns the prompt tokens run.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn prefill_inner<B: Backend, D: JoinDrafter<B>, V: JoinVerifier<B>>(
+        &mut self,
+        mut drafter: Option<&mut D>,
+        verifier: &mut V,
+        chunk: usize,
+        budget: usize,
+        tokenizer: Option<&Tokenizer>,
+        on_tokens: &mut dyn FnMut(usize, &[TokenId]),
+    ) -> Result<usize> {
+        // joining sequences cancelled since the last call are forgotten
+        let finish = &self.finish;
+        self.joining.retain(|&(s, _, _)| {
+            let gone = finish[s].is_some();
+            if gone {
+                verifier.drop_row(s);
+                if let Some(d) = drafter.as_deref_mut() {
+                    d.drop_row(s);
+                }
+            }
+            !gone
+        });
+        let t0 = Instant::now();
+        let mut ran = 0usize;
+        while let Some(&(seq, len, done)) = self.joining.first() {
+            let end = chunk_end(done, len, chunk);
+            // the round stops before a chunk that would pass the budget (one chunk at least)
+            if ran > 0 && ran + (end - done) > budget {
+                break;
+            }
+            let last = verifier.prefill_row(seq, end)?;
+            if let Some(d) = drafter.as_deref_mut() {
+                d.prefill_row(seq, end)?;
+            }
+            ran += end - done;
+            self.joining[0].2 = end;
+            let Some(last) = last else { continue };
+            self.joining.remove(0);
+            let rows = rows_to_host(last, verifier.vocab_size())?;
+            let first = pick_tokens(&rows, &self.cfg.sampling, &mut self.rngs, &[seq])?;
+            let t = first.first().copied().unwrap_or(0);
+            if self.rules[seq].max_new_tokens == 0 {
+                self.finish[seq] = Some(FinishReason::Length);
+            } else {
+                on_tokens(seq, &[t]);
+                if let Some(r) = self.rules[seq].push(&mut self.out[seq], t, tokenizer)? {
+                    self.finish[seq] = Some(r);
+                }
+            }
+            if self.finish[seq].is_some() {
+                verifier.drop_row(seq);
+                if let Some(d) = drafter.as_deref_mut() {
+                    d.drop_row(seq);
+                }
+                continue;
+            }
+            // the rows of a batch whose sequences all finished are stale
+            let active_rows = self.rows.iter().any(|&s| self.finish[s].is_none());
+            if !active_rows {
+                verifier.clear_batch();
+                if let Some(d) = drafter.as_deref_mut() {
+                    d.clear_batch();
+                }
+                self.rows.clear();
+            } else {
+                self.drop_finished(drafter.as_deref_mut(), verifier)?;
+            }
+            verifier.join_row(seq, t)?;
+            if let Some(d) = drafter.as_deref_mut() {
+                d.join_row(seq, t)?;
+            }
+            self.rows.push(seq);
+        }
+        self.prefill_secs += t0.elapsed().as_secs_f64();
+        Ok(ran)
     }
 
     /// One speculative iteration over the sequences still generating (nothing when none is).
@@ -213,7 +372,7 @@ impl SpecRun {
         };
         // sequences cancelled since the last step leave the caches first
         self.drop_finished(drafter.as_deref_mut(), verifier)?;
-        if self.is_done() {
+        if self.rows.is_empty() {
             return Ok(());
         }
         let cfg = &self.cfg;

@@ -7,6 +7,8 @@ use dustin_kv::DenseKvCache;
 use dustin_qwen::generate::{prefill_from, AUTO_PREFILL_CHUNK};
 use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2};
 
+use crate::join::{find_row, stack_row, JoinPolicy, JoinVerifier, RowPrefill};
+
 /// The target model as a [`Verifier`]: one forward pass over the pending token and the
 /// `gamma` draft tokens per sequence, attending densely or through the policy `P`'s
 /// selections (sparse verification).
@@ -26,6 +28,8 @@ pub struct ModelVerifier<B: Backend, P: SelectionPolicy<B>> {
     /// context positions read and dense reads of the last verification, per sequence
     last_reads: (Vec<u64>, Vec<u64>),
     share: Option<TargetKv<B>>,
+    /// sequences being prefilled to join the batch ([`crate::JoinVerifier`])
+    joining: Vec<RowPrefill<B, P>>,
 }
 
 /// A handle through which a [`ModelVerifier`] publishes its committed KV cache (after prefill,
@@ -86,7 +90,16 @@ impl<B: Backend, P: SelectionPolicy<B>> ModelVerifier<B, P> {
             prefilled: None,
             last_reads: (Vec::new(), Vec::new()),
             share: None,
+            joining: Vec::new(),
         }
+    }
+
+    /// Prefills prompts in chunks of `chunk` tokens (`dustin_qwen::generate::prefill`'s
+    /// rule; the default, 0, is the backend's choice). A selection policy observes the
+    /// prompt chunk by chunk, so the chunk can change what it selects later.
+    pub fn with_prefill_chunk(mut self, chunk: usize) -> Self {
+        self.prefill_chunk = chunk;
+        self
     }
 
     /// Publishes the committed cache through `kv` (see [`TargetKv`]).
@@ -317,5 +330,63 @@ impl<B: KernelOps, P: SelectionPolicy<B>> Verifier<B> for ModelVerifier<B, P> {
 
     fn wants_lookahead(&self) -> bool {
         self.policy.wants_lookahead()
+    }
+}
+
+impl<B: KernelOps, P: JoinPolicy<B>> JoinVerifier<B> for ModelVerifier<B, P> {
+    fn begin_row(
+        &mut self,
+        seq: usize,
+        prompt: &[TokenId],
+        room: usize,
+    ) -> dustin_core::Result<()> {
+        if self.joining.iter().any(|r| r.seq == seq) {
+            return Err(dustin_core::CoreError::invalid(
+                "seq",
+                "an id not already joining",
+                seq,
+            ));
+        }
+        let capacity = (prompt.len() + room).max(self.cache.as_ref().map_or(0, |c| c.capacity()));
+        let mut hook = self.policy.fresh();
+        hook.reset(1, self.model.config.num_hidden_layers);
+        let row = RowPrefill::new(&self.model, seq, prompt, capacity, None, hook)?;
+        self.joining.push(row);
+        Ok(())
+    }
+
+    fn prefill_row(&mut self, seq: usize, end: usize) -> dustin_core::Result<Option<Tensor<B, 2>>> {
+        let i = find_row(&self.joining, seq)?;
+        let model = self.model.clone();
+        self.joining[i].run(&model, end, None)
+    }
+
+    fn join_row(&mut self, seq: usize, first: TokenId) -> dustin_core::Result<()> {
+        let i = find_row(&self.joining, seq)?;
+        if !self.joining[i].finished() {
+            return Err(dustin_core::CoreError::invalid(
+                "seq",
+                "a sequence whose prompt is prefilled",
+                seq,
+            ));
+        }
+        let row = self.joining.remove(i);
+        let cache = stack_row(self.cache.take(), row.cache)?;
+        self.cache = Some(cache);
+        self.policy.append(row.hook)?;
+        self.pending.push(first);
+        self.publish();
+        Ok(())
+    }
+
+    fn drop_row(&mut self, seq: usize) {
+        self.joining.retain(|r| r.seq != seq);
+    }
+
+    fn clear_batch(&mut self) {
+        self.cache = None;
+        self.pending.clear();
+        self.base.clear();
+        self.policy.reset(0, self.model.config.num_hidden_layers);
     }
 }

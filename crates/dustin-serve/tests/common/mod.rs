@@ -14,11 +14,15 @@ use dustin_qwen::chat::ChatTemplate;
 use dustin_qwen::{Qwen2, QwenConfig, SafetensorsDir, Tokenizer};
 use dustin_serve::{Decoder, DecoderFactory, EngineConfig, Limits, Server, ServerConfig};
 use dustin_spec::{ModelDrafter, ModelVerifier, SpecConfig, SpeculativeDecoder};
+use serde_json::Value;
 
 pub type B = Flex;
 
 /// Draft tokens per iteration in every test.
 pub const GAMMA: usize = 3;
+
+/// Prompt tokens prefilled per chunk, by the server and by [`reference`].
+pub const PREFILL_CHUNK: usize = 16;
 
 pub fn model(name: &str) -> Arc<Qwen2<B>> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -67,6 +71,46 @@ pub struct Factory {
     pub memory: u64,
     /// When set, `build` reports on the first channel and waits on the second.
     pub gate: Option<(Sender<()>, Mutex<Receiver<()>>)>,
+    /// When set, every decoding step takes at least this long (requests overlap in time).
+    pub step_delay: Option<std::time::Duration>,
+}
+
+/// A decoder whose steps take at least `1` (see [`Factory::step_delay`]).
+pub struct Slow(pub Box<dyn Decoder>, pub std::time::Duration);
+
+impl Decoder for Slow {
+    fn open(&self, cfg: &SpecConfig) -> dustin_spec::Result<dustin_spec::SpecRun> {
+        self.0.open(cfg)
+    }
+    fn join(
+        &mut self,
+        run: &mut dustin_spec::SpecRun,
+        prompt: &[u32],
+        limits: &dustin_spec::SeqLimits,
+        room: usize,
+    ) -> dustin_spec::Result<usize> {
+        self.0.join(run, prompt, limits, room)
+    }
+    fn prefill(
+        &mut self,
+        run: &mut dustin_spec::SpecRun,
+        chunk: usize,
+        budget: usize,
+        tok: &Tokenizer,
+        on: &mut dyn FnMut(usize, &[u32]),
+    ) -> dustin_spec::Result<usize> {
+        std::thread::sleep(self.1);
+        self.0.prefill(run, chunk, budget, tok, on)
+    }
+    fn step(
+        &mut self,
+        run: &mut dustin_spec::SpecRun,
+        tok: &Tokenizer,
+        on: &mut dyn FnMut(usize, &[u32]),
+    ) -> dustin_spec::Result<()> {
+        std::thread::sleep(self.1);
+        self.0.step(run, tok, on)
+    }
 }
 
 /// KV bytes per token of target and draft (f32).
@@ -88,10 +132,14 @@ impl DecoderFactory for Factory {
             let _ = entered.send(());
             let _ = go.lock().expect("gate").recv();
         }
-        Ok(Box::new(SpeculativeDecoder::new(
+        let dec: Box<dyn Decoder> = Box::new(SpeculativeDecoder::new(
             ModelDrafter::new(self.draft.clone(), None, extra),
             ModelVerifier::new(self.target.clone(), DenseHook, extra, 96),
-        )))
+        ));
+        Ok(match self.step_delay {
+            Some(d) => Box::new(Slow(dec, d)),
+            None => dec,
+        })
     }
 }
 
@@ -101,6 +149,7 @@ pub fn factory() -> Factory {
         draft: model("qwen2-gqa7"),
         memory: u64::MAX,
         gate: None,
+        step_delay: None,
     }
 }
 
@@ -118,6 +167,7 @@ pub fn config() -> ServerConfig {
             gamma: GAMMA,
             max_batch: 16,
             max_batches: 4,
+            prefill_chunk: PREFILL_CHUNK,
         },
     }
 }
@@ -168,8 +218,8 @@ pub fn reference(
     let ids = tok.encode(prompt).expect("encode");
     let extra = max_tokens + 2 * (GAMMA + 2);
     let mut dec = SpeculativeDecoder::new(
-        ModelDrafter::new(f.draft, None, extra),
-        ModelVerifier::new(f.target, DenseHook, extra, 96),
+        ModelDrafter::new(f.draft, None, extra).with_prefill_chunk(PREFILL_CHUNK),
+        ModelVerifier::new(f.target, DenseHook, extra, 96).with_prefill_chunk(PREFILL_CHUNK),
     );
     let cfg = SpecConfig {
         gamma: GAMMA,
@@ -207,4 +257,88 @@ pub fn sse_data(body: &str) -> Vec<String> {
         .filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")))
         .map(str::to_string)
         .collect()
+}
+
+pub async fn post(base: &str, path: &str, body: Value) -> (u16, Value) {
+    let r = reqwest::Client::new()
+        .post(format!("{base}{path}"))
+        .json(&body)
+        .send()
+        .await
+        .expect("send");
+    let status = r.status().as_u16();
+    (status, r.json().await.expect("json body"))
+}
+
+pub async fn post_stream(base: &str, path: &str, body: Value) -> Vec<String> {
+    let r = reqwest::Client::new()
+        .post(format!("{base}{path}"))
+        .json(&body)
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .expect("type")
+        .starts_with("text/event-stream"));
+    sse_data(&r.text().await.expect("body"))
+}
+
+pub async fn metrics(base: &str) -> String {
+    reqwest::get(format!("{base}/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text")
+}
+
+/// Polls `/metrics` until `cond` holds (the engine frees a batch at its next iteration).
+pub async fn until_metrics(base: &str, cond: impl Fn(&str) -> bool) -> String {
+    for _ in 0..2000 {
+        let m = metrics(base).await;
+        if cond(&m) {
+            return m;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    panic!(
+        "metrics never reached the condition:\n{}",
+        metrics(base).await
+    );
+}
+
+pub fn idle(m: &str) -> bool {
+    metric(m, "dustin_active_sequences") == Some(0.0)
+        && metric(m, "dustin_batches") == Some(0.0)
+        && metric(m, "dustin_kv_bytes") == Some(0.0)
+        && metric(m, "dustin_queue_depth") == Some(0.0)
+}
+
+/// The text of a streamed completion's chunks, and the last finish reason.
+pub fn stream_text(chunks: &[String], chat: bool) -> (String, String) {
+    assert_eq!(
+        chunks.last().map(String::as_str),
+        Some("[DONE]"),
+        "{chunks:?}"
+    );
+    let mut text = String::new();
+    let mut finish = String::new();
+    for c in &chunks[..chunks.len() - 1] {
+        let v: Value = serde_json::from_str(c).expect("chunk json");
+        let Some(choice) = v["choices"].get(0) else {
+            continue;
+        };
+        let t = if chat {
+            &choice["delta"]["content"]
+        } else {
+            &choice["text"]
+        };
+        text.push_str(t.as_str().unwrap_or(""));
+        if let Some(f) = choice["finish_reason"].as_str() {
+            finish = f.to_string();
+        }
+    }
+    (text, finish)
 }
