@@ -28,4 +28,4 @@ echo "|---|---|"
 row "dustin 1.5B, block weights" --model qwen2.5-coder-1.5b-instruct
 row "dustin 1.5B, block weights, --quant-prefill off" --model qwen2.5-coder-1.5b-instruct --quant-prefill off
 row "dustin 0.5B drafting for 1.5B, gamma 4" --model qwen2.5-coder-1.5b-instruct --draft qwen2.5-coder-0.5b-instruct
-echo "| torch f32, HF transformers | $("$py" scripts/hf_cpu_bench.py --prompt-file "$prompt" --new-tokens "$new") |"
+echo "| torch f32, HF transformers | $("$py" scripts/hf_cpu_bench.py --prompt-file "$prompt" --new-tokens "$new" 2>/dev/null) |"
