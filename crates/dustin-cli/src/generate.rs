@@ -36,11 +36,9 @@ use output::{check_output_path, finish_run, print_profile, print_rest};
 /// Arguments of `dustin generate`.
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
-    /// Target model: an HF model directory (config.json, safetensors, tokenizer.json), a
-    /// .gguf file, or a model name (`dustin fetch-model --list`; fetched into the cache if
-    /// missing). Default: qwen2.5-coder-1.5b-instruct.
-    #[arg(long)]
-    pub model: Option<PathBuf>,
+    /// The models, the draft and the verification (shared with `dustin serve`).
+    #[command(flatten)]
+    pub pair: PairArgs,
     /// Text file holding one prompt; repeat for a batch of prompts of different lengths.
     #[arg(long = "prompt-file")]
     pub prompt_files: Vec<PathBuf>,
@@ -69,41 +67,15 @@ pub struct GenerateArgs {
     /// Stop string (repeatable).
     #[arg(long = "stop")]
     pub stop: Vec<String>,
-    /// Weights of a GGUF model: `auto` (kept in their block format on the CPU, whose block
-    /// kernels read a sixth of the bytes of f32; decoded to f32 elsewhere), `dense` (decoded
-    /// to f32) or `blocks`.
-    #[arg(long, value_enum, default_value_t = crate::models::WeightsArg::Auto)]
-    pub weights: crate::models::WeightsArg,
     /// Prefill products over block weights: `on` multiplies prefill chunks with AMX tiles
     /// (each operand split into two bf16 parts: within about 2^-15 of the f32 product), `off`
     /// decodes each weight for an f32 matmul; `auto` is `on` where the CPU has AMX.
     #[arg(long, value_parser = parse_switch, default_value = "auto")]
     pub quant_prefill: dustin_kernels::config::Switch,
-    /// Where to run.
-    #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
-    pub device: DeviceKind,
     /// Time every phase of the target's and the draft's forward passes (`dustin_qwen::profile`;
     /// the device is waited for around each phase) and print the decode phases at the end.
     #[arg(long)]
     pub profile: bool,
-    /// Draft for speculative decoding: a model path or name (same tokenizer as the target),
-    /// `self:layers=N` (the target's first N layers and its LM head: early-exit self-draft),
-    /// or `substitute[:bits=4][:group=64][:layers=half|a-b,c]` (SubSpec: the whole target with
-    /// the listed layers, default the second half, group-quantized to `bits` bits).
-    /// Without it, decoding is autoregressive.
-    #[arg(long)]
-    pub draft: Option<String>,
-    /// Draft tokens per speculative iteration (gamma), 1..=15.
-    #[arg(long, default_value_t = 4)]
-    pub gamma: usize,
-    /// KV selection for sparse verification (needs --draft): dense, streaming, h2o, snapkv,
-    /// quest, oracle, draft-only, history-only, dustin, or `pyramid(<name>)`.
-    #[arg(long, default_value = "dense")]
-    pub selector: String,
-    /// KV budget of sparse verification: context tokens kept per layer and KV head (sinks and
-    /// recent window included).
-    #[arg(long, default_value_t = 2048)]
-    pub budget: usize,
     /// Tokens the draft attends to per layer and KV head (needs --draft): the sinks and
     /// recent window of the selectors' defaults (4 and 64) plus the top of each draft
     /// layer's own attention mass in the last proposal (`ModelDrafter::with_draft_selection`,
@@ -118,12 +90,6 @@ pub struct GenerateArgs {
     /// their effect on the selections is in docs/fidelity.md. The output does not change with greedy decoding.
     #[arg(long, default_value = "half")]
     pub lookahead_layers: String,
-    /// TOML or JSON file with everything else: `[select]` (n_sink, window, refresh,
-    /// refresh_on_accept_drop, accept_drop_sigmas, batched_reuse) and `[estimator]` (the selector's own knobs,
-    /// e.g. alpha, beta, heads_per_layer for dustin). The budget is --budget's alone (a
-    /// `budget` key in `[select]` is refused).
-    #[arg(long)]
-    pub config: Option<PathBuf>,
     /// Memory the KV caches may take, e.g. `8G`, `512M`, `1000000` (bytes): checked before
     /// allocating. Default: MemAvailable on the CPU; on a GPU no check unless given (Burn
     /// 0.21 does not report free device memory).
@@ -178,7 +144,7 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
     if let Err(e) = handler {
         eprintln!("note: Ctrl-C handler not installed ({e}); Ctrl-C will stop without output");
     }
-    crate::with_backend!(args.device, |B, dev| run_on::<B>(&args, &dev, &cancel))
+    crate::with_backend!(args.pair.device, |B, dev| run_on::<B>(&args, &dev, &cancel))
 }
 
 fn run_on<B: KernelOps>(
@@ -188,16 +154,16 @@ fn run_on<B: KernelOps>(
 ) -> Result<(), CliError> {
     let has_plain = !args.prompts.is_empty() || !args.prompt_files.is_empty();
     let inputs = crate::chat::Inputs::from_args(&args.chat, || read_prompts(args), has_plain)?;
-    let file = read_config(&args.config)?;
-    crate::check_gamma(args.gamma)?;
+    let file = read_config(&args.pair.config)?;
+    crate::check_gamma(args.pair.gamma)?;
     // a bad --output path is found before the model runs, not after (the tokens were lost)
     if let Some(path) = &args.output {
         check_output_path(path)?;
     }
-    if args.draft.is_none() && args.selector != "dense" {
+    if args.pair.draft.is_none() && args.pair.selector != "dense" {
         return Err(CliError::Usage(format!(
             "--selector {} needs speculative decoding: add --draft <path | self:layers=N | substitute>",
-            args.selector
+            args.pair.selector
         )));
     }
     // anything but the default or all layers (an unreadable setting included) needs a draft
@@ -207,14 +173,14 @@ fn run_on<B: KernelOps>(
         .is_ok_and(|l| {
             l == dustin_spec::LookaheadLayers::All || l == dustin_spec::LookaheadLayers::default()
         });
-    if args.draft.is_none() && !plain_setting {
+    if args.pair.draft.is_none() && !plain_setting {
         return Err(CliError::Usage(format!(
             "--lookahead-layers {} needs speculative decoding: add --draft <path | self:layers=N | substitute>",
             args.lookahead_layers
         )));
     }
     if args.draft_budget > 0 {
-        if args.draft.is_none() {
+        if args.pair.draft.is_none() {
             return Err(CliError::Usage(format!(
                 "--draft-budget {} needs speculative decoding: add --draft <path | self:layers=N | substitute>",
                 args.draft_budget
@@ -223,8 +189,8 @@ fn run_on<B: KernelOps>(
         draft_selection(args.draft_budget)?;
     }
     // check the selector name and knobs before loading the model
-    build_policy::<B>(&args.selector, args.budget, &file)?;
-    let path = model_path(&args.model)?;
+    build_policy::<B>(&args.pair.selector, args.pair.budget, &file)?;
+    let path = model_path(&args.pair.model)?;
     let files = ModelFiles::open(&path)?;
     // with --chat: the rendered conversations, and EOS ids that include the end-of-turn tokens
     let (prompts, tok) = inputs.render(&files, &path)?;
@@ -233,9 +199,9 @@ fn run_on<B: KernelOps>(
         .map(|p| tok.encode(p))
         .collect::<Result<_, _>>()?;
     let longest = ids.iter().map(Vec::len).max().unwrap_or(0);
-    let positions = (longest + args.max_new_tokens + 2 * (args.gamma + 2))
+    let positions = (longest + args.max_new_tokens + 2 * (args.pair.gamma + 2))
         .min(files.config.max_position_embeddings);
-    let draft_files = match args.draft.as_deref().map(parse_draft).transpose()? {
+    let draft_files = match args.pair.draft.as_deref().map(parse_draft).transpose()? {
         Some(DraftSpec::Model(p)) => {
             Some(ModelFiles::open(&crate::models::resolve_model_path(&p)?)?)
         }
@@ -243,7 +209,7 @@ fn run_on<B: KernelOps>(
     };
     let mut cfgs = vec![&files.config];
     cfgs.extend(draft_files.as_ref().map(|d| &d.config));
-    let spec = args.draft.as_deref().map(parse_draft).transpose()?;
+    let spec = args.pair.draft.as_deref().map(parse_draft).transpose()?;
     let self_cfg = match &spec {
         // an early-exit draft keeps its own cache of its first N layers
         Some(DraftSpec::SelfLayers(n)) => Some(dustin_qwen::QwenConfig {
@@ -260,13 +226,13 @@ fn run_on<B: KernelOps>(
             return Err(CliError::Usage(format!(
                 "--gpu-memory with --draft {}: under a GPU budget the substitute takes exactly \
                  the offloaded layers (drop `:layers=`, or choose them with --offload)",
-                args.draft.as_deref().unwrap_or_default()
+                args.pair.draft.as_deref().unwrap_or_default()
             )));
         }
     }
     check_kv_memory::<B>(&cfgs, ids.len(), positions, dev)?;
     let offloaded = offload_plan::<B>(args, &cfgs, ids.len(), positions, draft_files.as_ref())?;
-    let weights = args.weights.format::<B>();
+    let weights = args.pair.weights.format::<B>();
     let mut model = files.build_offloaded::<B>(positions, dev, &offloaded, weights)?;
     if offloaded.is_empty() && args.offload_memory.is_some() {
         eprintln!("note: --offload-memory: no target layer is offloaded, so it has no effect");
@@ -303,7 +269,7 @@ fn run_on<B: KernelOps>(
             }
         }
     };
-    match &args.draft {
+    match &args.pair.draft {
         None => {
             let cfg = GenerateConfig {
                 max_new_tokens: args.max_new_tokens,
@@ -329,7 +295,7 @@ fn run_on<B: KernelOps>(
             );
         }
         Some(d) => {
-            let extra = args.max_new_tokens + 2 * (args.gamma + 2);
+            let extra = args.max_new_tokens + 2 * (args.pair.gamma + 2);
             let mut target_kv = None;
             // (the drafter, its layer count)
             let (drafter, draft_layers) = match parse_draft(d)? {
@@ -386,7 +352,7 @@ fn run_on<B: KernelOps>(
                 })
                 .with_draft_selection(draft_selection(args.draft_budget)?)
                 .map_err(|e| CliError::Usage(format!("--draft-budget: {e}")))?;
-            let policy = build_policy::<B>(&args.selector, args.budget, &file)?;
+            let policy = build_policy::<B>(&args.pair.selector, args.pair.budget, &file)?;
             let verifier = ModelVerifier::new(model.clone(), policy, extra, vocab);
             let verifier = match target_kv {
                 Some(kv) => verifier.with_target_kv(kv),
@@ -395,7 +361,7 @@ fn run_on<B: KernelOps>(
             let mut dec = SpeculativeDecoder::new(drafter, verifier);
             dec.set_cancel(cancel.clone());
             let cfg = SpecConfig {
-                gamma: args.gamma,
+                gamma: args.pair.gamma,
                 max_new_tokens: args.max_new_tokens,
                 sampling,
                 seed: args.seed,
@@ -410,7 +376,7 @@ fn run_on<B: KernelOps>(
             eprintln!(
                 "speculative (gamma {}): {} iterations, mean acceptance length {:.2}, {} tokens in {:.2} s ({:.2} tokens/s); \
                  draft {:.2} s, verify {:.2} s, accept {:.3} s, commit {:.3} s; prefill {:.2} s; KV fraction read {:.3} (+ {:.3} by the selector's estimation)",
-                args.gamma,
+                args.pair.gamma,
                 s.iterations,
                 s.mean_acceptance_length,
                 s.generated_tokens,
@@ -431,6 +397,49 @@ fn run_on<B: KernelOps>(
         print_profile();
     }
     Ok(())
+}
+
+/// The target, the draft and how the target verifies: the flags `dustin generate` and
+/// `dustin serve` share.
+#[derive(Debug, Args)]
+pub struct PairArgs {
+    /// Target model: an HF model directory (config.json, safetensors, tokenizer.json), a
+    /// .gguf file, or a model name (`dustin fetch-model --list`; fetched into the cache if
+    /// missing). Default: qwen2.5-coder-1.5b-instruct.
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Draft for speculative decoding: a model path or name (same tokenizer as the target),
+    /// `self:layers=N` (the target's first N layers and its LM head: early-exit self-draft),
+    /// or `substitute[:bits=4][:group=64][:layers=half|a-b,c]` (SubSpec: the whole target with
+    /// the listed layers, default the second half, group-quantized to `bits` bits).
+    /// Without it, decoding is autoregressive.
+    #[arg(long)]
+    pub draft: Option<String>,
+    /// Draft tokens per speculative iteration (gamma), 1..=15.
+    #[arg(long, default_value_t = 4)]
+    pub gamma: usize,
+    /// KV selection for sparse verification (needs --draft): dense, streaming, h2o, snapkv,
+    /// quest, oracle, draft-only, history-only, dustin, or `pyramid(<name>)`.
+    #[arg(long, default_value = "dense")]
+    pub selector: String,
+    /// KV budget of sparse verification: context tokens kept per layer and KV head (sinks and
+    /// recent window included).
+    #[arg(long, default_value_t = 2048)]
+    pub budget: usize,
+    /// TOML or JSON file with everything else: `[select]` (n_sink, window, refresh,
+    /// refresh_on_accept_drop, accept_drop_sigmas, batched_reuse) and `[estimator]` (the selector's own knobs,
+    /// e.g. alpha, beta, heads_per_layer for dustin). The budget is --budget's alone (a
+    /// `budget` key in `[select]` is refused).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Weights of a GGUF model: `auto` (kept in their block format on the CPU, whose block
+    /// kernels read a sixth of the bytes of f32; decoded to f32 elsewhere), `dense` (decoded
+    /// to f32) or `blocks`.
+    #[arg(long, value_enum, default_value_t = crate::models::WeightsArg::Auto)]
+    pub weights: crate::models::WeightsArg,
+    /// Where to run.
+    #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
+    pub device: DeviceKind,
 }
 
 /// `--quant-prefill`'s value.

@@ -13,7 +13,6 @@ use dustin_spec::{
     AutoregressiveDecoder, JoinPolicy, ModelDrafter, ModelVerifier, PerRow, SpeculativeDecoder,
 };
 
-use crate::backend::DeviceKind;
 use crate::generate::{
     build_policy, check_vocab, parse_bytes, parse_draft, read_config, DraftSpec, FileConfig,
 };
@@ -22,29 +21,9 @@ use crate::CliError;
 /// Arguments of `dustin serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Target model: an HF model directory, a .gguf file or a model name (`dustin
-    /// fetch-model --list`; fetched into the cache if missing). Default:
-    /// qwen2.5-coder-1.5b-instruct.
-    #[arg(long)]
-    pub model: Option<PathBuf>,
-    /// Draft for speculative decoding: a model path or name (same tokenizer as the target),
-    /// `self:layers=N` or `substitute[...]`, as for `dustin generate`. Without it, decoding is
-    /// autoregressive.
-    #[arg(long)]
-    pub draft: Option<String>,
-    /// Draft tokens per speculative iteration (gamma), 1..=15.
-    #[arg(long, default_value_t = 4)]
-    pub gamma: usize,
-    /// KV selection for sparse verification (needs --draft): dense, streaming, h2o, snapkv,
-    /// quest, oracle, draft-only, history-only, dustin, or `pyramid(<name>)`.
-    #[arg(long, default_value = "dense")]
-    pub selector: String,
-    /// KV budget of sparse verification: context tokens kept per layer and KV head.
-    #[arg(long, default_value_t = 2048)]
-    pub budget: usize,
-    /// TOML or JSON file with `[select]` and `[estimator]` knobs, as for `dustin generate`.
-    #[arg(long)]
-    pub config: Option<PathBuf>,
+    /// The models, the draft and the verification (as for `dustin generate`).
+    #[command(flatten)]
+    pub pair: crate::generate::PairArgs,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
@@ -80,12 +59,6 @@ pub struct ServeArgs {
     /// runs in chunks of this size interleaved with the running requests' iterations.
     #[arg(long, default_value_t = 256)]
     pub prefill_chunk: usize,
-    /// Weights of a GGUF model: `auto`, `dense` or `blocks` (as for `dustin generate`).
-    #[arg(long, value_enum, default_value_t = crate::models::WeightsArg::Auto)]
-    pub weights: crate::models::WeightsArg,
-    /// Where to run.
-    #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
-    pub device: DeviceKind,
     /// Memory the KV caches may take, e.g. `8G`: each new batch is checked against it
     /// before it is admitted. Default: MemAvailable on the CPU.
     #[arg(long, value_parser = parse_bytes)]
@@ -95,7 +68,7 @@ pub struct ServeArgs {
 /// `dustin serve`.
 pub fn run(args: ServeArgs) -> Result<(), CliError> {
     dustin_core::memory::set_memory_limit(args.max_memory);
-    crate::with_backend!(args.device, |B, dev| run_on::<B>(args, dev))
+    crate::with_backend!(args.pair.device, |B, dev| run_on::<B>(args, dev))
 }
 
 /// The draft of a batch's decoder.
@@ -180,19 +153,19 @@ fn model_id(arg: &Option<PathBuf>, path: &std::path::Path) -> String {
 }
 
 fn run_on<B: KernelOps>(args: ServeArgs, dev: B::Device) -> Result<(), CliError> {
-    crate::check_gamma(args.gamma)?;
-    let file = read_config(&args.config)?;
-    if args.draft.is_none() && args.selector != "dense" {
+    crate::check_gamma(args.pair.gamma)?;
+    let file = read_config(&args.pair.config)?;
+    if args.pair.draft.is_none() && args.pair.selector != "dense" {
         return Err(CliError::Usage(format!(
             "--selector {} needs speculative decoding: add --draft <path | self:layers=N | substitute>",
-            args.selector
+            args.pair.selector
         )));
     }
-    build_policy::<B>(&args.selector, args.budget, &file)?;
-    let spec = args.draft.as_deref().map(parse_draft).transpose()?;
-    let path = crate::generate::model_path(&args.model)?;
+    build_policy::<B>(&args.pair.selector, args.pair.budget, &file)?;
+    let spec = args.pair.draft.as_deref().map(parse_draft).transpose()?;
+    let path = crate::generate::model_path(&args.pair.model)?;
     let files = ModelFiles::open(&path)?;
-    let slack = 2 * (args.gamma + 2);
+    let slack = 2 * (args.pair.gamma + 2);
     let positions = args.max_prompt_tokens + args.max_tokens + slack;
     let limit = files.config.max_position_embeddings;
     if positions > limit {
@@ -209,7 +182,7 @@ fn run_on<B: KernelOps>(args: ServeArgs, dev: B::Device) -> Result<(), CliError>
         }
         _ => None,
     };
-    let weights = args.weights.format::<B>();
+    let weights = args.pair.weights.format::<B>();
     let target = Arc::new(files.build_as::<B>(positions, &dev, weights)?);
     let mut cfgs = vec![files.config.clone()];
     let draft = match spec {
@@ -250,7 +223,7 @@ fn run_on<B: KernelOps>(args: ServeArgs, dev: B::Device) -> Result<(), CliError>
         model_id: args
             .served_model_name
             .clone()
-            .unwrap_or_else(|| model_id(&args.model, &path)),
+            .unwrap_or_else(|| model_id(&args.pair.model, &path)),
         limits: Limits {
             max_prompt_tokens: args.max_prompt_tokens,
             max_tokens: args.max_tokens,
@@ -259,7 +232,7 @@ fn run_on<B: KernelOps>(args: ServeArgs, dev: B::Device) -> Result<(), CliError>
             max_stop: 4,
         },
         engine: EngineConfig {
-            gamma: args.gamma,
+            gamma: args.pair.gamma,
             max_batch: args.max_batch,
             max_batches: args.max_batches,
             prefill_chunk: args.prefill_chunk,
@@ -268,8 +241,8 @@ fn run_on<B: KernelOps>(args: ServeArgs, dev: B::Device) -> Result<(), CliError>
     let factory = Factory::<B> {
         target,
         draft,
-        selector: args.selector.clone(),
-        budget: args.budget,
+        selector: args.pair.selector.clone(),
+        budget: args.pair.budget,
         file: Arc::new(file),
         vocab,
         cfgs,
@@ -303,10 +276,10 @@ fn run_on<B: KernelOps>(args: ServeArgs, dev: B::Device) -> Result<(), CliError>
             "serving {} on http://{local} (draft {}, gamma {}, selector {}, budget {}); \
              SIGTERM or Ctrl-C finishes the running requests and stops, a second one cancels them",
             cfg.model_id,
-            args.draft.as_deref().unwrap_or("none: autoregressive"),
-            args.gamma,
-            args.selector,
-            args.budget
+            args.pair.draft.as_deref().unwrap_or("none: autoregressive"),
+            args.pair.gamma,
+            args.pair.selector,
+            args.pair.budget
         );
         let handle = server.handle();
         let shutdown = async move {

@@ -38,7 +38,7 @@ pub(super) fn offload_plan<B: KernelOps>(
     let draft_weights = draft.map_or(0, |d| {
         crate::footprint::weight_bytes_per_forward(&d.config, bytes as f64) as u64
     });
-    let substitute = match args.draft.as_deref().map(parse_draft).transpose()? {
+    let substitute = match args.pair.draft.as_deref().map(parse_draft).transpose()? {
         Some(DraftSpec::Substitute(s)) => Some(s.cfg),
         _ => None,
     };
