@@ -17,16 +17,21 @@
 //! scheme). The tiles accumulate in f32.
 //!
 //! How:
-//! - **Weights** go in panels of [`PANEL`] rows of `W` (output features), one rayon task
-//!   each: the panel is decoded to f32 ([`crate::cpu_quant::dequantize_rows`]), split and
-//!   laid out as the tiles' `B` operand (per 32 `k`: 16 rows of 16 pairs), `hi` and `lo`,
-//!   in the task's memory (at `k` = 8,960: 1.1 MB, an L2). The model holds no decoded
-//!   weight.
-//! - **Activations** are split once per call into `hi` and `lo` bf16 rows (`m` rounded up
-//!   to 32 with zero rows).
-//! - **Tiles**: a block of 32 rows by the panel's 32 columns is four f32 `C` tiles, started
-//!   from the bias; per 32 `k`, two `A` tiles and two `B` tiles at a time feed 12 tile
-//!   products.
+//! - **Tasks**: panels of [`PANEL`] rows of `W` (output features), up to four panels a
+//!   rayon task (fewer where the weight has few: every thread gets two tasks or more).
+//! - **Weights**, per task and block of 256 values of `k` (one ggml group): decoded to f32
+//!   ([`crate::cpu_quant::dequantize_group`]'s decoders, compiled for AVX-512), split and
+//!   laid out as the tiles' `B` operand (per 32 `k`: 16 rows of 16 pairs), `hi` and `lo`:
+//!   128 KiB for four panels, which stay in L2 while every row block passes over them. The
+//!   model holds no decoded weight.
+//! - **Activations** are split once per call into `hi` and `lo` bf16 `A` tiles laid out
+//!   whole (1 KiB each; `m` rounded up to 32 with zero rows), so a tile load reads one
+//!   kilobyte and not 16 rows a page apart.
+//! - **Tiles**: a block of 32 rows by a panel's 32 columns is four f32 `C` tiles, kept in the
+//!   task's accumulators between blocks of `k`; per 32 `k`, two `A` tiles and two `B` tiles
+//!   at a time feed 12 tile products. The bias is added when the accumulators are copied out.
+//! - **Alignment**: every tile buffer starts on 64 bytes; tile rows that crossed cache
+//!   lines made the loads 5 times slower.
 //!
 //! Needs Linux (the tile data must be requested from the kernel, `arch_prctl
 //! ARCH_REQ_XCOMP_PERM`) and an x86-64 CPU with `AMX-TILE` and `AMX-BF16` ([`available`]);
