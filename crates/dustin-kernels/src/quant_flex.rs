@@ -17,6 +17,33 @@ pub(crate) fn quant_linear(
     w: &QuantMatrix,
     bias: Option<Tensor<Flex, 1>>,
 ) -> Result<Tensor<Flex, 2>> {
+    block_linear(x, w, bias, quant_matmul)
+}
+
+/// [`crate::cpu_amx::amx_matmul`] on Flex tensors: `x` `[m, k]`, `w` `[n, k]` in blocks,
+/// `bias` `[n]`; `[m, n]`.
+///
+/// # Errors
+/// As [`quant_linear`]; [`KernelError::Unsupported`] without AMX.
+pub(crate) fn amx_linear(
+    x: Tensor<Flex, 2>,
+    w: &QuantMatrix,
+    bias: Option<Tensor<Flex, 1>>,
+) -> Result<Tensor<Flex, 2>> {
+    block_linear(x, w, bias, crate::cpu_amx::amx_matmul)
+}
+
+/// A host product over block weights: `(x [m, k], m, w [n, k], bias [n]) -> [m, n]`.
+type HostProduct = fn(&[f32], usize, &QuantMatrix, Option<&[f32]>) -> Result<Vec<f32>>;
+
+/// `x` times the block weight `w` transposed plus `bias` through the host product
+/// `product` (`(x, m, w, bias) -> [m, n]`), after checking the shapes.
+fn block_linear(
+    x: Tensor<Flex, 2>,
+    w: &QuantMatrix,
+    bias: Option<Tensor<Flex, 1>>,
+    product: HostProduct,
+) -> Result<Tensor<Flex, 2>> {
     let [m, k] = x.dims();
     if k != w.cols() {
         return Err(KernelError::Shape {
@@ -36,32 +63,7 @@ pub(crate) fn quant_linear(
     }
     let xs = host_f32(x.into_primitive().tensor());
     let bs = bias.map(|b| host_f32(b.into_primitive().tensor()));
-    let y = quant_matmul(as_f32(&xs), m, w, bs.as_ref().map(as_f32))?;
-    let out = FlexTensor::from_data(TensorData::new(y, [m, w.rows()]));
-    Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
-}
-
-/// [`crate::cpu_amx::amx_matmul`] on Flex tensors: `x` `[m, k]`, `w` `[n, k]` in blocks,
-/// `bias` `[n]`; `[m, n]`.
-///
-/// # Errors
-/// As [`crate::cpu_amx::amx_matmul`] (`x`'s shape checked here first).
-pub(crate) fn amx_linear(
-    x: Tensor<Flex, 2>,
-    w: &QuantMatrix,
-    bias: Option<Tensor<Flex, 1>>,
-) -> Result<Tensor<Flex, 2>> {
-    let [m, k] = x.dims();
-    if k != w.cols() {
-        return Err(KernelError::Shape {
-            name: "x",
-            expected: vec![m, w.cols()],
-            found: vec![m, k],
-        });
-    }
-    let xs = host_f32(x.into_primitive().tensor());
-    let bs = bias.map(|b| host_f32(b.into_primitive().tensor()));
-    let y = crate::cpu_amx::amx_matmul(as_f32(&xs), m, w, bs.as_ref().map(as_f32))?;
+    let y = product(as_f32(&xs), m, w, bs.as_ref().map(as_f32))?;
     let out = FlexTensor::from_data(TensorData::new(y, [m, w.rows()]));
     Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
 }

@@ -14,46 +14,15 @@
 //!
 //! On a machine without AMX the product must refuse with an error instead.
 
+mod common;
+
+use common::{ggml, random_blocks, QUANT_TYPES as TYPES};
 use dustin_kernels::cpu_amx::{amx_matmul, available};
 use dustin_kernels::cpu_quant::{dequantize_rows, QuantMatrix, QuantType};
 use dustin_kernels::KernelError;
-use dustin_qwen::gguf::{dequantize, GgmlType};
-use rand::{Rng, RngCore, SeedableRng};
+use dustin_qwen::gguf::dequantize;
+use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-
-const TYPES: [(QuantType, u32); 8] = [
-    (QuantType::Q4_0, 2),
-    (QuantType::Q4_1, 3),
-    (QuantType::Q5_0, 6),
-    (QuantType::Q5_1, 7),
-    (QuantType::Q8_0, 8),
-    (QuantType::Q4K, 12),
-    (QuantType::Q5K, 13),
-    (QuantType::Q6K, 14),
-];
-
-fn ggml(ty: QuantType) -> GgmlType {
-    let id = TYPES.iter().find(|t| t.0 == ty).expect("listed").1;
-    GgmlType::from_id(id).expect("ggml id")
-}
-
-/// Random blocks with finite f16 scale fields in `[-0.05, 0.05]`.
-fn random_blocks(ty: QuantType, rows: usize, cols: usize, rng: &mut ChaCha8Rng) -> Vec<u8> {
-    let fields: &[usize] = match ty {
-        QuantType::Q4_0 | QuantType::Q5_0 | QuantType::Q8_0 => &[0],
-        QuantType::Q4_1 | QuantType::Q5_1 | QuantType::Q4K | QuantType::Q5K => &[0, 2],
-        QuantType::Q6K => &[208],
-    };
-    let mut data = vec![0u8; rows * cols / ty.block_elems() * ty.block_bytes()];
-    rng.fill_bytes(&mut data);
-    for blk in data.chunks_exact_mut(ty.block_bytes()) {
-        for &at in fields {
-            let v = half::f16::from_f32(rng.random_range(-0.05f32..0.05));
-            blk[at..at + 2].copy_from_slice(&v.to_bits().to_le_bytes());
-        }
-    }
-    data
-}
 
 #[test]
 fn dequantize_rows_matches_gguf_bit_for_bit() {

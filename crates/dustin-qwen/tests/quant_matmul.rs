@@ -22,52 +22,13 @@
 
 mod common;
 
+use common::{ggml, random_blocks, QUANT_TYPES as TYPES};
 use dustin_kernels::cpu_quant::{quant_matmul, QuantMatrix, QuantType};
-use dustin_qwen::gguf::{dequantize, GgmlType, GgufFile, GgufTensorInfo};
-use rand::{Rng, RngCore, SeedableRng};
+use dustin_qwen::gguf::{dequantize, GgufFile, GgufTensorInfo};
+use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-/// The formats and their ggml type ids.
-const TYPES: [(QuantType, u32); 8] = [
-    (QuantType::Q4_0, 2),
-    (QuantType::Q4_1, 3),
-    (QuantType::Q5_0, 6),
-    (QuantType::Q5_1, 7),
-    (QuantType::Q8_0, 8),
-    (QuantType::Q4K, 12),
-    (QuantType::Q5K, 13),
-    (QuantType::Q6K, 14),
-];
-
 const ROWS_M: [usize; 5] = [1, 2, 5, 17, 70];
-
-fn ggml(ty: QuantType) -> GgmlType {
-    let id = TYPES.iter().find(|t| t.0 == ty).expect("listed").1;
-    GgmlType::from_id(id).expect("ggml id")
-}
-
-/// Byte offsets of the f16 scale fields (`d`, `m`, `dmin`) in a block of `ty`.
-fn half_fields(ty: QuantType) -> &'static [usize] {
-    match ty {
-        QuantType::Q4_0 | QuantType::Q5_0 | QuantType::Q8_0 => &[0],
-        QuantType::Q4_1 | QuantType::Q5_1 | QuantType::Q4K | QuantType::Q5K => &[0, 2],
-        QuantType::Q6K => &[208],
-    }
-}
-
-/// Random blocks: random bytes for the quants and scales, finite f16 fields in
-/// `[-0.05, 0.05]`.
-fn random_blocks(ty: QuantType, rows: usize, cols: usize, rng: &mut ChaCha8Rng) -> Vec<u8> {
-    let mut data = vec![0u8; rows * cols / ty.block_elems() * ty.block_bytes()];
-    rng.fill_bytes(&mut data);
-    for blk in data.chunks_exact_mut(ty.block_bytes()) {
-        for &at in half_fields(ty) {
-            let v = half::f16::from_f32(rng.random_range(-0.05f32..0.05));
-            blk[at..at + 2].copy_from_slice(&v.to_bits().to_le_bytes());
-        }
-    }
-    data
-}
 
 /// `n` activations, mostly in `[-3, 3]` with a few outliers (as hidden states have).
 fn random_x(n: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {

@@ -37,31 +37,15 @@ pub fn dequantize_rows(w: &QuantMatrix, rows: Range<usize>, out: &mut [f32]) -> 
             out.len(),
         ));
     }
-    match w.quant_type() {
-        QuantType::Q4_0 => decode_rows::<formats::Q4_0>(w, rows, out),
-        QuantType::Q4_1 => decode_rows::<formats::Q4_1>(w, rows, out),
-        QuantType::Q5_0 => decode_rows::<formats::Q5_0>(w, rows, out),
-        QuantType::Q5_1 => decode_rows::<formats::Q5_1>(w, rows, out),
-        QuantType::Q8_0 => decode_rows::<formats::Q8_0>(w, rows, out),
-        QuantType::Q4K => decode_rows::<formats::Q4K>(w, rows, out),
-        QuantType::Q5K => decode_rows::<formats::Q5K>(w, rows, out),
-        QuantType::Q6K => decode_rows::<formats::Q6K>(w, rows, out),
-    }
-    Ok(())
-}
-
-/// [`dequantize_rows`] in format `F` (checked ranges).
-fn decode_rows<F: Fmt>(w: &QuantMatrix, rows: Range<usize>, out: &mut [f32]) {
-    let (cols, rb) = (w.cols(), w.row_bytes());
-    let mut wg = WGroup::ZERO;
+    let cols = w.cols();
+    let mut vals = [0.0f32; GROUP];
     for (j, dst) in rows.zip(out.chunks_exact_mut(cols.max(1))) {
-        let row = &w.data()[j * rb..(j + 1) * rb];
         for (g, part) in dst.chunks_mut(GROUP).enumerate() {
-            // SAFETY: the portable decoders need no instruction set; `row` holds whole blocks.
-            unsafe { F::decode::<Portable>(row, g, &mut wg) };
-            group_values::<F>(&wg, part);
+            group_of(w, j, g, &mut vals);
+            part.copy_from_slice(&vals[..part.len()]);
         }
     }
+    Ok(())
 }
 
 /// The values of a decoded group into `out` (its first `out.len()` elements, up to 256).

@@ -109,3 +109,47 @@ pub fn cached_model(file: &str) -> PathBuf {
     );
     p
 }
+
+/// The ggml block formats of `dustin_kernels::cpu_quant` and their ggml type ids.
+pub const QUANT_TYPES: [(dustin_kernels::QuantType, u32); 8] = [
+    (dustin_kernels::QuantType::Q4_0, 2),
+    (dustin_kernels::QuantType::Q4_1, 3),
+    (dustin_kernels::QuantType::Q5_0, 6),
+    (dustin_kernels::QuantType::Q5_1, 7),
+    (dustin_kernels::QuantType::Q8_0, 8),
+    (dustin_kernels::QuantType::Q4K, 12),
+    (dustin_kernels::QuantType::Q5K, 13),
+    (dustin_kernels::QuantType::Q6K, 14),
+];
+
+/// The ggml type of a block format.
+pub fn ggml(ty: dustin_kernels::QuantType) -> dustin_qwen::gguf::GgmlType {
+    let id = QUANT_TYPES.iter().find(|t| t.0 == ty).expect("listed").1;
+    dustin_qwen::gguf::GgmlType::from_id(id).expect("ggml id")
+}
+
+/// Random blocks of `ty` for a `[rows, cols]` weight: random bytes for the quants and
+/// scales, finite f16 scale fields (`d`, `m`, `dmin`) in `[-0.05, 0.05]`.
+pub fn random_blocks(
+    ty: dustin_kernels::QuantType,
+    rows: usize,
+    cols: usize,
+    rng: &mut rand_chacha::ChaCha8Rng,
+) -> Vec<u8> {
+    use dustin_kernels::QuantType;
+    use rand::{Rng, RngCore};
+    let fields: &[usize] = match ty {
+        QuantType::Q4_0 | QuantType::Q5_0 | QuantType::Q8_0 => &[0],
+        QuantType::Q4_1 | QuantType::Q5_1 | QuantType::Q4K | QuantType::Q5K => &[0, 2],
+        QuantType::Q6K => &[208],
+    };
+    let mut data = vec![0u8; rows * cols / ty.block_elems() * ty.block_bytes()];
+    rng.fill_bytes(&mut data);
+    for blk in data.chunks_exact_mut(ty.block_bytes()) {
+        for &at in fields {
+            let v = half::f16::from_f32(rng.random_range(-0.05f32..0.05));
+            blk[at..at + 2].copy_from_slice(&v.to_bits().to_le_bytes());
+        }
+    }
+    data
+}
