@@ -18,6 +18,7 @@ use dustin_spec::SpecOutput;
 use serde::Serialize;
 
 use crate::backend::DeviceKind;
+use crate::generate::DraftVocab;
 use crate::pair::{Mode, Pair, RunConfig, SharedPrefill};
 use crate::CliError;
 
@@ -81,6 +82,11 @@ pub struct DemoArgs {
     /// to f32) or `blocks`.
     #[arg(long, value_enum, default_value_t = crate::models::WeightsArg::Auto)]
     pub weights: crate::models::WeightsArg,
+    /// Vocabulary ids the draft's LM head computes: `full`, or a count N (the first N ids,
+    /// most frequent first in byte-level BPE, plus the special tokens); see `generate
+    /// --draft-vocab`.
+    #[arg(long, default_value_t = DraftVocab::DEFAULT)]
+    pub draft_vocab: DraftVocab,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
@@ -205,7 +211,8 @@ fn run_on<B: KernelOps>(args: &DemoArgs, dev: &B::Device) -> Result<(), CliError
             CliError::Usage(format!("--selectors {s} --budget {}: {e}", args.budget))
         })?;
     }
-    let pair: Pair<B> = files.build(ids.len() + run.extra(), dev, args.weights)?;
+    let pair: Pair<B> =
+        files.build(ids.len() + run.extra(), dev, args.weights, args.draft_vocab)?;
     eprintln!(
         "dustin demo: draft {} ({} layers) for target {} ({} layers), loaded in {:.1} s; {} prompt tokens continued by {} tokens, greedy, gamma {}, sparse budget {} tokens per layer and KV head ({:.1}% of the context)",
         args.draft,

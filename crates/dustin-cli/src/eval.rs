@@ -18,7 +18,7 @@ use dustin_kernels::KernelOps;
 use dustin_qwen::{ModelFiles, Qwen2, Tokenizer};
 
 use crate::backend::DeviceKind;
-use crate::generate::{model_path, parse_draft, DraftSpec};
+use crate::generate::{model_path, parse_draft, DraftSpec, DraftVocab};
 use crate::models::WeightsArg;
 use crate::pair::PairFiles;
 use crate::CliError;
@@ -136,7 +136,10 @@ impl PairSource for HostPair {
         positions: usize,
         dev: &B::Device,
     ) -> Result<harness::pair::Pair<B>, HarnessError> {
-        Ok(self.files.build::<B>(positions, dev, self.weights)?)
+        // the evaluation measures the draft as it is: every id in its LM head
+        Ok(self
+            .files
+            .build::<B>(positions, dev, self.weights, DraftVocab::Full)?)
     }
 }
 

@@ -23,8 +23,8 @@ mod options;
 mod output;
 
 pub use draft::{
-    check_vocab, parse_draft, parse_layer_list, DraftSpec, SubstituteLayers, SubstituteSpec,
-    MAX_LAYER_INDEX,
+    check_vocab, parse_draft, parse_layer_list, with_draft_vocab, DraftSpec, DraftVocab,
+    SubstituteLayers, SubstituteSpec, MAX_LAYER_INDEX,
 };
 pub use memory::check_kv_memory;
 use memory::offload_plan;
@@ -317,7 +317,11 @@ fn run_on<B: KernelOps>(
                     let n = df.config.num_hidden_layers;
                     let dm = Arc::new(
                         quant_prefill(
-                            df.build_as::<B>(positions, dev, weights)?,
+                            with_draft_vocab(
+                                df.build_as::<B>(positions, dev, weights)?,
+                                args.pair.draft_vocab,
+                                &df.tokenizer,
+                            )?,
                             args.quant_prefill,
                         )
                         .with_profile(args.profile.then_some("draft")),
@@ -418,6 +422,12 @@ pub struct PairArgs {
     /// Draft tokens per speculative iteration (gamma), 1..=15.
     #[arg(long, default_value_t = 4)]
     pub gamma: usize,
+    /// Vocabulary ids a separate draft model's LM head computes: `full`, or a count N (the
+    /// first N ids, which byte-level BPE numbers most frequent first, plus the special
+    /// tokens). Every other id gets no probability in the draft; the output is the target's
+    /// either way (FR-Spec, Zhao et al. 2025).
+    #[arg(long, default_value_t = DraftVocab::DEFAULT)]
+    pub draft_vocab: DraftVocab,
     /// KV selection for sparse verification (needs --draft): dense, streaming, h2o, snapkv,
     /// quest, oracle, draft-only, history-only, dustin, or `pyramid(<name>)`.
     #[arg(long, default_value = "dense")]

@@ -12,7 +12,7 @@ pub use dustin_eval::harness::pair::{
     check_selector, policy, run_mode, Mode, Pair, RunConfig, SharedPrefill,
 };
 
-use crate::generate::{parse_draft, DraftSpec, SubstituteSpec};
+use crate::generate::{parse_draft, DraftSpec, DraftVocab, SubstituteSpec};
 use crate::CliError;
 
 /// The files of a target and its draft, opened by name or path
@@ -69,7 +69,8 @@ impl PairFiles {
     }
 
     /// Loads both models on `dev` with RoPE tables for `positions` positions, their weights
-    /// as `weights` says ([`crate::models::WeightsArg::format`]).
+    /// as `weights` says ([`crate::models::WeightsArg::format`]), a separate draft's LM head
+    /// over `draft_vocab` ([`crate::generate::with_draft_vocab`]).
     ///
     /// # Errors
     /// Model errors (unsupported tensor types, memory); a substitute's bad settings.
@@ -78,11 +79,16 @@ impl PairFiles {
         positions: usize,
         dev: &B::Device,
         weights: crate::models::WeightsArg,
+        draft_vocab: DraftVocab,
     ) -> Result<Pair<B>, CliError> {
         let format = weights.format::<B>();
         let target = self.target.build_as::<B>(positions, dev, format)?;
         let draft = match &self.draft {
-            DraftFiles::Model(d) => d.build_as::<B>(positions, dev, format)?,
+            DraftFiles::Model(d) => crate::generate::with_draft_vocab(
+                d.build_as::<B>(positions, dev, format)?,
+                draft_vocab,
+                &d.tokenizer,
+            )?,
             DraftFiles::Substitute(s) => s.build(&target)?,
         };
         Ok(Pair {

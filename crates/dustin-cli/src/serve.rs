@@ -192,7 +192,11 @@ fn run_on<B: KernelOps>(args: ServeArgs, dev: B::Device) -> Result<(), CliError>
                 .as_ref()
                 .ok_or_else(|| CliError::Usage("--draft: not loaded".into()))?;
             cfgs.push(df.config.clone());
-            Draft::Model(Arc::new(df.build_as::<B>(positions, &dev, weights)?))
+            Draft::Model(Arc::new(crate::generate::with_draft_vocab(
+                df.build_as::<B>(positions, &dev, weights)?,
+                args.pair.draft_vocab,
+                &df.tokenizer,
+            )?))
         }
         Some(DraftSpec::SelfLayers(n)) => {
             if n >= files.config.num_hidden_layers {

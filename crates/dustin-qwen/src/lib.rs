@@ -45,7 +45,7 @@ pub use chat::ChatTemplate;
 pub use config::{Family, QwenConfig};
 pub use error::{QwenError, Result};
 pub use load::ModelFiles;
-pub use model::{ForwardOpts, ForwardOut, LogitsMode, Qwen2, Weight, KV_VIEW_MULTIPLE};
+pub use model::{ForwardOpts, ForwardOut, HeadVocab, LogitsMode, Qwen2, Weight, KV_VIEW_MULTIPLE};
 pub use offload::{plan_offload, OffloadPlan};
 pub use safetensors_loader::SafetensorsDir;
 pub use substitute::{substitute_model, SubstituteConfig};

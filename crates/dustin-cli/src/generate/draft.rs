@@ -227,3 +227,80 @@ pub fn check_vocab(target: &Tokenizer, draft: &Tokenizer) -> Result<(), CliError
     }
     Ok(())
 }
+
+/// `--draft-vocab`: which vocabulary ids a separate draft model's LM head computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DraftVocab {
+    /// Every id.
+    Full,
+    /// The first `n` ids (frequency-ranked, [`dustin_qwen::HeadVocab`]) and the tokenizer's
+    /// special tokens.
+    Ranked(usize),
+}
+
+impl DraftVocab {
+    /// The default: the first 32,768 ids. On Qwen2.5-Coder-0.5B drafting for the 1.5B it cut
+    /// a draft step by about a fifth on the CPU, and acceptance went from 5.00 to 4.92 on the
+    /// demo prompt and from 3.06 to 2.88 on 4k tokens of `textwrap.py` (docs/decisions.md).
+    pub const DEFAULT: Self = Self::Ranked(32_768);
+}
+
+impl std::fmt::Display for DraftVocab {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Full => f.write_str("full"),
+            Self::Ranked(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+impl std::str::FromStr for DraftVocab {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "full" {
+            return Ok(Self::Full);
+        }
+        match s.parse::<usize>() {
+            Ok(n) if n > 0 => Ok(Self::Ranked(n)),
+            _ => Err(format!(
+                "expected `full` or a number of vocabulary ids above 0, found `{s}`"
+            )),
+        }
+    }
+}
+
+/// `model` (a separate draft) with its LM head restricted per `vocab`: the first `n` ids
+/// plus every special token of `tok` (end of text, end of turn, fill-in-the-middle marks), so
+/// that the draft can still propose the end of a sequence. `n` at or above the vocabulary
+/// keeps every id.
+///
+/// # Errors
+/// [`CliError::Usage`] naming `--draft-vocab` when the head cannot be restricted.
+pub fn with_draft_vocab<B: KernelOps>(
+    model: Qwen2<B>,
+    vocab: DraftVocab,
+    tok: &Tokenizer,
+) -> Result<Qwen2<B>, CliError> {
+    let size = model.config.vocab_size;
+    let DraftVocab::Ranked(n) = vocab else {
+        return Ok(model);
+    };
+    if n >= size {
+        return Ok(model);
+    }
+    let mut extra: Vec<u32> = tok
+        .inner()
+        .get_added_tokens_decoder()
+        .into_iter()
+        .filter(|(_, t)| t.special)
+        .map(|(id, _)| id)
+        .filter(|&id| (id as usize) < size)
+        .collect();
+    extra.extend(tok.eos_ids.iter().filter(|&&id| (id as usize) < size));
+    let keep = dustin_qwen::HeadVocab::frequency_ranked(n, &extra, size)
+        .map_err(|e| CliError::Usage(format!("--draft-vocab {n}: {e}")))?;
+    model
+        .with_head_vocab(Some(&keep))
+        .map_err(|e| CliError::Usage(format!("--draft-vocab {n}: {e}")))
+}

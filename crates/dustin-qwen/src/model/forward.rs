@@ -44,6 +44,15 @@ impl<B: KernelOps> Qwen2<B> {
             && rows <= B::skinny_max_rows(&self.kernels)
     }
 
+    /// `x . head` for `x` `[rows, hidden]` and an LM head `[hidden, n]`: `[rows, n]`.
+    fn head_product(&self, head: &Weight<B>, x: Tensor<B, 2>, rows: usize) -> Result<Tensor<B, 2>> {
+        Ok(match head {
+            Weight::Blocks(q) if B::QUANT_KERNELS => B::quant_linear(x, q, None)?,
+            Weight::Dense(w) if self.skinny_rows(rows) => B::skinny_linear(x, w.clone(), None)?,
+            head => x.matmul(head.to_dense(&self.device)?),
+        })
+    }
+
     /// Whether `rows` rows go through the grouped skinny GEMMs ([`Qwen2::with_grouped_gemm`]).
     pub(super) fn grouped(&self, rows: usize) -> bool {
         self.kernels.grouped_gemm.resolve(true) && self.skinny_rows(rows)
@@ -325,12 +334,9 @@ impl<B: KernelOps> Qwen2<B> {
                 // decode and verify rows through the skinny GEMM (the head is the largest
                 // single weight: 152,064 x 8192 bf16 = 2.5 GB at 72B); a backend whose
                 // kernel does not take the layout runs Burn's matmul inside it
-                let y = match &self.lm_head {
-                    Weight::Blocks(q) if B::QUANT_KERNELS => B::quant_linear(x, q, None)?,
-                    Weight::Dense(w) if self.skinny_rows(b * m) => {
-                        B::skinny_linear(x, w.clone(), None)?
-                    }
-                    head => x.matmul(head.to_dense(dev)?),
+                let y = match &self.head_subset {
+                    Some(sub) => sub.expand(self.head_product(&sub.weight, x, b * m)?),
+                    None => self.head_product(&self.lm_head, x, b * m)?,
                 };
                 Ok(y.reshape([b, m, vocab]))
             })?),

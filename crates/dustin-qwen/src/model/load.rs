@@ -318,6 +318,7 @@ impl<B: Backend> Qwen2<B> {
             prefetch: true,
             tp: None,
             profile: None,
+            head_subset: None,
         })
     }
 
@@ -448,6 +449,7 @@ impl<B: Backend> Qwen2<B> {
             prefetch: true,
             tp,
             profile: None,
+            head_subset: None,
         })
     }
 
@@ -573,6 +575,7 @@ impl<B: Backend> Qwen2<B> {
             prefetch: self.prefetch,
             tp: Some(rank),
             profile: self.profile,
+            head_subset: None,
         })
     }
 }
