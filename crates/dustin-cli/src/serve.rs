@@ -46,15 +46,10 @@ pub struct ServeArgs {
     /// Requests waiting for admission at most; more are answered 429 with `Retry-After`.
     #[arg(long, default_value_t = 64)]
     pub max_queue: usize,
-    /// Sequences decoding at once at most, all batches together (those being prefilled
-    /// included).
+    /// Sequences decoding at once at most (those being prefilled included): every request,
+    /// greedy or sampled, joins the one running batch between its iterations.
     #[arg(long, default_value_t = 16)]
     pub max_batch: usize,
-    /// Batches decoding at once at most: greedy requests join one running batch between its
-    /// iterations, a sampled request runs in a batch of its own; each iteration steps every
-    /// batch in turn.
-    #[arg(long, default_value_t = 4)]
-    pub max_batches: usize,
     /// Prompt tokens prefilled between two iterations of a batch: a new request's prompt
     /// runs in chunks of this size interleaved with the running requests' iterations.
     #[arg(long, default_value_t = 256)]
@@ -238,7 +233,6 @@ fn run_on<B: KernelOps>(args: ServeArgs, dev: B::Device) -> Result<(), CliError>
         engine: EngineConfig {
             gamma: args.pair.gamma,
             max_batch: args.max_batch,
-            max_batches: args.max_batches,
             prefill_chunk: args.prefill_chunk,
         },
     };

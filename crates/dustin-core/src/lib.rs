@@ -17,7 +17,7 @@ pub use estimator::{
     PrefillSignal, ScoreCtx, Scores, SelectionPolicy,
 };
 pub use kv::{KvStore, KvView};
-pub use sampling::{argmax, sample_with, SamplingConfig};
+pub use sampling::{argmax, sample_with, SamplingConfig, SeqSampling};
 pub use spec::{DraftCtx, Drafter, Proposal, Verification, Verifier, VerifyCtx};
 
 /// A token id of the model's vocabulary.

@@ -120,6 +120,41 @@ impl SamplingConfig {
     }
 }
 
+/// One sequence's sampling rule and the random stream of its draws: stream `stream` of the
+/// ChaCha8 generator seeded with `seed`. Two sequences with the same rule, seed and stream
+/// draw the same values, whatever else runs in their batch.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SeqSampling {
+    /// The sampling rule (greedy: argmax, no draws).
+    pub sampling: SamplingConfig,
+    /// Seed of the draws.
+    pub seed: u64,
+    /// Stream of the generator seeded with `seed`.
+    pub stream: u64,
+}
+
+impl SeqSampling {
+    /// Greedy decoding (no draws).
+    pub fn greedy() -> Self {
+        Self::new(SamplingConfig::greedy(), 0)
+    }
+
+    /// `sampling` drawing from stream 0 of `seed` (what a run of this sequence alone with
+    /// `seed` draws from).
+    pub fn new(sampling: SamplingConfig, seed: u64) -> Self {
+        Self {
+            sampling,
+            seed,
+            stream: 0,
+        }
+    }
+
+    /// Whether the rule is greedy decoding.
+    pub fn is_greedy(&self) -> bool {
+        self.sampling.is_greedy()
+    }
+}
+
 /// Index of the largest value (lowest index on ties; NaN never wins).
 pub fn argmax(x: &[f32]) -> usize {
     let mut best = 0;

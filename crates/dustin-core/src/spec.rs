@@ -1,24 +1,79 @@
 use burn_tensor::{backend::Backend, Tensor};
 
-use crate::{Result, TokenId};
+use crate::{CoreError, Result, SamplingConfig, SeqSampling, TokenId};
 
 /// What the engine gives a drafter for one proposal.
 #[derive(Debug, Clone)]
 pub struct DraftCtx {
     /// Number of tokens to draft per sequence (`gamma`).
     pub gamma: usize,
-    /// Temperature of the draft sampler; `0` means greedy (argmax).
-    pub temperature: f32,
-    /// Nucleus (top-p) mass kept, `(0, 1]`; `1` disables it.
-    pub top_p: f32,
-    /// Top-k cut; `0` disables it.
-    pub top_k: usize,
-    /// Seed of this proposal's draws (the engine derives one per iteration).
-    pub seed: u64,
+    /// How each sequence of the batch draws its draft tokens, in the batch's row order: its
+    /// sampling rule (greedy: argmax) and the seed and stream of this proposal's draws (the
+    /// engine derives a seed per sequence and proposal). Empty: every sequence drafts
+    /// greedily.
+    pub draws: Vec<SeqSampling>,
     /// Whether the drafter should report its lookahead attention signal.
     pub want_lookahead: bool,
     /// Size of the real vocabulary to sample over (the target's).
     pub vocab: usize,
+}
+
+impl DraftCtx {
+    /// Greedy drafting of every sequence, without the lookahead.
+    pub fn greedy(gamma: usize, vocab: usize) -> Self {
+        Self {
+            gamma,
+            draws: Vec::new(),
+            want_lookahead: false,
+            vocab,
+        }
+    }
+
+    /// One rule for all `batch` sequences, without the lookahead: sequence `s` draws from
+    /// stream `s` of `seed`.
+    pub fn uniform(
+        gamma: usize,
+        sampling: SamplingConfig,
+        seed: u64,
+        batch: usize,
+        vocab: usize,
+    ) -> Self {
+        Self {
+            gamma,
+            draws: (0..batch as u64)
+                .map(|stream| SeqSampling {
+                    sampling,
+                    seed,
+                    stream,
+                })
+                .collect(),
+            want_lookahead: false,
+            vocab,
+        }
+    }
+
+    /// How the sequence in row `slot` draws (greedy when [`Self::draws`] is empty).
+    ///
+    /// # Errors
+    /// [`CoreError::InvalidInput`] naming `draws` when they are not empty and have no entry
+    /// for `slot`.
+    pub fn draw(&self, slot: usize) -> Result<SeqSampling> {
+        if self.draws.is_empty() {
+            return Ok(SeqSampling::greedy());
+        }
+        self.draws.get(slot).copied().ok_or_else(|| {
+            CoreError::invalid(
+                "draws",
+                format!("none or one per sequence (row {slot} has none)"),
+                self.draws.len(),
+            )
+        })
+    }
+
+    /// Whether every sequence drafts greedily.
+    pub fn is_greedy(&self) -> bool {
+        self.draws.iter().all(SeqSampling::is_greedy)
+    }
 }
 
 /// A draft proposal for the active batch.
@@ -27,7 +82,8 @@ pub struct Proposal<B: Backend> {
     /// Drafted tokens, `[batch][gamma]`.
     pub tokens: Vec<Vec<TokenId>>,
     /// The distributions the draft tokens were sampled from (after temperature, top-p,
-    /// top-k), on the host, `[batch][gamma][vocab]`; `None` for greedy drafting.
+    /// top-k), on the host, `[batch][gamma][vocab]`; a sequence that drafts greedily has an
+    /// empty entry, and `None` means every sequence drafted greedily.
     pub q: Option<Vec<Vec<Vec<f32>>>>,
     /// Draft lookahead attention `[batch, ctx]` (see
     /// [`crate::ImportanceEstimator::observe_lookahead`]), when asked for.

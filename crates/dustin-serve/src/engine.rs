@@ -1,12 +1,12 @@
 //! The engine thread: owns the models (through a [`DecoderFactory`]), takes requests from
-//! the HTTP handlers over a channel, and runs them in batches, one speculative iteration of
-//! each running batch in turn (continuous batching). A greedy request joins the running
-//! batch of greedy requests between two of its iterations: its prompt is prefilled in
-//! chunks of [`EngineConfig::prefill_chunk`] tokens, one chunk per iteration of the batch,
-//! and it decodes from the iteration after its last chunk. A sampled request runs in a
-//! batch of its own. Requests leave their batch when they finish; a request whose client
-//! went away is cancelled at the next iteration and its cache rows dropped (before or after
-//! it joined); a batch whose sequences have all finished is dropped with its KV caches.
+//! the HTTP handlers over a channel, and runs them in one batch, one speculative iteration
+//! at a time (continuous batching). Every request, greedy or sampled, joins the running
+//! batch between two of its iterations, with its own sampling rule, seed and end tokens:
+//! its prompt is prefilled in chunks of [`EngineConfig::prefill_chunk`] tokens, one chunk
+//! per iteration of the batch, and it decodes from the iteration after its last chunk.
+//! Requests leave the batch when they finish; a request whose client went away is
+//! cancelled at the next iteration and its cache rows dropped (before or after it joined);
+//! a batch whose sequences have all finished is dropped with its KV caches.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use burn_tensor::backend::Backend;
-use dustin_core::{SamplingConfig, TokenId};
+use dustin_core::{SamplingConfig, SeqSampling, TokenId};
 use dustin_qwen::generate::FinishReason;
 use dustin_qwen::{StreamDecoder, Tokenizer};
 use dustin_spec::{
@@ -171,12 +171,8 @@ pub trait DecoderFactory {
 pub struct EngineConfig {
     /// Draft tokens per iteration (ignored by an autoregressive factory).
     pub gamma: usize,
-    /// Sequences in running batches at most, all batches together (those being prefilled
-    /// included).
+    /// Sequences in the running batch at most (those being prefilled included).
     pub max_batch: usize,
-    /// Batches running at once at most (each iteration steps every one of them in turn):
-    /// greedy requests share one batch, a sampled request runs in a batch of its own.
-    pub max_batches: usize,
     /// Prompt tokens prefilled per batch between two of its iterations (chunks of this
     /// size), so that a long prompt does not stall the sequences decoding.
     pub prefill_chunk: usize,
@@ -205,9 +201,10 @@ pub struct GenRequest {
     pub prompt: Vec<TokenId>,
     /// Tokens to generate at most (>= 1).
     pub max_tokens: usize,
-    /// Sampling rule (greedy requests share batches).
+    /// Sampling rule of this request (greedy and sampled requests share the batch).
     pub sampling: SamplingConfig,
-    /// Seed of a sampled request.
+    /// Seed of a sampled request: its text is that of its run alone with this seed,
+    /// whatever shares its batch.
     pub seed: u64,
     /// Stop strings.
     pub stop: Vec<String>,
@@ -324,13 +321,12 @@ impl Member {
     }
 }
 
-/// A running batch: its decoder (caches), its run state and its requests by sequence index.
+/// The running batch: its decoder (caches), its run state and its requests by sequence
+/// index.
 struct Batch {
     dec: Box<dyn Decoder>,
     run: SpecRun,
     members: Vec<Member>,
-    /// whether greedy requests with these end tokens may join
-    joinable: Option<Vec<TokenId>>,
     /// tokens each sequence's cache holds (the longest prompt + room of those that joined)
     capacity: usize,
     /// KV bytes per sequence and token (from the factory's memory check)
@@ -353,12 +349,12 @@ pub(crate) fn run_engine(
     metrics: Arc<Metrics>,
 ) {
     let mut waiting: VecDeque<GenRequest> = VecDeque::new();
-    let mut batches: Vec<Batch> = Vec::new();
+    let mut batch: Option<Batch> = None;
     let mut stopping = false;
     let mut cancel = false;
     loop {
         // wait for work when there is none; then take everything that arrived
-        if batches.is_empty() && waiting.is_empty() {
+        if batch.is_none() && waiting.is_empty() {
             if stopping {
                 break;
             }
@@ -394,7 +390,7 @@ pub(crate) fn run_engine(
                 let mut m = Member::new(&r);
                 m.finish(FinishReason::Cancelled, &metrics);
             }
-            for b in &mut batches {
+            if let Some(mut b) = batch.take() {
                 b.run.cancel_all();
                 for (s, m) in b.members.iter_mut().enumerate() {
                     if !m.done {
@@ -405,20 +401,21 @@ pub(crate) fn run_engine(
                     }
                 }
             }
-            batches.clear();
         }
-        admit(&mut waiting, &mut batches, factory.as_mut(), &cfg, &metrics);
-        for b in &mut batches {
+        admit(&mut waiting, &mut batch, factory.as_mut(), &cfg, &metrics);
+        if let Some(b) = &mut batch {
             advance(b, &tok, &cfg, &metrics);
         }
-        batches.retain(|b| !b.run.is_done());
+        if batch.as_ref().is_some_and(|b| b.run.is_done()) {
+            batch = None;
+        }
         let secs = busy.elapsed().as_secs_f64();
         metrics.update(|c| {
             c.engine_secs += secs;
-            c.batches = batches.len() as u64;
-            c.active_sequences = batches.iter().map(|b| b.run.active().len() as u64).sum();
-            c.prefilling = batches.iter().map(|b| b.run.joining().len() as u64).sum();
-            c.kv_bytes = batches.iter().map(Batch::kv_bytes).sum();
+            c.batches = u64::from(batch.is_some());
+            c.active_sequences = batch.as_ref().map_or(0, |b| b.run.active().len() as u64);
+            c.prefilling = batch.as_ref().map_or(0, |b| b.run.joining().len() as u64);
+            c.kv_bytes = batch.as_ref().map_or(0, Batch::kv_bytes);
         });
     }
 }
@@ -439,40 +436,34 @@ fn room(r: &GenRequest, cfg: &EngineConfig) -> usize {
     r.max_tokens + 2 * (cfg.gamma + 2)
 }
 
-/// Admits waiting requests, oldest first, while sequences are free: a greedy request joins
-/// the running batch of greedy requests with its end tokens, or starts one; a sampled
-/// request starts a batch of its own, so that its seed gives the same text whatever else
-/// runs. A request whose KV cache does not fit waits while batches run (their memory frees
-/// as they finish) and is answered an error when nothing runs.
+/// Admits waiting requests, oldest first, while sequences are free: each joins the running
+/// batch, greedy or sampled, with its own sampling rule, seed and end tokens (a sampled
+/// request's seed gives the same text whatever else runs), or opens the batch when none
+/// runs. A request whose KV cache does not fit waits while the batch runs (its memory frees
+/// as its requests finish) and is answered an error when nothing runs.
 fn admit(
     waiting: &mut VecDeque<GenRequest>,
-    batches: &mut Vec<Batch>,
+    batch: &mut Option<Batch>,
     factory: &mut dyn DecoderFactory,
     cfg: &EngineConfig,
     metrics: &Metrics,
 ) {
     while let Some(r) = waiting.front() {
-        let running: usize = batches.iter().map(|b| b.run.active().len()).sum();
+        let running = batch.as_ref().map_or(0, |b| b.run.active().len());
         if running >= cfg.max_batch {
             return;
         }
         let need = r.prompt.len() + room(r, cfg);
-        let target = batches.iter().position(|b| {
-            r.sampling.is_greedy() && b.joinable.as_deref() == Some(r.eos.as_slice())
-        });
-        if target.is_none() && batches.len() >= cfg.max_batches {
-            return;
-        }
         // a batch whose capacity grows is copied: every sequence at the new capacity
-        let check = match target {
-            Some(i) if need > batches[i].capacity => (batches[i].run.active().len() + 1, need),
-            Some(i) => (1, batches[i].capacity),
+        let check = match batch.as_ref() {
+            Some(b) if need > b.capacity => (b.run.active().len() + 1, need),
+            Some(b) => (1, b.capacity),
             None => (1, need),
         };
         let token_bytes = match factory.check_memory(check.0, check.1) {
             Ok(b) => b as f64 / (check.0 * check.1).max(1) as f64,
-            // memory frees when a running batch finishes
-            Err(_) if !batches.is_empty() => return,
+            // memory frees when the running batch's requests finish
+            Err(_) if batch.is_some() => return,
             Err(e) => {
                 if let Some(r) = waiting.pop_front() {
                     metrics.queued.fetch_sub(1, Ordering::SeqCst);
@@ -486,25 +477,25 @@ fn admit(
         };
         let Some(r) = waiting.pop_front() else { return };
         metrics.queued.fetch_sub(1, Ordering::SeqCst);
-        let i = match target {
-            Some(i) => i,
-            None => match open_batch(&r, factory, cfg, token_bytes) {
+        if batch.is_none() {
+            match open_batch(&r, factory, cfg, token_bytes) {
                 Ok(b) => {
-                    batches.push(b);
+                    *batch = Some(b);
                     metrics.update(|c| c.batches_opened += 1);
-                    batches.len() - 1
                 }
                 Err(e) => {
                     metrics.finished("error");
                     let _ = r.events.send(Event::Error(ApiError::internal(e)));
                     continue;
                 }
-            },
-        };
-        let b = &mut batches[i];
+            }
+        }
+        let Some(b) = batch.as_mut() else { return };
         let limits = SeqLimits {
             max_new_tokens: r.max_tokens,
             stop_strings: r.stop.clone(),
+            eos: Some(r.eos.clone()),
+            sampling: Some(SeqSampling::new(r.sampling, r.seed)),
         };
         match b.dec.join(&mut b.run, &r.prompt, &limits, room(&r, cfg)) {
             Ok(s) => {
@@ -523,7 +514,8 @@ fn admit(
     }
 }
 
-/// A new batch for `r` (its decoder and an empty run), before `r` joins it.
+/// A new batch for `r` (its decoder and an empty run), before `r` joins it; every request
+/// that joins it brings its own limits, end tokens and sampling rule.
 fn open_batch(
     r: &GenRequest,
     factory: &mut dyn DecoderFactory,
@@ -534,17 +526,13 @@ fn open_batch(
     let spec = SpecConfig {
         gamma: cfg.gamma,
         max_new_tokens: r.max_tokens,
-        sampling: r.sampling,
-        seed: r.seed,
-        eos: r.eos.clone(),
-        stop_strings: Vec::new(),
+        ..SpecConfig::default()
     };
     let run = dec.open(&spec).map_err(|e| e.to_string())?;
     Ok(Batch {
         dec,
         run,
         members: Vec::new(),
-        joinable: r.sampling.is_greedy().then(|| r.eos.clone()),
         capacity: 0,
         token_bytes,
     })

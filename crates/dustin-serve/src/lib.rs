@@ -67,9 +67,6 @@ impl ServerConfig {
         if e.max_batch == 0 {
             return bad("--max-batch", "at least 1".into(), 0);
         }
-        if e.max_batches == 0 {
-            return bad("--max-batches", "at least 1".into(), 0);
-        }
         if e.prefill_chunk == 0 {
             return bad("--prefill-chunk", "at least 1".into(), 0);
         }

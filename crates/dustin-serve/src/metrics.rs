@@ -47,15 +47,16 @@ pub struct Counters {
     pub ttft_sum: f64,
     /// Requests whose first token was emitted.
     pub ttft_count: u64,
-    /// Sequences in running batches (those being prefilled included).
+    /// Sequences in the running batch (those being prefilled included).
     pub active_sequences: u64,
     /// Sequences whose prompt is being prefilled, chunk by chunk, to join their batch.
     pub prefilling: u64,
-    /// Running batches (each with its own KV caches).
+    /// Running batches: 1 while requests run (greedy and sampled ones share one batch and
+    /// its KV caches), else 0.
     pub batches: u64,
     /// Batches opened since the start (a request that joins a running batch opens none).
     pub batches_opened: u64,
-    /// KV bytes held by running batches (target and draft caches, as allocated).
+    /// KV bytes held by the running batch (target and draft caches, as allocated).
     pub kv_bytes: u64,
 }
 
@@ -189,7 +190,7 @@ impl Metrics {
         metric(
             "dustin_active_sequences",
             "gauge",
-            "Sequences in running batches.",
+            "Sequences in the running batch.",
             &one(c.active_sequences as f64),
         );
         metric(
@@ -201,7 +202,7 @@ impl Metrics {
         metric(
             "dustin_batches",
             "gauge",
-            "Running batches.",
+            "Running batches (1 while requests run, else 0).",
             &one(c.batches as f64),
         );
         metric(
@@ -213,7 +214,7 @@ impl Metrics {
         metric(
             "dustin_kv_bytes",
             "gauge",
-            "KV cache bytes held by running batches.",
+            "KV cache bytes held by the running batch.",
             &one(c.kv_bytes as f64),
         );
         metric(

@@ -21,11 +21,13 @@ pub struct SpecConfig {
     pub gamma: usize,
     /// Tokens to generate per sequence at most (honoured exactly, also mid-block).
     pub max_new_tokens: usize,
-    /// Sampling rule, applied identically to target (`p`) and draft (`q`).
+    /// Sampling rule of every sequence without its own ([`SeqLimits::sampling`]), applied
+    /// identically to target (`p`) and draft (`q`).
     pub sampling: SamplingConfig,
-    /// Seed of all draws.
+    /// Seed of the draws of every sequence without its own rule: sequence `s` (its index in
+    /// the run) draws from stream `s`.
     pub seed: u64,
-    /// End-of-sequence ids.
+    /// End-of-sequence ids of every sequence without its own ([`SeqLimits::eos`]).
     pub eos: Vec<TokenId>,
     /// Stop strings (need a tokenizer).
     pub stop_strings: Vec<String>,
@@ -258,14 +260,15 @@ impl<B: Backend, D: Drafter<B>, V: Verifier<B>> SpeculativeDecoder<B, D, V> {
     /// Starts a run that the caller advances one iteration at a time ([`Self::step`]):
     /// prefills target and draft with `prompts` and emits each sequence's first token
     /// through `on_tokens(seq, tokens)`. `limits` is empty (every sequence takes
-    /// `cfg.max_new_tokens` and `cfg.stop_strings`) or one [`SeqLimits`] per prompt. The
+    /// `cfg.max_new_tokens`, `cfg.stop_strings`, `cfg.eos` and the run's sampling rule) or
+    /// one [`SeqLimits`] per prompt. The
     /// cancel token and benchmark settings of [`Self::generate`] do not apply; cancel single
     /// sequences with [`SpecRun::cancel`]. `start`, then `step` until [`SpecRun::is_done`],
     /// then [`SpecRun::finish`] gives exactly [`Self::generate`]'s output.
     ///
     /// # Errors
     /// [`SpecError::Config`] for `gamma` outside `1 ..= MAX_GAMMA` or `limits` of another
-    /// length than `prompts`; prompt and model errors.
+    /// length than `prompts`; a sampling rule out of range; prompt and model errors.
     pub fn start(
         &mut self,
         prompts: &[Vec<TokenId>],
@@ -314,7 +317,9 @@ impl<B: Backend, D: Drafter<B>, V: Verifier<B>> SpeculativeDecoder<B, D, V> {
 /// between iterations, each prefilled in chunks interleaved with the iterations.
 impl<B: Backend, D: JoinDrafter<B>, V: JoinVerifier<B>> SpeculativeDecoder<B, D, V> {
     /// An empty run for sequences to [`Self::join`]; `cfg.max_new_tokens` and
-    /// `cfg.stop_strings` are replaced by each sequence's [`SeqLimits`].
+    /// `cfg.stop_strings` are replaced by each sequence's [`SeqLimits`], and so are
+    /// `cfg.eos`, `cfg.sampling` and `cfg.seed` where it gives its own. Greedy and sampled
+    /// sequences share the batch.
     ///
     /// # Errors
     /// [`SpecError::Config`] for `gamma` outside `1 ..= MAX_GAMMA` or a sampling rule out of
@@ -330,8 +335,8 @@ impl<B: Backend, D: JoinDrafter<B>, V: JoinVerifier<B>> SpeculativeDecoder<B, D,
     /// whole prompt. Returns its index in the run.
     ///
     /// # Errors
-    /// A bad prompt, a cache that does not fit, a drafter that cannot take joining
-    /// sequences; the run is unchanged then.
+    /// A bad prompt, a sampling rule out of range, a cache that does not fit, a drafter
+    /// that cannot take joining sequences; the run is unchanged then.
     pub fn join(
         &mut self,
         run: &mut SpecRun,
@@ -457,8 +462,8 @@ impl<B: Backend, V: Verifier<B>> AutoregressiveDecoder<B, V> {
     /// [`SpeculativeDecoder::start`] for `limits` and `on_tokens`).
     ///
     /// # Errors
-    /// [`SpecError::Config`] for `limits` of another length than `prompts`; prompt and
-    /// model errors.
+    /// [`SpecError::Config`] for `limits` of another length than `prompts`; a sampling rule
+    /// out of range; prompt and model errors.
     pub fn start(
         &mut self,
         prompts: &[Vec<TokenId>],
@@ -512,7 +517,8 @@ impl<B: Backend, V: JoinVerifier<B>> AutoregressiveDecoder<B, V> {
     /// Adds a sequence to `run` (see [`SpeculativeDecoder::join`]).
     ///
     /// # Errors
-    /// A bad prompt or a cache that does not fit; the run is unchanged then.
+    /// A bad prompt, a sampling rule out of range or a cache that does not fit; the run is
+    /// unchanged then.
     pub fn join(
         &mut self,
         run: &mut SpecRun,

@@ -1,12 +1,10 @@
 use std::sync::Arc;
 
 use burn_tensor::{backend::Backend, Tensor};
-use dustin_core::{
-    DraftCtx, Drafter, KvStore, LayerSelection, Phase, Proposal, SamplingConfig, TokenId,
-};
+use dustin_core::{DraftCtx, Drafter, KvStore, LayerSelection, Phase, Proposal, TokenId};
 use dustin_kernels::KernelOps;
 use dustin_kv::DenseKvCache;
-use dustin_qwen::generate::{prefill_from, rows_to_host, seq_rng, AUTO_PREFILL_CHUNK};
+use dustin_qwen::generate::{prefill_from, rows_to_host, AUTO_PREFILL_CHUNK};
 use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2};
 use dustin_select::extend_selection_grouped;
 use rand::Rng;
@@ -297,12 +295,19 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
         let model = self.model.clone();
         let layers = self.layers;
         let batch = self.pending.len();
-        let sampling = SamplingConfig {
-            temperature: ctx.temperature,
-            top_p: ctx.top_p,
-            top_k: ctx.top_k,
-        };
-        let mut rngs: Vec<_> = (0..batch).map(|s| seq_rng(ctx.seed, s)).collect();
+        if !ctx.draws.is_empty() && ctx.draws.len() != batch {
+            return Err(dustin_core::CoreError::invalid(
+                "draws",
+                format!("none or one per sequence ({batch})"),
+                ctx.draws.len(),
+            ));
+        }
+        // each sequence's rule and random stream; the sampled ones' rows go to the host
+        let draws: Vec<_> = (0..batch)
+            .map(|s| ctx.draw(s))
+            .collect::<dustin_core::Result<_>>()?;
+        let sampled: Vec<usize> = (0..batch).filter(|&s| !draws[s].is_greedy()).collect();
+        let mut rngs: Vec<_> = draws.iter().map(crate::run::draw_rng).collect();
         let deferred = self.lookahead.scoring == LookaheadScoring::Deferred;
         let mut hook = LookaheadHook::<B> {
             // a draft selection rule needs the mass for the next proposal's top-k
@@ -412,17 +417,21 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
                     cache.truncate(s, base[s] + p.len())?;
                 }
             }
-            let next = if sampling.is_greedy() {
+            let next = if sampled.is_empty() {
                 // picked on the device: one id per sequence comes back, not `vocab` floats
                 greedy_on_device(rows, ctx.vocab)?
             } else {
-                let rows = rows_to_host(rows, ctx.vocab)?;
-                let mut out = Vec::with_capacity(b);
-                for (s, row) in rows.iter().enumerate() {
-                    let q = sampling.probs(row, s)?;
-                    let t = dustin_core::sample_with(&q, rngs[s].random::<f32>()) as u32;
+                // the greedy sequences' ids from the device, the sampled ones' rows on the host
+                let mut out = if sampled.len() < b {
+                    greedy_on_device(rows.clone(), ctx.vocab)?
+                } else {
+                    vec![0; b]
+                };
+                let host = rows_to_host(crate::select_rows(rows, &sampled), ctx.vocab)?;
+                for (&s, row) in sampled.iter().zip(&host) {
+                    let q = draws[s].sampling.probs(row, s)?;
+                    out[s] = dustin_core::sample_with(&q, rngs[s].random::<f32>()) as u32;
                     qs[s].push(q);
-                    out.push(t);
                 }
                 out
             };
@@ -526,7 +535,7 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
         self.last = tokens.clone();
         Ok(Proposal {
             tokens,
-            q: if sampling.is_greedy() { None } else { Some(qs) },
+            q: if sampled.is_empty() { None } else { Some(qs) },
             lookahead,
         })
     }

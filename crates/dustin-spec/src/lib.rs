@@ -34,3 +34,20 @@ pub(crate) fn refused_logits<B: burn_tensor::backend::Backend, const D: usize>(
         .is_nan()
         .bool_or(logits.equal_elem(f32::INFINITY))
 }
+
+/// Rows `rows` (ascending) along the first axis of `t`: `t` itself when `rows` is every
+/// row, else one gather.
+pub(crate) fn select_rows<B: burn_tensor::backend::Backend, const D: usize>(
+    t: burn_tensor::Tensor<B, D>,
+    rows: &[usize],
+) -> burn_tensor::Tensor<B, D> {
+    if rows.len() == t.dims()[0] {
+        return t;
+    }
+    let idx: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
+    let idx = burn_tensor::Tensor::<B, 1, burn_tensor::Int>::from_data(
+        burn_tensor::TensorData::new(idx, [rows.len()]),
+        &t.device(),
+    );
+    t.select(0, idx)
+}

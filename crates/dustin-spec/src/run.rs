@@ -8,10 +8,10 @@
 use std::time::Instant;
 
 use burn_tensor::backend::Backend;
-use dustin_core::{DraftCtx, Drafter, Proposal, TokenId, Verifier, VerifyCtx};
-use dustin_qwen::generate::{pick_tokens, rows_to_host, seq_rng, FinishReason, StopRule};
+use dustin_core::{DraftCtx, Drafter, Proposal, SeqSampling, TokenId, Verifier, VerifyCtx};
+use dustin_qwen::generate::{rows_to_host, FinishReason, StopRule};
 use dustin_qwen::Tokenizer;
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::accept;
@@ -19,14 +19,65 @@ use crate::decoder::{IterationStats, PhaseBarrier, SpecConfig, SpecOutput, SpecS
 use crate::error::{Result, SpecError};
 use crate::join::{JoinDrafter, JoinVerifier};
 
-/// Per-sequence limits that replace [`SpecConfig::max_new_tokens`] and
-/// [`SpecConfig::stop_strings`] for one sequence of a run ([`crate::SpeculativeDecoder::start`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Per-sequence settings of a run ([`crate::SpeculativeDecoder::start`],
+/// [`crate::SpeculativeDecoder::join`]): they replace [`SpecConfig::max_new_tokens`] and
+/// [`SpecConfig::stop_strings`] for one sequence, and [`SpecConfig::eos`],
+/// [`SpecConfig::sampling`] and [`SpecConfig::seed`] where given.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct SeqLimits {
     /// Tokens to generate for this sequence at most.
     pub max_new_tokens: usize,
     /// Stop strings of this sequence (need a tokenizer).
     pub stop_strings: Vec<String>,
+    /// End-of-sequence ids of this sequence; `None`: the run's ([`SpecConfig::eos`]).
+    pub eos: Option<Vec<TokenId>>,
+    /// This sequence's sampling rule and random stream; `None`: the run's rule
+    /// ([`SpecConfig::sampling`]) drawing from stream `seq` of [`SpecConfig::seed`], where
+    /// `seq` is the sequence's index in the run. The sequence's draws depend on nothing
+    /// else: a sequence with [`SeqSampling::new`]`(rule, seed)` draws what it draws alone in
+    /// a run with `rule` and `seed`, whatever shares its batch.
+    pub sampling: Option<SeqSampling>,
+}
+
+/// The random generator of `d`'s draws (stream `d.stream` of `d.seed`).
+pub(crate) fn draw_rng(d: &SeqSampling) -> ChaCha8Rng {
+    let mut r = ChaCha8Rng::seed_from_u64(d.seed);
+    r.set_stream(d.stream);
+    r
+}
+
+/// The seed of a sequence's draft draws at its `step`-th proposal (counted from its first),
+/// from its own seed: the draws of a proposal depend on the sequence alone, not on the
+/// batch's iteration or the sequence's row.
+fn draft_seed(seed: u64, step: usize) -> u64 {
+    seed ^ 0x9E37_79B9_7F4A_7C15u64.wrapping_mul(step as u64 + 1)
+}
+
+/// The token `d`'s rule picks from `row` (logits): the argmax when greedy, else a draw of
+/// `rng` from the rule's distribution.
+fn pick(row: &[f32], d: &SeqSampling, rng: &mut ChaCha8Rng, seq: usize) -> Result<TokenId> {
+    let p = d.sampling.probs(row, seq)?;
+    let t = if d.is_greedy() {
+        dustin_core::argmax(&p)
+    } else {
+        dustin_core::sample_with(&p, rng.random::<f32>())
+    };
+    Ok(t as TokenId)
+}
+
+/// `limits`' sampling, checked, or the run's rule on stream `seq` of the run's seed.
+fn seq_sampling(cfg: &SpecConfig, limits: Option<&SeqLimits>, seq: usize) -> Result<SeqSampling> {
+    match limits.and_then(|l| l.sampling) {
+        Some(d) => {
+            d.sampling.validate()?;
+            Ok(d)
+        }
+        None => Ok(SeqSampling {
+            sampling: cfg.sampling,
+            seed: cfg.seed,
+            stream: seq as u64,
+        }),
+    }
 }
 
 /// The state of one speculative run between iterations (see the module docs). Made by
@@ -36,7 +87,12 @@ pub struct SeqLimits {
 pub struct SpecRun {
     cfg: SpecConfig,
     rules: Vec<StopRule>,
+    /// each sequence's sampling rule and random stream
+    draws: Vec<SeqSampling>,
+    /// each sequence's acceptance draws (and its first token's)
     rngs: Vec<ChaCha8Rng>,
+    /// proposals each sequence has been through (its draft seeds follow it)
+    steps: Vec<usize>,
     out: Vec<Vec<TokenId>>,
     finish: Vec<Option<FinishReason>>,
     /// sequences in the caches' row order (finished ones leave at the next step)
@@ -87,7 +143,7 @@ impl SpecRun {
         let rules: Vec<StopRule> = (0..n)
             .map(|s| match limits.get(s) {
                 Some(l) => StopRule {
-                    eos: cfg.eos.clone(),
+                    eos: l.eos.clone().unwrap_or_else(|| cfg.eos.clone()),
                     stop_strings: l.stop_strings.clone(),
                     max_new_tokens: l.max_new_tokens,
                 },
@@ -98,14 +154,22 @@ impl SpecRun {
                 },
             })
             .collect();
+        let draws: Vec<SeqSampling> = (0..n)
+            .map(|s| seq_sampling(cfg, limits.get(s), s))
+            .collect::<Result<_>>()?;
         let vocab = verifier.vocab_size();
-        // stream 0..n: acceptance draws per sequence; the draft derives its own per iteration
-        let mut rngs: Vec<ChaCha8Rng> = (0..n).map(|i| seq_rng(cfg.seed, i)).collect();
+        // one stream per sequence for its acceptance draws; the draft derives its own per
+        // proposal
+        let mut rngs: Vec<ChaCha8Rng> = draws.iter().map(draw_rng).collect();
         let t0 = Instant::now();
         let last = verifier.prefill(prompts)?;
         let rows = rows_to_host(last, vocab)?;
         let all: Vec<usize> = (0..n).collect();
-        let first = pick_tokens(&rows, &cfg.sampling, &mut rngs, &all)?;
+        let first: Vec<TokenId> = rows
+            .iter()
+            .enumerate()
+            .map(|(s, row)| pick(row, &draws[s], &mut rngs[s], s))
+            .collect::<Result<_>>()?;
         let mut drafter = drafter;
         if let Some(d) = drafter.as_deref_mut() {
             d.prefill(prompts, &first)?;
@@ -128,7 +192,9 @@ impl SpecRun {
         let mut run = Self {
             cfg: cfg.clone(),
             rules,
+            draws,
             rngs,
+            steps: vec![0; n],
             out,
             finish,
             rows: all,
@@ -230,7 +296,9 @@ impl SpecRun {
         Ok(Self {
             cfg: cfg.clone(),
             rules: Vec::new(),
+            draws: Vec::new(),
             rngs: Vec::new(),
+            steps: Vec::new(),
             out: Vec::new(),
             finish: Vec::new(),
             rows: Vec::new(),
@@ -254,6 +322,7 @@ impl SpecRun {
         room: usize,
     ) -> Result<usize> {
         let seq = self.finish.len();
+        let draw = seq_sampling(&self.cfg, Some(limits), seq)?;
         verifier.begin_row(seq, prompt, room)?;
         if let Some(d) = drafter {
             if let Err(e) = d.begin_row(seq, prompt, room) {
@@ -262,11 +331,13 @@ impl SpecRun {
             }
         }
         self.rules.push(StopRule {
-            eos: self.cfg.eos.clone(),
+            eos: limits.eos.clone().unwrap_or_else(|| self.cfg.eos.clone()),
             stop_strings: limits.stop_strings.clone(),
             max_new_tokens: limits.max_new_tokens,
         });
-        self.rngs.push(seq_rng(self.cfg.seed, seq));
+        self.rngs.push(draw_rng(&draw));
+        self.draws.push(draw);
+        self.steps.push(0);
         self.out.push(Vec::new());
         self.finish.push(None);
         self.joining.push((seq, prompt.len(), 0));
@@ -316,8 +387,8 @@ impl SpecRun {
             let Some(last) = last else { continue };
             self.joining.remove(0);
             let rows = rows_to_host(last, verifier.vocab_size())?;
-            let first = pick_tokens(&rows, &self.cfg.sampling, &mut self.rngs, &[seq])?;
-            let t = first.first().copied().unwrap_or(0);
+            let row = rows.first().map_or(&[][..], Vec::as_slice);
+            let t = pick(row, &self.draws[seq], &mut self.rngs[seq], seq)?;
             if self.rules[seq].max_new_tokens == 0 {
                 self.finish[seq] = Some(FinishReason::Length);
             } else {
@@ -376,21 +447,23 @@ impl SpecRun {
             return Ok(());
         }
         let cfg = &self.cfg;
-        let n = self.finish.len();
         let vocab = verifier.vocab_size();
         let active = self.rows.clone();
         let iteration = self.iteration;
-        let forced = &self.forced;
         let b = active.len();
         // 1. draft
         let td = Instant::now();
         let proposal = match drafter.as_deref_mut() {
             Some(d) => d.propose(&DraftCtx {
                 gamma: cfg.gamma,
-                temperature: cfg.sampling.temperature,
-                top_p: cfg.sampling.top_p,
-                top_k: cfg.sampling.top_k,
-                seed: cfg.seed ^ (0x9E37_79B9_7F4A_7C15u64.wrapping_mul(iteration as u64 + 1)),
+                // each sequence's rule, its draws seeded by its own seed and proposal count
+                draws: active
+                    .iter()
+                    .map(|&s| SeqSampling {
+                        seed: draft_seed(self.draws[s].seed, self.steps[s]),
+                        ..self.draws[s]
+                    })
+                    .collect(),
                 want_lookahead: verifier.wants_lookahead(),
                 vocab,
             })?,
@@ -408,77 +481,11 @@ impl SpecRun {
             proposal: &proposal,
             iteration,
         })?;
-        let [_, m, v] = ver.logits.dims();
         // 3. accept
         settle()?;
         let ta = Instant::now();
         let verify_secs = (ta - tv).as_secs_f64();
-        let mut accepted = Vec::with_capacity(b);
-        let mut next = Vec::with_capacity(b);
-        if cfg.sampling.is_greedy() {
-            // the device argmax would pick an arbitrary token from NaN / +inf logits: refuse
-            // them, as the host sampling path does
-            let bad = crate::refused_logits(ver.logits.clone())
-                .any_dim(2)
-                .any_dim(1)
-                .reshape([b])
-                .into_data()
-                .convert::<bool>()
-                .into_vec::<bool>()
-                .map_err(|e| dustin_core::CoreError::Model(format!("{e:?}")))?;
-            if let Some(slot) = bad.iter().position(|&x| x) {
-                return Err(dustin_core::CoreError::NonFinite {
-                    what: "target logits of a verification".into(),
-                    seq: active[slot],
-                }
-                .into());
-            }
-            let am = ver.logits.clone().argmax(2).reshape([b * m]).into_data();
-            let am: Vec<i64> = am
-                .convert::<i64>()
-                .into_vec::<i64>()
-                .map_err(|e| dustin_core::CoreError::Model(format!("{e:?}")))?;
-            for slot in 0..b {
-                let row: Vec<u32> = am[slot * m..(slot + 1) * m]
-                    .iter()
-                    .map(|&x| x as u32)
-                    .collect();
-                let acc = accept::greedy(&proposal.tokens[slot], &row);
-                match forced {
-                    Some((schedule, ragged)) => {
-                        let k = schedule
-                            .accepted(iteration, active[slot], n, *ragged)
-                            .min(proposal.tokens[slot].len());
-                        accepted.push(k);
-                        next.push(row[k]);
-                    }
-                    None => {
-                        accepted.push(acc.accepted);
-                        next.push(acc.next);
-                    }
-                }
-            }
-        } else if forced.is_some() {
-            return Err(SpecError::Config {
-                name: "sampling",
-                expected: "greedy decoding with a forced acceptance schedule".into(),
-                found: format!("temperature {}", cfg.sampling.temperature),
-            });
-        } else {
-            let rows = rows_to_host(ver.logits.clone().reshape([b * m, v]), vocab)?;
-            for (slot, &s) in active.iter().enumerate() {
-                let p: Vec<Vec<f32>> = (0..m)
-                    .map(|i| cfg.sampling.probs(&rows[slot * m + i], s))
-                    .collect::<dustin_core::Result<_>>()?;
-                let q: &[Vec<f32>] = proposal.q.as_ref().map_or(&[], |q| &q[slot]);
-                let rng = &mut self.rngs[s];
-                let acc = accept::stochastic(&proposal.tokens[slot], &p, q, s, &mut || {
-                    rng.random::<f32>()
-                })?;
-                accepted.push(acc.accepted);
-                next.push(acc.next);
-            }
-        }
+        let (accepted, next) = self.accept(&proposal, &ver.logits, &active, vocab)?;
         // emit, honouring EOS / stop strings / max_new_tokens inside the block
         let mut keep = Vec::with_capacity(b);
         for (slot, &s) in active.iter().enumerate() {
@@ -528,8 +535,120 @@ impl SpecRun {
             estimation_read_fraction: ver.estimation_read_fraction.clone(),
         });
         self.rows = keep.iter().map(|&k| active[k]).collect();
+        for &s in &active {
+            self.steps[s] += 1;
+        }
         self.iteration += 1;
         Ok(())
+    }
+
+    /// Acceptance of `proposal` against the target's `logits` (`[batch, gamma + 1, vocab]`)
+    /// for the sequences in `active` (row order), each by its own rule: a greedy sequence
+    /// accepts while its draft matches the target's argmax (or as the forced schedule
+    /// says), a sampled one by speculative sampling with its own random stream. Returns the
+    /// drafts accepted and the next token per row.
+    fn accept<B: Backend>(
+        &mut self,
+        proposal: &Proposal<B>,
+        logits: &burn_tensor::Tensor<B, 3>,
+        active: &[usize],
+        vocab: usize,
+    ) -> Result<(Vec<usize>, Vec<TokenId>)> {
+        let [b, m, v] = logits.dims();
+        let n = self.finish.len();
+        let greedy: Vec<bool> = active.iter().map(|&s| self.draws[s].is_greedy()).collect();
+        let sampled: Vec<usize> = (0..b).filter(|&slot| !greedy[slot]).collect();
+        if let (Some(_), Some(&slot)) = (&self.forced, sampled.first()) {
+            return Err(SpecError::Config {
+                name: "sampling",
+                expected: "greedy decoding with a forced acceptance schedule".into(),
+                found: format!(
+                    "temperature {}",
+                    self.draws[active[slot]].sampling.temperature
+                ),
+            });
+        }
+        let model_err = |e| dustin_core::CoreError::Model(format!("{e:?}"));
+        // the greedy rows' target argmax, picked on the device
+        let argmax: Vec<i64> = if sampled.len() < b {
+            // the device argmax would pick an arbitrary token from NaN / +inf logits: refuse
+            // them, as the host sampling path does
+            let bad = crate::refused_logits(logits.clone())
+                .any_dim(2)
+                .any_dim(1)
+                .reshape([b])
+                .into_data()
+                .convert::<bool>()
+                .into_vec::<bool>()
+                .map_err(model_err)?;
+            if let Some(slot) = (0..b).find(|&slot| greedy[slot] && bad[slot]) {
+                return Err(dustin_core::CoreError::NonFinite {
+                    what: "target logits of a verification".into(),
+                    seq: active[slot],
+                }
+                .into());
+            }
+            logits
+                .clone()
+                .argmax(2)
+                .reshape([b * m])
+                .into_data()
+                .convert::<i64>()
+                .into_vec::<i64>()
+                .map_err(model_err)?
+        } else {
+            Vec::new()
+        };
+        // the sampled rows' logits on the host, `m` rows each in `sampled` order
+        let host = if sampled.is_empty() {
+            Vec::new()
+        } else {
+            let rows = crate::select_rows(logits.clone(), &sampled);
+            rows_to_host(rows.reshape([sampled.len() * m, v]), vocab)?
+        };
+        let mut accepted = Vec::with_capacity(b);
+        let mut next = Vec::with_capacity(b);
+        let mut h = 0;
+        for (slot, &s) in active.iter().enumerate() {
+            let draft = &proposal.tokens[slot];
+            if greedy[slot] {
+                let row: Vec<u32> = argmax[slot * m..(slot + 1) * m]
+                    .iter()
+                    .map(|&x| x as u32)
+                    .collect();
+                match &self.forced {
+                    Some((schedule, ragged)) => {
+                        let k = schedule
+                            .accepted(self.iteration, s, n, *ragged)
+                            .min(draft.len());
+                        accepted.push(k);
+                        next.push(row[k]);
+                    }
+                    None => {
+                        let acc = accept::greedy(draft, &row);
+                        accepted.push(acc.accepted);
+                        next.push(acc.next);
+                    }
+                }
+                continue;
+            }
+            let rule = self.draws[s].sampling;
+            let p: Vec<Vec<f32>> = host[h * m..(h + 1) * m]
+                .iter()
+                .map(|row| rule.probs(row, s))
+                .collect::<dustin_core::Result<_>>()?;
+            h += 1;
+            let q: &[Vec<f32>] = proposal
+                .q
+                .as_ref()
+                .and_then(|q| q.get(slot))
+                .map_or(&[], Vec::as_slice);
+            let rng = &mut self.rngs[s];
+            let acc = accept::stochastic(draft, &p, q, s, &mut || rng.random::<f32>())?;
+            accepted.push(acc.accepted);
+            next.push(acc.next);
+        }
+        Ok((accepted, next))
     }
 
     /// Closes the run: every sequence's tokens and finish reason (one still generating ends

@@ -35,6 +35,7 @@ fn limits(n: usize) -> SeqLimits {
     SeqLimits {
         max_new_tokens: n,
         stop_strings: Vec::new(),
+        ..SeqLimits::default()
     }
 }
 

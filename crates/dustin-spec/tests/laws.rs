@@ -5,16 +5,16 @@
 //!    gamma 1, 4 and 8, with EOS and `max_new_tokens` landing mid-block;
 //! 2. stochastic acceptance emits tokens distributed as the target's own samples (total
 //!    variation against the exact distribution computed from the target alone), and the test
-//!    rejects a wrong acceptance rule.
+//!    rejects a wrong acceptance rule; so do rows of one batch with rules of their own.
 
 use std::sync::Arc;
 
 use burn_tensor::Tensor;
-use dustin_core::{DenseHook, Phase, SamplingConfig};
+use dustin_core::{DenseHook, Phase, SamplingConfig, SeqSampling};
 use dustin_qwen::generate::{prefill, FinishReason};
 use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2};
 use dustin_spec::{
-    accept, autoregressive, ModelDrafter, ModelVerifier, SpecConfig, SpeculativeDecoder,
+    accept, autoregressive, ModelDrafter, ModelVerifier, SeqLimits, SpecConfig, SpeculativeDecoder,
 };
 
 mod common;
@@ -333,6 +333,114 @@ fn stochastic_speculative_matches_target_distribution() {
         accepted_any > n / 20,
         "the draft must be accepted sometimes for the test to mean anything"
     );
+}
+
+/// Per-sequence rules in one batch: rows sampled at temperature 1.5 with top-k 40 and rows at
+/// temperature 0.7 with top-p 0.9, each with a seed of its own, and greedy rows between them.
+/// The second token of each sampled row (the first one through acceptance) follows the exact
+/// law of its own rule (chi-square at 0.001) and not the other rule's, and every greedy row
+/// emits the greedy tokens.
+#[test]
+fn per_sequence_rules_in_one_batch_each_follow_their_target_distribution() {
+    let target = model("qwen2-tied");
+    let draft = model("qwen2-gqa7");
+    let rules = [
+        SamplingConfig {
+            temperature: 1.5,
+            top_p: 1.0,
+            top_k: 40,
+        },
+        SamplingConfig {
+            temperature: 0.7,
+            top_p: 0.9,
+            top_k: 0,
+        },
+    ];
+    let prompt = vec![5u32, 17, 33, 2, 90, 61];
+    let exact: Vec<Vec<f64>> = rules
+        .iter()
+        .map(|r| exact_second(&target, &prompt, r).1)
+        .collect();
+    let cfg = SpecConfig {
+        gamma: 2,
+        max_new_tokens: 2,
+        ..SpecConfig::default()
+    };
+    let decoder = || {
+        SpeculativeDecoder::new(
+            ModelDrafter::new(draft.clone(), None, 16),
+            ModelVerifier::new(target.clone(), DenseHook, 16, 96),
+        )
+    };
+    let greedy = decoder()
+        .generate(std::slice::from_ref(&prompt), &cfg, None, &mut |_, _| {})
+        .expect("greedy")
+        .tokens
+        .remove(0);
+    // rows: rule 0 and rule 1 in turn with a greedy row every 21, in batches of 210 rows
+    // (the batch's cost grows faster than its rows)
+    let per_rule = 1500;
+    let kinds: Vec<Option<usize>> = (0..2 * per_rule * 21 / 20)
+        .map(|i| (i % 21 != 20).then_some(i % 2))
+        .collect();
+    let mut counts = vec![vec![0usize; 96]; 2];
+    let mut accepted_any = [0usize; 2];
+    let mut greedy_rows = 0;
+    for (b, batch) in kinds.chunks(210).enumerate() {
+        let limits: Vec<SeqLimits> = batch
+            .iter()
+            .enumerate()
+            .map(|(i, k)| SeqLimits {
+                max_new_tokens: 2,
+                sampling: k.map(|k| SeqSampling::new(rules[k], (b * 210 + i) as u64)),
+                ..SeqLimits::default()
+            })
+            .collect();
+        let prompts = vec![prompt.clone(); batch.len()];
+        let mut dec = decoder();
+        let mut run = dec
+            .start(&prompts, &cfg, &limits, None, &mut |_, _| {})
+            .expect("start");
+        while !run.is_done() {
+            dec.step(&mut run, None, &mut |_, _| {}).expect("step");
+        }
+        let o = run.finish();
+        // every row is verified at the first iteration, in row order
+        let first = &o.iterations[0].accepted;
+        assert_eq!(first.len(), batch.len());
+        for (i, k) in batch.iter().enumerate() {
+            match k {
+                None => {
+                    assert_eq!(o.tokens[i], greedy, "greedy row {i} of batch {b}");
+                    greedy_rows += 1;
+                }
+                Some(k) => {
+                    counts[*k][o.tokens[i][1] as usize] += 1;
+                    accepted_any[*k] += first[i].min(1);
+                }
+            }
+        }
+    }
+    assert!(greedy_rows > 0);
+    for k in 0..2 {
+        let n: usize = counts[k].iter().sum();
+        let (stat, crit) = chi_square(&counts[k], n, &exact[k]);
+        let (other, other_crit) = chi_square(&counts[k], n, &exact[1 - k]);
+        println!(
+            "rule {k}: chi-square {stat:.1} (critical {crit:.1}), TV {:.4}; against the other rule's law {other:.1} (critical {other_crit:.1}); drafts accepted in {}/{n} rows",
+            tv(&counts[k], n, &exact[k]),
+            accepted_any[k]
+        );
+        assert!(stat < crit, "rule {k}: chi-square {stat} >= {crit}");
+        assert!(
+            other > other_crit,
+            "rule {k}: the test must tell the rules apart ({other} <= {other_crit})"
+        );
+        assert!(
+            accepted_any[k] > n / 20,
+            "rule {k}: the draft must be accepted sometimes for the test to mean anything"
+        );
+    }
 }
 
 /// The acceptance rule alone, on exact small distributions: the emitted token's law is `p`;

@@ -48,13 +48,8 @@ fn drafter(
 
 fn ctx(gamma: usize) -> DraftCtx {
     DraftCtx {
-        gamma,
-        temperature: 0.0,
-        top_p: 1.0,
-        top_k: 0,
-        seed: 7,
         want_lookahead: true,
-        vocab: 96,
+        ..DraftCtx::greedy(gamma, 96)
     }
 }
 

@@ -67,13 +67,8 @@ fn host3(t: Tensor<B, 3>) -> Vec<f32> {
 
 fn greedy(gamma: usize) -> DraftCtx {
     DraftCtx {
-        gamma,
-        temperature: 0.0,
-        top_p: 1.0,
-        top_k: 0,
-        seed: 0,
         want_lookahead: true,
-        vocab: VOCAB,
+        ..DraftCtx::greedy(gamma, VOCAB)
     }
 }
 

@@ -86,6 +86,7 @@ fn per_sequence_limits_cut_each_sequence_at_its_own_length() {
         .map(|&n| SeqLimits {
             max_new_tokens: n,
             stop_strings: Vec::new(),
+            ..SeqLimits::default()
         })
         .collect();
     let mut dec = decoder(20);

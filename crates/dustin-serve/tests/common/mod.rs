@@ -166,7 +166,6 @@ pub fn config() -> ServerConfig {
         engine: EngineConfig {
             gamma: GAMMA,
             max_batch: 16,
-            max_batches: 4,
             prefill_chunk: PREFILL_CHUNK,
         },
     }
