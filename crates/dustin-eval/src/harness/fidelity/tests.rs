@@ -2,8 +2,10 @@
 //! small case.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::*;
+use crate::harness::engine::EvalPair;
 use burn_flex::{Flex, FlexDevice};
 use dustin_qwen::{Qwen2, QwenConfig, SafetensorsDir};
 
@@ -19,18 +21,20 @@ fn tiny() -> Arc<Qwen2<Flex>> {
 /// gamma 3, 6 speculative tokens.
 fn fixed_args() -> FidelityOptions {
     FidelityOptions {
-        model: None,
-        draft: "self:layers=1".into(),
+        models: ModelFlags {
+            model: None,
+            draft: "self:layers=1".into(),
+        },
         lookahead_layers: "all".into(),
         data: PathBuf::new(),
-        books: None,
-        ctx: vec![128],
-        budget: vec![],
+        rows: WindowFlags {
+            books: None,
+            ctx: vec![128],
+            tuning: SelectorFlags::default(),
+            windows: 3,
+            gamma: 3,
+        },
         selectors: vec![],
-        knobs: vec![],
-        select: vec![],
-        windows: 3,
-        gamma: 3,
         spec_tokens: 6,
         out: PathBuf::new(),
     }
@@ -40,12 +44,14 @@ fn fixed_args() -> FidelityOptions {
 fn fixed_ctx<'a>(args: &'a FidelityOptions, target: &Arc<Qwen2<Flex>>) -> Ctx<'a, Flex> {
     Ctx {
         args,
-        target: target.clone(),
-        draft: target.clone(),
-        draft_layers: Some(1),
-        lookahead_layers: None,
-        self_draft: true,
-        vocab: 96,
+        pair: EvalPair {
+            target: target.clone(),
+            draft: target.clone(),
+            draft_layers: Some(1),
+            lookahead_layers: None,
+            self_draft: true,
+            vocab: 96,
+        },
         capacity: 128,
         observed: 16,
     }
