@@ -14,7 +14,7 @@
 //! Every run drives [`dustin_spec::ModelDrafter`] and [`dustin_spec::ModelVerifier`], started
 //! from a prefill shared by all selectors (`with_prefilled`; the teacher-forced lookaheads
 //! come from `force_window`, the raw read counts from `last_reads`). Results go to a
-//! resumable [`ResultStore`](crate::report::ResultStore); tables and plots are written from
+//! resumable [`ResultStore`]; tables and plots are written from
 //! every finished row.
 //!
 //! Loading models by name is the caller's: it implements [`ModelHost`]. Each run is generic
