@@ -161,8 +161,8 @@ pub(crate) struct Row {
     /// the selection work), all windows together.
     #[serde(default)]
     pub(crate) secs_select: f64,
-    /// Per window: positions whose sparse and dense argmax agree (empty in rows stored
-    /// before the per-window figures were kept).
+    /// Per window: positions whose sparse and dense argmax agree (empty in a stored row
+    /// without per-window figures).
     #[serde(default)]
     pub(crate) win_agree: Vec<usize>,
     /// Per window: KL(dense || sparse) summed over its positions, nats.
