@@ -121,14 +121,7 @@ impl ModelFiles {
         device: &B::Device,
         format: WeightFormat,
     ) -> Result<Qwen2<B>> {
-        Qwen2::load_as(
-            &self.config,
-            self.weights.as_ref(),
-            max_positions,
-            device,
-            &[],
-            format,
-        )
+        self.build_offloaded(max_positions, device, &[], format)
     }
 
     /// As [`ModelFiles::build_as`], with the listed layers' linear weights kept dense in host

@@ -15,6 +15,27 @@ use super::HarnessError;
 /// `(draft, None, false)` and prefills a cache of its own.
 pub type EvalDraft<B> = (Arc<Qwen2<B>>, Option<usize>, bool);
 
+/// The target and the draft of `dustin eval fidelity`, `eval pg19` and `eval longbench`
+/// (`--model`, `--draft`; flattened into each command's options), resolved by the
+/// [`ModelHost`].
+#[derive(Debug, Clone)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
+pub struct ModelFlags {
+    /// Target model: HF directory, .gguf file, or a model name (`dustin fetch-model
+    /// --list`). Default: qwen2.5-coder-1.5b-instruct from the cache.
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub model: Option<PathBuf>,
+    /// Draft (its lookahead is what the draft-aware selectors read): `self:layers=N`
+    /// (early-exit self-draft), `substitute[:bits=B][:group=G][:layers=L]` (SubSpec: the
+    /// target with the listed layers group-quantized) or a model path or name (same
+    /// tokenizer).
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, default_value = "qwen2.5-coder-0.5b-instruct")
+    )]
+    pub draft: String,
+}
+
 /// Model loading by name, which the harness leaves to the program that runs it (the
 /// `dustin` command resolves registry names, fetches missing models and parses `--draft`).
 pub trait ModelHost {

@@ -14,7 +14,7 @@
 //! Every run drives [`dustin_spec::ModelDrafter`] and [`dustin_spec::ModelVerifier`], started
 //! from a prefill shared by all selectors (`with_prefilled`; the teacher-forced lookaheads
 //! come from `force_window`, the raw read counts from `last_reads`). Results go to a
-//! resumable [`ResultStore`](crate::report::ResultStore); tables and plots are written from
+//! resumable [`ResultStore`]; tables and plots are written from
 //! every finished row.
 //!
 //! Loading models by name is the caller's: it implements [`ModelHost`]. Each run is generic
@@ -22,7 +22,9 @@
 
 use std::path::Path;
 
-use indicatif::ProgressBar;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::report::ResultStore;
 
 pub mod acceptance;
 mod engine;
@@ -35,7 +37,8 @@ pub mod pg19;
 mod selectors;
 
 pub use error::HarnessError;
-pub use host::{EvalDraft, ModelHost, PairSource};
+pub use host::{EvalDraft, ModelFlags, ModelHost, PairSource};
+pub use selectors::SelectorFlags;
 
 /// Checks a gamma (`--gamma`): 1 ..= [`dustin_spec::MAX_GAMMA`] draft tokens per iteration.
 ///
@@ -73,6 +76,26 @@ pub fn create_out_dir(out: &Path) -> Result<(), HarnessError> {
     std::fs::write(&probe, b"").map_err(io)?;
     let _ = std::fs::remove_file(&probe);
     Ok(())
+}
+
+/// The results store (`results.jsonl`) of the output folder `out`, which is created and
+/// checked first ([`create_out_dir`]).
+fn open_store(out: &Path) -> Result<ResultStore, HarnessError> {
+    create_out_dir(out)?;
+    ResultStore::open(out.join("results.jsonl")).map_err(|e| HarnessError::Usage(e.to_string()))
+}
+
+/// A progress bar over `len` items called `unit` (`rows`, `runs`), with the time elapsed and
+/// the estimate of the time left.
+fn progress(len: usize, unit: &str) -> Result<ProgressBar, HarnessError> {
+    let style = ProgressStyle::with_template(&format!(
+        "{{elapsed_precise}} [{{bar:30}}] {{pos}}/{{len}} {unit} (eta {{eta}}) {{msg}}"
+    ))
+    .map_err(|e| HarnessError::Usage(e.to_string()))?
+    .progress_chars("=> ");
+    let bar = ProgressBar::new(len as u64);
+    bar.set_style(style);
+    Ok(bar)
 }
 
 /// A log line above the progress bar, or on standard error when the bar is hidden (not a

@@ -14,38 +14,23 @@ use std::path::PathBuf;
 
 use dustin_kernels::KernelOps;
 
-use super::fidelity::{compute_rows, row_key, Agg, Computed, FidelityOptions, Row};
-use super::{HarnessError, ModelHost};
+use super::fidelity::{compute_rows, row_key, Agg, Computed, FidelityOptions, Row, WindowFlags};
+use super::{HarnessError, ModelFlags, ModelHost};
 use crate::report::{plot_lines, Cell, Table};
 
 /// The options of a PG-19 perplexity run (the flags of `dustin eval pg19`).
 #[derive(Debug, Clone)]
 #[cfg_attr(feature = "clap", derive(clap::Args))]
 pub struct Pg19Options {
-    /// Target model: HF directory, .gguf file, or a model name (`dustin fetch-model
-    /// --list`). Default: qwen2.5-coder-1.5b-instruct from the cache.
-    #[cfg_attr(feature = "clap", arg(long))]
-    pub model: Option<PathBuf>,
-    /// Draft whose lookahead the draft-aware selectors read: `self:layers=N` (early-exit
-    /// self-draft) or a model path or name (same tokenizer).
-    #[cfg_attr(
-        feature = "clap",
-        arg(long, default_value = "qwen2.5-coder-0.5b-instruct")
-    )]
-    pub draft: String,
+    /// `--model` and `--draft`.
+    #[cfg_attr(feature = "clap", command(flatten))]
+    pub models: ModelFlags,
     /// A PG-19 book (.txt) or a directory of them.
     #[cfg_attr(feature = "clap", arg(long, default_value = "../shared/data/pg19"))]
     pub data: PathBuf,
-    /// Use at most this many books (in file-name order).
-    #[cfg_attr(feature = "clap", arg(long))]
-    pub books: Option<usize>,
-    /// Context lengths N (comma-separated): the last verified position is below N.
-    #[cfg_attr(feature = "clap", arg(long, value_delimiter = ',', required = true))]
-    pub ctx: Vec<usize>,
-    /// Token budgets (comma-separated): absolute (`512`) or fractions of the context
-    /// (`1/8`, `0.125`).
-    #[cfg_attr(feature = "clap", arg(long, value_delimiter = ',', required = true))]
-    pub budget: Vec<String>,
+    /// `--books`, `--ctx`, `--budget`, `--knobs`, `--select`, `--windows` and `--gamma`.
+    #[cfg_attr(feature = "clap", command(flatten))]
+    pub rows: WindowFlags,
     /// Selectors (comma-separated registry names, `pyramid(<name>)`, or `label=<name>`).
     #[cfg_attr(
         feature = "clap",
@@ -56,18 +41,6 @@ pub struct Pg19Options {
         )
     )]
     pub selectors: Vec<String>,
-    /// Estimator knobs of one selector label as JSON (repeatable).
-    #[cfg_attr(feature = "clap", arg(long = "knobs"))]
-    pub knobs: Vec<String>,
-    /// Selector-config overrides of one selector label as JSON (repeatable).
-    #[cfg_attr(feature = "clap", arg(long = "select"))]
-    pub select: Vec<String>,
-    /// Teacher-forced verification windows per (book, context, budget, selector).
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = 16))]
-    pub windows: usize,
-    /// Draft tokens per verification (each window verifies gamma + 1 tokens).
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = 4))]
-    pub gamma: usize,
     /// Tokens of a speculative run per row that measures the acceptance length (0: none,
     /// the default). Rows are keyed by it, so `--spec-tokens 8 --out out/fidelity` reads the
     /// rows an `eval fidelity --spec-tokens 8` run stored there instead of recomputing them.
@@ -82,18 +55,11 @@ impl Pg19Options {
     /// The fidelity run that computes the rows (a speculative run only with `--spec-tokens`).
     pub fn fidelity_options(&self) -> FidelityOptions {
         FidelityOptions {
-            model: self.model.clone(),
-            draft: self.draft.clone(),
+            models: self.models.clone(),
             lookahead_layers: "all".into(),
             data: self.data.clone(),
-            books: self.books,
-            ctx: self.ctx.clone(),
-            budget: self.budget.clone(),
+            rows: self.rows.clone(),
             selectors: self.selectors.clone(),
-            knobs: self.knobs.clone(),
-            select: self.select.clone(),
-            windows: self.windows,
-            gamma: self.gamma,
             spec_tokens: self.spec_tokens,
             out: self.out.clone(),
         }
@@ -113,7 +79,7 @@ pub fn run<B: KernelOps, H: ModelHost>(
     dev: &B::Device,
     host: &H,
 ) -> Result<(), HarnessError> {
-    if args.ctx.contains(&0) {
+    if args.rows.ctx.contains(&0) {
         return Err(HarnessError::Usage(
             "--ctx 0: expected a positive context".into(),
         ));
@@ -132,7 +98,7 @@ pub fn run<B: KernelOps, H: ModelHost>(
         .write_markdown(args.out.join("pg19.md"))
         .map_err(uerr)?;
     table.write_json(args.out.join("pg19.json")).map_err(uerr)?;
-    let mut ctxs = args.ctx.clone();
+    let mut ctxs = args.rows.ctx.clone();
     ctxs.sort_unstable();
     ctxs.dedup();
     let mut written = vec![
@@ -183,11 +149,11 @@ fn ppl_table(fa: &FidelityOptions, c: &Computed) -> Result<Table, HarnessError> 
     ])
     .with_title(format!(
         "PG-19 perplexity when the target reads only its selection ({} teacher-forced windows of gamma + 1 = {} tokens per book)",
-        fa.windows,
-        fa.gamma + 1
+        fa.rows.windows,
+        fa.rows.gamma + 1
     ))
     .with_precision(4);
-    let mut ctxs = fa.ctx.clone();
+    let mut ctxs = fa.rows.ctx.clone();
     ctxs.sort_unstable();
     ctxs.dedup();
     for &n in &ctxs {

@@ -53,6 +53,48 @@ impl BudgetSpec {
     }
 }
 
+/// The selectors' budgets and their tuning: the flags `dustin eval fidelity`, `eval pg19` and
+/// `eval longbench` share (flattened into each command's options).
+#[derive(Debug, Clone, Default)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
+pub struct SelectorFlags {
+    /// Token budgets (comma-separated): absolute (`512`) or fractions of the context
+    /// (`1/8`, `0.125`).
+    #[cfg_attr(feature = "clap", arg(long, value_delimiter = ',', required = true))]
+    pub budget: Vec<String>,
+    /// Estimator knobs of one selector label as JSON, e.g. `dustin={"alpha":0.7}`
+    /// (repeatable).
+    #[cfg_attr(feature = "clap", arg(long = "knobs"))]
+    pub knobs: Vec<String>,
+    /// Selector-config overrides of one selector label as JSON, e.g. `dustin={"refresh":1}`
+    /// (repeatable; the budget always comes from `--budget`).
+    #[cfg_attr(feature = "clap", arg(long = "select"))]
+    pub select: Vec<String>,
+}
+
+impl SelectorFlags {
+    /// The selectors of `--selectors` (`selectors`), with their `--knobs` and `--select`.
+    pub(crate) fn selectors(
+        &self,
+        selectors: &[String],
+    ) -> Result<Vec<SelectorSpec>, HarnessError> {
+        selector_specs_from(selectors, &self.knobs, &self.select)
+    }
+
+    /// The budgets of `--budget`, each with the text it was given as.
+    pub(crate) fn budgets(&self) -> Result<Vec<(String, BudgetSpec)>, HarnessError> {
+        budget_specs(&self.budget)
+    }
+}
+
+/// Parses budgets as given (`--budget`), each kept with its trimmed text.
+pub(crate) fn budget_specs(given: &[String]) -> Result<Vec<(String, BudgetSpec)>, HarnessError> {
+    given
+        .iter()
+        .map(|b| BudgetSpec::parse(b).map(|s| (b.trim().to_string(), s)))
+        .collect()
+}
+
 /// One selector of the run: its label in reports, the registry spec and its configs.
 #[derive(Debug, Clone)]
 pub(crate) struct SelectorSpec {

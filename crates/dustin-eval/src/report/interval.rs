@@ -113,6 +113,33 @@ fn quantile_sorted(xs: &[f64], q: f64) -> f64 {
     xs[lo] + (h - lo as f64) * (xs[hi] - xs[lo])
 }
 
+/// Checks a bootstrap's settings: at least one resample, a `level` inside `(0, 1)`.
+fn check_bootstrap(resamples: usize, level: f64) -> Result<(), IntervalError> {
+    if resamples == 0 {
+        return Err(IntervalError::OutOfRange {
+            what: "bootstrap resamples",
+            value: 0.0,
+        });
+    }
+    if level.is_nan() || level <= 0.0 || level >= 1.0 {
+        return Err(IntervalError::OutOfRange {
+            what: "bootstrap level",
+            value: level,
+        });
+    }
+    Ok(())
+}
+
+/// The `(1 - level) / 2` and `(1 + level) / 2` quantiles of the resampled statistics.
+fn percentile_interval(mut stats: Vec<f64>, level: f64) -> Interval {
+    stats.sort_by(f64::total_cmp);
+    let tail = (1.0 - level) / 2.0;
+    Interval {
+        lo: quantile_sorted(&stats, tail),
+        hi: quantile_sorted(&stats, 1.0 - tail),
+    }
+}
+
 /// Percentile bootstrap interval at `level` (0.95 for 95%) of the ratio of sums
 /// `Σ num / Σ den` over `groups` of `(num, den)`: `resamples` times, as many groups as there
 /// are are drawn with replacement (SplitMix64 from `seed`) and the ratio of the drawn sums
@@ -132,18 +159,7 @@ pub fn bootstrap_ratio(
     if groups.is_empty() {
         return Err(IntervalError::Empty { what: "bootstrap" });
     }
-    if resamples == 0 {
-        return Err(IntervalError::OutOfRange {
-            what: "bootstrap resamples",
-            value: 0.0,
-        });
-    }
-    if level.is_nan() || level <= 0.0 || level >= 1.0 {
-        return Err(IntervalError::OutOfRange {
-            what: "bootstrap level",
-            value: level,
-        });
-    }
+    check_bootstrap(resamples, level)?;
     if let Some(&(_, d)) = groups
         .iter()
         .find(|g| g.1.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater))
@@ -155,7 +171,7 @@ pub fn bootstrap_ratio(
     }
     let mut rng = SplitMix64(seed);
     let n = groups.len();
-    let mut stats: Vec<f64> = (0..resamples)
+    let stats: Vec<f64> = (0..resamples)
         .map(|_| {
             let (mut num, mut den) = (0.0, 0.0);
             for _ in 0..n {
@@ -166,12 +182,7 @@ pub fn bootstrap_ratio(
             num / den
         })
         .collect();
-    stats.sort_by(f64::total_cmp);
-    let tail = (1.0 - level) / 2.0;
-    Ok(Interval {
-        lo: quantile_sorted(&stats, tail),
-        hi: quantile_sorted(&stats, 1.0 - tail),
-    })
+    Ok(percentile_interval(stats, level))
 }
 
 /// Percentile bootstrap interval at `level` of the mean of `values` (each resampled on its
@@ -208,34 +219,18 @@ pub fn bootstrap_ratio_of_means(
             what: "bootstrap ratio of means",
         });
     }
-    if resamples == 0 {
-        return Err(IntervalError::OutOfRange {
-            what: "bootstrap resamples",
-            value: 0.0,
-        });
-    }
-    if level.is_nan() || level <= 0.0 || level >= 1.0 {
-        return Err(IntervalError::OutOfRange {
-            what: "bootstrap level",
-            value: level,
-        });
-    }
+    check_bootstrap(resamples, level)?;
     let mut rng = SplitMix64(seed);
     let draw = |xs: &[f64], rng: &mut SplitMix64| {
         (0..xs.len()).map(|_| xs[rng.below(xs.len())]).sum::<f64>() / xs.len() as f64
     };
-    let mut stats: Vec<f64> = (0..resamples)
+    let stats: Vec<f64> = (0..resamples)
         .map(|_| {
             let ma = draw(a, &mut rng);
             ma / draw(b, &mut rng)
         })
         .collect();
-    stats.sort_by(f64::total_cmp);
-    let tail = (1.0 - level) / 2.0;
-    Ok(Interval {
-        lo: quantile_sorted(&stats, tail),
-        hi: quantile_sorted(&stats, 1.0 - tail),
-    })
+    Ok(percentile_interval(stats, level))
 }
 
 #[cfg(test)]

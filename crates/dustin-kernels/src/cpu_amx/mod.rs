@@ -85,23 +85,8 @@ pub fn amx_matmul(x: &[f32], m: usize, w: &QuantMatrix, bias: Option<&[f32]>) ->
             "AMX tile products on this machine (CPUID AMX-TILE and AMX-BF16, Linux)".into(),
         ));
     }
+    w.check_operands(x, m, bias)?;
     let (rows, cols) = (w.rows(), w.cols());
-    if m.checked_mul(cols) != Some(x.len()) {
-        return Err(KernelError::Shape {
-            name: "x",
-            expected: vec![m, cols],
-            found: vec![x.len()],
-        });
-    }
-    if let Some(b) = bias {
-        if b.len() != rows {
-            return Err(KernelError::Shape {
-                name: "bias",
-                expected: vec![rows],
-                found: vec![b.len()],
-            });
-        }
-    }
     if !cols.is_multiple_of(K_STEP) {
         return Err(KernelError::invalid(
             "cols",

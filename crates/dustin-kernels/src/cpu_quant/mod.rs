@@ -274,6 +274,31 @@ impl QuantMatrix {
     pub fn bytes(&self) -> usize {
         self.data.len()
     }
+
+    /// Checks the operands of a product `x . W^T + bias`: `x` holds `m` rows of
+    /// [`cols`](Self::cols), `bias` (when given) one value a row of the weight.
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] naming `x` or `bias`.
+    pub(crate) fn check_operands(&self, x: &[f32], m: usize, bias: Option<&[f32]>) -> Result<()> {
+        if m.checked_mul(self.cols) != Some(x.len()) {
+            return Err(KernelError::Shape {
+                name: "x",
+                expected: vec![m, self.cols],
+                found: vec![x.len()],
+            });
+        }
+        if let Some(b) = bias {
+            if b.len() != self.rows {
+                return Err(KernelError::Shape {
+                    name: "bias",
+                    expected: vec![self.rows],
+                    found: vec![b.len()],
+                });
+            }
+        }
+        Ok(())
+    }
 }
 
 /// An instruction set the products run with.
@@ -374,23 +399,8 @@ pub fn quant_matmul_with(
             isa.name()
         )));
     }
+    w.check_operands(x, m, bias)?;
     let (rows, cols) = (w.rows, w.cols);
-    if m.checked_mul(cols) != Some(x.len()) {
-        return Err(KernelError::Shape {
-            name: "x",
-            expected: vec![m, cols],
-            found: vec![x.len()],
-        });
-    }
-    if let Some(b) = bias {
-        if b.len() != rows {
-            return Err(KernelError::Shape {
-                name: "bias",
-                expected: vec![rows],
-                found: vec![b.len()],
-            });
-        }
-    }
     let Some(n) = m.checked_mul(rows) else {
         return Err(KernelError::invalid(
             "m",

@@ -18,8 +18,8 @@ use dustin_kernels::KernelOps;
 use serde::{Deserialize, Serialize};
 
 use super::pair::{Pair, SharedPrefill};
-use super::selectors::BudgetSpec;
-use super::{check_gamma, create_out_dir, HarnessError, ModelHost, PairSource};
+use super::selectors::{budget_specs, BudgetSpec};
+use super::{check_gamma, open_store, HarnessError, ModelHost, PairSource};
 use crate::report::ResultStore;
 use cells::{cells_of, list_sources, read_source, record, write_prompt};
 
@@ -199,11 +199,7 @@ pub fn run<B: KernelOps, H: ModelHost>(
             "--ctx {c}: expected a prompt length of at least 1 token"
         )));
     }
-    let budgets: Vec<(String, BudgetSpec)> = args
-        .budget
-        .iter()
-        .map(|b| BudgetSpec::parse(b).map(|s| (b.trim().to_string(), s)))
-        .collect::<Result<_, _>>()?;
+    let budgets = budget_specs(&args.budget)?;
     let sources = list_sources(&args.data)?;
     for sel in &args.selectors {
         super::pair::check_selector(sel)?;
@@ -226,9 +222,7 @@ pub fn run<B: KernelOps, H: ModelHost>(
             }
         }
     }
-    create_out_dir(&args.out)?;
-    let mut store = ResultStore::open(args.out.join("results.jsonl"))
-        .map_err(|e| HarnessError::Usage(e.to_string()))?;
+    let mut store = open_store(&args.out)?;
     let max_ctx = args.ctx.iter().copied().max().unwrap_or(0);
     let max_gamma = args.gamma.iter().copied().max().unwrap_or(1);
     let extra = args.new_tokens + 2 * (max_gamma + 2);

@@ -56,7 +56,7 @@ fn cells(
     budgets: &[(String, BudgetSpec)],
     sels: &[SelectorSpec],
 ) -> Result<Vec<Summary>, HarnessError> {
-    let mut ctxs = args.ctx.clone();
+    let mut ctxs = args.rows.ctx.clone();
     ctxs.sort_unstable();
     ctxs.dedup();
     let mut out = Vec::new();
@@ -123,8 +123,8 @@ pub(crate) fn report(
     ])
     .with_title(format!(
         "Fidelity of sparse verification vs dense ({} teacher-forced windows of gamma + 1 = {} tokens per source; acceptance: greedy run of {} tokens per source; top-1: Wilson interval over positions; KL, ppl: bootstrap over windows; acceptance: bootstrap over iterations)",
-        args.windows,
-        args.gamma + 1,
+        args.rows.windows,
+        args.rows.gamma + 1,
         args.spec_tokens
     ))
     .with_precision(4);
@@ -153,7 +153,12 @@ pub(crate) fn report(
             .map_err(uerr)?;
     }
     let equal = equal_reads_table(&all).map_err(uerr)?;
-    for &n in args.ctx.iter().collect::<std::collections::BTreeSet<_>>() {
+    for &n in args
+        .rows
+        .ctx
+        .iter()
+        .collect::<std::collections::BTreeSet<_>>()
+    {
         let of_ctx: Vec<&Summary> = all.iter().filter(|c| c.ctx == n).collect();
         let series = |y: fn(&Summary) -> f64, x: fn(&Summary) -> f64| {
             sels.iter()
@@ -213,7 +218,7 @@ pub(crate) fn report(
         ]
         .iter()
         .map(|f| args.out.join(f).display().to_string())
-        .chain(args.ctx.iter().flat_map(|n| {
+        .chain(args.rows.ctx.iter().flat_map(|n| {
             [
                 format!("fidelity_ctx{n}.svg"),
                 format!("fidelity_reads_ctx{n}.svg"),

@@ -2,8 +2,10 @@
 //! small case.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::*;
+use crate::harness::engine::EvalPair;
 use burn_flex::{Flex, FlexDevice};
 use dustin_qwen::{Qwen2, QwenConfig, SafetensorsDir};
 
@@ -19,18 +21,20 @@ fn tiny() -> Arc<Qwen2<Flex>> {
 /// gamma 3, 6 speculative tokens.
 fn fixed_args() -> FidelityOptions {
     FidelityOptions {
-        model: None,
-        draft: "self:layers=1".into(),
+        models: ModelFlags {
+            model: None,
+            draft: "self:layers=1".into(),
+        },
         lookahead_layers: "all".into(),
         data: PathBuf::new(),
-        books: None,
-        ctx: vec![128],
-        budget: vec![],
+        rows: WindowFlags {
+            books: None,
+            ctx: vec![128],
+            tuning: SelectorFlags::default(),
+            windows: 3,
+            gamma: 3,
+        },
         selectors: vec![],
-        knobs: vec![],
-        select: vec![],
-        windows: 3,
-        gamma: 3,
         spec_tokens: 6,
         out: PathBuf::new(),
     }
@@ -40,33 +44,35 @@ fn fixed_args() -> FidelityOptions {
 fn fixed_ctx<'a>(args: &'a FidelityOptions, target: &Arc<Qwen2<Flex>>) -> Ctx<'a, Flex> {
     Ctx {
         args,
-        target: target.clone(),
-        draft: target.clone(),
-        draft_layers: Some(1),
-        lookahead_layers: None,
-        self_draft: true,
-        vocab: 96,
+        pair: EvalPair {
+            target: target.clone(),
+            draft: target.clone(),
+            draft_layers: Some(1),
+            lookahead_layers: None,
+            self_draft: true,
+            vocab: 96,
+        },
         capacity: 128,
         observed: 16,
     }
 }
 
-/// Every selector with a budget over the context is dense verification bit for bit
-/// (top-1 1, KL 0, the same acceptance length); a small budget reads about its share.
-#[test]
-fn fitting_budgets_are_dense_bit_for_bit_and_small_ones_read_their_share() {
-    let target = tiny();
-    let args = fixed_args();
-    let cx = fixed_ctx(&args, &target);
-    let ids: Vec<u32> = (0..150).map(|i| ((i * 37 + 11) % 96) as u32).collect();
-    let p = 128 - 14; // extra = max(W (gamma + 1) + 1, spec + 2 (gamma + 1)) = 14
+/// The fixed small case's book tokens and prompt length:
+/// `extra = max(W (gamma + 1) + 1, spec + 2 (gamma + 1)) = 14` positions after the prompt.
+fn fixed_ids() -> (Vec<u32>, usize) {
+    let ids = (0..150).map(|i| ((i * 37 + 11) % 96) as u32).collect();
+    (ids, 128 - 14)
+}
+
+/// A row for every registry selector and `pyramid(dustin)` at each (budget, label).
+fn every_selector(budgets: &[(usize, &str)]) -> Vec<Pending<Flex>> {
     let mut names: Vec<String> = dustin_select::names()
         .iter()
         .map(|s| s.to_string())
         .collect();
     names.push("pyramid(dustin)".into());
     let mut pend = Vec::new();
-    for (budget, label) in [(4096usize, "fits"), (80, "sparse")] {
+    for &(budget, label) in budgets {
         for name in &names {
             let sel = SelectorSpec {
                 label: name.clone(),
@@ -84,6 +90,18 @@ fn fitting_budgets_are_dense_bit_for_bit_and_small_ones_read_their_share() {
             });
         }
     }
+    pend
+}
+
+/// Every selector with a budget over the context is dense verification bit for bit
+/// (top-1 1, KL 0, the same acceptance length); a small budget reads about its share.
+#[test]
+fn fitting_budgets_are_dense_bit_for_bit_and_small_ones_read_their_share() {
+    let target = tiny();
+    let args = fixed_args();
+    let cx = fixed_ctx(&args, &target);
+    let (ids, p) = fixed_ids();
+    let mut pend = every_selector(&[(4096, "fits"), (80, "sparse")]);
     let mut prefix = None;
     let sh = shared_part(&cx, &ids, p, &mut pend, &mut prefix).unwrap();
     let rows: Vec<Row> = pend
@@ -132,41 +150,16 @@ fn fitting_budgets_are_dense_bit_for_bit_and_small_ones_read_their_share() {
     }
 }
 
-/// The figures of a fixed small case at a budget of 80, as the harness gave them when it
-/// ran its own copies of the drafter and the verifier: the engine's drafter (teacher-forced
-/// lookaheads, speculative run) and verifier give the same selections and figures.
+/// The figures of a fixed small case at a budget of 80 are the recorded ones: the engine's
+/// drafter (teacher-forced lookaheads, speculative run) and verifier, driven by the harness,
+/// give these selections and figures.
 #[test]
 fn sparse_figures_of_a_fixed_case_are_the_recorded_ones() {
     let target = tiny();
     let args = fixed_args();
     let cx = fixed_ctx(&args, &target);
-    let ids: Vec<u32> = (0..150).map(|i| ((i * 37 + 11) % 96) as u32).collect();
-    let p = 128 - 14;
-    let mut names: Vec<String> = dustin_select::names()
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    names.push("pyramid(dustin)".into());
-    let mut pend = Vec::new();
-    for (budget, label) in [(80usize, "sparse")] {
-        for name in &names {
-            let sel = SelectorSpec {
-                label: name.clone(),
-                spec: name.clone(),
-                knobs: None,
-                select: None,
-            };
-            let fid = sel.build::<Flex>(budget).unwrap();
-            pend.push(Pending {
-                key: format!("{label}|{name}"),
-                budget,
-                budget_label: label.into(),
-                fid,
-                spec: None,
-                sel,
-            });
-        }
-    }
+    let (ids, p) = fixed_ids();
+    let mut pend = every_selector(&[(80, "sparse")]);
     let mut prefix = None;
     let sh = shared_part(&cx, &ids, p, &mut pend, &mut prefix).unwrap();
     // (top-1 agreement, KL, mean acceptance length, iterations)

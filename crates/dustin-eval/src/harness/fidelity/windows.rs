@@ -1,33 +1,28 @@
 //! The shared part of one (book, context) and one (budget, selector) row of it.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use burn_tensor::{activation, backend::Backend, Tensor};
-use dustin_core::{DenseHook, Drafter, KvStore, Phase, SamplingConfig, TokenId, Verifier};
+use dustin_core::{DenseHook, Drafter, KvStore, Phase, TokenId, Verifier};
 use dustin_kernels::KernelOps;
 use dustin_kv::DenseKvCache;
-use dustin_qwen::generate::{prefill, prefill_from};
-use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2};
+use dustin_qwen::generate::prefill_from;
+use dustin_qwen::{ForwardOpts, LogitsMode};
 use dustin_select::BudgetedPolicy;
-use dustin_spec::{SpecConfig, SpeculativeDecoder};
+use dustin_spec::ModelVerifier;
 
 use super::timed::Timed;
 use super::{FidelityOptions, Row};
 use crate::harness::engine::{
-    forced_window, host_f32, host_i64, nll_of, shared_drafter, shared_verifier, FanOut,
+    forced_window, host_f32, host_i64, nll_of, EvalPair, FanOut, Prefilled,
 };
 use crate::harness::selectors::SelectorSpec;
 use crate::harness::HarnessError;
 
 /// What one (book, context) shares between its selectors.
 pub(crate) struct Shared<B: KernelOps> {
-    /// Target cache after the whole prompt (dense).
-    pub(crate) cache: DenseKvCache<B>,
-    /// Draft cache after the whole prompt (dense).
-    pub(crate) draft_cache: DenseKvCache<B>,
-    /// Target logits at the last prompt position `[1, vocab]`.
-    pub(crate) last: Tensor<B, 2>,
+    /// Both caches after the whole prompt (dense) and the target's last logits.
+    pub(crate) start: Prefilled<B>,
     /// Teacher-forced lookahead per window (when a selector wants it).
     pub(crate) lookaheads: Vec<Tensor<B, 2>>,
     /// Dense log-probabilities per window `[1, gamma + 1, vocab]`.
@@ -42,13 +37,7 @@ pub(crate) struct Shared<B: KernelOps> {
 
 pub(crate) struct Ctx<'a, B: Backend> {
     pub(crate) args: &'a FidelityOptions,
-    pub(crate) target: Arc<Qwen2<B>>,
-    pub(crate) draft: Arc<Qwen2<B>>,
-    pub(crate) draft_layers: Option<usize>,
-    /// `--lookahead-layers` resolved against the draft's layers (`None`: all)
-    pub(crate) lookahead_layers: Option<Vec<usize>>,
-    pub(crate) self_draft: bool,
-    pub(crate) vocab: usize,
+    pub(crate) pair: EvalPair<B>,
     pub(crate) capacity: usize,
     /// Prompt tokens every selector sees as its last prefill chunk.
     pub(crate) observed: usize,
@@ -78,7 +67,7 @@ pub(crate) fn shared_part<B: KernelOps>(
     prefix: &mut Option<DenseKvCache<B>>,
 ) -> Result<Shared<B>, HarnessError> {
     let args = cx.args;
-    let g1 = args.gamma + 1;
+    let g1 = args.rows.gamma + 1;
     let head = p - cx.observed;
     let mut clock = Instant::now();
     let mut secs = [0.0; 4];
@@ -90,7 +79,7 @@ pub(crate) fn shared_part<B: KernelOps>(
         .take()
         .filter(|c| c.lens()[0] < head && c.capacity() == cx.capacity);
     let (mut cache, _, _) = prefill_from(
-        &cx.target,
+        &cx.pair.target,
         &[ids[..head].to_vec()],
         from.map(|c| vec![c]),
         cx.capacity,
@@ -101,14 +90,14 @@ pub(crate) fn shared_part<B: KernelOps>(
     )?;
     *prefix = Some(cache.clone());
     lap(0, &mut secs);
-    let layers = cx.target.config.num_hidden_layers;
+    let layers = cx.pair.target.config.num_hidden_layers;
     let mut policies: Vec<&mut Box<dyn BudgetedPolicy<B>>> =
         pend.iter_mut().map(|pe| &mut pe.fid).collect();
     for pol in policies.iter_mut() {
         pol.reset(1, layers);
     }
     let mut fan = FanOut { policies };
-    let out = cx.target.forward(
+    let out = cx.pair.target.forward(
         &[ids[head..p].to_vec()],
         &mut cache,
         &mut fan,
@@ -133,51 +122,29 @@ pub(crate) fn shared_part<B: KernelOps>(
         }
     }
     lap(1, &mut secs);
-    let draft_cache = if cx.self_draft {
-        cache.first_layers(cx.draft_layers.unwrap_or(usize::MAX))
-    } else {
-        prefill(
-            &cx.draft,
-            &[ids[..p].to_vec()],
-            cx.capacity,
-            None,
-            &mut DenseHook,
-            cx.observed,
-            false,
-        )?
-        .0
-    };
+    let draft_cache = cx
+        .pair
+        .draft_cache(&cache, &ids[..p], cx.capacity, cx.observed)?;
     let window = |j: usize| ids[p + j * g1..p + (j + 1) * g1].to_vec();
     // teacher-forced lookaheads: the draft reads the window as if it had drafted the book's
     // tokens; its first gamma query rows are the ones a real proposal computes
     let mut lookaheads = Vec::new();
     if pend.iter().any(|pe| pe.fid.wants_lookahead()) {
-        let mut drafter = shared_drafter(
-            cx.draft.clone(),
-            cx.draft_layers,
-            draft_cache.clone(),
-            cx.lookahead_layers.clone(),
-        );
+        let mut drafter = cx.pair.drafter(draft_cache.clone());
         drafter.prefill(&[ids[..p].to_vec()], &[ids[p]])?;
-        for j in 0..args.windows {
+        for j in 0..args.rows.windows {
             lookaheads.push(drafter.force_window(&[window(j)], &[ids[p + (j + 1) * g1]])?);
         }
     }
     lap(2, &mut secs);
     // dense reference
-    let mut verifier = shared_verifier(
-        cx.target.clone(),
-        DenseHook,
-        cache.clone(),
-        last.clone(),
-        cx.vocab,
-    );
+    let mut verifier = cx.pair.verifier(DenseHook, cache.clone(), last.clone());
     verifier.prefill(&[ids[..p].to_vec()])?;
     verifier.set_pending(&[ids[p]])?;
     let mut dense_logp = Vec::new();
     let mut dense_top = Vec::new();
     let mut dense_nll = 0.0;
-    for j in 0..args.windows {
+    for j in 0..args.rows.windows {
         let w = window(j);
         let (logits, _, _) = forced_window(&mut verifier, &w[1..], None, j, ids[p + (j + 1) * g1])?;
         let lp = activation::log_softmax(logits, 2);
@@ -187,9 +154,11 @@ pub(crate) fn shared_part<B: KernelOps>(
     }
     lap(3, &mut secs);
     Ok(Shared {
-        cache,
-        draft_cache,
-        last,
+        start: Prefilled {
+            cache,
+            draft_cache,
+            last,
+        },
         lookaheads,
         dense_logp,
         dense_top,
@@ -210,7 +179,7 @@ pub(crate) fn run_row<B: KernelOps>(
     n: usize,
 ) -> Result<Row, HarnessError> {
     let args = cx.args;
-    let g1 = args.gamma + 1;
+    let g1 = args.rows.gamma + 1;
     let Pending {
         sel,
         budget,
@@ -220,26 +189,27 @@ pub(crate) fn run_row<B: KernelOps>(
         ..
     } = pe;
     let t = Instant::now();
-    let mut verifier = shared_verifier(
-        cx.target.clone(),
+    let mut verifier = cx.pair.verifier(
         Timed::new(fid),
-        sh.cache.clone(),
-        sh.last.clone(),
-        cx.vocab,
+        sh.start.cache.clone(),
+        sh.start.last.clone(),
     );
     verifier.prefill(&[ids[..p].to_vec()])?;
     verifier.set_pending(&[ids[p]])?;
     let (mut win_agree, mut win_kl, mut win_nll) = (Vec::new(), Vec::new(), Vec::new());
     let (mut reads, mut dense) = (0u64, 0u64);
-    let mut est_before = verifier
-        .policy()
-        .inner()
-        .estimation_reads()
-        .first()
-        .copied()
-        .unwrap_or(0.0);
+    // the estimator's own reads so far (token-equivalents of the sequence)
+    let est_reads = |v: &ModelVerifier<B, Timed<Box<dyn BudgetedPolicy<B>>>>| {
+        v.policy()
+            .inner()
+            .estimation_reads()
+            .first()
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let mut est_before = est_reads(&verifier);
     let mut est = 0.0f64;
-    for j in 0..args.windows {
+    for j in 0..args.rows.windows {
         // every verified position is committed (teacher forcing)
         let (logits, r, d) = forced_window(
             &mut verifier,
@@ -248,13 +218,7 @@ pub(crate) fn run_row<B: KernelOps>(
             j,
             ids[p + (j + 1) * g1],
         )?;
-        let e = verifier
-            .policy()
-            .inner()
-            .estimation_reads()
-            .first()
-            .copied()
-            .unwrap_or(0.0);
+        let e = est_reads(&verifier);
         est += e - est_before;
         est_before = e;
         reads += r;
@@ -277,35 +241,20 @@ pub(crate) fn run_row<B: KernelOps>(
     let agree: usize = win_agree.iter().sum();
     let kl: f64 = win_kl.iter().sum();
     let nll: f64 = win_nll.iter().sum();
-    let positions = args.windows * g1;
+    let positions = args.rows.windows * g1;
     let t = Instant::now();
     let (mut sd, mut sv) = (0.0, 0.0);
     let mut spec_accepted = Vec::new();
     let (accept_len, spec_iterations) = match spec {
         Some(policy) => {
-            let drafter = shared_drafter(
-                cx.draft.clone(),
-                cx.draft_layers,
-                sh.draft_cache.clone(),
-                cx.lookahead_layers.clone(),
-            );
-            let verifier = shared_verifier(
-                cx.target.clone(),
+            let o = cx.pair.speculate(
+                &sh.start,
+                &ids[..p],
                 policy,
-                sh.cache.clone(),
-                sh.last.clone(),
-                cx.vocab,
-            );
-            let mut dec = SpeculativeDecoder::new(drafter, verifier);
-            let cfg = SpecConfig {
-                gamma: args.gamma,
-                max_new_tokens: args.spec_tokens,
-                sampling: SamplingConfig::greedy(),
-                seed: 0,
-                eos: Vec::new(),
-                stop_strings: Vec::new(),
-            };
-            let o = dec.generate(&[ids[..p].to_vec()], &cfg, None, &mut |_, _| {})?;
+                args.rows.gamma,
+                args.spec_tokens,
+                Vec::new(),
+            )?;
             sd = o.summary.draft_secs;
             sv = o.summary.verify_secs;
             spec_accepted = o
@@ -330,8 +279,8 @@ pub(crate) fn run_row<B: KernelOps>(
         budget_label,
         selector: sel.label.clone(),
         spec: sel.spec.clone(),
-        windows: args.windows,
-        gamma: args.gamma,
+        windows: args.rows.windows,
+        gamma: args.rows.gamma,
         positions,
         top1: agree as f64 / positions as f64,
         kl: kl / positions as f64,

@@ -24,18 +24,16 @@
 //! once per sample, whatever the budgets.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use dustin_kernels::KernelOps;
 use dustin_qwen::ModelFiles;
 use dustin_select::BudgetedPolicy;
-use indicatif::{ProgressBar, ProgressStyle};
 
-use super::selectors::{selector_specs_from, BudgetSpec};
-use super::{check_gamma, say, HarnessError, ModelHost};
+use super::engine::EvalPair;
+use super::selectors::SelectorFlags;
+use super::{check_gamma, open_store, progress, say, HarnessError, ModelFlags, ModelHost};
 use crate::longbench::Sample;
 use crate::metrics;
-use crate::report::ResultStore;
 use prompt::{build_prompt, check_task, load_samples, prompt_limit, Chat};
 use runs::{clip, generate_from, run_specs, shared_prefill, Cx, KeyBase, Row, RunSpec};
 
@@ -72,18 +70,9 @@ pub enum ChatMode {
 #[derive(Debug, Clone)]
 #[cfg_attr(feature = "clap", derive(clap::Args))]
 pub struct LongBenchOptions {
-    /// Target model: HF directory, .gguf file, or a model name (`dustin fetch-model
-    /// --list`). Default: qwen2.5-coder-1.5b-instruct from the cache.
-    #[cfg_attr(feature = "clap", arg(long))]
-    pub model: Option<PathBuf>,
-    /// Draft: `self:layers=N` (early-exit self-draft), `substitute[:bits=B][:group=G][:layers=L]`
-    /// (SubSpec: the target with the listed layers group-quantized) or a model path or name
-    /// (same tokenizer).
-    #[cfg_attr(
-        feature = "clap",
-        arg(long, default_value = "qwen2.5-coder-0.5b-instruct")
-    )]
-    pub draft: String,
+    /// `--model` and `--draft`.
+    #[cfg_attr(feature = "clap", command(flatten))]
+    pub models: ModelFlags,
     /// Draft layers whose attention makes the lookahead (`dustin_spec::LookaheadLayers`):
     /// `half` (the default: the later half), `all`, `stride:S` (every S-th layer counted
     /// back from the last), `last:N` or a list of layer indices (`0,5,9`), of the draft's
@@ -107,18 +96,9 @@ pub struct LongBenchOptions {
         arg(long, value_delimiter = ',', default_value = "dense,dustin,streaming")
     )]
     pub selectors: Vec<String>,
-    /// Estimator knobs of one selector label as JSON, e.g. `dustin={"alpha":0.7}`
-    /// (repeatable).
-    #[cfg_attr(feature = "clap", arg(long = "knobs"))]
-    pub knobs: Vec<String>,
-    /// Selector-config overrides of one selector label as JSON, e.g. `dustin={"refresh":1}`
-    /// (repeatable; the budget always comes from `--budget`).
-    #[cfg_attr(feature = "clap", arg(long = "select"))]
-    pub select: Vec<String>,
-    /// Token budgets (comma-separated): absolute (`512`) or fractions of the context
-    /// (`1/8`, `0.125`).
-    #[cfg_attr(feature = "clap", arg(long, value_delimiter = ',', required = true))]
-    pub budget: Vec<String>,
+    /// `--budget`, `--knobs` and `--select`.
+    #[cfg_attr(feature = "clap", command(flatten))]
+    pub tuning: SelectorFlags,
     /// Context length: prompts are truncated in the middle to this minus the task's
     /// generation limit and gamma. Default: the model's (`max_position_embeddings`).
     #[cfg_attr(feature = "clap", arg(long))]
@@ -170,12 +150,8 @@ pub fn run<B: KernelOps, H: ModelHost>(
     if tasks.is_empty() {
         return Err(HarnessError::Usage("--tasks: none given".into()));
     }
-    let sels = selector_specs_from(&args.selectors, &args.knobs, &args.select)?;
-    let budgets: Vec<(String, BudgetSpec)> = args
-        .budget
-        .iter()
-        .map(|b| BudgetSpec::parse(b).map(|s| (b.trim().to_string(), s)))
-        .collect::<Result<_, _>>()?;
+    let sels = args.tuning.selectors(&args.selectors)?;
+    let budgets = args.tuning.budgets()?;
     if args.ctx == Some(0) {
         return Err(HarnessError::Usage(
             "--ctx 0: expected a positive context".into(),
@@ -192,7 +168,7 @@ pub fn run<B: KernelOps, H: ModelHost>(
     }
     let data = load_samples(&args.data, &tasks)?;
 
-    let path = host.model_path(args.model.as_deref())?;
+    let path = host.model_path(args.models.model.as_deref())?;
     let files = ModelFiles::open(&path)?;
     let limit = files.config.max_position_embeddings;
     let ctx = args.ctx.unwrap_or(limit);
@@ -214,21 +190,10 @@ pub fn run<B: KernelOps, H: ModelHost>(
             .filter(|_| !NO_CHAT_TASKS.contains(&t.as_str()));
         prompt_limit(t, ctx, max_new, args.gamma, wrap.map_or(0, Chat::len))?;
     }
-    let target = Arc::new(files.build::<B>(ctx, dev)?);
-    let (draft, draft_layers, self_draft) =
-        host.eval_draft(&args.draft, &target, ctx, dev, Some(&tok))?;
-    let lookahead_layers = la
-        .resolve(draft_layers.unwrap_or(draft.layers.len()))
-        .map_err(|e| HarnessError::Usage(format!("--lookahead-layers: {e}")))?;
-    let vocab = tok.vocab_size().min(target.config.vocab_size);
+    let pair = EvalPair::load(host, &files, &args.models.draft, &la, ctx, dev, &tok, true)?;
     let cx = Cx {
-        target,
-        draft,
-        draft_layers,
-        lookahead_layers,
-        self_draft,
+        pair,
         tok,
-        vocab,
         ctx,
         gamma: args.gamma,
     };
@@ -242,12 +207,7 @@ pub fn run<B: KernelOps, H: ModelHost>(
         chat: chat.as_ref().map_or_else(|| "false".to_string(), Chat::key),
     };
 
-    std::fs::create_dir_all(&args.out).map_err(|source| HarnessError::Io {
-        path: args.out.display().to_string(),
-        source,
-    })?;
-    let mut store = ResultStore::open(args.out.join("results.jsonl"))
-        .map_err(|e| HarnessError::Usage(e.to_string()))?;
+    let mut store = open_store(&args.out)?;
     let chosen: Vec<(String, Vec<Sample>)> = tasks
         .iter()
         .map(|t| {
@@ -269,14 +229,7 @@ pub fn run<B: KernelOps, H: ModelHost>(
             }
         }
     }
-    let bar = ProgressBar::new(todo as u64);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{elapsed_precise} [{bar:30}] {pos}/{len} runs (eta {eta}) {msg}",
-        )
-        .map_err(|e| HarnessError::Usage(e.to_string()))?
-        .progress_chars("=> "),
-    );
+    let bar = progress(todo, "runs")?;
     say(
         &bar,
         format!(

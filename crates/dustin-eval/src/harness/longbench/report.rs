@@ -61,7 +61,7 @@ pub(super) fn report(
     ])
     .with_title(format!(
         "LongBench, context {}, greedy speculative decoding (gamma {}, draft {}), score = LongBench metric x 100",
-        kb.ctx, args.gamma, args.draft
+        kb.ctx, args.gamma, args.models.draft
     ))
     .with_precision(2);
     let mut per = Table::new([

@@ -1,20 +1,18 @@
 //! The runs of a LongBench sample: (selector, budget) pairs, their store keys and records,
 //! the shared prefill and one speculative generation from it.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use burn_tensor::backend::Backend;
-use dustin_core::{DenseHook, SamplingConfig, TokenId};
+use dustin_core::TokenId;
 use dustin_kernels::KernelOps;
-use dustin_qwen::generate::{prefill, prefill_from, DEFAULT_PREFILL_CHUNK};
-use dustin_qwen::{Qwen2, Tokenizer};
+use dustin_qwen::generate::{prefill_from, DEFAULT_PREFILL_CHUNK};
+use dustin_qwen::Tokenizer;
 use dustin_select::BudgetedPolicy;
-use dustin_spec::{SpecConfig, SpeculativeDecoder};
 use serde::{Deserialize, Serialize};
 
 use super::LongBenchOptions;
-use crate::harness::engine::{shared_drafter, shared_verifier, FanOut};
+use crate::harness::engine::{EvalPair, FanOut, Prefilled};
 use crate::harness::selectors::{fnv, lookahead_key, BudgetSpec, SelectorSpec};
 use crate::harness::HarnessError;
 
@@ -133,7 +131,7 @@ impl KeyBase<'_> {
         let la = lookahead_key(&self.args.lookahead_layers);
         let config = format!(
             "{fp}|model={}|draft={}{la}|g={}|chat={}|max_new={max_new}",
-            self.model, self.args.draft, self.args.gamma, self.chat
+            self.model, self.args.models.draft, self.args.gamma, self.chat
         );
         Ok(format!(
             "{task}|{id}|ctx={}|budget={budget}|{}|{:016x}",
@@ -146,24 +144,16 @@ impl KeyBase<'_> {
 
 /// The loaded models and settings of a run.
 pub(super) struct Cx<B: Backend> {
-    pub(super) target: Arc<Qwen2<B>>,
-    pub(super) draft: Arc<Qwen2<B>>,
-    pub(super) draft_layers: Option<usize>,
-    /// the draft layers of the lookahead (`None`: all; `--lookahead-layers`)
-    pub(super) lookahead_layers: Option<Vec<usize>>,
-    pub(super) self_draft: bool,
+    pub(super) pair: EvalPair<B>,
     pub(super) tok: Tokenizer,
-    pub(super) vocab: usize,
     pub(super) ctx: usize,
     pub(super) gamma: usize,
 }
 
-/// What a sample's runs share: the dense caches after the prompt, the target's last logits,
-/// and each pending run's policy after its prefill observation.
+/// What a sample's runs share: the dense caches after the prompt and the target's last
+/// logits (each pending run's policy has observed the prompt), and the prefill's seconds.
 pub(super) struct SharedPrefill<B: Backend> {
-    pub(super) cache: dustin_kv::DenseKvCache<B>,
-    pub(super) draft_cache: dustin_kv::DenseKvCache<B>,
-    pub(super) last: burn_tensor::Tensor<B, 2>,
+    pub(super) start: Prefilled<B>,
     pub(super) secs: f64,
 }
 
@@ -175,7 +165,7 @@ pub(super) fn shared_prefill<B: KernelOps>(
     policies: &mut [Box<dyn BudgetedPolicy<B>>],
 ) -> Result<SharedPrefill<B>, HarnessError> {
     let t = Instant::now();
-    let layers = cx.target.config.num_hidden_layers;
+    let layers = cx.pair.target.config.num_hidden_layers;
     for p in policies.iter_mut() {
         p.reset(1, layers);
     }
@@ -183,7 +173,7 @@ pub(super) fn shared_prefill<B: KernelOps>(
         policies: policies.iter_mut().collect(),
     };
     let (cache, last, _) = prefill_from(
-        &cx.target,
+        &cx.pair.target,
         &[ids.to_vec()],
         None,
         cx.ctx,
@@ -192,24 +182,15 @@ pub(super) fn shared_prefill<B: KernelOps>(
         DEFAULT_PREFILL_CHUNK,
         false,
     )?;
-    let draft_cache = if cx.self_draft {
-        cache.first_layers(cx.draft_layers.unwrap_or(usize::MAX))
-    } else {
-        prefill(
-            &cx.draft,
-            &[ids.to_vec()],
-            cx.ctx,
-            None,
-            &mut DenseHook,
-            DEFAULT_PREFILL_CHUNK,
-            false,
-        )?
-        .0
-    };
+    let draft_cache = cx
+        .pair
+        .draft_cache(&cache, ids, cx.ctx, DEFAULT_PREFILL_CHUNK)?;
     Ok(SharedPrefill {
-        cache,
-        draft_cache,
-        last,
+        start: Prefilled {
+            cache,
+            draft_cache,
+            last,
+        },
         secs: t.elapsed().as_secs_f64(),
     })
 }
@@ -234,30 +215,15 @@ pub(super) fn generate_from<B: KernelOps>(
     policy: Box<dyn BudgetedPolicy<B>>,
     max_new: usize,
 ) -> Result<Generated, HarnessError> {
-    let drafter = shared_drafter(
-        cx.draft.clone(),
-        cx.draft_layers,
-        sh.draft_cache.clone(),
-        cx.lookahead_layers.clone(),
-    );
-    let verifier = shared_verifier(
-        cx.target.clone(),
-        policy,
-        sh.cache.clone(),
-        sh.last.clone(),
-        cx.vocab,
-    );
-    let mut dec = SpeculativeDecoder::new(drafter, verifier);
-    let cfg = SpecConfig {
-        gamma: cx.gamma,
-        max_new_tokens: max_new,
-        sampling: SamplingConfig::greedy(),
-        seed: 0,
-        eos: cx.tok.eos_ids.clone(),
-        stop_strings: Vec::new(),
-    };
     let t = Instant::now();
-    let o = dec.generate(&[ids.to_vec()], &cfg, None, &mut |_, _| {})?;
+    let o = cx.pair.speculate(
+        &sh.start,
+        ids,
+        policy,
+        cx.gamma,
+        max_new,
+        cx.tok.eos_ids.clone(),
+    )?;
     let secs = t.elapsed().as_secs_f64();
     let s = &o.summary;
     Ok(Generated {

@@ -2,6 +2,7 @@
 
 use super::prompt::prompt_limit;
 use super::*;
+use crate::harness::selectors::{selector_specs_from, BudgetSpec};
 
 #[test]
 fn middle_truncation_keeps_head_and_tail_halves() {

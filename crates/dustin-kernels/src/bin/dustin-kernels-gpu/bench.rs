@@ -39,7 +39,7 @@ pub(crate) fn time_us(warm: usize, iters: usize, mut f: impl FnMut()) -> f64 {
     t.elapsed().as_secs_f64() * 1e6 / iters as f64
 }
 
-/// `topk`: GPU time of [`KernelOps::top_k_positions`](crate::SelectionOps::top_k_positions) at the selectors' shapes (4 sinks, 64
+/// `topk`: GPU time of [`SelectionOps::top_k_positions`] at the selectors' shapes (4 sinks, 64
 /// window, budget 1024 + 68), each row also checked against the float64-ordered
 /// [`reference::top_k`]. Two score distributions: uniform in [0, 1), and clustered like the
 /// normalised attention mass the selectors rank (`exp(2 u)` over the row's sum, `u` uniform

@@ -25,7 +25,7 @@
 //! - `--split-reduce fused|kernel` (any command): where the skinny GEMMs sum their splits
 //!   (`cuda::SplitReduce`; `kernel`, a reduce kernel after the GEMM, by default).
 //! - `gemm [--decode-only] [--no-burn] [--ring-configs 64x32x4,128x64x3]`: the projections'
-//!   GEMMs (see [`gemm`]), the ring kernel once per listed block shape.
+//!   GEMMs (see [`gemm()`]), the ring kernel once per listed block shape.
 //! - `--ring-config COLSxKCxBUFS` (any command): the ring kernel's block shape
 //!   (`cuda::RingConfig`).
 

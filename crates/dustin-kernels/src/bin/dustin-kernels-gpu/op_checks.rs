@@ -378,8 +378,9 @@ pub(crate) fn topk_check(
     tweak(|c| c.topk_kernel = before);
 }
 
-/// One run of the top-k kernel [`KernelConfig::topk_kernel`] of the device against `want` (per row, the
-/// kept positions ascending).
+/// One run of the top-k kernel
+/// [`KernelConfig::topk_kernel`](dustin_kernels::KernelConfig::topk_kernel) of the device
+/// against `want` (per row, the kept positions ascending).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn topk_check_one(
     case: &str,
