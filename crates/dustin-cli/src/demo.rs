@@ -36,9 +36,9 @@ pub const EXCERPT: &str = include_str!("../assets/excerpt_2544.txt");
 /// The shipped prompts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ShippedPrompt {
-    /// Rust source ([`CODE_PROMPT`]).
+    /// Rust source: the head of indexmap's `map.rs`, shipped with the binary.
     Code,
-    /// A public-domain story ([`EXCERPT`]).
+    /// A public-domain story: an excerpt of 2,544 characters, shipped with the binary.
     Prose,
 }
 
