@@ -740,6 +740,10 @@ impl ElementwiseOps for burn_flex::Flex {
     ) -> Result<Tensor<Self, 4>> {
         attn_flex::rope(x, cos, sin)
     }
+
+    fn silu_mul(gate: Tensor<Self, 3>, up: Tensor<Self, 3>) -> Result<Tensor<Self, 3>> {
+        attn_flex::silu_mul(gate, up)
+    }
 }
 
 impl LinearOps for burn_flex::Flex {

@@ -131,8 +131,11 @@ fn split_block(rows: &[f32], k: usize, h: &mut [u16], l: &mut [u16]) {
         let (half, i) = (i / 16, i % 16);
         for (s, seg) in row.chunks_exact(K_STEP).enumerate() {
             let at = (2 * s + half) * A_TILE + 32 * i;
-            for (c, &v) in seg.iter().enumerate() {
-                (h[at + c], l[at + c]) = split(v);
+            // slices of the tile row first, so that the loop has no bounds checks and
+            // vectorizes
+            let (hs, ls) = (&mut h[at..at + K_STEP], &mut l[at..at + K_STEP]);
+            for ((hv, lv), &v) in hs.iter_mut().zip(ls.iter_mut()).zip(seg) {
+                (*hv, *lv) = split(v);
             }
         }
     }
