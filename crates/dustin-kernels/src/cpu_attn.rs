@@ -248,6 +248,8 @@ struct Partial {
 
 /// The instruction sets [`chunk`] is compiled for, best first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+// the vector kinds exist on x86-64 only
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 enum Isa {
     /// AVX-512F: 16-lane vectors, fused multiply-adds.
     Avx512,

@@ -239,6 +239,8 @@ pub enum Isa {
 
 impl Isa {
     /// The instruction sets this machine runs, best first ([`Isa::Portable`] always).
+    // on AArch64 the pushes are unconditional
+    #[allow(clippy::vec_init_then_push)]
     pub fn available() -> Vec<Self> {
         let mut v = Vec::new();
         #[cfg(target_arch = "x86_64")]

@@ -118,9 +118,15 @@ fn product_shape_errors_name_the_argument() {
         quant_matmul(&[], 0, &w, None).expect("empty"),
         Vec::<f32>::new()
     );
-    let missing = [QuantIsa::AvxVnni, QuantIsa::Avx512Vnni, QuantIsa::Avx2]
-        .into_iter()
-        .find(|i| !QuantIsa::available().contains(i));
+    let missing = [
+        QuantIsa::AvxVnni,
+        QuantIsa::Avx512Vnni,
+        QuantIsa::Avx2,
+        QuantIsa::NeonDot,
+        QuantIsa::Neon,
+    ]
+    .into_iter()
+    .find(|i| !QuantIsa::available().contains(i));
     if let Some(isa) = missing {
         match cpu_quant::quant_matmul_with(isa, &[0.0; 64], 1, &w, None) {
             Err(KernelError::Unsupported(_)) => {}

@@ -27,13 +27,19 @@
 //!   operations in this order, so [`QuantIsa::Portable`] and the SIMD paths agree bit for
 //!   bit, and a row's output does not depend on the other rows of `x` nor on the tiling or
 //!   thread split (the speculative decoder relies on this batch invariance).
-//! - **SIMD** (chosen at run time, [`QuantIsa::detect`]): AVX2 (`vpmaddubsw`, signed
-//!   weights through the sign trick), AVX-VNNI or AVX-512 VNNI on 256-bit vectors
+//! - **SIMD** (chosen at run time, [`QuantIsa::detect`]): on x86-64, AVX2 (`vpmaddubsw`,
+//!   signed weights through the sign trick), AVX-VNNI or AVX-512 VNNI on 256-bit vectors
 //!   (`vpdpbusd`), with F16C for the scales (module `x86`). Both operands of a group lay
 //!   their 32-byte vectors out so that vector `2 k + h` holds half `h` of blocks `k` and
 //!   `k + 4` (`blocks::run`): the products of two vectors summed in lanes of 4 bytes leave
 //!   blocks `k` and `k + 4` in one accumulator, and three `vphaddd` per group and row put
-//!   block `b` in lane `b` for the float part. The decoders are plain Rust over fixed-size
+//!   block `b` in lane `b` for the float part. On AArch64, NEON on 128-bit vectors (module
+//!   `neon`), each vector a half block of that layout: `sdot` where the CPU has the dot
+//!   product extension ([`QuantIsa::NeonDot`]), else `smull` / `smlal2` and `sadalp`
+//!   ([`QuantIsa::Neon`], base ISA); two levels of `addp` put 4 blocks in the 4 lanes of
+//!   the float part, a multiply and an add apart as on x86 (no `fmla`). The NEON paths have
+//!   been run (bit for bit against the portable one) under user-mode emulation (QEMU) only,
+//!   not on Arm hardware, and are not timed. The decoders are plain Rust over fixed-size
 //!   arrays, inlined into each instruction set's `#[target_feature]` function, where the
 //!   compiler vectorizes them. Other targets run the portable path.
 //! - **Threads**: tiles of output rows (weight rows) on the rayon pool (the one Burn-flex
@@ -66,11 +72,15 @@ use crate::{KernelError, Result};
 mod blocks;
 mod decode;
 mod formats;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 mod tile;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
 pub use blocks::GROUP;
+// the AMX products' decoder (`cpu_amx`, x86-64 Linux only)
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub(crate) use decode::group_of;
 pub use decode::{dequantize_group, dequantize_rows};
 
@@ -312,6 +322,11 @@ pub enum QuantIsa {
     AvxVnni,
     /// x86-64 AVX2 (and F16C, as every instruction set here): `vpmaddubsw` and `vpmaddwd`.
     Avx2,
+    /// AArch64 NEON with the dot product extension (`FEAT_DotProd`, optional from Armv8.2,
+    /// required from Armv8.4): `sdot` on 128-bit vectors.
+    NeonDot,
+    /// AArch64 NEON (base ISA): `smull` / `smlal2` to `i16` and `sadalp` to `i32`.
+    Neon,
     /// Any target: scalar integer dot products (vectorized as far as the compiler's
     /// baseline target allows).
     Portable,
@@ -338,6 +353,18 @@ impl QuantIsa {
                 v.push(Self::Avx2);
             }
         }
+        #[cfg(target_arch = "aarch64")]
+        {
+            use std::arch::is_aarch64_feature_detected as has;
+            // NEON is part of the AArch64 base ISA; detected all the same for targets built
+            // without it
+            if has!("neon") {
+                if has!("dotprod") {
+                    v.push(Self::NeonDot);
+                }
+                v.push(Self::Neon);
+            }
+        }
         v.push(Self::Portable);
         v
     }
@@ -347,12 +374,15 @@ impl QuantIsa {
         Self::available()[0]
     }
 
-    /// Its name, for reports: `"avx512vnni"`, `"avxvnni"`, `"avx2"` or `"portable"`.
+    /// Its name, for reports: `"avx512vnni"`, `"avxvnni"`, `"avx2"`, `"neondot"`, `"neon"` or
+    /// `"portable"`.
     pub fn name(self) -> &'static str {
         match self {
             Self::Avx512Vnni => "avx512vnni",
             Self::AvxVnni => "avxvnni",
             Self::Avx2 => "avx2",
+            Self::NeonDot => "neondot",
+            Self::Neon => "neon",
             Self::Portable => "portable",
         }
     }

@@ -3,6 +3,8 @@
 
 use super::blocks::{self, ActGroup, Fmt, WGroup, GROUP};
 use super::formats;
+#[cfg(target_arch = "aarch64")]
+use super::neon;
 #[cfg(target_arch = "x86_64")]
 use super::x86;
 use super::{QuantIsa, QuantMatrix, QuantType, MAX_CHUNK_ROWS, PREFETCH_BYTES};
@@ -117,6 +119,10 @@ fn tile_in<F: Fmt>(isa: QuantIsa, t: &Task<'_>, out: &mut [f32]) {
         QuantIsa::AvxVnni => unsafe { x86::tile_avxvnni::<F>(t, out) },
         #[cfg(target_arch = "x86_64")]
         QuantIsa::Avx2 => unsafe { x86::tile_avx2::<F>(t, out) },
+        #[cfg(target_arch = "aarch64")]
+        QuantIsa::NeonDot => unsafe { neon::tile_neon_dot::<F>(t, out) },
+        #[cfg(target_arch = "aarch64")]
+        QuantIsa::Neon => unsafe { neon::tile_neon::<F>(t, out) },
         // SAFETY: the portable product needs no feature; ranges as above.
         _ => unsafe { tile_body::<Portable, F>(t, out) },
     }
