@@ -47,13 +47,19 @@ pub enum EvalCommand {
     Acceptance(AcceptanceArgs),
 }
 
-/// Arguments of `dustin eval fidelity`, `pg19` and `longbench`: the harness's options `O`
-/// and the device.
+/// Arguments of `dustin eval fidelity`, `pg19` and `longbench`: the harness's options `O`,
+/// the weight format and the device.
 #[derive(Debug, Args)]
 pub struct RunArgs<O: Args> {
     /// The harness's options.
     #[command(flatten)]
     pub options: O,
+    /// Weights of a GGUF model: `auto` (kept in their block format on the CPU, whose block
+    /// kernels read a sixth of the bytes of f32; decoded elsewhere), `dense` (decoded to the
+    /// backend's float type) or `blocks`. Dense and sparse verification read the same
+    /// weights in every case.
+    #[arg(long, value_enum, default_value_t = WeightsArg::Auto)]
+    pub weights: WeightsArg,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
@@ -78,22 +84,24 @@ pub struct AcceptanceArgs {
 
 /// `dustin eval`.
 pub fn run(args: EvalArgs) -> Result<(), CliError> {
-    let host = CliHost::default();
     match args.command {
         EvalCommand::Fidelity(a) => {
             let opts = a.options;
+            let host = CliHost { weights: a.weights };
             crate::with_backend!(a.device, |B, dev| Ok(harness::fidelity::run::<B, _>(
                 &opts, &dev, &host
             )?))
         }
         EvalCommand::Pg19(a) => {
             let opts = a.options;
+            let host = CliHost { weights: a.weights };
             crate::with_backend!(a.device, |B, dev| Ok(harness::pg19::run::<B, _>(
                 &opts, &dev, &host
             )?))
         }
         EvalCommand::Longbench(a) => {
             let opts = a.options;
+            let host = CliHost { weights: a.weights };
             crate::with_backend!(a.device, |B, dev| Ok(harness::longbench::run::<B, _>(
                 &opts, &dev, &host
             )?))
@@ -109,10 +117,10 @@ pub fn run(args: EvalArgs) -> Result<(), CliError> {
 }
 
 /// What the harness leaves to the command: models by name or path, `--draft` values, and
-/// the weight format of `eval acceptance`'s pair.
+/// the weight format (`--weights`).
 #[derive(Debug, Default)]
 struct CliHost {
-    /// `--weights` of `eval acceptance` (the default elsewhere, where it is unused).
+    /// `--weights` of the command.
     weights: WeightsArg,
 }
 
@@ -150,6 +158,10 @@ impl ModelHost for CliHost {
         Ok(model_path(&model.map(Path::to_path_buf))?)
     }
 
+    fn weight_format<B: KernelOps>(&self) -> dustin_qwen::WeightFormat {
+        self.weights.format::<B>()
+    }
+
     fn eval_draft<B: KernelOps>(
         &self,
         draft: &str,
@@ -158,7 +170,14 @@ impl ModelHost for CliHost {
         dev: &B::Device,
         tok: Option<&Tokenizer>,
     ) -> Result<EvalDraft<B>, HarnessError> {
-        Ok(eval_draft(draft, target, positions, dev, tok)?)
+        Ok(eval_draft(
+            draft,
+            target,
+            positions,
+            dev,
+            tok,
+            self.weights,
+        )?)
     }
 
     fn open_pair(&self, target: &str, draft: &str) -> Result<HostPair, HarnessError> {
@@ -183,6 +202,7 @@ fn eval_draft<B: KernelOps>(
     positions: usize,
     dev: &B::Device,
     tok: Option<&Tokenizer>,
+    weights: WeightsArg,
 ) -> Result<EvalDraft<B>, CliError> {
     Ok(match parse_draft(draft)? {
         DraftSpec::SelfLayers(n) => {
@@ -199,7 +219,11 @@ fn eval_draft<B: KernelOps>(
             if let Some(tok) = tok {
                 crate::generate::check_vocab(tok, &df.tokenizer)?;
             }
-            (Arc::new(df.build::<B>(positions, dev)?), None, false)
+            (
+                Arc::new(df.build_as::<B>(positions, dev, weights.format::<B>())?),
+                None,
+                false,
+            )
         }
         DraftSpec::Substitute(sub) if sub.target_kv => {
             return Err(CliError::Usage(

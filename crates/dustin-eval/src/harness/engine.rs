@@ -129,7 +129,7 @@ impl<B: KernelOps> EvalPair<B> {
         tok: &Tokenizer,
         same_vocab: bool,
     ) -> Result<Self, HarnessError> {
-        let target = Arc::new(files.build::<B>(positions, dev)?);
+        let target = Arc::new(files.build_as::<B>(positions, dev, host.weight_format::<B>())?);
         let (draft, draft_layers, self_draft) =
             host.eval_draft(draft, &target, positions, dev, same_vocab.then_some(tok))?;
         let lookahead_layers = lookahead

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use dustin_kernels::KernelOps;
-use dustin_qwen::{Qwen2, Tokenizer};
+use dustin_qwen::{Qwen2, Tokenizer, WeightFormat};
 
 use super::pair::Pair;
 use super::HarnessError;
@@ -49,6 +49,15 @@ pub trait ModelHost {
     /// An unknown name, a failed fetch (as [`HarnessError::Host`] or
     /// [`HarnessError::Usage`]).
     fn model_path(&self, model: Option<&Path>) -> Result<PathBuf, HarnessError>;
+
+    /// The format a GGUF target's weights load in on backend `B` (the draft of
+    /// [`ModelHost::eval_draft`] chooses its own). Default: [`WeightFormat::Dense`], the
+    /// reference path; a host that keeps block weights on the CPU runs the same
+    /// comparisons several times faster (dense and sparse verification read the same weights
+    /// either way).
+    fn weight_format<B: KernelOps>(&self) -> WeightFormat {
+        WeightFormat::Dense
+    }
 
     /// The draft of `--draft` for `target`, built for `positions` positions on `dev`; when
     /// `tok` is given, a separate draft model must share its vocabulary.

@@ -25,6 +25,11 @@ pub struct Pg19Options {
     /// `--model` and `--draft`.
     #[cfg_attr(feature = "clap", command(flatten))]
     pub models: ModelFlags,
+    /// Draft layers whose attention makes the lookahead, as `eval fidelity
+    /// --lookahead-layers` (the same default, so that either command reads the other's
+    /// stored rows).
+    #[cfg_attr(feature = "clap", arg(long, default_value = "half"))]
+    pub lookahead_layers: String,
     /// A PG-19 book (.txt) or a directory of them.
     #[cfg_attr(feature = "clap", arg(long, default_value = "../shared/data/pg19"))]
     pub data: PathBuf,
@@ -56,7 +61,7 @@ impl Pg19Options {
     pub fn fidelity_options(&self) -> FidelityOptions {
         FidelityOptions {
             models: self.models.clone(),
-            lookahead_layers: "all".into(),
+            lookahead_layers: self.lookahead_layers.clone(),
             data: self.data.clone(),
             rows: self.rows.clone(),
             selectors: self.selectors.clone(),
