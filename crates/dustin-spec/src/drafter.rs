@@ -15,7 +15,7 @@ mod join;
 mod lookahead;
 mod selection;
 
-use greedy::{add_padded, greedy_on_device, last_rows, pad_width};
+use greedy::{add_padded, greedy_on_device, last_rows, normalised_sum, pad_width};
 use lookahead::LookaheadHook;
 pub use lookahead::{LookaheadConfig, LookaheadLayers, LookaheadScoring};
 pub use selection::DraftSelection;
@@ -502,24 +502,7 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
             // sum over KV heads: [batch, keys_len]
             hook.parts.push(acc.sum_dim(1).reshape([b, l]));
         }
-        let mass = if !hook.parts.is_empty() {
-            let lmax = hook.parts.iter().map(|p| p.dims()[1]).max().unwrap_or(0);
-            let dev = model.device().clone();
-            let mut acc = Tensor::<B, 2>::zeros([batch, lmax], &dev);
-            for p in hook.parts {
-                let [b, l] = p.dims();
-                let p = if l < lmax {
-                    Tensor::cat(vec![p, Tensor::zeros([b, lmax - l], &dev)], 1)
-                } else {
-                    p
-                };
-                acc = acc + p;
-            }
-            let sum = acc.clone().sum_dim(1).clamp_min(1e-30);
-            Some(acc / sum)
-        } else {
-            None
-        };
+        let mass = normalised_sum(hook.parts);
         self.scores = match keep_rule {
             Some(r) if r.per_layer => stacked,
             Some(_) => mass.clone().map(|m| {

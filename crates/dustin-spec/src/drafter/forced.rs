@@ -96,8 +96,8 @@ impl<B: KernelOps> ModelDrafter<B> {
         let mass = if w > width {
             mass.slice([0..b, 0..width])
         } else if w < width {
-            let dev = mass.device();
-            Tensor::cat(vec![mass, Tensor::zeros([b, width - w], &dev)], 1)
+            let zeros = Tensor::zeros([b, width - w], (&mass.device(), mass.dtype()));
+            Tensor::cat(vec![mass, zeros], 1)
         } else {
             mass
         };
