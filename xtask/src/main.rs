@@ -10,6 +10,10 @@
 //!   and prints the one `run` command (which unpacks it first) that
 //!   checks every kernel against the float64 references and runs the benchmark (ours and
 //!   PyTorch SDPA) on the GPU machine.
+//! - `gpu-real`: builds the CUDA `dustin` binary, stages it with the shared code files, PG-19
+//!   books and LongBench samples and the device scripts into `.device/`, cuts the pair's cached
+//!   GGUF files into `.w/` parts (`scripts/gpu_real_pair.sh split`) and prints the runs that
+//!   carry them and evaluate the pair with its real weights on the GPU machine.
 //! - `fuzz-smoke`: runs each `cargo fuzz` target of `fuzz/` briefly (30 s each by default),
 //!   seeding its corpus from the test fixtures; needs a nightly toolchain and
 //!   `cargo install cargo-fuzz`.
@@ -43,6 +47,9 @@ enum Task {
     /// by `gpu-kernels` stays beside it), the Qwen2.5 configs and the device scripts for the
     /// end-to-end benchmark; print the device commands (`scripts/gpu_e2e.sh`).
     GpuE2e,
+    /// Build and stage the CUDA `dustin` binary, the evaluation data and scripts, cut the
+    /// pair's GGUF files into parts; print the device runs (`scripts/gpu_real_pair.sh`).
+    GpuReal,
     /// Run each fuzz target of fuzz/ for a short time (needs nightly and cargo-fuzz).
     FuzzSmoke {
         /// Seconds per target.
@@ -314,12 +321,72 @@ fn gpu_e2e() -> Result<(), String> {
     Ok(())
 }
 
+/// Copies every file of `src` into `dst` (created; one level, no subfolders).
+fn copy_dir(src: &Path, dst: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dst).map_err(|e| format!("{}: {e}", dst.display()))?;
+    for e in std::fs::read_dir(src)
+        .map_err(|e| format!("{}: {e}", src.display()))?
+        .flatten()
+    {
+        if e.path().is_file() {
+            std::fs::copy(e.path(), dst.join(e.file_name()))
+                .map_err(|err| format!("{}: {err}", e.path().display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Builds the CUDA `dustin` binary and stages what `scripts/gpu_real_pair.sh` needs on the
+/// GPU machine: the binary, the shared evaluation data (code, PG-19, LongBench) and the
+/// scripts in `.device/`, and the pair's GGUF files cut into `.w/` parts (fetched first with
+/// `dustin fetch-model` if missing). The `gguf` wheel for the HF peers is not fetched here
+/// (`scripts/README.md` says how to add it to `.device/whl/`).
+fn gpu_real() -> Result<(), String> {
+    let root = root();
+    run(Command::new("cargo").current_dir(&root).args([
+        "build",
+        "--release",
+        "--features",
+        "cuda",
+        "-p",
+        "dustin-cli",
+    ]))?;
+    let dev = device_dir(&root)?;
+    stage_bin(&root, &dev, "dustin")?;
+    let data = root.join("../shared/data");
+    for sub in ["code", "pg19", "longbench"] {
+        copy_dir(&data.join(sub), &dev.join("data").join(sub))?;
+    }
+    copy_dir(&root.join("scripts"), &dev)?;
+    for name in ["qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct"] {
+        run(
+            Command::new(target_dir(&root).join("release").join("dustin"))
+                .current_dir(&root)
+                .args(["fetch-model", name]),
+        )?;
+    }
+    run(Command::new("bash")
+        .current_dir(&root)
+        .args(["scripts/gpu_real_pair.sh", "split"]))?;
+    println!("staged {} and .w/", dev.display());
+    println!("on the GPU machine, back to back (each within 30 s of the last):");
+    println!("  run bash .device/gpu_real_pair.sh start            carry [\".device\"]");
+    println!("  run bash .device/gpu_real_pair.sh part d00 .. d08  carry [\".w/dNN\"], one a run");
+    println!("  run bash .device/gpu_real_pair.sh part t00 .. t19  carry [\".w/tNN\"], one a run");
+    println!(
+        "  run bash scripts/gpu_real_pair_parallel.sh         (optional: the rest beside the job)"
+    );
+    println!("  run bash .device/gpu_real_pair.sh poll 540         until the job log says done");
+    Ok(())
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let r = match cli.task {
         Task::StageGpu => stage_gpu(),
         Task::GpuKernels { quick } => gpu_kernels(quick),
         Task::GpuE2e => gpu_e2e(),
+        Task::GpuReal => gpu_real(),
         Task::FetchModel => run(Command::new("cargo").current_dir(root()).args([
             "run",
             "--release",
