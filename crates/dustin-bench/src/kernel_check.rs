@@ -7,8 +7,9 @@
 //! leaves unwritten fails. Bound (normwise relative error): 1e-2 for bf16 on CUDA, 1e-5 for
 //! f32 on the CPU. Then the whole model (`dustin_qwen::check::check_model`): a 2-layer random
 //! Qwen2 at Qwen2.5-0.5B's layer shapes, its logits through the kernels against the model's own
-//! Burn ops, prefill, decode and verify ([`MODEL_BOUND_BF16`] on CUDA, 1e-4 on the CPU). Exit
-//! status 1 on any failure.
+//! Burn ops, prefill, decode and verify ([`MODEL_BOUND_BF16`] on CUDA, 1e-4 on the CPU), and
+//! the draft's lookahead of a proposal against that of a forced window of the same tokens
+//! (`crate::lookahead_check`, same bounds). Exit status 1 on any failure.
 
 use clap::Args;
 
@@ -69,7 +70,11 @@ pub fn run(a: KernelCheckArgs) -> Result<(), CliError> {
         for r in &rows {
             println!("{r}");
         }
-        let model = model_rows::<B>(&dev, model_bound);
+        let mut model = model_rows::<B>(&dev, model_bound);
+        model.extend(crate::lookahead_check::lookahead_rows::<B>(
+            &dev,
+            model_bound,
+        ));
         for r in &model {
             println!("{r}");
         }

@@ -31,6 +31,7 @@ mod bench;
 mod e2e;
 mod jsonl;
 mod kernel_check;
+mod lookahead_check;
 mod plot;
 mod subspec;
 mod tp_check;
