@@ -339,8 +339,8 @@ fn copy_dir(src: &Path, dst: &Path) -> Result<(), String> {
 /// Builds the CUDA `dustin` binary and stages what `scripts/gpu_real_pair.sh` needs on the
 /// GPU machine: the binary, the shared evaluation data (code, PG-19, LongBench) and the
 /// scripts in `.device/`, and the pair's GGUF files cut into `.w/` parts (fetched first with
-/// `dustin fetch-model` if missing). The `gguf` wheel for the HF peers is not fetched here
-/// (`scripts/README.md` says how to add it to `.device/whl/`).
+/// `dustin fetch-model` if missing), and the `gguf` wheel the HF peers load the GGUF files
+/// with into `.device/whl/` (pip; where pip fails the HF rows are skipped there).
 fn gpu_real() -> Result<(), String> {
     let root = root();
     run(Command::new("cargo").current_dir(&root).args([
@@ -368,6 +368,24 @@ fn gpu_real() -> Result<(), String> {
     run(Command::new("bash")
         .current_dir(&root)
         .args(["scripts/gpu_real_pair.sh", "split"]))?;
+    // the device machine has transformers but not `gguf`, which transformers' GGUF loading needs
+    let whl = dev.join("whl");
+    let pip = Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "-q",
+            "-d",
+        ])
+        .arg(&whl)
+        .arg("gguf==0.19.0")
+        .status();
+    if !matches!(pip, Ok(s) if s.success()) {
+        eprintln!("xtask: pip could not fetch the gguf wheel; the HF rows will be skipped");
+    }
     println!("staged {} and .w/", dev.display());
     println!("on the GPU machine, back to back (each within 30 s of the last):");
     println!("  run bash .device/gpu_real_pair.sh start            carry [\".device\"]");
