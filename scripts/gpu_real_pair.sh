@@ -11,8 +11,9 @@
 #   bash .device/gpu_real_pair.sh poll [SECS]  # wait up to SECS, copy the results to $OUT
 #
 # The background job, in order (each step's output in $R/<step>; the log in $R/job.log):
-#   1. random weights at the pair's and Qwen2.5-72B's shapes under the recorded acceptance
-#      trace, one process per (batch, mode) so that each mode's peak GPU memory is its own;
+#   1. random weights at the pair's and (on a card of more than 100 GB) Qwen2.5-72B's shapes
+#      under the recorded acceptance trace, one process per (batch, mode) so that each mode's
+#      peak GPU memory is its own (SHAPES=0 skips this step);
 #   2. the real pair, once every part is in place (sha256 checked):
 #      `dustin eval fidelity` on code and on PG-19 at 4096 and 8192 tokens (>= 1000 verified
 #      positions per cell) with `eval pg19`'s perplexity report, our decoding beside HF
@@ -46,7 +47,11 @@ job() {
                 > /dev/null 2>&1
         done
     done
-    [ "${SHAPES:-1}" = 0 ] || for b in 8 16; do
+    # 72B shapes with `dustin` need more than an H100's 80 GB (docs/perf.md)
+    local mib
+    mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+    [ "${mib:-0}" -gt 100000 ] || echo "$(date +%T) 72B shapes skipped: ${mib} MiB" >> "$R/job.log"
+    [ "${SHAPES:-1}" = 0 ] || [ "${mib:-0}" -le 100000 ] || for b in 8 16; do
         for m in ar dense dustin; do
             bash "$D/gpu_e2e.sh" run "shapes_72b_b${b}_$m" \
                 --target "$C/Qwen2.5-72B-Instruct.config.json" --target-layers 20 --ctx 32768 \
