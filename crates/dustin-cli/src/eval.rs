@@ -235,3 +235,29 @@ fn eval_draft<B: KernelOps>(
         DraftSpec::Substitute(sub) => (Arc::new(sub.build(target)?), None, false),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn_flex::Flex;
+    use dustin_qwen::WeightFormat;
+
+    /// `--weights` reaches the harness: the default keeps block weights on the CPU (the
+    /// backend with block kernels), `dense` decodes them, for the target the harness loads.
+    #[test]
+    fn the_weights_flag_sets_the_targets_format() {
+        let host = |weights| CliHost { weights };
+        assert_eq!(
+            host(WeightsArg::Auto).weight_format::<Flex>(),
+            WeightFormat::Blocks
+        );
+        assert_eq!(
+            host(WeightsArg::Dense).weight_format::<Flex>(),
+            WeightFormat::Dense
+        );
+        assert_eq!(
+            host(WeightsArg::Blocks).weight_format::<Flex>(),
+            WeightFormat::Blocks
+        );
+    }
+}
