@@ -8,6 +8,7 @@
 #   bash scripts/gpu_real_pair.sh split        # (here) cut the cached GGUF files into .w/
 #   bash .device/gpu_real_pair.sh start        # unpack, start the background job
 #   bash .device/gpu_real_pair.sh part NAME    # move the carried .w/NAME into place
+#   bash .device/gpu_real_pair.sh parallel     # start the other evaluations beside the job
 #   bash .device/gpu_real_pair.sh poll [SECS]  # wait up to SECS, copy the results to $OUT
 #
 # The background job, in order (each step's output in $R/<step>; the log in $R/job.log):
@@ -30,6 +31,10 @@ DR_SHA=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
 PART=57000000
 T_PARTS=20
 DR_PARTS=9
+# every selector of the fidelity tables, and the paper's reuse beside re-ranking
+SEL='dense,streaming,h2o,snapkv,quest,oracle,draft-only,history-only,dustin,pyramid(dustin),reuse2=dustin,reuse4=dustin'
+REUSE=(--select 'reuse2={"refresh":2}' --knobs 'reuse2={"lookahead_on_reuse":false}'
+    --select 'reuse4={"refresh":4}' --knobs 'reuse4={"lookahead_on_reuse":false}')
 
 job() {
     mkdir -p "$R"
@@ -63,9 +68,6 @@ job() {
     while [ ! -e "$W/ready" ]; do sleep 2; done
     echo "$(date +%T) weights in place" >> "$R/job.log"
     local dustin=$D/dustin
-    local sel='dense,streaming,h2o,snapkv,quest,oracle,draft-only,history-only,dustin,pyramid(dustin),reuse2=dustin,reuse4=dustin'
-    local reuse=(--select 'reuse2={"refresh":2}' --knobs 'reuse2={"lookahead_on_reuse":false}'
-        --select 'reuse4={"refresh":4}' --knobs 'reuse4={"lookahead_on_reuse":false}')
     local c=$D/data/code
     # the commands of docs/fidelity.md, "Reaching 1000 positions per cell": the three books at
     # 67 windows, the four code files at 50 (4096) and the three longer ones at 67 (8192)
@@ -74,7 +76,7 @@ job() {
         shift
         echo "$(date +%T) fidelity $name" >> "$R/job.log"
         "$dustin" eval fidelity --device cuda --budget 1/16,1/8,1/4 --spec-tokens 64 \
-            --selectors "$sel" "${reuse[@]}" "$@" > "$R/fidelity-$name.log" 2>&1
+            --selectors "$SEL" "${REUSE[@]}" "$@" > "$R/fidelity-$name.log" 2>&1
         echo "$(date +%T) rc=$? fidelity $name" >> "$R/job.log"
     }
     fid code-4096 --data "$c/argparse.py,$c/hashbrown_raw.rs,$c/indexmap_map.rs,$c/textwrap.py" \
@@ -85,7 +87,7 @@ job() {
     fid pg19-4096 --data "$D/data/pg19" --ctx 4096 --windows 67 --out "$R/fidelity-pair-pg19-1k"
     echo "$(date +%T) pg19 report" >> "$R/job.log"
     "$dustin" eval pg19 --device cuda --data "$D/data/pg19" --ctx 4096,8192 --budget 1/16,1/8,1/4 \
-        --windows 67 --spec-tokens 64 --selectors "$sel" "${reuse[@]}" \
+        --windows 67 --spec-tokens 64 --selectors "$SEL" "${REUSE[@]}" \
         --out "$R/fidelity-pair-pg19-1k" > "$R/pg19.log" 2>&1
     # our decoding and HF transformers' on the same prompts, batch 1 (32,600 + 140 positions
     # fit the models' 32,768)
@@ -125,6 +127,27 @@ start)
 job)
     job
     ;;
+parallel)
+    # the rest of the evaluations beside the running job, each into a folder of its own
+    # (each process is bound by its host thread and launches, not by the GPU; merge their
+    # results.jsonl afterwards, the reports need no model then)
+    c=$D/data/code
+    par() {
+        local name=$1
+        shift
+        setsid nohup "$D/dustin" eval fidelity --device cuda --budget 1/16,1/8,1/4 \
+            --spec-tokens 64 --selectors "$SEL" "${REUSE[@]}" "$@" --out "$R/fid-$name" \
+            > "$R/fid-$name.log" 2>&1 < /dev/null &
+    }
+    par pg19-8192 --data "$D/data/pg19" --ctx 8192 --windows 67
+    par code-8192 --data "$c/argparse.py,$c/hashbrown_raw.rs,$c/indexmap_map.rs" --ctx 8192 \
+        --windows 67
+    par pg19-4096 --data "$D/data/pg19" --ctx 4096 --windows 67
+    setsid nohup "$D/dustin" eval longbench --device cuda --data "$D/data/longbench" --ctx 4096 \
+        --max-samples 5 --selectors dense,dustin,streaming,snapkv,quest --budget 1/16,1/8 \
+        --out "$R/longbench-par" > "$R/longbench-par.log" 2>&1 < /dev/null &
+    sleep 1
+    ;;
 part)
     mkdir -p "$W/parts"
     mv ".w/$2" "$W/parts/$2"
@@ -147,7 +170,7 @@ poll)
     tar czf "$OUT/results.tgz" -C "$R" . 2>/dev/null
     ;;
 *)
-    echo "usage: gpu_real_pair.sh split|start|part NAME|poll [SECS]" >&2
+    echo "usage: gpu_real_pair.sh split|start|part NAME|parallel|poll [SECS]" >&2
     exit 2
     ;;
 esac

@@ -201,14 +201,7 @@ fn stage_bin(root: &Path, dev: &Path, name: &str) -> Result<(), String> {
 
 fn stage_gpu() -> Result<(), String> {
     let root = root();
-    run(Command::new("cargo").current_dir(&root).args([
-        "build",
-        "--release",
-        "--features",
-        "cuda,host-profile",
-        "-p",
-        "dustin-bench",
-    ]))?;
+    build_release(&root, "cuda,host-profile", "dustin-bench")?;
     let dev = device_dir(&root)?;
     stage_bin(&root, &dev, "dustin-bench")?;
     let cfgs = root.join("../shared/data/qwen2.5");
@@ -268,32 +261,11 @@ fn gpu_kernels(quick: bool) -> Result<(), String> {
 /// A `dustin-kernels-gpu` staged by `gpu-kernels` stays beside it (see [`stage_bin`]).
 fn gpu_e2e() -> Result<(), String> {
     let root = root();
-    run(Command::new("cargo").current_dir(&root).args([
-        "build",
-        "--release",
-        "--features",
-        "cuda,host-profile",
-        "-p",
-        "dustin-bench",
-    ]))?;
+    build_release(&root, "cuda,host-profile", "dustin-bench")?;
     let dev = device_dir(&root)?;
     stage_bin(&root, &dev, "dustin-bench")?;
-    let cfgs = root.join("../shared/data/qwen2.5");
-    for e in std::fs::read_dir(&cfgs)
-        .map_err(|e| format!("{}: {e}", cfgs.display()))?
-        .flatten()
-    {
-        std::fs::copy(e.path(), dev.join("configs").join(e.file_name()))
-            .map_err(|e| e.to_string())?;
-    }
-    for e in std::fs::read_dir(root.join("scripts"))
-        .map_err(|e| e.to_string())?
-        .flatten()
-    {
-        if e.path().is_file() {
-            std::fs::copy(e.path(), dev.join(e.file_name())).map_err(|e| e.to_string())?;
-        }
-    }
+    copy_dir(&root.join("../shared/data/qwen2.5"), &dev.join("configs"))?;
+    copy_dir(&root.join("scripts"), &dev)?;
     // the acceptance the pair's rows replay (`scripts/gpu_pair.sh`): recorded with the real
     // weights on the CPU by `dustin eval acceptance` on code at 8k tokens
     let trace = root.join("docs/perf/pair-acceptance-trace-code-8k.jsonl");
@@ -322,6 +294,18 @@ fn gpu_e2e() -> Result<(), String> {
 }
 
 /// Copies every file of `src` into `dst` (created; one level, no subfolders).
+/// `cargo build --release --features FEATURES -p PACKAGE` in the repository root.
+fn build_release(root: &Path, features: &str, package: &str) -> Result<(), String> {
+    run(Command::new("cargo").current_dir(root).args([
+        "build",
+        "--release",
+        "--features",
+        features,
+        "-p",
+        package,
+    ]))
+}
+
 fn copy_dir(src: &Path, dst: &Path) -> Result<(), String> {
     std::fs::create_dir_all(dst).map_err(|e| format!("{}: {e}", dst.display()))?;
     for e in std::fs::read_dir(src)
@@ -343,14 +327,7 @@ fn copy_dir(src: &Path, dst: &Path) -> Result<(), String> {
 /// with into `.device/whl/` (pip; where pip fails the HF rows are skipped there).
 fn gpu_real() -> Result<(), String> {
     let root = root();
-    run(Command::new("cargo").current_dir(&root).args([
-        "build",
-        "--release",
-        "--features",
-        "cuda",
-        "-p",
-        "dustin-cli",
-    ]))?;
+    build_release(&root, "cuda", "dustin-cli")?;
     let dev = device_dir(&root)?;
     stage_bin(&root, &dev, "dustin")?;
     let data = root.join("../shared/data");
@@ -392,7 +369,7 @@ fn gpu_real() -> Result<(), String> {
     println!("  run bash .device/gpu_real_pair.sh part d00 .. d08  carry [\".w/dNN\"], one a run");
     println!("  run bash .device/gpu_real_pair.sh part t00 .. t19  carry [\".w/tNN\"], one a run");
     println!(
-        "  run bash scripts/gpu_real_pair_parallel.sh         (optional: the rest beside the job)"
+        "  run bash .device/gpu_real_pair.sh parallel         (optional: the rest beside the job)"
     );
     println!("  run bash .device/gpu_real_pair.sh poll 540         until the job log says done");
     Ok(())
