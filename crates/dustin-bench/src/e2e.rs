@@ -56,6 +56,7 @@ pub fn run(mut args: E2eArgs) -> Result<(), CliError> {
     args.accept_drop_sigmas = args.accept_drop_sigmas.iter().map(|v| v + 0.0).collect();
     validate(&args)?;
     check_json_path(args.json.as_deref())?;
+    dustin_core::memory::set_persistent_allocations(args.persistent_alloc == OnOff::On);
     dustin_cli::with_backend!(args.device, |B, _dev, dev_of| run_on::<B>(
         &args,
         (0..args.tp).map(dev_of).collect()

@@ -8,7 +8,7 @@
 //! - otherwise (GPU backends, or no `/proc/meminfo`) the check is skipped: Burn 0.21's
 //!   backend API does not report a device's free memory (see `docs/decisions.md`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use burn_tensor::backend::Backend;
 
@@ -28,6 +28,42 @@ pub fn memory_limit() -> Option<u64> {
     match LIMIT.load(Ordering::Relaxed) {
         0 => None,
         b => Some(b),
+    }
+}
+
+/// Whether [`persistent`] puts allocations in the backend's persistent pool (the default).
+static PERSISTENT: AtomicBool = AtomicBool::new(true);
+
+/// Turns the persistent allocation of [`persistent`] on (the default) or off, process-wide
+/// (`dustin-bench e2e --persistent-alloc off` measures the difference).
+pub fn set_persistent_allocations(on: bool) {
+    PERSISTENT.store(on, Ordering::Relaxed);
+}
+
+/// Whether [`persistent`] allocates persistently ([`set_persistent_allocations`]).
+pub fn persistent_allocations() -> bool {
+    PERSISTENT.load(Ordering::Relaxed)
+}
+
+/// Runs `f(input)` with every device allocation it makes taken from the backend's persistent
+/// pool (Burn's `Backend::memory_persistent_allocations`), for tensors that live as long as
+/// the model: weights and KV caches.
+///
+/// Why: CubeCL's default pools (Burn 0.21, cubecl-runtime 0.10) carve allocations out of
+/// pages sized for reuse (for example a page of a quarter of the device's memory opened for
+/// one large tensor); a persistent allocation is one exact-size buffer. Backends without
+/// device pools (the CPU's burn-flex) run `f` unchanged. Allocations of the same byte size
+/// made later by anything (a temporary of a cache layer's size) reuse the free persistent
+/// buffers of that size, or add one (cubecl-runtime's `MemoryManagement::reserve`).
+pub fn persistent<B: Backend, I: Send, O: Send>(
+    device: &B::Device,
+    input: I,
+    f: impl Fn(I) -> O + Send,
+) -> O {
+    if persistent_allocations() {
+        B::memory_persistent_allocations(device, input, f)
+    } else {
+        f(input)
     }
 }
 

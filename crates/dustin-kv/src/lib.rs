@@ -86,15 +86,19 @@ impl<B: Backend> DenseKvCache<B> {
     }
 
     /// Allocates a zeroed cache of `shape` on `device` (unchecked: see
-    /// [`DenseKvCache::try_new`]).
+    /// [`DenseKvCache::try_new`]), each layer's K and V in a persistent device buffer of its
+    /// own ([`dustin_core::memory::persistent`]).
     pub fn new(shape: KvShape, device: &B::Device) -> Self {
         let dims = [shape.batch, shape.kv_heads, shape.capacity, shape.head_dim];
-        let k = (0..shape.layers)
-            .map(|_| Some(Tensor::zeros(dims, device)))
-            .collect();
-        let v = (0..shape.layers)
-            .map(|_| Some(Tensor::zeros(dims, device)))
-            .collect();
+        // each layer's K and V in an exact-size buffer of their own, not in a pool's page
+        let (k, v) = dustin_core::memory::persistent::<B, _, _>(device, (), |()| {
+            let zeros = || {
+                (0..shape.layers)
+                    .map(|_| Some(Tensor::zeros(dims, device)))
+                    .collect::<Vec<_>>()
+            };
+            (zeros(), zeros())
+        });
         Self {
             k,
             v,
@@ -498,11 +502,20 @@ impl<B: Backend> KvStore<B> for DenseKvCache<B> {
         }
         let idx: Vec<i64> = keep.iter().map(|&i| i as i64).collect();
         let idx = Tensor::<B, 1, Int>::from_data(TensorData::new(idx, [keep.len()]), &self.device);
+        // layer by layer, each old layer freed as its successor is made (the cache and one
+        // layer alive together, not two caches); the new layers in exact-size buffers as
+        // `new` makes them, and the old ones, of a size nothing asks for again, handed back
+        // to the device once all are replaced
         for slot in self.k.iter_mut().chain(self.v.iter_mut()) {
             if let Some(t) = slot.take() {
-                *slot = Some(t.select(0, idx.clone()));
+                *slot = Some(dustin_core::memory::persistent::<B, _, _>(
+                    &self.device,
+                    t,
+                    |t| t.select(0, idx.clone()),
+                ));
             }
         }
+        B::memory_cleanup(&self.device);
         self.lens = keep.iter().map(|&i| self.lens[i]).collect();
         self.shape.batch = keep.len();
         Ok(())

@@ -18,8 +18,9 @@ pub struct HostTensor {
     pub data: Vec<f32>,
 }
 
-/// A source of named model weights in HF naming and layout.
-pub trait WeightSource {
+/// A source of named model weights in HF naming and layout (`Sync`: a model is built from it
+/// inside [`dustin_core::memory::persistent`], which may run on another thread).
+pub trait WeightSource: Sync {
     /// Human-readable description for errors (a path).
     fn describe(&self) -> String;
     /// Whether a tensor of that HF name exists.

@@ -164,6 +164,11 @@ pub struct E2eArgs {
     /// accepts the same count at every iteration.
     #[arg(long, value_enum, default_value_t = OnOff::Off)]
     pub ragged_accept: OnOff,
+    /// Weights and KV caches in exact-size persistent device buffers (`on`, the default:
+    /// `dustin_core::memory::persistent`) or in the backend's pooled pages (`off`), to
+    /// measure the peak device memory of both. No effect on the CPU.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub persistent_alloc: OnOff,
     /// New keys and values into the caches through `KernelOps::kv_write` (`on`,
     /// `Qwen2::with_kv_write_kernel`: one launch per tensor and layer for a ragged batch) or
     /// Burn's slice-assigns (`off`). `on` is the default, as the model's on CUDA. Only ragged

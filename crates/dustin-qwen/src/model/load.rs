@@ -262,6 +262,23 @@ impl<B: Backend> Qwen2<B> {
         offloaded: &[usize],
         format: WeightFormat,
     ) -> Result<Self> {
+        // the weights in exact-size device buffers, not in pool pages; the loader's
+        // temporaries given back afterwards
+        let model = dustin_core::memory::persistent::<B, _, _>(device, (), |()| {
+            Self::load_inner(config, src, max_positions, device, offloaded, format)
+        });
+        B::memory_cleanup(device);
+        model
+    }
+
+    fn load_inner(
+        config: &QwenConfig,
+        src: &dyn WeightSource,
+        max_positions: usize,
+        device: &B::Device,
+        offloaded: &[usize],
+        format: WeightFormat,
+    ) -> Result<Self> {
         config.validate()?;
         let c = config;
         let (h, hd, nh, kv) = (
@@ -340,7 +357,12 @@ impl<B: Backend> Qwen2<B> {
         device: &B::Device,
         offloaded: &[usize],
     ) -> Result<Self> {
-        Self::random_inner(config, max_positions, device, offloaded, None)
+        // as in `load_as`: exact-size buffers, the draws' temporaries given back
+        let model = dustin_core::memory::persistent::<B, _, _>(device, (), |()| {
+            Self::random_inner(config, max_positions, device, offloaded, None)
+        });
+        B::memory_cleanup(device);
+        model
     }
 
     /// Rank `rank`'s shard of a model with random weights ([`Qwen2::random`]) drawn directly
