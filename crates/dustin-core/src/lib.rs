@@ -5,6 +5,7 @@
 mod cancel;
 mod error;
 mod estimator;
+pub mod greedy;
 mod kv;
 pub mod memory;
 pub mod sampling;

@@ -503,13 +503,34 @@ pub fn generate<B: KernelOps>(
         cfg.prefill_chunk,
         false,
     )?;
-    let rows = rows_to_host(last, vocab)?;
+    // greedy decoding reads back one id per sequence, not its logits (`batch x 151,936`
+    // floats a step for Qwen2.5); sampling needs the rows on the host
+    let pick =
+        |logits: Tensor<B, 2>, rngs: &mut [ChaCha8Rng], active: &[usize]| -> Result<Vec<u32>> {
+            if cfg.sampling.is_greedy() {
+                // rows are the active sequences in order: an error names the sequence
+                dustin_core::greedy::greedy_on_device(logits, vocab, "target logits").map_err(|e| {
+                    QwenError::Core(match e {
+                        dustin_core::CoreError::NonFinite { what, seq } => {
+                            dustin_core::CoreError::NonFinite {
+                                what,
+                                seq: active.get(seq).copied().unwrap_or(seq),
+                            }
+                        }
+                        e => e,
+                    })
+                })
+            } else {
+                pick_tokens(&rows_to_host(logits, vocab)?, &cfg.sampling, rngs, active)
+            }
+        };
+    let mut active: Vec<usize> = (0..n).collect();
+    // the first tokens come from the prefill's logits (their read-back waits for the prefill)
+    let mut next = pick(last, &mut rngs, &active)?;
     let prefill_secs = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
     let mut out: Vec<Vec<u32>> = vec![Vec::new(); n];
     let mut finish: Vec<Option<FinishReason>> = vec![None; n];
-    let mut active: Vec<usize> = (0..n).collect();
-    let mut next = pick_tokens(&rows, &cfg.sampling, &mut rngs, &active)?;
     if cfg.max_new_tokens == 0 {
         return Ok(GenerateOutput {
             tokens: out,
@@ -561,8 +582,7 @@ pub fn generate<B: KernelOps>(
             .logits
             .ok_or_else(|| QwenError::Core(dustin_core::CoreError::Model("no logits".into())))?;
         let [b, _, v] = logits.dims();
-        let rows = rows_to_host(logits.reshape([b, v]), vocab)?;
-        next = pick_tokens(&rows, &cfg.sampling, &mut rngs, &active)?;
+        next = pick(logits.reshape([b, v]), &mut rngs, &active)?;
     }
     Ok(GenerateOutput {
         tokens: out,

@@ -29,10 +29,7 @@ pub use verifier::{ModelVerifier, TargetKv};
 pub(crate) fn refused_logits<B: burn_tensor::backend::Backend, const D: usize>(
     logits: burn_tensor::Tensor<B, D>,
 ) -> burn_tensor::Tensor<B, D, burn_tensor::Bool> {
-    logits
-        .clone()
-        .is_nan()
-        .bool_or(logits.equal_elem(f32::INFINITY))
+    dustin_core::greedy::refused_logits(logits)
 }
 
 /// Rows `rows` (ascending) along the first axis of `t`: `t` itself when `rows` is every

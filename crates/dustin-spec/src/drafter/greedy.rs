@@ -31,57 +31,12 @@ pub(super) fn last_rows<B: Backend>(logits: Tensor<B, 3>, last: &[usize]) -> Ten
     }
 }
 
-/// The greedy token of each row of `logits` (`[batch, vocab_padded]`, logits of the first
-/// `vocab` ids considered), picked on the device: the draft loop then reads back `batch` ids
-/// instead of `batch x vocab` floats at every step (151,936 floats per sequence for Qwen2.5).
-/// As on the host ([`dustin_core::argmax`]): ties go to the lowest id (Flex and cubek's
-/// argmax both keep the lower index on equality), and a row with no finite maximum (all
-/// -inf) gives id 0 (cubek-reduce 0.2's argmax starts from `f32::MIN` at index `u32::MAX`, so
-/// it returns `u32::MAX` there; any id outside the vocabulary is mapped back to 0).
-///
-/// # Errors
-/// [`dustin_core::CoreError::NonFinite`] when a row holds NaN or +inf (an argmax would pick
-/// an arbitrary token from them; the host path refuses them too), naming the sequence;
-/// [`dustin_core::CoreError::InvalidInput`] for `vocab == 0`.
+/// [`dustin_core::greedy::greedy_on_device`] on the draft's logits.
 pub(super) fn greedy_on_device<B: Backend>(
     logits: Tensor<B, 2>,
     vocab: usize,
 ) -> dustin_core::Result<Vec<TokenId>> {
-    /// Marks a row with NaN or +inf in the one read back (argmax ids are >= 0, and cubek's
-    /// "no maximum" `u32::MAX` reads as -1 in i32).
-    const BAD: i64 = -2;
-    let [b, v] = logits.dims();
-    if vocab == 0 || v == 0 {
-        return Err(dustin_core::CoreError::invalid(
-            "vocab",
-            "at least 1 id with logits",
-            format!("vocab {vocab}, logits width {v}"),
-        ));
-    }
-    let logits = logits.slice([0..b, 0..vocab.min(v)]);
-    let bad = crate::refused_logits(logits.clone()).any_dim(1);
-    // one read back per step: the ids, with the refused rows marked
-    let ids = logits
-        .argmax(1)
-        .mask_fill(bad, BAD)
-        .reshape([b])
-        .into_data()
-        .convert::<i64>()
-        .into_vec::<i64>()
-        .map_err(|e| dustin_core::CoreError::Model(format!("{e:?}")))?;
-    let n = vocab.min(v) as i64;
-    ids.into_iter()
-        .enumerate()
-        .map(|(seq, id)| match id {
-            BAD => Err(dustin_core::CoreError::NonFinite {
-                what: "draft logits".into(),
-                seq,
-            }),
-            id if (0..n).contains(&id) => Ok(id as TokenId),
-            // no finite maximum: the host argmax's choice
-            _ => Ok(0),
-        })
-        .collect()
+    dustin_core::greedy::greedy_on_device(logits, vocab, "draft logits")
 }
 
 /// `t` `[batch, kv_heads, w]` widened to `width >= w` with zeros of `t`'s dtype.
