@@ -11,15 +11,21 @@
 #   bash .device/gpu_real_pair.sh parallel     # start the other evaluations beside the job
 #   bash .device/gpu_real_pair.sh poll [SECS]  # wait up to SECS, copy the results to $OUT
 #
-# The background job, in order (each step's output in $R/<step>; the log in $R/job.log):
-#   1. random weights at the pair's and (on a card of more than 100 GB) Qwen2.5-72B's shapes
-#      under the recorded acceptance trace, one process per (batch, mode) so that each mode's
-#      peak GPU memory is its own (SHAPES=0 skips this step);
-#   2. the real pair, once every part is in place (sha256 checked):
-#      `dustin eval fidelity` on code and on PG-19 at 4096 and 8192 tokens (>= 1000 verified
-#      positions per cell) with `eval pg19`'s perplexity report, our decoding beside HF
-#      transformers `generate` and assisted generation on the same prompts (batch 1), then
-#      `dustin eval longbench` (5 samples per task).
+# The background job runs the steps named in STEPS, in order (each step's output in $R/<step>,
+# the log in $R/job.log; default "shapes fidelity acceptance hf longbench"); a step that needs
+# the real weights waits until every part is in place (sha256 checked):
+#   check     `dustin-bench kernel-check --device cuda --model-only`
+#   shapes    random weights at the pair's and (on a card of more than 100 GB) Qwen2.5-72B's
+#             shapes under the recorded acceptance trace, one process per (batch, mode)
+#   memab     peak GPU memory with weights and KV caches in persistent buffers or in pool pages
+#   fidelity  `dustin eval fidelity`, code and PG-19, 4096 and 8192 tokens, and `eval pg19`
+#   acceptance, hf  our decoding beside HF `generate` and assisted generation, batch 1
+#   longbench `dustin eval longbench`, 5 samples per task
+#   evals     acceptance at 1/16 at 4096 and 8192 tokens on every source, and LongBench, side by side
+#   batch     `dustin generate` at 32k, B=16, 1 and 8 (BATCHES), every mode, each run twice
+#             (cold, then with the kernels compiled; prompts staged in .device/prompts32k/ by
+#             `scripts/cut_prompts.py`)
+#   subspec   the real target held to 1 GiB of GPU memory: its substitute draft vs offloaded AR
 set -u
 D=.device
 R=${R:-/root/dustin-real}
@@ -28,56 +34,96 @@ T=qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 DR=qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
 T_SHA=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
 DR_SHA=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
-PART=57000000
-T_PARTS=20
-DR_PARTS=9
+# a run carries at most 64 MiB with the tracked tree (about 6 MiB) included: parts of 50 MB
+PART=50000000
+T_PARTS=23
+DR_PARTS=10
 # every selector of the fidelity tables, and the paper's reuse beside re-ranking
 SEL='dense,streaming,h2o,snapkv,quest,oracle,draft-only,history-only,dustin,pyramid(dustin),reuse2=dustin,reuse4=dustin'
 REUSE=(--select 'reuse2={"refresh":2}' --knobs 'reuse2={"lookahead_on_reuse":false}'
     --select 'reuse4={"refresh":4}' --knobs 'reuse4={"lookahead_on_reuse":false}')
 
-job() {
-    mkdir -p "$R"
-    local C=$D/configs
-    export OUT=$R
-    export LIMIT=${LIMIT:-300} RAGGED=on
-    local acc="dense=3.50,dustin=3.50,streaming=2.95,quest=2.91,snapkv=3.56"
-    local trace=(--accept-trace "$D/acceptance-trace.jsonl")
-    echo "$(date +%T) random-weight shapes" >> "$R/job.log"
-    # SHAPES=0: the evaluations alone
-    [ "${SHAPES:-1}" = 0 ] || for b in 16; do
-        for m in ar dense dustin; do
-            bash "$D/gpu_e2e.sh" run "pair_32k_b${b}_$m" --target "$C/Qwen2.5-1.5B-Instruct.config.json" \
-                --ctx 32768 --batch "$b" --budget 2048 --modes "$m" --accept "$acc" "${trace[@]}" \
-                > /dev/null 2>&1
-        done
+C=$D/configs
+ACC="dense=3.50,dustin=3.50,streaming=2.95,quest=2.91,snapkv=3.56"
+TRACE=(--accept-trace "$D/acceptance-trace.jsonl")
+PAIR=(--model qwen2.5-coder-1.5b-instruct --draft qwen2.5-coder-0.5b-instruct)
+log() { echo "$(date +%T) $*" >> "$R/job.log"; }
+
+# the whole-model rows of the kernel check, the draft's lookahead of a proposal among them
+step_check() {
+    log "kernel-check"
+    "$D/dustin-bench" kernel-check --device cuda --model-only > "$R/kernel-check.txt" 2>&1
+    log "rc=$? kernel-check"
+}
+
+# 1. random weights at the pair's and (on a card of more than 100 GB) Qwen2.5-72B's shapes
+# under the recorded acceptance trace, one process per (batch, mode) so that each mode's peak
+# GPU memory is its own
+step_shapes() {
+    log "random-weight shapes"
+    # PAIR_SHAPES=0: the 72B shapes alone
+    [ "${PAIR_SHAPES:-1}" = 0 ] || for m in ar dense dustin; do
+        bash "$D/gpu_e2e.sh" run "pair_32k_b16_$m" --target "$C/Qwen2.5-1.5B-Instruct.config.json" \
+            --ctx 32768 --batch 16 --budget 2048 --modes "$m" --accept "$ACC" "${TRACE[@]}" \
+            > /dev/null 2>&1
     done
     # 72B shapes with `dustin` need more than an H100's 80 GB (docs/perf.md)
     local mib
     mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
-    [ "${mib:-0}" -gt 100000 ] || echo "$(date +%T) 72B shapes skipped: ${mib} MiB" >> "$R/job.log"
-    [ "${SHAPES:-1}" = 0 ] || [ "${mib:-0}" -le 100000 ] || for b in 8 16; do
+    if [ "${mib:-0}" -le 100000 ]; then
+        log "72B shapes skipped: ${mib} MiB"
+        return
+    fi
+    for b in 8 16; do
         for m in ar dense dustin; do
             bash "$D/gpu_e2e.sh" run "shapes_72b_b${b}_$m" \
                 --target "$C/Qwen2.5-72B-Instruct.config.json" --target-layers 20 --ctx 32768 \
-                --batch "$b" --budget 2048 --modes "$m" --accept "$acc" "${trace[@]}" \
+                --batch "$b" --budget 2048 --modes "$m" --accept "$ACC" "${TRACE[@]}" \
                 > /dev/null 2>&1
         done
     done
-    echo "$(date +%T) waiting for the weights" >> "$R/job.log"
+}
+
+# peak GPU memory with the weights and KV caches in persistent buffers and in pool pages
+# (`dustin-bench e2e --persistent-alloc`), the pair's shapes at 32k, B=16, one process per
+# (mode, setting); the `dense` runs also log cubecl's memory pages
+step_memab() {
+    log "persistent allocations on/off"
+    for m in ar dense dustin; do
+        for pa in on off; do
+            if [ "$m" = dense ]; then
+                printf '[memory.logger]\nlevel = "basic"\nfile = "%s"\n' "$R/cubecl-mem-$pa.log" \
+                    > cubecl.toml
+            fi
+            bash "$D/gpu_e2e.sh" run "pair_32k_b16_${m}_pa$pa" \
+                --target "$C/Qwen2.5-1.5B-Instruct.config.json" --ctx 32768 --batch 16 \
+                --budget 2048 --modes "$m" --accept "$ACC" "${TRACE[@]}" --persistent-alloc "$pa" \
+                > /dev/null 2>&1
+            rm -f cubecl.toml
+        done
+    done
+    log "memab done"
+}
+
+weights() {
+    log "waiting for the weights"
     while [ ! -e "$W/ready" ]; do sleep 2; done
-    echo "$(date +%T) weights in place" >> "$R/job.log"
-    local dustin=$D/dustin
+    log "weights in place"
+}
+
+# 2. the real pair: `dustin eval fidelity` on code and on PG-19 at 4096 and 8192 tokens
+# (>= 1000 verified positions per cell) with `eval pg19`'s perplexity report
+step_fidelity() {
     local c=$D/data/code
     # the commands of docs/fidelity.md, "Reaching 1000 positions per cell": the three books at
     # 67 windows, the four code files at 50 (4096) and the three longer ones at 67 (8192)
     fid() {
         local name=$1
         shift
-        echo "$(date +%T) fidelity $name" >> "$R/job.log"
-        "$dustin" eval fidelity --device cuda --budget 1/16,1/8,1/4 --spec-tokens 64 \
+        log "fidelity $name"
+        "$D/dustin" eval fidelity --device cuda --budget 1/16,1/8,1/4 --spec-tokens 64 \
             --selectors "$SEL" "${REUSE[@]}" "$@" > "$R/fidelity-$name.log" 2>&1
-        echo "$(date +%T) rc=$? fidelity $name" >> "$R/job.log"
+        log "rc=$? fidelity $name"
     }
     fid code-4096 --data "$c/argparse.py,$c/hashbrown_raw.rs,$c/indexmap_map.rs,$c/textwrap.py" \
         --ctx 4096 --windows 50 --out "$R/fidelity-pair-code-1k"
@@ -85,26 +131,139 @@ job() {
     fid code-8192 --data "$c/argparse.py,$c/hashbrown_raw.rs,$c/indexmap_map.rs" --ctx 8192 \
         --windows 67 --out "$R/fidelity-pair-code-1k"
     fid pg19-4096 --data "$D/data/pg19" --ctx 4096 --windows 67 --out "$R/fidelity-pair-pg19-1k"
-    echo "$(date +%T) pg19 report" >> "$R/job.log"
-    "$dustin" eval pg19 --device cuda --data "$D/data/pg19" --ctx 4096,8192 --budget 1/16,1/8,1/4 \
+    log "pg19 report"
+    "$D/dustin" eval pg19 --device cuda --data "$D/data/pg19" --ctx 4096,8192 --budget 1/16,1/8,1/4 \
         --windows 67 --spec-tokens 64 --selectors "$SEL" "${REUSE[@]}" \
         --out "$R/fidelity-pair-pg19-1k" > "$R/pg19.log" 2>&1
-    # our decoding and HF transformers' on the same prompts, batch 1 (32,600 + 140 positions
-    # fit the models' 32,768)
-    echo "$(date +%T) acceptance" >> "$R/job.log"
-    "$dustin" eval acceptance --device cuda --data "$c/hashbrown_raw.rs,$D/data/pg19/2544.txt" \
+}
+
+# our decoding and HF transformers' on the same prompts, batch 1 (32,600 + 140 positions fit
+# the models' 32,768)
+step_acceptance() {
+    local c=$D/data/code
+    log "acceptance"
+    "$D/dustin" eval acceptance --device cuda --data "$c/hashbrown_raw.rs,$D/data/pg19/2544.txt" \
         --ctx 8192,32600 --gamma 4 --selectors dense,dustin,streaming,quest,snapkv --budget 1/16 \
         --new-tokens 128 --time-limit 240 --out "$R/acceptance-gpu" > "$R/acceptance.log" 2>&1
-    echo "$(date +%T) rc=$? hf peers" >> "$R/job.log"
+    log "rc=$? acceptance"
+}
+
+step_hf() {
+    log "hf peers"
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$D"/whl/*.whl \
         >> "$R/hf.log" 2>&1
     PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 timeout 300 python3 "$D/hf_pair_gpu.py" \
         --out "$R/acceptance-gpu" --new-tokens 128 > "$R/hf_pair.jsonl" 2>> "$R/hf.log"
-    echo "$(date +%T) rc=$? longbench" >> "$R/job.log"
-    "$dustin" eval longbench --device cuda --data "$D/data/longbench" --ctx 4096 --max-samples 5 \
+    log "rc=$? hf peers"
+}
+
+step_longbench() {
+    log "longbench"
+    "$D/dustin" eval longbench --device cuda --data "$D/data/longbench" --ctx 4096 --max-samples 5 \
         --selectors dense,dustin,streaming,snapkv,quest --budget 1/16,1/8 --out "$R/longbench" \
         > "$R/longbench.log" 2>&1
-    echo "$(date +%T) rc=$? done" >> "$R/job.log"
+    log "rc=$? longbench"
+}
+
+# the evaluations of Dustin's speculative loop, side by side (each process is bound by its host
+# thread and launches, not by the GPU): acceptance at 1/16 on the seven sources at 4096 and
+# the six long enough at 8192 (the CPU tables' sources and modes, 128 tokens), and LongBench
+# (a results.jsonl staged as `.device/longbench-prev.jsonl` is resumed from)
+step_evals() {
+    local c=$D/data/code p=$D/data/pg19 sel=dense,dustin,draft-only,streaming,quest,snapkv
+    local long="$c/argparse.py,$c/hashbrown_raw.rs,$c/indexmap_map.rs,$p/10762.txt,$p/15562.txt,$p/2544.txt"
+    log "evals"
+    "$D/dustin" eval acceptance --device cuda --data "$long,$c/textwrap.py" --ctx 4096 --gamma 4 \
+        --selectors "$sel" --budget 1/16 --new-tokens 128 --out "$R/acceptance-4k" \
+        > "$R/acceptance-4k.log" 2>&1 &
+    "$D/dustin" eval acceptance --device cuda --data "$long" --ctx 8192 --gamma 4 \
+        --selectors "$sel" --budget 1/16 --new-tokens 128 --out "$R/acceptance-8k" \
+        > "$R/acceptance-8k.log" 2>&1 &
+    mkdir -p "$R/longbench"
+    [ -e "$D/longbench-prev.jsonl" ] && cp "$D/longbench-prev.jsonl" "$R/longbench/results.jsonl"
+    step_longbench &
+    wait
+    log "evals done"
+}
+
+# the real pair in batches at 32k (`dustin generate`, one process per run, so that each peak
+# GPU memory is its own): 128 greedy tokens per sequence after prompts of 32,000 tokens of
+# PG-19 and code (`.device/prompts32k/`, cut by `scripts/cut_prompts.py`). Each run goes
+# twice, `NAME_cold` then `NAME`: a process compiles every kernel at its first use, and
+# sequences that finish at different iterations bring new shapes; with cubecl's PTX cache on
+# (`cubecl.toml`, `[compilation] cache = "target"`; autotune results are cached there by
+# default) the second run of the same command finds them compiled and tuned
+step_batch() {
+    if ! ls "$D"/prompts32k/*.txt > /dev/null 2>&1; then
+        log "batch skipped: no prompts in $D/prompts32k"
+        return
+    fi
+    mkdir -p "$R/batch"
+    local OUT=$R/batch
+    gen() {
+        local name=$1 b=$2
+        shift 2
+        local files=()
+        for f in $(ls "$D"/prompts32k/*.txt | head -"$b"); do files+=(--prompt-file "$f"); done
+        local run
+        for run in "${name}_cold" "$name"; do
+            log "batch $run"
+            mem_watch "$run"
+            timeout "${GEN_LIMIT:-200}" "$D/dustin" generate --device cuda "${files[@]}" \
+                --max-new-tokens 128 --output "$OUT/$run.json" "$@" > "$OUT/$run.txt" 2>&1
+            local rc=$?
+            echo "{\"group\":\"$run\",\"rc\":$rc,\"peak_mib\":$(mem_peak_max "$run")}" >> "$OUT/mem.jsonl"
+        done
+    }
+    printf '[compilation]\ncache = "target"\n' > cubecl.toml
+    for b in ${BATCHES:-16 1 8}; do
+        gen "b${b}_ar" "$b" --model qwen2.5-coder-1.5b-instruct
+        gen "b${b}_dense" "$b" "${PAIR[@]}"
+        gen "b${b}_dustin" "$b" "${PAIR[@]}" --selector dustin --budget 2048
+        [ "$b" = 16 ] || continue
+        gen "b${b}_dustin_db2048" "$b" "${PAIR[@]}" --selector dustin --budget 2048 --draft-budget 2048
+        gen "b${b}_dustin_8th" "$b" "${PAIR[@]}" --selector dustin --budget 4096
+        for s in streaming quest snapkv; do
+            gen "b${b}_$s" "$b" "${PAIR[@]}" --selector "$s" --budget 2048
+        done
+    done
+    rm -f cubecl.toml
+    log "batch done"
+}
+
+# SubSpec with the real target: held to 1 GiB of GPU memory (the layers that do not fit copied
+# in for each forward pass), its 4-bit substitute as the draft, against offloaded
+# autoregressive decoding at the same budget; one 8k prompt, 64 tokens
+step_subspec() {
+    mkdir -p "$R/subspec"
+    local f=$D/prompts32k/01.txt
+    head -c 30000 "$f" > "$R/subspec/prompt.txt"
+    for m in ar subspec; do
+        local extra=()
+        [ "$m" = subspec ] && extra=(--draft substitute)
+        log "subspec $m"
+        timeout 200 "$D/dustin" generate --device cuda --model qwen2.5-coder-1.5b-instruct \
+            --gpu-memory 1G --prompt-file "$R/subspec/prompt.txt" --max-new-tokens 64 \
+            "${extra[@]}" > "$R/subspec/$m.txt" 2>&1
+        log "rc=$? subspec $m"
+    done
+}
+
+# the steps named in STEPS, in order (default: the first GPU run with the real weights)
+job() {
+    mkdir -p "$R"
+    export OUT=$R
+    export LIMIT=${LIMIT:-300} RAGGED=on
+    . "$D/gpu_mem.sh"
+    local step waited=0
+    for step in ${STEPS:-shapes fidelity acceptance hf longbench}; do
+        case $step in
+        check | shapes | memab) ;;
+        *) [ $waited = 1 ] || weights; waited=1 ;;
+        esac
+        "step_$step"
+    done
+    log "done"
 }
 
 case "${1:-}" in

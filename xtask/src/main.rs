@@ -345,6 +345,38 @@ fn gpu_real() -> Result<(), String> {
     run(Command::new("bash")
         .current_dir(&root)
         .args(["scripts/gpu_real_pair.sh", "split"]))?;
+    // the batched runs' prompts: 16 windows of 32,000 tokens of PG-19 and code, cut with the
+    // target's own vocabulary (needs the `gguf` and `tokenizers` packages: `PYTHON` names an
+    // interpreter that has them; without them the job's `batch` step is skipped)
+    let models = std::env::var("DUSTIN_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/dustin/models")
+        });
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let cut = Command::new(&python)
+        .current_dir(&root)
+        .arg("scripts/cut_prompts.py")
+        .arg("--model")
+        .arg(models.join("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"))
+        .args([
+            "--tokens", "32000", "--count", "16", "--stride", "8000", "--out",
+        ])
+        .arg(dev.join("prompts32k"))
+        .args(
+            [
+                "pg19/2544.txt",
+                "code/hashbrown_raw.rs",
+                "pg19/10762.txt",
+                "pg19/15562.txt",
+            ]
+            .map(|f| data.join(f)),
+        )
+        .stdout(std::process::Stdio::null())
+        .status();
+    if !matches!(cut, Ok(s) if s.success()) {
+        eprintln!("xtask: {python} could not cut the 32k prompts (pip install gguf tokenizers); the batch step will be skipped");
+    }
     // the device machine has transformers but not `gguf`, which transformers' GGUF loading needs
     let whl = dev.join("whl");
     let pip = Command::new("python3")
@@ -366,8 +398,9 @@ fn gpu_real() -> Result<(), String> {
     println!("staged {} and .w/", dev.display());
     println!("on the GPU machine, back to back (each within 30 s of the last):");
     println!("  run bash .device/gpu_real_pair.sh start            carry [\".device\"]");
-    println!("  run bash .device/gpu_real_pair.sh part d00 .. d08  carry [\".w/dNN\"], one a run");
-    println!("  run bash .device/gpu_real_pair.sh part t00 .. t19  carry [\".w/tNN\"], one a run");
+    println!("      (STEPS=\"check memab evals batch subspec\" before it picks the job's steps: the script's header lists them)");
+    println!("  run bash .device/gpu_real_pair.sh part d00 .. d09  carry [\".w/dNN\"], one a run");
+    println!("  run bash .device/gpu_real_pair.sh part t00 .. t22  carry [\".w/tNN\"], one a run");
     println!(
         "  run bash .device/gpu_real_pair.sh parallel         (optional: the rest beside the job)"
     );
