@@ -190,9 +190,9 @@ step_evals() {
 # GPU memory is its own): 128 greedy tokens per sequence after prompts of 32,000 tokens of
 # PG-19 and code (`.device/prompts32k/`, cut by `scripts/cut_prompts.py`). Each run goes
 # twice, `NAME_cold` then `NAME`: a process compiles every kernel at its first use, and
-# sequences that finish at different iterations bring new shapes; with cubecl's PTX cache on
-# (`cubecl.toml`, `[compilation] cache = "target"`; autotune results are cached there by
-# default) the second run of the same command finds them compiled and tuned
+# sequences that finish at different iterations bring new shapes; `dustin` keeps the compiled
+# PTX on disk (`dustin_kernels::cuda::compile_cache`) and cubecl its autotune results, so the
+# second run of the same command finds them compiled and tuned
 step_batch() {
     if ! ls "$D"/prompts32k/*.txt > /dev/null 2>&1; then
         log "batch skipped: no prompts in $D/prompts32k"
@@ -215,7 +215,6 @@ step_batch() {
             echo "{\"group\":\"$run\",\"rc\":$rc,\"peak_mib\":$(mem_peak_max "$run")}" >> "$OUT/mem.jsonl"
         done
     }
-    printf '[compilation]\ncache = "target"\n' > cubecl.toml
     for b in ${BATCHES:-16 1 8}; do
         gen "b${b}_ar" "$b" --model qwen2.5-coder-1.5b-instruct
         gen "b${b}_dense" "$b" "${PAIR[@]}"
@@ -227,7 +226,6 @@ step_batch() {
             gen "b${b}_$s" "$b" "${PAIR[@]}" --selector "$s" --budget 2048
         done
     done
-    rm -f cubecl.toml
     log "batch done"
 }
 

@@ -12,6 +12,15 @@ pub enum DeviceKind {
     Cuda,
 }
 
+/// Before the first CUDA device is used: CubeCL's configuration with its PTX cache on disk
+/// (`dustin_kernels::cuda::compile_cache`: each kernel compiled once per build and machine,
+/// not once per process; `DUSTIN_CUBECL_CACHE=off` turns it off, a `cubecl.toml` is read as
+/// CubeCL reads it).
+#[cfg(feature = "cuda")]
+pub fn init_cuda_runtime() {
+    dustin_kernels::cuda::compile_cache::init_runtime_config();
+}
+
 /// Calls `$body` with a type alias `B` for the chosen backend and a device `dev`; the second
 /// form also binds `dev_of`, a function from a device index to that device (`CudaDevice::new`
 /// on CUDA; the one CPU device on the CPU, whatever the index), for tensor-parallel groups.
@@ -32,6 +41,7 @@ macro_rules! with_backend {
             $crate::backend::DeviceKind::Cuda => {
                 #[cfg(feature = "cuda")]
                 {
+                    $crate::backend::init_cuda_runtime();
                     type $b = burn_cuda::Cuda<half::bf16, i32>;
                     let $dev = burn_cuda::CudaDevice::default();
                     let $dev_of = burn_cuda::CudaDevice::new;

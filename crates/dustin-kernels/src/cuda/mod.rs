@@ -22,6 +22,7 @@
 //! holds the tensor-core step the attention and linear kernels share.
 
 mod attention;
+pub mod compile_cache;
 mod elementwise;
 mod linear;
 mod memory;

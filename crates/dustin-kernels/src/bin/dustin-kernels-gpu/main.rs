@@ -51,6 +51,7 @@ type B = burn_cuda::Cuda<half::bf16, i32>;
 const BOUND: f64 = 1e-2;
 
 fn dev() -> burn_cuda::CudaDevice {
+    dustin_kernels::cuda::compile_cache::init_runtime_config();
     burn_cuda::CudaDevice::default()
 }
 
