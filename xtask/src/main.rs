@@ -201,9 +201,7 @@ fn stage_bin(root: &Path, dev: &Path, name: &str) -> Result<(), String> {
 
 fn stage_gpu() -> Result<(), String> {
     let root = root();
-    build_release(&root, "cuda,host-profile", "dustin-bench")?;
-    let dev = device_dir(&root)?;
-    stage_bin(&root, &dev, "dustin-bench")?;
+    let dev = build_and_stage(&root, "cuda,host-profile", "dustin-bench", "dustin-bench")?;
     let cfgs = root.join("../shared/data/qwen2.5");
     if let Ok(rd) = std::fs::read_dir(&cfgs) {
         for e in rd.flatten() {
@@ -261,9 +259,7 @@ fn gpu_kernels(quick: bool) -> Result<(), String> {
 /// A `dustin-kernels-gpu` staged by `gpu-kernels` stays beside it (see [`stage_bin`]).
 fn gpu_e2e() -> Result<(), String> {
     let root = root();
-    build_release(&root, "cuda,host-profile", "dustin-bench")?;
-    let dev = device_dir(&root)?;
-    stage_bin(&root, &dev, "dustin-bench")?;
+    let dev = build_and_stage(&root, "cuda,host-profile", "dustin-bench", "dustin-bench")?;
     copy_dir(&root.join("../shared/data/qwen2.5"), &dev.join("configs"))?;
     copy_dir(&root.join("scripts"), &dev)?;
     // the acceptance the pair's rows replay (`scripts/gpu_pair.sh`): recorded with the real
@@ -293,7 +289,20 @@ fn gpu_e2e() -> Result<(), String> {
     Ok(())
 }
 
-/// Copies every file of `src` into `dst` (created; one level, no subfolders).
+/// [`build_release`] of `package`, then its binary `bin` staged ([`stage_bin`]) in the
+/// device folder ([`device_dir`]), which it returns.
+fn build_and_stage(
+    root: &Path,
+    features: &str,
+    package: &str,
+    bin: &str,
+) -> Result<PathBuf, String> {
+    build_release(root, features, package)?;
+    let dev = device_dir(root)?;
+    stage_bin(root, &dev, bin)?;
+    Ok(dev)
+}
+
 /// `cargo build --release --features FEATURES -p PACKAGE` in the repository root.
 fn build_release(root: &Path, features: &str, package: &str) -> Result<(), String> {
     run(Command::new("cargo").current_dir(root).args([
@@ -306,6 +315,7 @@ fn build_release(root: &Path, features: &str, package: &str) -> Result<(), Strin
     ]))
 }
 
+/// Copies every file of `src` into `dst` (created; one level, no subfolders).
 fn copy_dir(src: &Path, dst: &Path) -> Result<(), String> {
     std::fs::create_dir_all(dst).map_err(|e| format!("{}: {e}", dst.display()))?;
     for e in std::fs::read_dir(src)
@@ -327,9 +337,7 @@ fn copy_dir(src: &Path, dst: &Path) -> Result<(), String> {
 /// with into `.device/whl/` (pip; where pip fails the HF rows are skipped there).
 fn gpu_real() -> Result<(), String> {
     let root = root();
-    build_release(&root, "cuda", "dustin-cli")?;
-    let dev = device_dir(&root)?;
-    stage_bin(&root, &dev, "dustin")?;
+    let dev = build_and_stage(&root, "cuda", "dustin-cli", "dustin")?;
     let data = root.join("../shared/data");
     for sub in ["code", "pg19", "longbench"] {
         copy_dir(&data.join(sub), &dev.join("data").join(sub))?;

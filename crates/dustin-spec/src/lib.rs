@@ -23,15 +23,6 @@ pub use join::{JoinDrafter, JoinPolicy, JoinVerifier, PerRow};
 pub use run::{SeqLimits, SpecRun};
 pub use verifier::{ModelVerifier, TargetKv};
 
-/// Where `logits` hold NaN or +inf, which greedy decoding refuses: a device argmax would pick
-/// an arbitrary token from them (the host sampling path refuses them too). Same shape as
-/// `logits`; the draft and the verifier reduce it over their vocabulary axis.
-pub(crate) fn refused_logits<B: burn_tensor::backend::Backend, const D: usize>(
-    logits: burn_tensor::Tensor<B, D>,
-) -> burn_tensor::Tensor<B, D, burn_tensor::Bool> {
-    dustin_core::greedy::refused_logits(logits)
-}
-
 /// Rows `rows` (ascending) along the first axis of `t`: `t` itself when `rows` is every
 /// row, else one gather.
 pub(crate) fn select_rows<B: burn_tensor::backend::Backend, const D: usize>(

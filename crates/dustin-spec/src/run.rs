@@ -573,7 +573,7 @@ impl SpecRun {
         let argmax: Vec<i64> = if sampled.len() < b {
             // the device argmax would pick an arbitrary token from NaN / +inf logits: refuse
             // them, as the host sampling path does
-            let bad = crate::refused_logits(logits.clone())
+            let bad = dustin_core::greedy::refused_logits(logits.clone())
                 .any_dim(2)
                 .any_dim(1)
                 .reshape([b])

@@ -208,6 +208,18 @@ fn to_host<B: Backend>(layer: &Layer<B>) -> Layer<B> {
     })
 }
 
+/// `build()` with its weights in exact-size device buffers, not in pool pages
+/// ([`dustin_core::memory::persistent`]), then the builder's temporaries given back
+/// ([`crate::offload::memory_cleanup`]).
+fn built_persistently<B: Backend>(
+    device: &B::Device,
+    build: impl Fn() -> Result<Qwen2<B>> + Send,
+) -> Result<Qwen2<B>> {
+    let model = dustin_core::memory::persistent::<B, _, _>(device, (), move |()| build());
+    crate::offload::memory_cleanup::<B>(device);
+    model
+}
+
 impl<B: Backend> Qwen2<B> {
     /// Builds the model from `src` (HF names and shapes, see [`WEIGHT_TABLE`]'s doc), with RoPE
     /// tables for `max_positions` positions (at most `max_position_embeddings`).
@@ -262,13 +274,9 @@ impl<B: Backend> Qwen2<B> {
         offloaded: &[usize],
         format: WeightFormat,
     ) -> Result<Self> {
-        // the weights in exact-size device buffers, not in pool pages; the loader's
-        // temporaries given back afterwards
-        let model = dustin_core::memory::persistent::<B, _, _>(device, (), |()| {
+        built_persistently(device, || {
             Self::load_inner(config, src, max_positions, device, offloaded, format)
-        });
-        B::memory_cleanup(device);
-        model
+        })
     }
 
     fn load_inner(
@@ -357,12 +365,9 @@ impl<B: Backend> Qwen2<B> {
         device: &B::Device,
         offloaded: &[usize],
     ) -> Result<Self> {
-        // as in `load_as`: exact-size buffers, the draws' temporaries given back
-        let model = dustin_core::memory::persistent::<B, _, _>(device, (), |()| {
+        built_persistently(device, || {
             Self::random_inner(config, max_positions, device, offloaded, None)
-        });
-        B::memory_cleanup(device);
-        model
+        })
     }
 
     /// Rank `rank`'s shard of a model with random weights ([`Qwen2::random`]) drawn directly
