@@ -18,6 +18,9 @@
 #   shapes    random weights at the pair's and (on a card of more than 100 GB) Qwen2.5-72B's
 #             shapes under the recorded acceptance trace, one process per (batch, mode)
 #   memab     peak GPU memory with weights and KV caches in persistent buffers or in pool pages
+#   memlog    cubecl's full memory log of `dense` (MEMLOG_MODES) at the pair's shapes, 32k, B=16
+#   coldwarm  `e2e` without warm-up, PTX cache off / filling / filled: first-use compilation
+#   firstiter `dustin`'s first iterations with the PTX cached: per-phase profile, autotune log
 #   fidelity  `dustin eval fidelity`, code and PG-19, 4096 and 8192 tokens, and `eval pg19`
 #   acceptance, hf  our decoding beside HF `generate` and assisted generation, batch 1
 #   longbench `dustin eval longbench`, 5 samples per task
@@ -56,9 +59,9 @@ step_check() {
     log "rc=$? kernel-check"
 }
 
-# 1. random weights at the pair's and (on a card of more than 100 GB) Qwen2.5-72B's shapes
-# under the recorded acceptance trace, one process per (batch, mode) so that each mode's peak
-# GPU memory is its own
+# 1. random weights at the pair's and Qwen2.5-72B's shapes (20 of 80 layers; batch 16 only on
+# a card of more than 100 GB) under the recorded acceptance trace, one process per (batch,
+# mode) so that each mode's peak GPU memory is its own
 step_shapes() {
     log "random-weight shapes"
     # PAIR_SHAPES=0: the 72B shapes alone
@@ -67,14 +70,14 @@ step_shapes() {
             --ctx 32768 --batch 16 --budget 2048 --modes "$m" --accept "$ACC" "${TRACE[@]}" \
             > /dev/null 2>&1
     done
-    # 72B shapes with `dustin` need more than an H100's 80 GB (docs/perf.md)
-    local mib
+    # 72B shapes at B=16 hold 41 GB of weights and 43 GB of KV cache: more than an H100's 80 GB
+    local mib batches="8 16"
     mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
     if [ "${mib:-0}" -le 100000 ]; then
-        log "72B shapes skipped: ${mib} MiB"
-        return
+        log "72B shapes at B=16 skipped: ${mib} MiB"
+        batches=8
     fi
-    for b in 8 16; do
+    for b in $batches; do
         for m in ar dense dustin; do
             bash "$D/gpu_e2e.sh" run "shapes_72b_b${b}_$m" \
                 --target "$C/Qwen2.5-72B-Instruct.config.json" --target-layers 20 --ctx 32768 \
@@ -103,6 +106,55 @@ step_memab() {
         done
     done
     log "memab done"
+}
+
+# every reservation of cubecl's memory pools (`level = "full"`: size, pool, and each new page
+# with the pools' state) while `dense` and `dustin` run at the pair's shapes, 32k, B=16, a few
+# iterations; `MEMLOG_MODES` picks the modes
+step_memlog() {
+    local m
+    for m in ${MEMLOG_MODES:-dense}; do
+        log "memory log $m"
+        printf '[memory.logger]\nlevel = "full"\nfile = "%s"\n' "$R/cubecl-mem-full-$m.log" \
+            > cubecl.toml
+        WARMUP=1 ITERS=2 bash "$D/gpu_e2e.sh" run "memlog_$m" \
+            --target "$C/Qwen2.5-1.5B-Instruct.config.json" --ctx 32768 --batch 16 \
+            --budget 2048 --modes "$m" --accept "$ACC" "${TRACE[@]}" > /dev/null 2>&1
+        rm -f cubecl.toml
+        gzip -f "$R/cubecl-mem-full-$m.log"
+    done
+    log "memlog done"
+}
+
+# first-use compilation: `e2e` without warm-up at the pair's shapes, 32k, B=16, three fresh
+# processes: with CubeCL's PTX disk cache off, then twice with an empty cache folder of its
+# own (the first run fills it, the second loads from it)
+step_coldwarm() {
+    local dir=/tmp/dustin-ptx-coldwarm run cache
+    rm -rf "$dir"
+    for run in off fill cached; do
+        cache=$dir
+        [ "$run" = off ] && cache=off
+        log "coldwarm $run"
+        DUSTIN_CUBECL_CACHE=$cache WARMUP=0 ITERS=6 bash "$D/gpu_e2e.sh" run "coldwarm_$run" \
+            --target "$C/Qwen2.5-1.5B-Instruct.config.json" --ctx 32768 --batch 16 \
+            --budget 2048 --modes ar,dense,dustin --accept "$ACC" "${TRACE[@]}" > /dev/null 2>&1
+    done
+    log "coldwarm done"
+}
+
+# what `dustin`'s first iteration still spends once the PTX is cached: a fresh process without
+# warm-up, per-phase profile of every iteration, cubecl's autotune log (run after `coldwarm` or
+# `shapes`, which fill the cache)
+step_firstiter() {
+    log "first iteration"
+    printf '[autotune.logger]\nlevel = "full"\nfile = "%s"\n' "$R/autotune-firstiter.log" \
+        > cubecl.toml
+    WARMUP=0 ITERS=3 PROFILE=1 bash "$D/gpu_e2e.sh" run firstiter_dustin \
+        --target "$C/Qwen2.5-1.5B-Instruct.config.json" --ctx 32768 --batch 16 --budget 2048 \
+        --modes dustin --accept "$ACC" "${TRACE[@]}" > /dev/null 2>&1
+    rm -f cubecl.toml
+    log "first iteration done"
 }
 
 weights() {
@@ -256,7 +308,7 @@ job() {
     local step waited=0
     for step in ${STEPS:-shapes fidelity acceptance hf longbench}; do
         case $step in
-        check | shapes | memab) ;;
+        check | shapes | memab | memlog | coldwarm | firstiter) ;;
         *) [ $waited = 1 ] || weights; waited=1 ;;
         esac
         "step_$step"
@@ -321,7 +373,9 @@ part)
     ;;
 poll)
     end=$((SECONDS + ${2:-0}))
-    while [ $SECONDS -lt "$end" ] && ! grep -q " done" "$R/job.log" 2>/dev/null; do sleep 5; done
+    while [ $SECONDS -lt "$end" ] && ! grep -qE '^[0-9:]+ done$' "$R/job.log" 2>/dev/null; do
+        sleep 5
+    done
     cat "$R/job.log"
     tail -3 "$R"/*.log 2>/dev/null | tail -30
     tar czf "$OUT/results.tgz" -C "$R" . 2>/dev/null

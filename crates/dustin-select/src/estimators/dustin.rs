@@ -47,6 +47,7 @@ use crate::topk::kernel_error;
 use crate::{EstimationCost, KeepRule, SelectConfig};
 use dustin_kernels::{KernelError, KernelOps};
 
+mod calib;
 mod signals;
 #[cfg(test)]
 mod tests;
@@ -282,82 +283,6 @@ impl<B: Backend> Dustin<B> {
             self.pending.resize(layer + 1, None);
             self.head_weights.resize(layer + 1, None);
         }
-    }
-
-    /// Per query head, the recall of its top-k against the all-head top-k over the free
-    /// range of `keep`, summed over the sequences that left a calibration row for `layer`;
-    /// `None` when none did or no free range remains.
-    fn calibrate(&self, layer: usize, nh: usize, keep: KeepRule) -> Result<Option<Vec<f64>>> {
-        let mut acc: Option<Vec<f64>> = None;
-        for row in self.calib.layer_rows(layer) {
-            let [rh, l] = row.dims();
-            if rh != nh {
-                return Err(CoreError::Shape {
-                    name: format!("calibration rows of layer {layer}"),
-                    expected: vec![nh, l],
-                    found: vec![rh, l],
-                });
-            }
-            let (lo, hi) = keep.free_range(l);
-            if hi == lo {
-                continue;
-            }
-            let free_budget = keep.budget.saturating_sub(keep.n_sink + keep.window);
-            let kk = self
-                .cfg
-                .calib_top_k
-                .unwrap_or(free_budget)
-                .clamp(1, hi - lo);
-            let per_head = row.narrow(1, lo, hi - lo);
-            let all = per_head.clone().sum_dim(0); // [1, len]
-            let kth_all = all.clone().sort_descending(1).narrow(1, kk - 1, 1);
-            let kth_head = per_head.clone().sort_descending(1).narrow(1, kk - 1, 1);
-            let in_all = all.greater_equal(kth_all.expand([1, hi - lo])).float();
-            let in_head = per_head
-                .greater_equal(kth_head.expand([nh, hi - lo]))
-                .float();
-            let hits = (in_head * in_all.clone().expand([nh, hi - lo])).sum_dim(1);
-            let recall = hits.div(in_all.sum().reshape([1, 1]).expand([nh, 1]));
-            let recall = host_f32(recall)?;
-            let a = acc.get_or_insert_with(|| vec![0.0; nh]);
-            for (a, r) in a.iter_mut().zip(recall) {
-                *a += f64::from(r);
-            }
-        }
-        Ok(acc)
-    }
-
-    fn layer_heads(&mut self, layer: usize, nh: usize, keep: KeepRule) -> Result<Vec<usize>> {
-        self.grow(layer);
-        if let Some(h) = &self.heads[layer] {
-            return Ok(h.clone());
-        }
-        let hpl = self.cfg.heads_per_layer.min(nh);
-        let chosen = if let Some(fixed) = &self.cfg.heads {
-            if let Some(&bad) = fixed.iter().find(|&&h| h >= nh) {
-                return Err(CoreError::invalid(
-                    "heads",
-                    format!("query heads < {nh}"),
-                    bad,
-                ));
-            }
-            let mut f = fixed.clone();
-            f.sort_unstable();
-            f.dedup();
-            f
-        } else if let Some(r) = self.calibrate(layer, nh, keep)? {
-            let mut order: Vec<usize> = (0..nh).collect();
-            order.sort_by(|&a, &b| r[b].total_cmp(&r[a]).then(a.cmp(&b)));
-            let mut best: Vec<usize> = order.into_iter().take(hpl).collect();
-            best.sort_unstable();
-            best
-        } else {
-            // no calibration data (prompt shorter than sinks + window): spread over the groups
-            (0..hpl).map(|i| i * nh / hpl).collect()
-        };
-        self.calib.take_layer(layer);
-        self.heads[layer] = Some(chosen.clone());
-        Ok(chosen)
     }
 
     /// The history of `layer` fitted to `len` positions (seeded from prefill at first use).

@@ -230,3 +230,60 @@ fn reused_inputs_give_the_scores_of_fresh_ones() {
     }
     assert_eq!(compared, 5);
 }
+
+/// [`calib::head_recall`] equals a float64 computation from sorted rows: the free range of a
+/// keep rule, `k` from the free budget and from `calib_top_k`. Values are integers with no
+/// ties, within a row or in the heads' sum, so that f32 sums are exact and both orders agree.
+#[test]
+fn head_recall_matches_a_sorted_reference() {
+    let (nh, l) = (6usize, 300usize);
+    let keep = KeepRule {
+        budget: 40,
+        n_sink: 4,
+        window: 8,
+    };
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+    // r * 1024 + j: distinct within a head; the heads' sums (sum r) * 1024 + 6 j are distinct
+    // for j < 512, and below 2^24 (exact in f32)
+    let vals: Vec<Vec<f64>> = (0..nh)
+        .map(|_| {
+            (0..l)
+                .map(|j| f64::from(rng.random_range(0u32..256) * 1024 + j as u32))
+                .collect()
+        })
+        .collect();
+    let flat: Vec<f32> = vals.iter().flatten().map(|&v| v as f32).collect();
+    let (lo, hi) = (keep.n_sink, l - keep.window);
+    let top = |row: &[f64], k: usize| -> Vec<usize> {
+        let mut pos: Vec<usize> = (lo..hi).collect();
+        pos.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+        pos.truncate(k);
+        pos
+    };
+    let sum: Vec<f64> = (0..l).map(|j| vals.iter().map(|r| r[j]).sum()).collect();
+    for (top_k, k) in [(None, 40 - 4 - 8), (Some(5), 5)] {
+        let all = top(&sum, k);
+        let want: Vec<f64> = vals
+            .iter()
+            .map(|r| top(r, k).iter().filter(|p| all.contains(p)).count() as f64 / k as f64)
+            .collect();
+        let row = Tensor::<Flex, 2>::from_data(TensorData::new(flat.clone(), [nh, l]), &FlexDevice);
+        let got = host_f32(calib::head_recall(row, keep, top_k).unwrap().unwrap()).unwrap();
+        assert!(
+            want.iter().any(|&w| w > 0.0 && w < 1.0),
+            "the reference should tell heads apart: {want:?}"
+        );
+        for (h, (&g, &w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (f64::from(g) - w).abs() < 1e-6,
+                "k {k}, head {h}: {g} vs {w}"
+            );
+        }
+    }
+    // a free range of nothing: no recall
+    let row = Tensor::<Flex, 2>::from_data(
+        TensorData::new(flat[..nh * 12].to_vec(), [nh, 12]),
+        &FlexDevice,
+    );
+    assert!(calib::head_recall(row, keep, None).unwrap().is_none());
+}
