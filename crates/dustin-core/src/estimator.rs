@@ -291,6 +291,22 @@ pub trait SelectionPolicy<B: Backend>: AttentionHook<B> {
     fn commit(&mut self, _accepted: &[usize]) -> Result<()> {
         Ok(())
     }
+    /// As [`commit`](Self::commit) for the rows with `hold[b] == false`; the rows with
+    /// `hold[b] == true` are finished sequences kept in the batch and rolled back
+    /// ([`crate::Verifier::commit_holding`]): they commit nothing, and a policy that keeps
+    /// statistics of acceptance leaves them out. The default commits `0` accepted drafts for
+    /// a held row.
+    ///
+    /// # Errors
+    /// Whatever the implementation reports.
+    fn commit_holding(&mut self, accepted: &[usize], hold: &[bool]) -> Result<()> {
+        let accepted: Vec<usize> = accepted
+            .iter()
+            .zip(hold.iter().chain(std::iter::repeat(&false)))
+            .map(|(&a, &h)| if h { 0 } else { a })
+            .collect();
+        self.commit(&accepted)
+    }
     /// Keeps only the sequences listed in `keep` (ascending).
     fn retain(&mut self, _keep: &[usize]) {}
     /// The policy's own reads of the KV cache since the last [`reset`](Self::reset), per
@@ -350,6 +366,9 @@ impl<B: Backend, P: SelectionPolicy<B> + ?Sized> SelectionPolicy<B> for Box<P> {
     }
     fn commit(&mut self, accepted: &[usize]) -> Result<()> {
         (**self).commit(accepted)
+    }
+    fn commit_holding(&mut self, accepted: &[usize], hold: &[bool]) -> Result<()> {
+        (**self).commit_holding(accepted, hold)
     }
     fn retain(&mut self, keep: &[usize]) {
         (**self).retain(keep)

@@ -144,6 +144,30 @@ pub trait Drafter<B: Backend> {
     /// # Errors
     /// Out-of-range indices.
     fn retain(&mut self, keep: &[usize]) -> Result<()>;
+    /// Whether [`Drafter::commit_holding`] is implemented (finished sequences can stay in the
+    /// batch as rows that are drafted for and rolled back, instead of leaving it by
+    /// [`Drafter::retain`]).
+    fn can_hold(&self) -> bool {
+        false
+    }
+    /// As [`Drafter::commit`] for the rows with `hold[b] == false`; the rows with
+    /// `hold[b] == true` go back to where they stood before the last proposal (cache length
+    /// and pending tokens), whatever `accepted[b]` and `next[b]` say. The batch keeps its
+    /// shape, and a held row never grows.
+    ///
+    /// # Errors
+    /// As [`Drafter::commit`]; [`crate::CoreError::Model`] where [`Drafter::can_hold`] is
+    /// false (the default), with nothing changed.
+    fn commit_holding(
+        &mut self,
+        _accepted: &[usize],
+        _next: &[TokenId],
+        _hold: &[bool],
+    ) -> Result<()> {
+        Err(crate::CoreError::Model(
+            "this drafter cannot hold finished rows".into(),
+        ))
+    }
 }
 
 /// Verifies proposals with the target model; holds the target's KV cache.
@@ -174,6 +198,30 @@ pub trait Verifier<B: Backend> {
     /// # Errors
     /// Out-of-range indices.
     fn retain(&mut self, keep: &[usize]) -> Result<()>;
+    /// Whether [`Verifier::commit_holding`] is implemented.
+    fn can_hold(&self) -> bool {
+        false
+    }
+    /// As [`Verifier::commit`] for the rows with `hold[b] == false`; the rows with
+    /// `hold[b] == true` go back to where they stood before the last verification (cache
+    /// length and pending token), whatever `accepted[b]` and `next[b]` say: a finished
+    /// sequence kept in the batch so that the batch keeps its shape (no copy of the caches,
+    /// no new kernel shapes) until enough rows have finished to make [`Verifier::retain`]
+    /// worth it.
+    ///
+    /// # Errors
+    /// As [`Verifier::commit`]; [`crate::CoreError::Model`] where [`Verifier::can_hold`] is
+    /// false (the default), with nothing changed.
+    fn commit_holding(
+        &mut self,
+        _accepted: &[usize],
+        _next: &[TokenId],
+        _hold: &[bool],
+    ) -> Result<()> {
+        Err(crate::CoreError::Model(
+            "this verifier cannot hold finished rows".into(),
+        ))
+    }
     /// Size of the real vocabulary (rows of the LM head that are real tokens).
     fn vocab_size(&self) -> usize;
     /// Whether the verifier's selection policy uses the draft's lookahead signal.

@@ -197,6 +197,9 @@ impl<B: Backend, P: BudgetedPolicy<B> + Clone + 'static> SelectionPolicy<B> for 
     fn commit(&mut self, accepted: &[usize]) -> Result<()> {
         self.inner.commit(accepted)
     }
+    fn commit_holding(&mut self, accepted: &[usize], hold: &[bool]) -> Result<()> {
+        self.inner.commit_holding(accepted, hold)
+    }
     fn retain(&mut self, keep: &[usize]) {
         self.inner.retain(keep);
     }

@@ -222,6 +222,25 @@ impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost> Selector<B, E> {
         self.ahead = None;
     }
 
+    /// One verification's accepted counts (of the sequences still generating): the clock
+    /// advances, an acceptance drop beyond the noise forces a recompute
+    /// (`refresh_on_accept_drop`), and the counts join the running statistics.
+    fn observe_acceptance(&mut self, accepted: &[usize]) {
+        self.clock += 1;
+        if accepted.is_empty() {
+            return;
+        }
+        if let Some(frac) = self.cfg.refresh_on_accept_drop {
+            if self
+                .accept
+                .is_drop(accepted, frac, self.cfg.accept_drop_sigmas)
+            {
+                self.invalidate();
+            }
+        }
+        self.accept.record(accepted);
+    }
+
     fn count_reads(&mut self, lens: &[usize], f: impl Fn(&E, usize) -> f64) {
         if self.reads.len() != lens.len() {
             self.reads.resize(lens.len(), 0.0);
@@ -457,19 +476,22 @@ impl<B: KernelOps, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static>
 
     fn commit(&mut self, accepted: &[usize]) -> Result<()> {
         self.est.commit(accepted)?;
-        self.clock += 1;
-        if accepted.is_empty() {
-            return Ok(());
-        }
-        if let Some(frac) = self.cfg.refresh_on_accept_drop {
-            if self
-                .accept
-                .is_drop(accepted, frac, self.cfg.accept_drop_sigmas)
-            {
-                self.invalidate();
-            }
-        }
-        self.accept.record(accepted);
+        self.observe_acceptance(accepted);
+        Ok(())
+    }
+
+    fn commit_holding(&mut self, accepted: &[usize], hold: &[bool]) -> Result<()> {
+        let held = |b: usize| hold.get(b).copied().unwrap_or(false);
+        let zeroed: Vec<usize> = (0..accepted.len())
+            .map(|b| if held(b) { 0 } else { accepted[b] })
+            .collect();
+        self.est.commit(&zeroed)?;
+        // the acceptance statistics of the sequences still generating only
+        let live: Vec<usize> = (0..accepted.len())
+            .filter(|&b| !held(b))
+            .map(|b| accepted[b])
+            .collect();
+        self.observe_acceptance(&live);
         Ok(())
     }
 

@@ -564,6 +564,44 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
         Ok(())
     }
 
+    fn can_hold(&self) -> bool {
+        true
+    }
+
+    fn commit_holding(
+        &mut self,
+        accepted: &[usize],
+        next: &[TokenId],
+        hold: &[bool],
+    ) -> dustin_core::Result<()> {
+        let batch = self.pending.len();
+        if hold.len() != batch {
+            return Err(dustin_core::CoreError::invalid(
+                "hold",
+                format!("{batch} flags"),
+                hold.len(),
+            ));
+        }
+        // a held row: nothing accepted, then back to before the proposal's first write, its
+        // pending tokens fed again at the next proposal
+        let before = self.pending.clone();
+        let accepted: Vec<usize> = accepted
+            .iter()
+            .zip(hold)
+            .map(|(&a, &h)| if h { 0 } else { a })
+            .collect();
+        self.commit(&accepted, next)?;
+        let base = self.base.clone();
+        let cache = self.cache()?;
+        for (s, _) in hold.iter().enumerate().filter(|(_, &h)| h) {
+            cache.truncate(s, base[s])?;
+        }
+        for (s, _) in hold.iter().enumerate().filter(|(_, &h)| h) {
+            self.pending[s] = before[s].clone();
+        }
+        Ok(())
+    }
+
     fn retain(&mut self, keep: &[usize]) -> dustin_core::Result<()> {
         self.cache()?.retain(keep)?;
         // the kept sequences' rows of the last mass (their positions are unchanged)

@@ -516,6 +516,27 @@ impl<B: Backend, P: SelectionPolicy<B>> SelectionPolicy<B> for PerRow<P> {
         Ok(())
     }
 
+    fn commit_holding(&mut self, accepted: &[usize], hold: &[bool]) -> dustin_core::Result<()> {
+        if accepted.len() != self.rows.len() || hold.len() != self.rows.len() {
+            return Err(dustin_core::CoreError::invalid(
+                "accepted",
+                format!("{} counts and flags", self.rows.len()),
+                accepted.len().min(hold.len()),
+            ));
+        }
+        // a held row's own policy sees nothing: its row was rolled back
+        for (((p, _), &a), _) in self
+            .rows
+            .iter_mut()
+            .zip(accepted)
+            .zip(hold)
+            .filter(|(_, &h)| !h)
+        {
+            p.commit(&[a])?;
+        }
+        Ok(())
+    }
+
     fn retain(&mut self, keep: &[usize]) {
         let mut rows: Vec<Option<(P, usize)>> = self.rows.drain(..).map(Some).collect();
         self.rows = keep

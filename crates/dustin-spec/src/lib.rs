@@ -20,7 +20,7 @@ pub use drafter::{
 pub use dustin_core::{Drafter, SelectionPolicy, Verifier};
 pub use error::{Result, SpecError};
 pub use join::{JoinDrafter, JoinPolicy, JoinVerifier, PerRow};
-pub use run::{SeqLimits, SpecRun};
+pub use run::{SeqLimits, SpecRun, HOLD_UNTIL};
 pub use verifier::{ModelVerifier, TargetKv};
 
 /// Rows `rows` (ascending) along the first axis of `t`: `t` itself when `rows` is every

@@ -15,6 +15,16 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::accept;
+
+/// Finished sequences stay in the batch as held rows (drafted for, verified and rolled back,
+/// their output ignored) while more than this fraction of its rows still generate; at or
+/// below it the batch shrinks to the live rows ([`Verifier::retain`]). Our choice: each
+/// shrink copies both caches and brings a batch size whose kernels may not have run yet
+/// (on CUDA, compilation and autotuning at first use), while a held row costs its share of a
+/// pass that the host's launches, not the rows, bound at these batch sizes (`docs/perf.md`,
+/// "GPU: launches and the host"); one half keeps the waste under 2x and the shrinks to
+/// log2 of the batch size.
+pub const HOLD_UNTIL: f64 = 0.5;
 use crate::decoder::{IterationStats, PhaseBarrier, SpecConfig, SpecOutput, SpecSummary};
 use crate::error::{Result, SpecError};
 use crate::join::{JoinDrafter, JoinVerifier};
@@ -205,20 +215,39 @@ impl SpecRun {
             forced,
             joining: Vec::new(),
         };
-        run.drop_finished(drafter, verifier)?;
+        run.drop_finished(drafter, verifier, false)?;
         Ok(run)
     }
 
-    /// Drops the rows of finished sequences from both caches.
+    /// Whether finished sequences may stay in the batch as held rows while `live` of its
+    /// `rows` rows still generate: both models can hold rows, some row is live, and more than
+    /// half are ([`HOLD_UNTIL`]).
+    fn holds<B: Backend, D: Drafter<B>, V: Verifier<B>>(
+        drafter: Option<&D>,
+        verifier: &V,
+        live: usize,
+        rows: usize,
+    ) -> bool {
+        verifier.can_hold()
+            && drafter.is_none_or(|d| d.can_hold())
+            && live > 0
+            && live as f64 > HOLD_UNTIL * rows as f64
+    }
+
+    /// Drops the rows of finished sequences from both caches; with `may_hold`, only once
+    /// [`Self::holds`] says the batch should shrink.
     fn drop_finished<B: Backend, D: Drafter<B>, V: Verifier<B>>(
         &mut self,
         drafter: Option<&mut D>,
         verifier: &mut V,
+        may_hold: bool,
     ) -> Result<()> {
         let keep: Vec<usize> = (0..self.rows.len())
             .filter(|&slot| self.finish[self.rows[slot]].is_none())
             .collect();
-        if keep.len() == self.rows.len() {
+        if keep.len() == self.rows.len()
+            || (may_hold && Self::holds(drafter.as_deref(), verifier, keep.len(), self.rows.len()))
+        {
             return Ok(());
         }
         if !keep.is_empty() {
@@ -413,7 +442,7 @@ impl SpecRun {
                 }
                 self.rows.clear();
             } else {
-                self.drop_finished(drafter.as_deref_mut(), verifier)?;
+                self.drop_finished(drafter.as_deref_mut(), verifier, false)?;
             }
             verifier.join_row(seq, t)?;
             if let Some(d) = drafter.as_deref_mut() {
@@ -441,14 +470,17 @@ impl SpecRun {
             }
             Ok(())
         };
-        // sequences cancelled since the last step leave the caches first
-        self.drop_finished(drafter.as_deref_mut(), verifier)?;
+        // sequences cancelled since the last step leave the caches first, unless the batch
+        // holds them
+        self.drop_finished(drafter.as_deref_mut(), verifier, true)?;
         if self.rows.is_empty() {
             return Ok(());
         }
         let cfg = &self.cfg;
         let vocab = verifier.vocab_size();
         let active = self.rows.clone();
+        // rows of sequences that finished before this iteration: held, their output ignored
+        let live: Vec<bool> = active.iter().map(|&s| self.finish[s].is_none()).collect();
         let iteration = self.iteration;
         let b = active.len();
         // 1. draft
@@ -489,6 +521,9 @@ impl SpecRun {
         // emit, honouring EOS / stop strings / max_new_tokens inside the block
         let mut keep = Vec::with_capacity(b);
         for (slot, &s) in active.iter().enumerate() {
+            if !live[slot] {
+                continue;
+            }
             let emitted: Vec<TokenId> = proposal.tokens[slot][..accepted[slot]]
                 .iter()
                 .copied()
@@ -511,7 +546,14 @@ impl SpecRun {
         let accept_secs = ta.elapsed().as_secs_f64();
         // 4. commit / roll back both caches, drop finished sequences
         let tc = Instant::now();
-        if !keep.is_empty() {
+        let hold = keep.len() != b && Self::holds(drafter.as_deref(), verifier, keep.len(), b);
+        if hold {
+            let held: Vec<bool> = (0..b).map(|slot| !keep.contains(&slot)).collect();
+            verifier.commit_holding(&accepted, &next, &held)?;
+            if let Some(d) = drafter.as_deref_mut() {
+                d.commit_holding(&accepted, &next, &held)?;
+            }
+        } else if !keep.is_empty() {
             verifier.commit(&accepted, &next)?;
             if let Some(d) = drafter.as_deref_mut() {
                 d.commit(&accepted, &next)?;
@@ -525,16 +567,31 @@ impl SpecRun {
         }
         settle()?;
         let commit_secs = tc.elapsed().as_secs_f64();
+        // the statistics of the rows that were generating
+        let of_live = |v: &[f64]| -> Vec<f64> {
+            v.iter()
+                .zip(&live)
+                .filter(|(_, &l)| l)
+                .map(|(&x, _)| x)
+                .collect()
+        };
         self.iters.push(IterationStats {
-            accepted,
+            accepted: accepted
+                .iter()
+                .zip(&live)
+                .filter(|(_, &l)| l)
+                .map(|(&a, _)| a)
+                .collect(),
             draft_secs,
             verify_secs,
             accept_secs,
             commit_secs,
-            kv_read_fraction: ver.kv_read_fraction.clone(),
-            estimation_read_fraction: ver.estimation_read_fraction.clone(),
+            kv_read_fraction: of_live(&ver.kv_read_fraction),
+            estimation_read_fraction: of_live(&ver.estimation_read_fraction),
         });
-        self.rows = keep.iter().map(|&k| active[k]).collect();
+        if !hold {
+            self.rows = keep.iter().map(|&k| active[k]).collect();
+        }
         for &s in &active {
             self.steps[s] += 1;
         }

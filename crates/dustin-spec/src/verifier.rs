@@ -312,6 +312,44 @@ impl<B: KernelOps, P: SelectionPolicy<B>> Verifier<B> for ModelVerifier<B, P> {
         self.policy.commit(accepted)
     }
 
+    fn can_hold(&self) -> bool {
+        true
+    }
+
+    fn commit_holding(
+        &mut self,
+        accepted: &[usize],
+        next: &[TokenId],
+        hold: &[bool],
+    ) -> dustin_core::Result<()> {
+        let base = self.base.clone();
+        let cache = self.cache()?;
+        let b = cache.batch();
+        if base.len() != b {
+            return Err(dustin_core::CoreError::Model(
+                "commit before a verification".into(),
+            ));
+        }
+        if accepted.len() != b || next.len() != b || hold.len() != b {
+            return Err(dustin_core::CoreError::invalid(
+                "accepted, next, hold",
+                format!("{b} of each"),
+                format!("{}, {}, {}", accepted.len(), next.len(), hold.len()),
+            ));
+        }
+        // a held row commits nothing: back to the verification's start, its pending token
+        // still pending
+        for s in 0..b {
+            let keep = if hold[s] { 0 } else { accepted[s] + 1 };
+            cache.truncate(s, base[s] + keep)?;
+        }
+        for s in (0..b).filter(|&s| !hold[s]) {
+            self.pending[s] = next[s];
+        }
+        self.publish();
+        self.policy.commit_holding(accepted, hold)
+    }
+
     fn retain(&mut self, keep: &[usize]) -> dustin_core::Result<()> {
         self.cache()?.retain(keep)?;
         self.pending = keep.iter().map(|&k| self.pending[k]).collect();

@@ -76,6 +76,9 @@ impl<B: Backend, P: SelectionPolicy<B>> SelectionPolicy<B> for Timed<P> {
     fn commit(&mut self, accepted: &[usize]) -> Result<()> {
         self.time(|p| p.commit(accepted))
     }
+    fn commit_holding(&mut self, accepted: &[usize], hold: &[bool]) -> Result<()> {
+        self.time(|p| p.commit_holding(accepted, hold))
+    }
     fn retain(&mut self, keep: &[usize]) {
         self.inner.retain(keep)
     }
