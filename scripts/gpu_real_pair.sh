@@ -71,11 +71,12 @@ step_shapes() {
             > /dev/null 2>&1
     done
     # 72B shapes at B=16 hold 41 GB of weights and 43 GB of KV cache: more than an H100's 80 GB
-    local mib batches="8 16"
+    # BATCHES_72B: the batch sizes to run (default 8 and 16)
+    local mib batches=${BATCHES_72B:-8 16}
     mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
     if [ "${mib:-0}" -le 100000 ]; then
         log "72B shapes at B=16 skipped: ${mib} MiB"
-        batches=8
+        batches=${batches//16/}
     fi
     for b in $batches; do
         for m in ar dense dustin; do

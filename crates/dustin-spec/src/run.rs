@@ -15,6 +15,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::accept;
+use crate::decoder::{IterationStats, PhaseBarrier, SpecConfig, SpecOutput, SpecSummary};
+use crate::error::{Result, SpecError};
+use crate::join::{JoinDrafter, JoinVerifier};
 
 /// Finished sequences stay in the batch as held rows (drafted for, verified and rolled back,
 /// their output ignored) while more than this fraction of its rows still generate; at or
@@ -25,9 +28,6 @@ use crate::accept;
 /// "GPU: launches and the host"); one half keeps the waste under 2x and the shrinks to
 /// log2 of the batch size.
 pub const HOLD_UNTIL: f64 = 0.5;
-use crate::decoder::{IterationStats, PhaseBarrier, SpecConfig, SpecOutput, SpecSummary};
-use crate::error::{Result, SpecError};
-use crate::join::{JoinDrafter, JoinVerifier};
 
 /// Per-sequence settings of a run ([`crate::SpeculativeDecoder::start`],
 /// [`crate::SpeculativeDecoder::join`]): they replace [`SpecConfig::max_new_tokens`] and
