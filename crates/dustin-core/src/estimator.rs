@@ -292,10 +292,11 @@ pub trait SelectionPolicy<B: Backend>: AttentionHook<B> {
         Ok(())
     }
     /// As [`commit`](Self::commit) for the rows with `hold[b] == false`; the rows with
-    /// `hold[b] == true` are finished sequences kept in the batch and rolled back
-    /// ([`crate::Verifier::commit_holding`]): they commit nothing, and a policy that keeps
-    /// statistics of acceptance leaves them out. The default commits `0` accepted drafts for
-    /// a held row.
+    /// `hold[b] == true` are finished sequences kept in the batch, whose caches go back to
+    /// where they stood before the verification ([`crate::Verifier::commit_holding`]). Their
+    /// output is ignored, so a policy may keep their per-row state as it likes; one that
+    /// keeps statistics of acceptance should leave them out. The default calls
+    /// [`commit`](Self::commit) with 0 accepted drafts for a held row.
     ///
     /// # Errors
     /// Whatever the implementation reports.

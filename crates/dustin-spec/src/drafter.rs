@@ -603,7 +603,12 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
     }
 
     fn retain(&mut self, keep: &[usize]) -> dustin_core::Result<()> {
-        self.cache()?.retain(keep)?;
+        let res = self.cache()?.retain(keep);
+        if res.is_err() && self.cache()?.batch() != keep.len() {
+            // refused before anything changed
+            return res;
+        }
+        // kept (a device error after the rebuild leaves the cache whole: the rows follow it);
         // the kept sequences' rows of the last mass (their positions are unchanged)
         if let Some(sc) = self.scores.take().filter(|_| !keep.is_empty()) {
             // rows are group-major: each group keeps its rows of the kept sequences
@@ -625,6 +630,6 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
         self.last = keep.iter().map(|&k| self.last[k].clone()).collect();
         self.base = pick(&self.base);
         self.fed = pick(&self.fed);
-        Ok(())
+        res
     }
 }

@@ -105,7 +105,8 @@ pub struct SpecRun {
     steps: Vec<usize>,
     out: Vec<Vec<TokenId>>,
     finish: Vec<Option<FinishReason>>,
-    /// sequences in the caches' row order (finished ones leave at the next step)
+    /// sequences in the caches' row order (finished ones are held there until half the
+    /// batch is done, [`HOLD_UNTIL`], or a sequence joins)
     rows: Vec<usize>,
     iters: Vec<IterationStats>,
     iteration: usize,
@@ -114,6 +115,9 @@ pub struct SpecRun {
     forced: Option<(Schedule, bool)>,
     /// sequences being prefilled to join, in order: (sequence, prompt length, done)
     joining: Vec<(usize, usize, usize)>,
+    /// whether finished sequences may be held in the batch ([`HOLD_UNTIL`]): a batch started
+    /// whole, not one that sequences join (there a finished row's memory is for the next)
+    hold_finished: bool,
 }
 
 /// Where the prefill chunk of a prompt of `len` tokens that starts at `start` ends, with
@@ -214,22 +218,34 @@ impl SpecRun {
             decode_start: Instant::now(),
             forced,
             joining: Vec::new(),
+            hold_finished: true,
         };
         run.drop_finished(drafter, verifier, false)?;
         Ok(run)
     }
 
+    /// Whether both models can hold rows ([`Verifier::can_hold`], [`Drafter::can_hold`]).
+    fn can_hold<B: Backend, D: Drafter<B>, V: Verifier<B>>(
+        drafter: Option<&D>,
+        verifier: &V,
+    ) -> bool {
+        verifier.can_hold() && drafter.is_none_or(|d| d.can_hold())
+    }
+
     /// Whether finished sequences may stay in the batch as held rows while `live` of its
-    /// `rows` rows still generate: both models can hold rows, some row is live, and more than
-    /// half are ([`HOLD_UNTIL`]).
+    /// `rows` rows still generate: the run was started as a whole batch (not opened for
+    /// sequences to join), both models can hold rows, no sequence is joining (its prefill
+    /// would want their memory), some row is live, and more than half are ([`HOLD_UNTIL`]).
     fn holds<B: Backend, D: Drafter<B>, V: Verifier<B>>(
+        &self,
         drafter: Option<&D>,
         verifier: &V,
         live: usize,
         rows: usize,
     ) -> bool {
-        verifier.can_hold()
-            && drafter.is_none_or(|d| d.can_hold())
+        self.hold_finished
+            && Self::can_hold(drafter, verifier)
+            && self.joining.is_empty()
             && live > 0
             && live as f64 > HOLD_UNTIL * rows as f64
     }
@@ -246,7 +262,7 @@ impl SpecRun {
             .filter(|&slot| self.finish[self.rows[slot]].is_none())
             .collect();
         if keep.len() == self.rows.len()
-            || (may_hold && Self::holds(drafter.as_deref(), verifier, keep.len(), self.rows.len()))
+            || (may_hold && self.holds(drafter.as_deref(), verifier, keep.len(), self.rows.len()))
         {
             return Ok(());
         }
@@ -283,7 +299,8 @@ impl SpecRun {
     }
 
     /// Ends sequence `seq` with [`FinishReason::Cancelled`] if it is still generating; its
-    /// cache rows are dropped at the next step. Returns whether it was generating.
+    /// cache rows are dropped at the next step, or held there as a finished sequence's are
+    /// ([`HOLD_UNTIL`]). Returns whether it was generating.
     pub fn cancel(&mut self, seq: usize) -> bool {
         match self.finish.get_mut(seq) {
             Some(f @ None) => {
@@ -337,6 +354,7 @@ impl SpecRun {
             decode_start: Instant::now(),
             forced: None,
             joining: Vec::new(),
+            hold_finished: false,
         })
     }
 
@@ -352,6 +370,9 @@ impl SpecRun {
     ) -> Result<usize> {
         let seq = self.finish.len();
         let draw = seq_sampling(&self.cfg, Some(limits), seq)?;
+        // held rows leave first: the joining row's memory check sees their room
+        let mut drafter = drafter;
+        self.drop_finished(drafter.as_deref_mut(), verifier, false)?;
         verifier.begin_row(seq, prompt, room)?;
         if let Some(d) = drafter {
             if let Err(e) = d.begin_row(seq, prompt, room) {
@@ -517,7 +538,7 @@ impl SpecRun {
         settle()?;
         let ta = Instant::now();
         let verify_secs = (ta - tv).as_secs_f64();
-        let (accepted, next) = self.accept(&proposal, &ver.logits, &active, vocab)?;
+        let (accepted, next) = self.accept(&proposal, &ver.logits, &active, &live, vocab)?;
         // emit, honouring EOS / stop strings / max_new_tokens inside the block
         let mut keep = Vec::with_capacity(b);
         for (slot, &s) in active.iter().enumerate() {
@@ -546,17 +567,28 @@ impl SpecRun {
         let accept_secs = ta.elapsed().as_secs_f64();
         // 4. commit / roll back both caches, drop finished sequences
         let tc = Instant::now();
-        let hold = keep.len() != b && Self::holds(drafter.as_deref(), verifier, keep.len(), b);
+        let hold = keep.len() != b && self.holds(drafter.as_deref(), verifier, keep.len(), b);
         if hold {
+            // the rows that finished in this iteration are rolled back too (their caches
+            // then never pass where their last verification wrote)
             let held: Vec<bool> = (0..b).map(|slot| !keep.contains(&slot)).collect();
             verifier.commit_holding(&accepted, &next, &held)?;
             if let Some(d) = drafter.as_deref_mut() {
                 d.commit_holding(&accepted, &next, &held)?;
             }
         } else if !keep.is_empty() {
-            verifier.commit(&accepted, &next)?;
-            if let Some(d) = drafter.as_deref_mut() {
-                d.commit(&accepted, &next)?;
+            if live.iter().all(|&l| l) || !Self::can_hold(drafter.as_deref(), verifier) {
+                verifier.commit(&accepted, &next)?;
+                if let Some(d) = drafter.as_deref_mut() {
+                    d.commit(&accepted, &next)?;
+                }
+            } else {
+                // rows held before this iteration commit nothing (their counts are stale)
+                let held: Vec<bool> = live.iter().map(|&l| !l).collect();
+                verifier.commit_holding(&accepted, &next, &held)?;
+                if let Some(d) = drafter.as_deref_mut() {
+                    d.commit_holding(&accepted, &next, &held)?;
+                }
             }
             if keep.len() != b {
                 verifier.retain(&keep)?;
@@ -602,18 +634,26 @@ impl SpecRun {
     /// Acceptance of `proposal` against the target's `logits` (`[batch, gamma + 1, vocab]`)
     /// for the sequences in `active` (row order), each by its own rule: a greedy sequence
     /// accepts while its draft matches the target's argmax (or as the forced schedule
-    /// says), a sampled one by speculative sampling with its own random stream. Returns the
-    /// drafts accepted and the next token per row.
+    /// says), a sampled one by speculative sampling with its own random stream; a held row
+    /// (`live[slot]` false) as a greedy one, its logits unchecked. Returns the drafts
+    /// accepted and the next token per row.
     fn accept<B: Backend>(
         &mut self,
         proposal: &Proposal<B>,
         logits: &burn_tensor::Tensor<B, 3>,
         active: &[usize],
+        live: &[bool],
         vocab: usize,
     ) -> Result<(Vec<usize>, Vec<TokenId>)> {
         let [b, m, v] = logits.dims();
         let n = self.finish.len();
-        let greedy: Vec<bool> = active.iter().map(|&s| self.draws[s].is_greedy()).collect();
+        // a held row (a finished sequence kept in the batch) takes the greedy path, whatever
+        // its rule, and its logits are never refused: its result is ignored
+        let greedy: Vec<bool> = active
+            .iter()
+            .zip(live)
+            .map(|(&s, &l)| !l || self.draws[s].is_greedy())
+            .collect();
         let sampled: Vec<usize> = (0..b).filter(|&slot| !greedy[slot]).collect();
         if let (Some(_), Some(&slot)) = (&self.forced, sampled.first()) {
             return Err(SpecError::Config {
@@ -638,7 +678,7 @@ impl SpecRun {
                 .convert::<bool>()
                 .into_vec::<bool>()
                 .map_err(model_err)?;
-            if let Some(slot) = (0..b).find(|&slot| greedy[slot] && bad[slot]) {
+            if let Some(slot) = (0..b).find(|&slot| live[slot] && greedy[slot] && bad[slot]) {
                 return Err(dustin_core::CoreError::NonFinite {
                     what: "target logits of a verification".into(),
                     seq: active[slot],

@@ -66,6 +66,14 @@ impl<B: Backend> TargetKv<B> {
         }
     }
 
+    /// Forgets the published cache (so that its tensors are not shared while the verifier
+    /// rebuilds them).
+    fn clear(&self) {
+        if let Ok(mut slot) = self.0.lock() {
+            *slot = None;
+        }
+    }
+
     /// The last published cache (a cheap clone), `None` before the verifier's prefill.
     pub fn get(&self) -> Option<DenseKvCache<B>> {
         self.0.lock().ok().and_then(|c| c.clone())
@@ -351,7 +359,17 @@ impl<B: KernelOps, P: SelectionPolicy<B>> Verifier<B> for ModelVerifier<B, P> {
     }
 
     fn retain(&mut self, keep: &[usize]) -> dustin_core::Result<()> {
-        self.cache()?.retain(keep)?;
+        // the published clone would keep every old layer alive through the rebuild
+        if let Some(kv) = &self.share {
+            kv.clear();
+        }
+        let res = self.cache()?.retain(keep);
+        if res.is_err() && self.cache()?.batch() != keep.len() {
+            // refused before anything changed
+            self.publish();
+            return res;
+        }
+        // kept (a device error after the rebuild leaves the cache whole: the rows follow it)
         self.pending = keep.iter().map(|&k| self.pending[k]).collect();
         self.base = keep
             .iter()
@@ -359,7 +377,7 @@ impl<B: KernelOps, P: SelectionPolicy<B>> Verifier<B> for ModelVerifier<B, P> {
             .collect();
         self.policy.retain(keep);
         self.publish();
-        Ok(())
+        res
     }
 
     fn vocab_size(&self) -> usize {
