@@ -603,7 +603,15 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
     }
 
     fn retain(&mut self, keep: &[usize]) -> dustin_core::Result<()> {
-        let res = self.cache()?.retain(keep);
+        let res = if self.target_kv.is_some() {
+            // the next proposal adopts the target's retained cache: holding on to this copy
+            // would keep the target's old layers alive while the verifier rebuilds them
+            self.cache()?;
+            self.cache = None;
+            Ok(())
+        } else {
+            self.cache()?.retain(keep)
+        };
         if res.is_err() && self.cache()?.batch() != keep.len() {
             // refused before anything changed
             return res;

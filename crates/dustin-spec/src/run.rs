@@ -267,10 +267,11 @@ impl SpecRun {
             return Ok(());
         }
         if !keep.is_empty() {
-            verifier.retain(&keep)?;
+            // the drafter first: a draft that reads the target's cache lets go of it
             if let Some(d) = drafter {
                 d.retain(&keep)?;
             }
+            verifier.retain(&keep)?;
         }
         self.rows = keep.iter().map(|&k| self.rows[k]).collect();
         Ok(())
@@ -591,10 +592,11 @@ impl SpecRun {
                 }
             }
             if keep.len() != b {
-                verifier.retain(&keep)?;
+                // the drafter first: a draft that reads the target's cache lets go of it
                 if let Some(d) = drafter {
                     d.retain(&keep)?;
                 }
+                verifier.retain(&keep)?;
             }
         }
         settle()?;
