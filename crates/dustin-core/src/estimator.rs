@@ -301,12 +301,7 @@ pub trait SelectionPolicy<B: Backend>: AttentionHook<B> {
     /// # Errors
     /// Whatever the implementation reports.
     fn commit_holding(&mut self, accepted: &[usize], hold: &[bool]) -> Result<()> {
-        let accepted: Vec<usize> = accepted
-            .iter()
-            .zip(hold.iter().chain(std::iter::repeat(&false)))
-            .map(|(&a, &h)| if h { 0 } else { a })
-            .collect();
-        self.commit(&accepted)
+        self.commit(&crate::zero_held(accepted, hold))
     }
     /// Keeps only the sequences listed in `keep` (ascending).
     fn retain(&mut self, _keep: &[usize]) {}

@@ -19,7 +19,7 @@ pub use estimator::{
 };
 pub use kv::{KvStore, KvView};
 pub use sampling::{argmax, sample_with, SamplingConfig, SeqSampling};
-pub use spec::{DraftCtx, Drafter, Proposal, Verification, Verifier, VerifyCtx};
+pub use spec::{zero_held, DraftCtx, Drafter, Proposal, Verification, Verifier, VerifyCtx};
 
 /// A token id of the model's vocabulary.
 pub type TokenId = u32;

@@ -116,6 +116,22 @@ pub struct VerifyCtx<'a, B: Backend> {
     pub iteration: usize,
 }
 
+/// `accepted` with the count of every held row (`hold[b]`, see
+/// [`Verifier::commit_holding`]) set to 0; rows past the end of `hold` are not held.
+pub fn zero_held(accepted: &[usize], hold: &[bool]) -> Vec<usize> {
+    accepted
+        .iter()
+        .enumerate()
+        .map(|(b, &a)| {
+            if hold.get(b).copied().unwrap_or(false) {
+                0
+            } else {
+                a
+            }
+        })
+        .collect()
+}
+
 /// Proposes `gamma` tokens per sequence; holds its own KV cache.
 ///
 /// Cache invariant: the drafter's cache holds every committed token except the *pending*

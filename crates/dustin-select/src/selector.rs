@@ -482,10 +482,7 @@ impl<B: KernelOps, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static>
 
     fn commit_holding(&mut self, accepted: &[usize], hold: &[bool]) -> Result<()> {
         let held = |b: usize| hold.get(b).copied().unwrap_or(false);
-        let zeroed: Vec<usize> = (0..accepted.len())
-            .map(|b| if held(b) { 0 } else { accepted[b] })
-            .collect();
-        self.est.commit(&zeroed)?;
+        self.est.commit(&dustin_core::zero_held(accepted, hold))?;
         // the acceptance statistics of the sequences still generating only
         let live: Vec<usize> = (0..accepted.len())
             .filter(|&b| !held(b))

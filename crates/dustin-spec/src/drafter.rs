@@ -585,19 +585,11 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
         // a held row: nothing accepted, then back to before the proposal's first write, its
         // pending tokens fed again at the next proposal
         let before = self.pending.clone();
-        let accepted: Vec<usize> = accepted
-            .iter()
-            .zip(hold)
-            .map(|(&a, &h)| if h { 0 } else { a })
-            .collect();
-        self.commit(&accepted, next)?;
-        let base = self.base.clone();
-        let cache = self.cache()?;
-        for (s, _) in hold.iter().enumerate().filter(|(_, &h)| h) {
-            cache.truncate(s, base[s])?;
-        }
-        for (s, _) in hold.iter().enumerate().filter(|(_, &h)| h) {
+        self.commit(&dustin_core::zero_held(accepted, hold), next)?;
+        for s in (0..batch).filter(|&s| hold[s]) {
             self.pending[s] = before[s].clone();
+            let at = self.base[s];
+            self.cache()?.truncate(s, at)?;
         }
         Ok(())
     }

@@ -29,6 +29,16 @@ use crate::join::{JoinDrafter, JoinVerifier};
 /// log2 of the batch size.
 pub const HOLD_UNTIL: f64 = 0.5;
 
+/// The entries of `v` (one per row) of the rows that were generating (`live`): an
+/// iteration's statistics leave held rows out.
+fn of_live<T: Copy>(v: &[T], live: &[bool]) -> Vec<T> {
+    v.iter()
+        .zip(live)
+        .filter(|(_, &l)| l)
+        .map(|(&x, _)| x)
+        .collect()
+}
+
 /// Per-sequence settings of a run ([`crate::SpeculativeDecoder::start`],
 /// [`crate::SpeculativeDecoder::join`]): they replace [`SpecConfig::max_new_tokens`] and
 /// [`SpecConfig::stop_strings`] for one sequence, and [`SpecConfig::eos`],
@@ -601,27 +611,14 @@ impl SpecRun {
         }
         settle()?;
         let commit_secs = tc.elapsed().as_secs_f64();
-        // the statistics of the rows that were generating
-        let of_live = |v: &[f64]| -> Vec<f64> {
-            v.iter()
-                .zip(&live)
-                .filter(|(_, &l)| l)
-                .map(|(&x, _)| x)
-                .collect()
-        };
         self.iters.push(IterationStats {
-            accepted: accepted
-                .iter()
-                .zip(&live)
-                .filter(|(_, &l)| l)
-                .map(|(&a, _)| a)
-                .collect(),
+            accepted: of_live(&accepted, &live),
             draft_secs,
             verify_secs,
             accept_secs,
             commit_secs,
-            kv_read_fraction: of_live(&ver.kv_read_fraction),
-            estimation_read_fraction: of_live(&ver.estimation_read_fraction),
+            kv_read_fraction: of_live(&ver.kv_read_fraction, &live),
+            estimation_read_fraction: of_live(&ver.estimation_read_fraction, &live),
         });
         if !hold {
             self.rows = keep.iter().map(|&k| active[k]).collect();
