@@ -21,6 +21,8 @@
 #   memlog    cubecl's full memory log of `dense` (MEMLOG_MODES) at the pair's shapes, 32k, B=16
 #   coldwarm  `e2e` without warm-up, PTX cache off / filling / filled: first-use compilation
 #   firstiter `dustin`'s first iterations with the PTX cached: per-phase profile, autotune log
+#   ab        `$D/dustin-bench-base` (another commit's build) against the staged binary: the
+#             pair's shapes per mode, and `dustin`'s first iterations
 #   fidelity  `dustin eval fidelity`, code and PG-19, 4096 and 8192 tokens, and `eval pg19`
 #   acceptance, hf  our decoding beside HF `generate` and assisted generation, batch 1
 #   longbench `dustin eval longbench`, 5 samples per task
@@ -156,6 +158,30 @@ step_firstiter() {
         --modes dustin --accept "$ACC" "${TRACE[@]}" > /dev/null 2>&1
     rm -f cubecl.toml
     log "first iteration done"
+}
+
+# the staged binary against another commit's (`$D/dustin-bench-base`, staged by hand from
+# that commit's `gpu-e2e` build) at the pair's shapes, 32k, B=16: each mode in a process of
+# its own, base then new, and `dustin`'s profiled first iterations (as `firstiter`)
+step_ab() {
+    log "base against new"
+    local m bin
+    # `$D/dustin-bench-base`, and the staged `$D/dustin-bench` for "new"
+    ln -sf dustin-bench "$D/dustin-bench-new"
+    for m in ar dense dustin; do
+        for bin in base new; do
+            BIN=$D/dustin-bench-$bin bash "$D/gpu_e2e.sh" run "pair_32k_b16_${m}_$bin" \
+                --target "$C/Qwen2.5-1.5B-Instruct.config.json" --ctx 32768 --batch 16 \
+                --budget 2048 --modes "$m" --accept "$ACC" "${TRACE[@]}" > /dev/null 2>&1
+        done
+    done
+    for bin in base new; do
+        BIN=$D/dustin-bench-$bin WARMUP=0 ITERS=3 PROFILE=1 bash "$D/gpu_e2e.sh" run \
+            "firstiter_dustin_$bin" --target "$C/Qwen2.5-1.5B-Instruct.config.json" --ctx 32768 \
+            --batch 16 --budget 2048 --modes dustin --accept "$ACC" "${TRACE[@]}" \
+            > /dev/null 2>&1
+    done
+    log "ab done"
 }
 
 weights() {
@@ -309,7 +335,7 @@ job() {
     local step waited=0
     for step in ${STEPS:-shapes fidelity acceptance hf longbench}; do
         case $step in
-        check | shapes | memab | memlog | coldwarm | firstiter) ;;
+        check | shapes | memab | memlog | coldwarm | firstiter | ab) ;;
         *) [ $waited = 1 ] || weights; waited=1 ;;
         esac
         "step_$step"

@@ -101,13 +101,18 @@ fn run_on<B: KernelOps>(args: &E2eArgs, devices: Vec<B::Device>) -> Result<(), C
     dcfg.max_position_embeddings = dcfg.max_position_embeddings.max(positions);
     let t = Instant::now();
     let world = devices.len();
+    // an autoregressive-only run builds no draft: its weights would count in the process's
+    // memory (the peak a `--modes ar` process reports) without being read
+    let with_draft = args.modes.iter().any(|m| m != "ar");
     let mut models = Vec::with_capacity(world);
     if world == 1 {
         // the same weights in every run
         B::seed(&devices[0], 0x5eed);
         models.push((
             Arc::new(Qwen2::<B>::random(&tcfg, positions, &devices[0])?),
-            Arc::new(Qwen2::<B>::random(&dcfg, positions, &devices[0])?),
+            with_draft
+                .then(|| Qwen2::<B>::random(&dcfg, positions, &devices[0]).map(Arc::new))
+                .transpose()?,
         ));
     } else {
         let group = TpGroup::<B>::new(devices.clone())?;
@@ -118,12 +123,14 @@ fn run_on<B: KernelOps>(args: &E2eArgs, devices: Vec<B::Device>) -> Result<(), C
             let rank = TpRank::new(r, group.clone())?;
             models.push((
                 Arc::new(Qwen2::<B>::random_shard(&tcfg, positions, rank)?),
-                Arc::new(Qwen2::<B>::random(&dcfg, positions, dev)?),
+                with_draft
+                    .then(|| Qwen2::<B>::random(&dcfg, positions, dev).map(Arc::new))
+                    .transpose()?,
             ));
         }
     }
     eprintln!(
-        "e2e: target {} ({} layers{}), draft {} ({} layers), random bf16 weights built in {:.1} s",
+        "e2e: target {} ({} layers{}), {}, random bf16 weights built in {:.1} s",
         args.target.display(),
         tcfg.num_hidden_layers,
         if world > 1 {
@@ -131,8 +138,15 @@ fn run_on<B: KernelOps>(args: &E2eArgs, devices: Vec<B::Device>) -> Result<(), C
         } else {
             String::new()
         },
-        args.draft.display(),
-        dcfg.num_hidden_layers,
+        if with_draft {
+            format!(
+                "draft {} ({} layers)",
+                args.draft.display(),
+                dcfg.num_hidden_layers
+            )
+        } else {
+            "no draft (autoregressive decoding only)".into()
+        },
         t.elapsed().as_secs_f64()
     );
     let cfgs = (&tcfg, &dcfg, extra, full_layers);

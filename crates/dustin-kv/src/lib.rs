@@ -500,30 +500,43 @@ impl<B: Backend> KvStore<B> for DenseKvCache<B> {
             *self = Self::new(empty, &self.device.clone());
             return Ok(());
         }
-        let idx: Vec<i64> = keep.iter().map(|&i| i as i64).collect();
-        let idx = Tensor::<B, 1, Int>::from_data(TensorData::new(idx, [keep.len()]), &self.device);
-        // layer by layer, the new layers in exact-size buffers as `new` makes them; each old
-        // layer, of a size nothing asks for again, handed back to the device as soon as its
-        // successor is made, so the cache and one layer are alive together, not two caches
-        // (handing them back only at the end made this the peak of a speculative run: at
-        // Qwen2.5-72B's shapes, 32k, batch 8, it ran an H100 out of memory)
-        let mut err = None;
+        // compacted in place: row keep[j] moves to row j. From the first j whose row moves
+        // every later one moves too (keep ascends), so the moved rows land in one range
+        // j0..kept: they are gathered (a temporary of those rows of one layer at a time),
+        // written over that range, and the layer narrowed to the kept rows. No layer is
+        // reallocated: rebuilding the cache at its new size held each layer twice for a
+        // moment (and, before each old layer was handed back at once, two whole caches,
+        // which at Qwen2.5-72B's shapes, 32k, batch 8 ran an H100 out of memory). The rows of
+        // finished sequences stay reserved until the cache is dropped; a joining sequence's
+        // `stack` makes exact-size layers again. A layer shared with another cache (copy on
+        // write) is copied by the write instead, as any write to it is.
+        let (s, kept) = (self.shape, keep.len());
+        let j0 = keep
+            .iter()
+            .enumerate()
+            .position(|(j, &i)| i != j)
+            .unwrap_or(kept);
+        let moved = (j0 < kept).then(|| {
+            let idx: Vec<i64> = keep[j0..].iter().map(|&i| i as i64).collect();
+            Tensor::<B, 1, Int>::from_data(TensorData::new(idx, [kept - j0]), &self.device)
+        });
+        let rest = [0..s.kv_heads, 0..s.capacity, 0..s.head_dim];
         for slot in self.k.iter_mut().chain(self.v.iter_mut()) {
             if let Some(t) = slot.take() {
-                *slot = Some(dustin_core::memory::persistent::<B, _, _>(
-                    &self.device,
-                    t,
-                    |t| t.select(0, idx.clone()),
-                ));
-                if let Err(e) = dustin_core::memory::release_freed::<B>(&self.device) {
-                    err.get_or_insert(e);
-                }
+                let [h, c, d] = rest.clone();
+                let t = match &moved {
+                    Some(idx) => {
+                        let rows = t.clone().select(0, idx.clone());
+                        t.slice_assign([j0..kept, h.clone(), c.clone(), d.clone()], rows)
+                    }
+                    None => t,
+                };
+                *slot = Some(t.slice([0..kept, h, c, d]));
             }
         }
         self.lens = keep.iter().map(|&i| self.lens[i]).collect();
-        self.shape.batch = keep.len();
-        // the cache is whole either way; a failed synchronisation is the device's error
-        err.map_or(Ok(()), Err)
+        self.shape.batch = kept;
+        Ok(())
     }
 
     fn view(&self, layer: usize, len: usize) -> KvView<B> {

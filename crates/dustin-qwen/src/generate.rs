@@ -278,7 +278,7 @@ pub fn prefill_from<B: KernelOps, H: AttentionHook<B> + ?Sized>(
     // the per-sequence caches and prefixes are gone: hand their pool pages back to the
     // device, or the allocator keeps them in size classes decoding never asks for (at 72B,
     // 32k, batch 8 on two H200s that stranded memory is what decoding then runs out of)
-    crate::offload::memory_cleanup::<B>(model.device());
+    crate::offload::release_freed::<B>(model.device())?;
     let cache = match (stacked, single) {
         (Some(all), _) => all,
         (None, Some(one)) => one,

@@ -597,7 +597,7 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
     fn retain(&mut self, keep: &[usize]) -> dustin_core::Result<()> {
         let res = if self.target_kv.is_some() {
             // the next proposal adopts the target's retained cache: holding on to this copy
-            // would keep the target's old layers alive while the verifier rebuilds them
+            // would make the verifier's compaction copy every layer (copy on write)
             self.cache()?;
             self.cache = None;
             Ok(())
@@ -608,7 +608,7 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
             // refused before anything changed
             return res;
         }
-        // kept (a device error after the rebuild leaves the cache whole: the rows follow it);
+        // kept (a cache that failed after changing stays whole: the rows follow it);
         // the kept sequences' rows of the last mass (their positions are unchanged)
         if let Some(sc) = self.scores.take().filter(|_| !keep.is_empty()) {
             // rows are group-major: each group keeps its rows of the kept sequences

@@ -359,7 +359,7 @@ impl<B: KernelOps, P: SelectionPolicy<B>> Verifier<B> for ModelVerifier<B, P> {
     }
 
     fn retain(&mut self, keep: &[usize]) -> dustin_core::Result<()> {
-        // the published clone would keep every old layer alive through the rebuild
+        // the published clone would make the compaction copy every layer (copy on write)
         if let Some(kv) = &self.share {
             kv.clear();
         }
@@ -369,7 +369,7 @@ impl<B: KernelOps, P: SelectionPolicy<B>> Verifier<B> for ModelVerifier<B, P> {
             self.publish();
             return res;
         }
-        // kept (a device error after the rebuild leaves the cache whole: the rows follow it)
+        // kept (a cache that failed after changing stays whole: the rows follow it)
         self.pending = keep.iter().map(|&k| self.pending[k]).collect();
         self.base = keep
             .iter()

@@ -76,7 +76,7 @@ pub(super) fn measure<B: KernelOps>(
     args: &E2eArgs,
     (tcfg, dcfg, extra, full_layers): (&QwenConfig, &QwenConfig, usize, usize),
     target: Arc<Qwen2<B>>,
-    draft: Arc<Qwen2<B>>,
+    draft: Option<Arc<Qwen2<B>>>,
     dev: &B::Device,
     report: bool,
 ) -> Result<(), CliError> {
@@ -85,7 +85,7 @@ pub(super) fn measure<B: KernelOps>(
     let (target, draft) = if args.profile && report {
         (
             Arc::new((*target).clone().with_profile(Some("target"))),
-            Arc::new((*draft).clone().with_profile(Some("draft"))),
+            draft.map(|d| Arc::new((*d).clone().with_profile(Some("draft")))),
         )
     } else {
         (target, draft)
@@ -113,7 +113,7 @@ pub(super) fn measure<B: KernelOps>(
         Arc::new(m.clone().with_kernel_config(kernels))
     };
     // one (target, draft) pair per `--fused-residual` setting (clones share the weights)
-    type Pair<B> = (OnOff, Arc<Qwen2<B>>, Arc<Qwen2<B>>);
+    type Pair<B> = (OnOff, Arc<Qwen2<B>>, Option<Arc<Qwen2<B>>>);
     // (one setting where the backend has no fused kernels or they are off: the rows would
     // be the same)
     let residuals = if B::FUSED && fused {
@@ -123,7 +123,7 @@ pub(super) fn measure<B: KernelOps>(
     };
     let pairs: Vec<Pair<B>> = residuals
         .iter()
-        .map(|&r| (r, with(&target, r), with(&draft, r)))
+        .map(|&r| (r, with(&target, r), draft.as_deref().map(|d| with(d, r))))
         .collect();
     let target = &pairs[0].1;
     let world = target.tp().map_or(1, |(_, w)| w) as f64;
@@ -269,7 +269,7 @@ pub(super) fn measure<B: KernelOps>(
                             ..*m.kernel_config()
                         }))
                     };
-                    let (target, draft) = (&row(target), &row(draft));
+                    let (target, draft) = (&row(target), draft.as_ref().map(row));
                     // the mode's name in the table, profiles and JSON rows: `+res` where a list of
                     // settings ran it with the fused residual in effect
                     let mut label = if pairs.len() > 1 && residual == OnOff::On && B::FUSED && fused
@@ -459,6 +459,9 @@ pub(super) fn measure<B: KernelOps>(
                             barrier.as_mut(),
                         )?
                     } else {
+                        let draft = draft.as_ref().ok_or_else(|| {
+                            CliError::Usage(format!("mode {mode}: no draft model was built"))
+                        })?;
                         let dprefix =
                             vec![
                                 random_prefix(draft, capacity, pre, dcfg.num_hidden_layers, dev)?;

@@ -210,14 +210,14 @@ fn to_host<B: Backend>(layer: &Layer<B>) -> Layer<B> {
 
 /// `build()` with its weights in exact-size device buffers, not in pool pages
 /// ([`dustin_core::memory::persistent`]), then the builder's temporaries given back
-/// ([`crate::offload::memory_cleanup`]).
+/// ([`crate::offload::release_freed`]).
 fn built_persistently<B: Backend>(
     device: &B::Device,
     build: impl Fn() -> Result<Qwen2<B>> + Send,
 ) -> Result<Qwen2<B>> {
-    let model = dustin_core::memory::persistent::<B, _, _>(device, (), move |()| build());
-    crate::offload::memory_cleanup::<B>(device);
-    model
+    let model = dustin_core::memory::persistent::<B, _, _>(device, (), move |()| build())?;
+    crate::offload::release_freed::<B>(device)?;
+    Ok(model)
 }
 
 impl<B: Backend> Qwen2<B> {

@@ -231,12 +231,15 @@ fn reused_inputs_give_the_scores_of_fresh_ones() {
     assert_eq!(compared, 5);
 }
 
-/// [`calib::head_recall`] equals a float64 computation from sorted rows: the free range of a
-/// keep rule, `k` from the free budget and from `calib_top_k`. Values are integers with no
-/// ties, within a row or in the heads' sum, so that f32 sums are exact and both orders agree.
+/// [`calib::head_recall_sum`] equals a float64 computation from sorted rows: per row, the
+/// free range of a keep rule and `k` from the free budget or from `calib_top_k`; rows of two
+/// lengths (two groups of one batch each, as a ragged batch of prompts makes them), summed.
+/// Values are integers with no ties, within a row or in the heads' sum, so that f32 sums are
+/// exact and both orders agree.
 #[test]
 fn head_recall_matches_a_sorted_reference() {
-    let (nh, l) = (6usize, 300usize);
+    let nh = 6usize;
+    let lens = [300usize, 300, 250];
     let keep = KeepRule {
         budget: 40,
         n_sink: 4,
@@ -245,45 +248,85 @@ fn head_recall_matches_a_sorted_reference() {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
     // r * 1024 + j: distinct within a head; the heads' sums (sum r) * 1024 + 6 j are distinct
     // for j < 512, and below 2^24 (exact in f32)
-    let vals: Vec<Vec<f64>> = (0..nh)
-        .map(|_| {
-            (0..l)
-                .map(|j| f64::from(rng.random_range(0u32..256) * 1024 + j as u32))
+    let rows: Vec<Vec<Vec<f64>>> = lens
+        .iter()
+        .map(|&l| {
+            (0..nh)
+                .map(|_| {
+                    (0..l)
+                        .map(|j| f64::from(rng.random_range(0u32..256) * 1024 + j as u32))
+                        .collect()
+                })
                 .collect()
         })
         .collect();
-    let flat: Vec<f32> = vals.iter().flatten().map(|&v| v as f32).collect();
-    let (lo, hi) = (keep.n_sink, l - keep.window);
-    let top = |row: &[f64], k: usize| -> Vec<usize> {
-        let mut pos: Vec<usize> = (lo..hi).collect();
-        pos.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
-        pos.truncate(k);
-        pos
+    let tensors = || -> Vec<Tensor<Flex, 2>> {
+        rows.iter()
+            .map(|vals| {
+                let l = vals[0].len();
+                let flat: Vec<f32> = vals.iter().flatten().map(|&v| v as f32).collect();
+                Tensor::from_data(TensorData::new(flat, [nh, l]), &FlexDevice)
+            })
+            .collect()
     };
-    let sum: Vec<f64> = (0..l).map(|j| vals.iter().map(|r| r[j]).sum()).collect();
     for (top_k, k) in [(None, 40 - 4 - 8), (Some(5), 5)] {
-        let all = top(&sum, k);
-        let want: Vec<f64> = vals
-            .iter()
-            .map(|r| top(r, k).iter().filter(|p| all.contains(p)).count() as f64 / k as f64)
+        let mut per_row = Vec::new();
+        for vals in &rows {
+            let l = vals[0].len();
+            let (lo, hi) = (keep.n_sink, l - keep.window);
+            let top = |row: &[f64]| -> Vec<usize> {
+                let mut pos: Vec<usize> = (lo..hi).collect();
+                pos.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+                pos.truncate(k);
+                pos
+            };
+            let sum: Vec<f64> = (0..l).map(|j| vals.iter().map(|r| r[j]).sum()).collect();
+            let all = top(&sum);
+            let recall: Vec<f64> = vals
+                .iter()
+                .map(|r| top(r).iter().filter(|p| all.contains(p)).count() as f64 / k as f64)
+                .collect();
+            per_row.push(recall);
+        }
+        let want: Vec<f64> = (0..nh)
+            .map(|h| per_row.iter().map(|r| r[h]).sum())
             .collect();
-        let row = Tensor::<Flex, 2>::from_data(TensorData::new(flat.clone(), [nh, l]), &FlexDevice);
-        let got = host_f32(calib::head_recall(row, keep, top_k).unwrap().unwrap()).unwrap();
         assert!(
-            want.iter().any(|&w| w > 0.0 && w < 1.0),
+            want.iter().any(|&w| w.fract() != 0.0),
             "the reference should tell heads apart: {want:?}"
         );
+        let got = host_f32(
+            calib::head_recall_sum(tensors(), keep, top_k)
+                .unwrap()
+                .unwrap(),
+        )
+        .unwrap();
         for (h, (&g, &w)) in got.iter().zip(&want).enumerate() {
             assert!(
-                (f64::from(g) - w).abs() < 1e-6,
+                (f64::from(g) - w).abs() < 1e-5,
                 "k {k}, head {h}: {g} vs {w}"
+            );
+        }
+        // the last row alone: its own recall
+        let one = calib::head_recall_sum(tensors().split_off(2), keep, top_k)
+            .unwrap()
+            .unwrap();
+        for (h, (&g, &w)) in host_f32(one).unwrap().iter().zip(&per_row[2]).enumerate() {
+            assert!(
+                (f64::from(g) - w).abs() < 1e-6,
+                "k {k}, row 2, head {h}: {g} vs {w}"
             );
         }
     }
     // a free range of nothing: no recall
-    let row = Tensor::<Flex, 2>::from_data(
-        TensorData::new(flat[..nh * 12].to_vec(), [nh, 12]),
-        &FlexDevice,
-    );
-    assert!(calib::head_recall(row, keep, None).unwrap().is_none());
+    let short = Tensor::<Flex, 2>::zeros([nh, 12], &FlexDevice);
+    assert!(calib::head_recall_sum(vec![short], keep, None)
+        .unwrap()
+        .is_none());
+    // rows of other head counts
+    let odd = vec![
+        Tensor::<Flex, 2>::zeros([nh, 30], &FlexDevice),
+        Tensor::<Flex, 2>::zeros([nh - 1, 30], &FlexDevice),
+    ];
+    assert!(calib::head_recall_sum(odd, keep, None).is_err());
 }
