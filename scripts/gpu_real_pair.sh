@@ -23,6 +23,8 @@
 #   firstiter `dustin`'s first iterations with the PTX cached: per-phase profile, autotune log
 #   ab        `$D/dustin-bench-base` (another commit's build) against the staged binary: the
 #             pair's shapes per mode, and `dustin`'s first iterations
+#   draftncu  ncu over a `dustin` iteration at the pair's shapes (1 target layer): launches and
+#             GPU time per draft layer
 #   fidelity  `dustin eval fidelity`, code and PG-19, 4096 and 8192 tokens, and `eval pg19`
 #   acceptance, hf  our decoding beside HF `generate` and assisted generation, batch 1
 #   longbench `dustin eval longbench`, 5 samples per task
@@ -184,6 +186,18 @@ step_ab() {
     log "ab done"
 }
 
+# every kernel of a speculative iteration under ncu (`gpu_e2e.sh draftncu`) at the pair's
+# shapes: the 1.5B cut to 1 layer, the 0.5B draft, 32k, B=16, `dustin`: launches and GPU time
+# per draft layer
+step_draftncu() {
+    log "draftncu"
+    mkdir -p "$R/draftncu"
+    OUT=$R/draftncu TARGET=$C/Qwen2.5-1.5B-Instruct.config.json B=16 MODES=dustin \
+        EXTRA="--accept-trace $D/acceptance-trace.jsonl" bash "$D/gpu_e2e.sh" draftncu \
+        > "$R/draftncu.log" 2>&1
+    log "rc=$? draftncu"
+}
+
 weights() {
     log "waiting for the weights"
     while [ ! -e "$W/ready" ]; do sleep 2; done
@@ -335,7 +349,7 @@ job() {
     local step waited=0
     for step in ${STEPS:-shapes fidelity acceptance hf longbench}; do
         case $step in
-        check | shapes | memab | memlog | coldwarm | firstiter | ab) ;;
+        check | shapes | memab | memlog | coldwarm | firstiter | ab | draftncu) ;;
         *) [ $waited = 1 ] || weights; waited=1 ;;
         esac
         "step_$step"
