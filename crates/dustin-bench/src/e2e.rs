@@ -92,8 +92,16 @@ fn run_on<B: KernelOps>(args: &E2eArgs, devices: Vec<B::Device>) -> Result<(), C
         args.ctx.iter().copied().max().unwrap_or(0),
         args.batch.iter().copied().max().unwrap_or(0),
     );
+    // an autoregressive-only run builds no draft: its weights would count in the process's
+    // memory (the peak a `--modes ar` process reports) without being read
+    let with_draft = args.modes.iter().any(|m| m != "ar");
     if let Some(dev) = devices.first() {
-        check_kv_memory::<B>(&[&tcfg, &dcfg], max_batch, max_ctx + extra, dev)?;
+        let cfgs: &[&QwenConfig] = if with_draft {
+            &[&tcfg, &dcfg]
+        } else {
+            &[&tcfg]
+        };
+        check_kv_memory::<B>(cfgs, max_batch, max_ctx + extra, dev)?;
     }
     // a 32k prompt plus the tokens generated passes Qwen2.5's 32768 positions; with random
     // weights the RoPE table is simply extended (no long-context scaling is involved)
@@ -101,9 +109,6 @@ fn run_on<B: KernelOps>(args: &E2eArgs, devices: Vec<B::Device>) -> Result<(), C
     dcfg.max_position_embeddings = dcfg.max_position_embeddings.max(positions);
     let t = Instant::now();
     let world = devices.len();
-    // an autoregressive-only run builds no draft: its weights would count in the process's
-    // memory (the peak a `--modes ar` process reports) without being read
-    let with_draft = args.modes.iter().any(|m| m != "ar");
     let mut models = Vec::with_capacity(world);
     if world == 1 {
         // the same weights in every run

@@ -33,6 +33,14 @@ impl KvShape {
     }
 }
 
+/// The block size, bytes, in which a narrowed tensor stays a view of its buffer on the GPU
+/// backend: burn-cubecl 0.21's `slice` copies unless the bytes it drops from the end of the
+/// buffer are a multiple of the allocator's alignment, 512 on cubecl-cuda 0.10 (the CUDA
+/// `KernelOps::kv_prefix` override in `dustin-kernels` says more). [`KvStore::retain`]
+/// compacts a cache in place where one sequence's row of a layer (`kv_heads * capacity *
+/// head_dim` elements) is a multiple of it, and rebuilds the layers otherwise.
+pub const VIEW_ALIGN_BYTES: usize = 512;
+
 /// A dense, preallocated KV cache with ragged per-sequence lengths.
 ///
 /// Cloning is cheap (tensors are reference-counted) and safe: a later append to either copy
@@ -411,6 +419,77 @@ impl<B: Backend> DenseKvCache<B> {
         Ok(())
     }
 
+    /// [`KvStore::retain`] in place: row `keep[j]` moves to row `j`. From the first `j` whose
+    /// row moves every later one moves too (`keep` ascends), so the moved rows land in one
+    /// range `j0..kept`: they are gathered (a temporary of those rows of one layer at a time),
+    /// written over that range, and the layer narrowed to the kept rows, a view of the same
+    /// buffer. No layer is reallocated: rebuilding held each layer twice for a moment (and,
+    /// before each old layer was handed back at once, two whole caches, which at Qwen2.5-72B's
+    /// shapes, 32k, batch 8 ran an H100 out of memory). The rows of finished sequences stay
+    /// reserved until the cache is dropped; a joining sequence's `stack` makes exact-size
+    /// layers again. A layer shared with another cache (copy on write) is copied by the write
+    /// instead, as any write to it is. The caller sets the lengths and the batch.
+    ///
+    /// # Errors
+    /// [`CoreError::Model`] when the device reports an error at the synchronisation that hands
+    /// the gathered rows back ([`dustin_core::memory::release_freed`]).
+    fn compact(&mut self, keep: &[usize]) -> Result<()> {
+        let (s, kept) = (self.shape, keep.len());
+        let j0 = keep
+            .iter()
+            .enumerate()
+            .position(|(j, &i)| i != j)
+            .unwrap_or(kept);
+        let moved = (j0 < kept).then(|| {
+            let idx: Vec<i64> = keep[j0..].iter().map(|&i| i as i64).collect();
+            Tensor::<B, 1, Int>::from_data(TensorData::new(idx, [kept - j0]), &self.device)
+        });
+        let rest = [0..s.kv_heads, 0..s.capacity, 0..s.head_dim];
+        for slot in self.k.iter_mut().chain(self.v.iter_mut()) {
+            if let Some(t) = slot.take() {
+                let [h, c, d] = rest.clone();
+                let t = match &moved {
+                    Some(idx) => {
+                        let rows = t.clone().select(0, idx.clone());
+                        t.slice_assign([j0..kept, h.clone(), c.clone(), d.clone()], rows)
+                    }
+                    None => t,
+                };
+                *slot = Some(t.slice([0..kept, h, c, d]));
+            }
+        }
+        // the gathered rows' temporaries, of a size decoding does not ask for
+        dustin_core::memory::release_freed::<B>(&self.device)
+    }
+
+    /// [`KvStore::retain`] by rebuilding each layer at the kept rows, for shapes whose rows do
+    /// not fill whole [`VIEW_ALIGN_BYTES`] blocks (the narrowed layer would be a copy there):
+    /// layer by layer, the new layers in exact-size buffers as `new` makes them, each old layer
+    /// handed back to the device as soon as its successor is made, so the cache and one layer
+    /// are alive together, not two caches. The caller sets the lengths and the batch.
+    ///
+    /// # Errors
+    /// [`CoreError::Model`] when the device reports an error at a synchronisation
+    /// ([`dustin_core::memory::release_freed`]); the cache is whole either way.
+    fn rebuild(&mut self, keep: &[usize]) -> Result<()> {
+        let idx: Vec<i64> = keep.iter().map(|&i| i as i64).collect();
+        let idx = Tensor::<B, 1, Int>::from_data(TensorData::new(idx, [keep.len()]), &self.device);
+        let mut err = None;
+        for slot in self.k.iter_mut().chain(self.v.iter_mut()) {
+            if let Some(t) = slot.take() {
+                *slot = Some(dustin_core::memory::persistent::<B, _, _>(
+                    &self.device,
+                    t,
+                    |t| t.select(0, idx.clone()),
+                ));
+                if let Err(e) = dustin_core::memory::release_freed::<B>(&self.device) {
+                    err.get_or_insert(e);
+                }
+            }
+        }
+        err.map_or(Ok(()), Err)
+    }
+
     /// Burn's slice-assigns: one for equal lengths, one per sequence otherwise.
     fn write(dst: Tensor<B, 4>, src: Tensor<B, 4>, lens: &[usize]) -> Tensor<B, 4> {
         let [_, h, _, d] = dst.dims();
@@ -500,43 +579,18 @@ impl<B: Backend> KvStore<B> for DenseKvCache<B> {
             *self = Self::new(empty, &self.device.clone());
             return Ok(());
         }
-        // compacted in place: row keep[j] moves to row j. From the first j whose row moves
-        // every later one moves too (keep ascends), so the moved rows land in one range
-        // j0..kept: they are gathered (a temporary of those rows of one layer at a time),
-        // written over that range, and the layer narrowed to the kept rows. No layer is
-        // reallocated: rebuilding the cache at its new size held each layer twice for a
-        // moment (and, before each old layer was handed back at once, two whole caches,
-        // which at Qwen2.5-72B's shapes, 32k, batch 8 ran an H100 out of memory). The rows of
-        // finished sequences stay reserved until the cache is dropped; a joining sequence's
-        // `stack` makes exact-size layers again. A layer shared with another cache (copy on
-        // write) is copied by the write instead, as any write to it is.
         let (s, kept) = (self.shape, keep.len());
-        let j0 = keep
-            .iter()
-            .enumerate()
-            .position(|(j, &i)| i != j)
-            .unwrap_or(kept);
-        let moved = (j0 < kept).then(|| {
-            let idx: Vec<i64> = keep[j0..].iter().map(|&i| i as i64).collect();
-            Tensor::<B, 1, Int>::from_data(TensorData::new(idx, [kept - j0]), &self.device)
-        });
-        let rest = [0..s.kv_heads, 0..s.capacity, 0..s.head_dim];
-        for slot in self.k.iter_mut().chain(self.v.iter_mut()) {
-            if let Some(t) = slot.take() {
-                let [h, c, d] = rest.clone();
-                let t = match &moved {
-                    Some(idx) => {
-                        let rows = t.clone().select(0, idx.clone());
-                        t.slice_assign([j0..kept, h.clone(), c.clone(), d.clone()], rows)
-                    }
-                    None => t,
-                };
-                *slot = Some(t.slice([0..kept, h, c, d]));
-            }
-        }
+        let row_bytes =
+            s.kv_heads * s.capacity * s.head_dim * dustin_core::memory::float_bytes::<B>();
+        let res = if row_bytes.is_multiple_of(VIEW_ALIGN_BYTES) {
+            self.compact(keep)
+        } else {
+            self.rebuild(keep)
+        };
         self.lens = keep.iter().map(|&i| self.lens[i]).collect();
         self.shape.batch = kept;
-        Ok(())
+        // the cache is whole either way; a failed synchronisation is the device's error
+        res
     }
 
     fn view(&self, layer: usize, len: usize) -> KvView<B> {

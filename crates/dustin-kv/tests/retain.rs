@@ -1,22 +1,25 @@
-//! `retain` compacts a cache in place: the kept rows hold their sequences' keys and values,
-//! a copy of the cache taken before is left as it was (copy on write), and appends after the
-//! compaction land in the kept rows. The expected values are written out by hand from the
+//! `retain` keeps the kept sequences' keys and values in order, both where it compacts the
+//! cache in place (a row of a layer a multiple of `VIEW_ALIGN_BYTES`) and where it rebuilds
+//! the layers: a copy of the cache taken before is left as it was (copy on write), and appends
+//! after the retain land in the kept rows. The expected values are written out from the
 //! positions each sequence was given, not read from the cache.
 
 use burn_flex::{Flex, FlexDevice};
 use burn_tensor::{Tensor, TensorData};
 use dustin_core::KvStore;
-use dustin_kv::{DenseKvCache, KvShape};
+use dustin_kv::{DenseKvCache, KvShape, VIEW_ALIGN_BYTES};
 
 const H: usize = 2;
 const D: usize = 3;
-const CAP: usize = 8;
 const LAYERS: usize = 2;
+/// Capacities whose f32 rows (`H * cap * D * 4` bytes) are a multiple of `VIEW_ALIGN_BYTES`
+/// (compacted in place) and are not (rebuilt).
+const CAPS: [usize; 2] = [64, 8];
 
 /// Key entry `(layer, seq, head, pos, d)` of the pattern written below; values are its
 /// negation.
 fn key(layer: usize, seq: usize, head: usize, pos: usize, d: usize) -> f32 {
-    (layer * 10_000 + seq * 1_000 + head * 100 + pos * 10 + d) as f32
+    (layer * 1_000_000 + seq * 100_000 + head * 10_000 + pos * 10 + d) as f32
 }
 
 /// Appends `n` positions per sequence (from each one's length `start`) to every layer,
@@ -73,12 +76,12 @@ fn assert_holds(cache: &DenseKvCache<Flex>, ids: &[usize], len: usize) {
     }
 }
 
-fn filled(batch: usize, len: usize) -> DenseKvCache<Flex> {
+fn filled(batch: usize, len: usize, capacity: usize) -> DenseKvCache<Flex> {
     let shape = KvShape {
         batch,
         layers: LAYERS,
         kv_heads: H,
-        capacity: CAP,
+        capacity,
         head_dim: D,
     };
     let mut cache = DenseKvCache::<Flex>::new(shape, &FlexDevice);
@@ -88,9 +91,22 @@ fn filled(batch: usize, len: usize) -> DenseKvCache<Flex> {
 }
 
 #[test]
+fn both_paths_are_exercised() {
+    let row = |cap: usize| H * cap * D * 4;
+    assert!(row(CAPS[0]).is_multiple_of(VIEW_ALIGN_BYTES));
+    assert!(!row(CAPS[1]).is_multiple_of(VIEW_ALIGN_BYTES));
+}
+
+#[test]
 fn retain_moves_the_kept_rows_and_leaves_a_copy_alone() {
+    for cap in CAPS {
+        moves_the_kept_rows(cap);
+    }
+}
+
+fn moves_the_kept_rows(cap: usize) {
     // rows 0 stays, 2 and 3 move down (the first moved row is 1)
-    let mut cache = filled(5, 3);
+    let mut cache = filled(5, 3, cap);
     let before = cache.clone();
     cache.retain(&[0, 2, 3]).unwrap();
     assert_holds(&cache, &[0, 2, 3], 3);
@@ -106,12 +122,18 @@ fn retain_moves_the_kept_rows_and_leaves_a_copy_alone() {
 
 #[test]
 fn retain_of_a_leading_run_and_of_one_row() {
-    let mut cache = filled(4, 2);
+    for cap in CAPS {
+        leading_run_and_one_row(cap);
+    }
+}
+
+fn leading_run_and_one_row(cap: usize) {
+    let mut cache = filled(4, 2, cap);
     cache.retain(&[0, 1]).unwrap();
     assert_holds(&cache, &[0, 1], 2);
     append(&mut cache, &[0, 1], 2, 1);
     assert_holds(&cache, &[0, 1], 3);
-    let mut cache = filled(4, 2);
+    let mut cache = filled(4, 2, cap);
     cache.retain(&[3]).unwrap();
     assert_holds(&cache, &[3], 2);
     append(&mut cache, &[3], 2, 3);

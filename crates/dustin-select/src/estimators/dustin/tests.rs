@@ -318,6 +318,18 @@ fn head_recall_matches_a_sorted_reference() {
             );
         }
     }
+    // k past the free range: clamped to it, where every head's top-k is the whole range, so
+    // each row with a free range adds 1 per head; a row of no free range (12 = sinks + window)
+    // among them adds nothing
+    let mut rows = tensors();
+    rows.push(Tensor::<Flex, 2>::ones([nh, 12], &FlexDevice));
+    let got = host_f32(
+        calib::head_recall_sum(rows, keep, Some(10_000))
+            .unwrap()
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(got.iter().all(|&g| g == lens.len() as f32), "{got:?}");
     // a free range of nothing: no recall
     let short = Tensor::<Flex, 2>::zeros([nh, 12], &FlexDevice);
     assert!(calib::head_recall_sum(vec![short], keep, None)
