@@ -59,7 +59,6 @@ impl<B: Backend> TargetKv<B> {
     pub fn new() -> Self {
         Self::default()
     }
-
     fn publish(&self, cache: &DenseKvCache<B>) {
         if let Ok(mut slot) = self.0.lock() {
             *slot = Some(cache.clone());
@@ -167,6 +166,47 @@ impl<B: Backend, P: SelectionPolicy<B>> ModelVerifier<B, P> {
             .as_ref()
             .map(|c| c.lens().to_vec())
             .unwrap_or_default()
+    }
+
+    /// The cache and pending tokens of a commit (the policy's commit is the caller's): each
+    /// row truncated to its verification's start plus its accepted drafts and the bonus
+    /// token, a held row (`hold[s]`) back to its verification's start with its pending token
+    /// still pending, the others' next tokens pending.
+    ///
+    /// # Errors
+    /// [`dustin_core::CoreError::Model`] for a commit before any verification;
+    /// [`dustin_core::CoreError::InvalidInput`] for `accepted`, `next` or `hold` of another
+    /// length than the batch.
+    fn commit_rows(
+        &mut self,
+        accepted: &[usize],
+        next: &[TokenId],
+        hold: &[bool],
+    ) -> dustin_core::Result<()> {
+        let base = self.base.clone();
+        let cache = self.cache()?;
+        let b = cache.batch();
+        if base.len() != b {
+            return Err(dustin_core::CoreError::Model(
+                "commit before a verification".into(),
+            ));
+        }
+        if accepted.len() != b || next.len() != b || hold.len() != b {
+            return Err(dustin_core::CoreError::invalid(
+                "accepted, next, hold",
+                format!("{b} of each"),
+                format!("{}, {}, {}", accepted.len(), next.len(), hold.len()),
+            ));
+        }
+        for s in 0..b {
+            let keep = if hold[s] { 0 } else { accepted[s] + 1 };
+            cache.truncate(s, base[s] + keep)?;
+        }
+        for s in (0..b).filter(|&s| !hold[s]) {
+            self.pending[s] = next[s];
+        }
+        self.publish();
+        Ok(())
     }
 
     fn cache(&mut self) -> dustin_core::Result<&mut DenseKvCache<B>> {
@@ -303,20 +343,8 @@ impl<B: KernelOps, P: SelectionPolicy<B>> Verifier<B> for ModelVerifier<B, P> {
     }
 
     fn commit(&mut self, accepted: &[usize], next: &[TokenId]) -> dustin_core::Result<()> {
-        let base = self.base.clone();
-        let cache = self.cache()?;
-        if accepted.len() != cache.batch() || next.len() != cache.batch() {
-            return Err(dustin_core::CoreError::invalid(
-                "accepted",
-                format!("{} counts", cache.batch()),
-                accepted.len(),
-            ));
-        }
-        for (s, &a) in accepted.iter().enumerate() {
-            cache.truncate(s, base[s] + a + 1)?;
-        }
-        self.pending = next.to_vec();
-        self.publish();
+        let hold = vec![false; accepted.len()];
+        self.commit_rows(accepted, next, &hold)?;
         self.policy.commit(accepted)
     }
 
@@ -330,31 +358,7 @@ impl<B: KernelOps, P: SelectionPolicy<B>> Verifier<B> for ModelVerifier<B, P> {
         next: &[TokenId],
         hold: &[bool],
     ) -> dustin_core::Result<()> {
-        let base = self.base.clone();
-        let cache = self.cache()?;
-        let b = cache.batch();
-        if base.len() != b {
-            return Err(dustin_core::CoreError::Model(
-                "commit before a verification".into(),
-            ));
-        }
-        if accepted.len() != b || next.len() != b || hold.len() != b {
-            return Err(dustin_core::CoreError::invalid(
-                "accepted, next, hold",
-                format!("{b} of each"),
-                format!("{}, {}, {}", accepted.len(), next.len(), hold.len()),
-            ));
-        }
-        // a held row commits nothing: back to the verification's start, its pending token
-        // still pending
-        for s in 0..b {
-            let keep = if hold[s] { 0 } else { accepted[s] + 1 };
-            cache.truncate(s, base[s] + keep)?;
-        }
-        for s in (0..b).filter(|&s| !hold[s]) {
-            self.pending[s] = next[s];
-        }
-        self.publish();
+        self.commit_rows(accepted, next, hold)?;
         self.policy.commit_holding(accepted, hold)
     }
 

@@ -144,3 +144,21 @@ fn finished_sequences_are_held_until_half_the_batch_is_done() {
         }
     }
 }
+
+/// A commit before any verification is an error, for `commit` as for `commit_holding` (the
+/// first indexed the verification's start lengths and panicked), and leaves the prefilled
+/// cache as it was.
+#[test]
+fn commits_out_of_turn_are_errors() {
+    let target = model("qwen2-tied");
+    let mut v = ModelVerifier::new(target, DenseHook, 8, 96);
+    let ps = prompts();
+    v.prefill(&ps).unwrap();
+    let b = ps.len();
+    let (zeros, next, hold) = (vec![0usize; b], vec![1 as TokenId; b], vec![false; b]);
+    let msg = |r: dustin_core::Result<()>| r.unwrap_err().to_string();
+    assert!(msg(v.commit(&zeros, &next)).contains("before a verification"));
+    assert!(msg(v.commit_holding(&zeros, &next, &hold)).contains("before a verification"));
+    let lens: Vec<usize> = ps.iter().map(Vec::len).collect();
+    assert_eq!(v.lens(), lens);
+}
