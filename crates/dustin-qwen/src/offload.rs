@@ -207,7 +207,7 @@ pub fn memory_cleanup<B: Backend>(device: &B::Device) {
 /// through the decoding and add to the process's peak.
 ///
 /// # Errors
-/// [`QwenError::Core`](crate::QwenError::Core) when the device reports an execution error at
+/// [`QwenError::Core`] when the device reports an execution error at
 /// a synchronisation.
 pub fn release_freed<B: Backend>(device: &B::Device) -> crate::Result<()> {
     memory_cleanup::<B>(device);
