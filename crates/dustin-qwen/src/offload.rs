@@ -199,7 +199,8 @@ pub fn memory_cleanup<B: Backend>(device: &B::Device) {
     .executes(|| B::memory_cleanup(device));
 }
 
-/// [`memory_cleanup`], then each of the two streams synchronised, so that the releases
+/// [`dustin_core::memory::release_freed`] on the calling thread's stream and on the prefetch
+/// stream: each one's pools cleaned up and the stream synchronised, so that the releases
 /// CubeCL queues on a stream are carried out now (cubecl-cuda 0.10 frees queued buffers when
 /// the stream is flushed; [`dustin_core::memory::release_freed`] says more): for the end of
 /// a phase whose temporaries decoding never asks for again (a prefill's per-sequence caches
@@ -210,16 +211,12 @@ pub fn memory_cleanup<B: Backend>(device: &B::Device) {
 /// [`QwenError::Core`] when the device reports an execution error at
 /// a synchronisation.
 pub fn release_freed<B: Backend>(device: &B::Device) -> crate::Result<()> {
-    memory_cleanup::<B>(device);
-    let sync = || {
-        B::sync(device)
-            .map_err(|e| dustin_core::CoreError::Model(format!("device sync: {e:?}")).into())
-    };
-    sync()?;
+    dustin_core::memory::release_freed::<B>(device)?;
     cubecl_common::stream_id::StreamId {
         value: crate::model::UPLOAD_STREAM,
     }
-    .executes(sync)
+    .executes(|| dustin_core::memory::release_freed::<B>(device))?;
+    Ok(())
 }
 
 /// Which target layers stay on the GPU under a memory budget, and the bytes behind it.
