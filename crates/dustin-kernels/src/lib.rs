@@ -121,8 +121,8 @@ pub mod prelude {
 }
 
 pub use ops::{
-    AttentionOps, CollectiveOps, ElementwiseOps, KernelBackend, KernelOps, LinearOps, MemoryOps,
-    SelectionOps,
+    cpu_model_name, AttentionOps, CollectiveOps, ElementwiseOps, KernelBackend, KernelOps,
+    LinearOps, MemoryOps, SelectionOps,
 };
 
 /// Checks a tensor-parallel device group: at least two devices, none twice.
@@ -681,7 +681,17 @@ pub fn check_pages(
 /// The CPU backend: host kernels for the attention of decoding and verification, RoPE and
 /// cache writes ([`cpu_attn`]), the f32 skinny GEMM of [`cpu_skinny`] and the block kernels of
 /// [`cpu_quant`] for decode and verify rows, and the plain path ([`plain`]) for the rest.
-impl KernelBackend for burn_flex::Flex {}
+impl KernelBackend for burn_flex::Flex {
+    /// `cpu: <model name>, <n> threads` (the threads of the rayon pool burn-flex and the host
+    /// kernels run on).
+    fn device_description(_device: &Self::Device) -> String {
+        format!(
+            "cpu: {}, {} threads",
+            ops::cpu_model_name().unwrap_or_else(|| "unknown processor".into()),
+            rayon::current_num_threads()
+        )
+    }
+}
 
 impl AttentionOps for burn_flex::Flex {
     const ATTENTION_KERNELS: bool = true;

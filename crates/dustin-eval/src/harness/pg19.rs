@@ -153,9 +153,10 @@ fn ppl_table(fa: &FidelityOptions, c: &Computed) -> Result<Table, HarnessError> 
         "KV read",
     ])
     .with_title(format!(
-        "PG-19 perplexity when the target reads only its selection ({} teacher-forced windows of gamma + 1 = {} tokens per book)",
+        "PG-19 perplexity when the target reads only its selection ({} teacher-forced windows of gamma + 1 = {} tokens per book; the store's rows ran {})",
         fa.rows.windows,
-        fa.rows.gamma + 1
+        fa.rows.gamma + 1,
+        crate::report::devices_note(rows.values().map(|r| r.device.as_str()))
     ))
     .with_precision(4);
     let mut ctxs = fa.rows.ctx.clone();

@@ -283,6 +283,19 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Cube<F, 
     fn kernel_config(device: &Self::Device) -> KernelConfig {
         config(device)
     }
+
+    /// `cuda:<ordinal> <card name>` (the driver's `cuDeviceGetName`); `cuda:<ordinal>` alone
+    /// where the driver does not answer.
+    fn device_description(device: &Self::Device) -> String {
+        use cudarc::driver::result as cu;
+        let name = cu::init()
+            .and_then(|()| cu::device::get(device.index as std::ffi::c_int))
+            .and_then(cu::device::get_name);
+        match name {
+            Ok(n) => format!("cuda:{} {}", device.index, n.trim()),
+            Err(_) => format!("cuda:{}", device.index),
+        }
+    }
 }
 
 impl<F: FloatElement, I: IntElement, BT: BoolElement> CollectiveOps for Cube<F, I, BT> {

@@ -28,4 +28,48 @@ pub trait KernelBackend: Backend {
     fn kernel_config(_device: &Self::Device) -> KernelConfig {
         KernelConfig::default()
     }
+
+    /// What `device` is, for the rows a benchmark or an evaluation stores beside its timings:
+    /// on the CPU backend the processor's model name and the threads of the compute pool
+    /// (`cpu: Intel(R) Xeon(R) ..., 2 threads`), on CUDA the card's name and ordinal
+    /// (`cuda:0 NVIDIA H100 80GB HBM3`). Default: Burn's [`Backend::name`].
+    fn device_description(device: &Self::Device) -> String {
+        Self::name(device)
+    }
+}
+
+/// The processor's model name (the first `model name` of `/proc/cpuinfo` on Linux; `None`
+/// where that file is missing or has none), for [`KernelBackend::device_description`].
+pub fn cpu_model_name() -> Option<String> {
+    model_name_of(&std::fs::read_to_string("/proc/cpuinfo").ok()?)
+}
+
+/// The first `model name` value of a `/proc/cpuinfo` text, its runs of spaces made one.
+fn model_name_of(cpuinfo: &str) -> Option<String> {
+    cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .and_then(|rest| rest.split_once(':'))
+        .map(|(_, name)| name.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|name| !name.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::model_name_of;
+
+    #[test]
+    fn model_name_is_the_first_entry_with_its_spaces_collapsed() {
+        // the layout of a Linux /proc/cpuinfo (x86): `key<TAB>: value`, one block a thread
+        let info = "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel\t\t: 143\n\
+                    model name\t: Intel(R) Xeon(R)  Platinum 8480+\nstepping\t: 8\n\n\
+                    processor\t: 1\nmodel name\t: Other\n";
+        assert_eq!(
+            model_name_of(info).as_deref(),
+            Some("Intel(R) Xeon(R) Platinum 8480+")
+        );
+        // `model` alone is not `model name`; no entry and an empty value give none
+        assert_eq!(model_name_of("model\t\t: 143\n"), None);
+        assert_eq!(model_name_of("model name\t: \n"), None);
+    }
 }

@@ -13,7 +13,7 @@ mod memory;
 mod selection;
 
 pub use attention::AttentionOps;
-pub use backend::KernelBackend;
+pub use backend::{cpu_model_name, KernelBackend};
 pub use collective::CollectiveOps;
 pub use elementwise::ElementwiseOps;
 pub use linear::LinearOps;

@@ -213,6 +213,7 @@ pub(super) fn record(
         ctx,
         mode: mode.label(),
         draft: String::new(),
+        device: String::new(),
         selector,
         budget,
         budget_tokens,

@@ -157,6 +157,10 @@ pub struct CellRecord {
     pub estimation_read: f64,
     /// The generated token ids.
     pub output: Vec<u32>,
+    /// Where the cell ran ([`KernelBackend::device_description`](dustin_kernels::KernelBackend::device_description));
+    /// empty in records stored before it was kept.
+    #[serde(default)]
+    pub device: String,
 }
 
 /// Runs `dustin eval acceptance`: every cell not yet in the results store of `args.out`,
@@ -291,6 +295,7 @@ fn run_cells<B: KernelOps>(
     t0: Instant,
 ) -> Result<bool, HarnessError> {
     let mut stopped = false;
+    let device = B::device_description(pair.target.device());
     'outer: for (name, all) in prompts {
         let name = name.as_str();
         for &ctx in &args.ctx {
@@ -320,6 +325,7 @@ fn run_cells<B: KernelOps>(
                 let out = super::pair::run_mode(pair, &prefill, &mode, &run, &mut |_, _| {})?;
                 let mut rec = record(name, ctx, &mode, &run, budgets, &out);
                 rec.draft = args.draft.clone();
+                rec.device = device.clone();
                 eprintln!(
                     "  {key}: acceptance length {:.2}, {:.2} tokens/s",
                     rec.mean_acceptance_length, rec.tokens_per_sec

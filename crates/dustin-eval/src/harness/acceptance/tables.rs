@@ -5,7 +5,7 @@ use std::path::Path;
 
 use super::{CellRecord, DEFAULT_DRAFT};
 use crate::harness::HarnessError;
-use crate::report::{Cell, ResultStore, Table};
+use crate::report::{devices_note, Cell, ResultStore, Table};
 
 /// Writes acceptance.md and acceptance.json from every finished cell of the store: one row
 /// per cell, with the autoregressive speed of the same prompt, the speed-up over it, the
@@ -37,10 +37,10 @@ pub fn write_tables(store: &ResultStore, out: &Path) -> Result<(), HarnessError>
         );
     }
     let recs: Vec<CellRecord> = records.into_iter().map(|(_, r)| r).collect();
-    let ar: BTreeMap<(String, usize), &CellRecord> = recs
+    let ar: BTreeMap<(String, usize, String), &CellRecord> = recs
         .iter()
         .filter(|r| r.mode == "autoregressive")
-        .map(|r| ((r.source.clone(), r.ctx), r))
+        .map(|r| ((r.source.clone(), r.ctx, r.device.clone()), r))
         .collect();
     let dense: BTreeMap<(String, usize, usize, String, usize), &CellRecord> = recs
         .iter()
@@ -75,6 +75,10 @@ pub fn write_tables(store: &ResultStore, out: &Path) -> Result<(), HarnessError>
         "+ estimation",
         "same as autoregressive (tokens)",
     ])
+    .with_title(format!(
+        "Acceptance and decoding speed {} (speed-up: against the autoregressive row of the same prompt on the same device)",
+        devices_note(recs.iter().map(|r| r.device.as_str()))
+    ))
     .with_precision(3);
     let mut rows: Vec<&CellRecord> = recs.iter().collect();
     rows.sort_by(|a, b| {
@@ -87,7 +91,9 @@ pub fn write_tables(store: &ResultStore, out: &Path) -> Result<(), HarnessError>
         ))
     });
     for r in rows {
-        let base = ar.get(&(r.source.clone(), r.ctx));
+        // the autoregressive row of the same prompt on the same device: speeds of two
+        // devices are not compared
+        let base = ar.get(&(r.source.clone(), r.ctx, r.device.clone()));
         let d = dense.get(&(
             r.source.clone(),
             r.ctx,
@@ -149,4 +155,88 @@ pub fn write_tables(store: &ResultStore, out: &Path) -> Result<(), HarnessError>
         .map_err(|e| HarnessError::Usage(format!("{}: {e}", md.display())))?;
     eprintln!("wrote {} ({} cells)", md.display(), recs.len());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Table;
+
+    fn cell(mode: &str, selector: &str, gamma: usize, tps: f64, device: &str) -> CellRecord {
+        CellRecord {
+            source: "a.rs".into(),
+            ctx: 4096,
+            mode: mode.into(),
+            draft: String::new(),
+            selector: selector.into(),
+            budget: String::new(),
+            budget_tokens: 0,
+            draft_budget: 0,
+            gamma,
+            temperature: 0.0,
+            tokens: 8,
+            iterations: 4,
+            mean_acceptance_length: if gamma == 0 { 1.0 } else { 2.0 },
+            acceptance_sd: 0.0,
+            accepted: vec![],
+            tokens_per_sec: tps,
+            decode_secs: 1.0,
+            draft_secs: 0.0,
+            verify_secs: 0.0,
+            kv_read: 1.0,
+            estimation_read: 0.0,
+            output: vec![1, 2, 3],
+            device: device.into(),
+        }
+    }
+
+    /// The speed-up of each row is over the autoregressive row of its own device, and blank
+    /// where its device has none; the title names both devices.
+    #[test]
+    fn speed_up_is_over_the_autoregressive_row_of_the_same_device() {
+        let dir = std::env::temp_dir().join(format!("dustin-acc-devices-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut store = ResultStore::open(dir.join("results.jsonl")).unwrap();
+        let (cpu, gpu) = ("cpu: X, 2 threads", "cuda:0 H100");
+        let cells = [
+            ("ar-cpu", cell("autoregressive", "", 0, 10.0, cpu)),
+            ("dense-cpu", cell("dense", "dense", 4, 15.0, cpu)),
+            ("ar-gpu", cell("autoregressive", "", 0, 100.0, gpu)),
+            ("dense-gpu", cell("dense", "dense", 4, 250.0, gpu)),
+            (
+                "dustin-h200",
+                cell("dustin@1/16", "dustin", 4, 300.0, "cuda:0 H200"),
+            ),
+        ];
+        for (k, c) in &cells {
+            store.append(k, c).unwrap();
+        }
+        write_tables(&store, &dir).unwrap();
+        let t = Table::from_json(&std::fs::read_to_string(dir.join("acceptance.json")).unwrap())
+            .unwrap();
+        let col = |name: &str| t.columns.iter().position(|c| c == name).unwrap();
+        let (speed, tps) = (col("speed-up"), col("tokens/s"));
+        let speed_of = |tokens_per_sec: f64| -> Option<f64> {
+            let row = t
+                .rows
+                .iter()
+                .find(|r| matches!(r[tps], Cell::Num(v) if v == tokens_per_sec))
+                .unwrap();
+            match row[speed] {
+                Cell::Num(v) => Some(v),
+                _ => None,
+            }
+        };
+        assert_eq!(speed_of(15.0), Some(1.5));
+        assert_eq!(speed_of(250.0), Some(2.5));
+        // no autoregressive row on the H200: not compared with another card's
+        assert_eq!(speed_of(300.0), None);
+        let title = t.title.unwrap();
+        assert!(
+            title.contains("cpu: X, 2 threads (2 rows), cuda:0 H100 (2 rows), cuda:0 H200 (1 row)"),
+            "{title}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

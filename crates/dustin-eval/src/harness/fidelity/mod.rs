@@ -174,6 +174,10 @@ pub(crate) struct Row {
     /// Per iteration of the speculative run: drafts accepted.
     #[serde(default)]
     pub(crate) spec_accepted: Vec<usize>,
+    /// Where the row ran ([`KernelBackend::device_description`](dustin_kernels::KernelBackend::device_description));
+    /// empty in rows stored before it was kept.
+    #[serde(default)]
+    pub(crate) device: String,
 }
 
 /// The sources of `--data`: one file (a PG-19 book, or any text such as a source file), a
@@ -354,6 +358,7 @@ pub(crate) fn compute_rows<B: KernelOps, H: ModelHost>(
         pair,
         capacity: max_ctx,
         observed: OBSERVED_CHUNK,
+        device: B::device_description(dev),
     };
 
     let bar = progress(todo, "rows")?;

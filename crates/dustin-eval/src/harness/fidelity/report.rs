@@ -122,10 +122,11 @@ pub(crate) fn report(
         "select ms / verification",
     ])
     .with_title(format!(
-        "Fidelity of sparse verification vs dense ({} teacher-forced windows of gamma + 1 = {} tokens per source; acceptance: greedy run of {} tokens per source; top-1: Wilson interval over positions; KL, ppl: bootstrap over windows; acceptance: bootstrap over iterations)",
+        "Fidelity of sparse verification vs dense ({} teacher-forced windows of gamma + 1 = {} tokens per source; acceptance: greedy run of {} tokens per source; top-1: Wilson interval over positions; KL, ppl: bootstrap over windows; acceptance: bootstrap over iterations; the store's rows ran {})",
         args.rows.windows,
         args.rows.gamma + 1,
-        args.spec_tokens
+        args.spec_tokens,
+        crate::report::devices_note(rows.values().map(|r| r.device.as_str()))
     ))
     .with_precision(4);
     let show = |e: Option<Est>, d: usize| Cell::from(e.map(|e| e.show(d)).unwrap_or_default());

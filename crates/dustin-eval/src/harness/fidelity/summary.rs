@@ -309,6 +309,7 @@ mod tests {
             win_kl: vec![0.5; windows],
             win_nll: vec![10.0; windows],
             spec_accepted: spec,
+            device: String::new(),
         }
     }
 

@@ -54,6 +54,7 @@ fn fixed_ctx<'a>(args: &'a FidelityOptions, target: &Arc<Qwen2<Flex>>) -> Ctx<'a
         },
         capacity: 128,
         observed: 16,
+        device: "test".into(),
     }
 }
 

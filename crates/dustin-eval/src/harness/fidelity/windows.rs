@@ -41,6 +41,8 @@ pub(crate) struct Ctx<'a, B: Backend> {
     pub(crate) capacity: usize,
     /// Prompt tokens every selector sees as its last prefill chunk.
     pub(crate) observed: usize,
+    /// Where the rows run ([`KernelBackend::device_description`](dustin_kernels::KernelBackend::device_description)).
+    pub(crate) device: String,
 }
 
 /// A selector instance pair for one (budget, selector) row: the windows' and the
@@ -299,5 +301,6 @@ pub(crate) fn run_row<B: KernelOps>(
         win_kl,
         win_nll,
         spec_accepted,
+        device: cx.device.clone(),
     })
 }

@@ -230,6 +230,7 @@ pub fn run<B: KernelOps, H: ModelHost>(
         }
     }
     let bar = progress(todo, "runs")?;
+    let device = B::device_description(dev);
     say(
         &bar,
         format!(
@@ -320,6 +321,7 @@ pub fn run<B: KernelOps, H: ModelHost>(
                     kv_estimation: g.kv_estimation,
                     secs: g.secs,
                     secs_prefill: sh.secs,
+                    device: device.clone(),
                 };
                 say(
                     &bar,

@@ -8,7 +8,7 @@ use crate::harness::selectors::BudgetSpec;
 use crate::harness::HarnessError;
 use crate::longbench::Sample;
 use crate::metrics;
-use crate::report::{plot_lines, Cell, ResultStore, Table};
+use crate::report::{devices_note, plot_lines, Cell, ResultStore, Table};
 
 // ------------------------------------------------------------------------------- report
 
@@ -60,8 +60,11 @@ pub(super) fn report(
         "s / sample",
     ])
     .with_title(format!(
-        "LongBench, context {}, greedy speculative decoding (gamma {}, draft {}), score = LongBench metric x 100",
-        kb.ctx, args.gamma, args.models.draft
+        "LongBench, context {}, greedy speculative decoding (gamma {}, draft {}), score = LongBench metric x 100; the store's rows ran {}",
+        kb.ctx,
+        args.gamma,
+        args.models.draft,
+        devices_note(rows.values().map(|r| r.device.as_str()))
     ))
     .with_precision(2);
     let mut per = Table::new([

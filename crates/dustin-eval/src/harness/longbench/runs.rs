@@ -107,6 +107,10 @@ pub(super) struct Row {
     pub(super) secs: f64,
     /// Seconds of the sample's shared prefill (target and draft), paid once per sample.
     pub(super) secs_prefill: f64,
+    /// Where the row ran ([`KernelBackend::device_description`](dustin_kernels::KernelBackend::device_description));
+    /// empty in rows stored before it was kept.
+    #[serde(default)]
+    pub(super) device: String,
 }
 
 /// What the model and the run settings contribute to every key.
