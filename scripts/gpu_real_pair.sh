@@ -25,6 +25,9 @@
 #             pair's shapes per mode, and `dustin`'s first iterations
 #   draftncu  ncu over a `dustin` iteration at the pair's shapes (1 target layer): launches and
 #             GPU time per draft layer
+#   scoreab   the score kernels (`--score-kernel flash|split`): `dustin-kernels-gpu check --op
+#             scores` where staged (`xtask gpu-kernels`), the model-only kernel check, then
+#             `dustin` at the pair's shapes per score kernel, with and without a draft budget
 #   fidelity  `dustin eval fidelity`, code and PG-19, 4096 and 8192 tokens, and `eval pg19`
 #   acceptance, hf  our decoding beside HF `generate` and assisted generation, batch 1
 #   longbench `dustin eval longbench`, 5 samples per task
@@ -186,6 +189,30 @@ step_ab() {
     log "ab done"
 }
 
+# the score kernels side by side (`KernelConfig::score_kernel`): their checks against the
+# float64 reference first, then `dustin` at the pair's shapes, 32k, B=16, one process per
+# (score kernel, draft budget 0 / 2048)
+step_scoreab() {
+    log "score kernels"
+    if [ -x "$D/dustin-kernels-gpu" ]; then
+        timeout 120 "$D/dustin-kernels-gpu" check --op scores > "$R/check_scores.txt" 2>&1
+        log "rc=$? check scores"
+    fi
+    timeout 300 "$D/dustin-bench" kernel-check --device cuda --model-only \
+        > "$R/kernel-check.txt" 2>&1
+    log "rc=$? kernel-check"
+    local sk db
+    for db in 0 2048; do
+        for sk in flash split; do
+            bash "$D/gpu_e2e.sh" run "pair_32k_b16_dustin_db${db}_$sk" \
+                --target "$C/Qwen2.5-1.5B-Instruct.config.json" --ctx 32768 --batch 16 \
+                --budget 2048 --draft-budget "$db" --modes dustin --score-kernel "$sk" \
+                --accept "$ACC" "${TRACE[@]}" > /dev/null 2>&1
+        done
+    done
+    log "scoreab done"
+}
+
 # every kernel of a speculative iteration under ncu (`gpu_e2e.sh draftncu`) at the pair's
 # shapes: the 1.5B cut to 1 layer, the 0.5B draft, 32k, B=16, `dustin`: launches and GPU time
 # per draft layer
@@ -193,7 +220,7 @@ step_draftncu() {
     log "draftncu"
     mkdir -p "$R/draftncu"
     OUT=$R/draftncu TARGET=$C/Qwen2.5-1.5B-Instruct.config.json B=16 MODES=dustin \
-        EXTRA="--accept-trace $D/acceptance-trace.jsonl" bash "$D/gpu_e2e.sh" draftncu \
+        EXTRA="--budget 2048 --accept-trace $D/acceptance-trace.jsonl" bash "$D/gpu_e2e.sh" draftncu \
         > "$R/draftncu.log" 2>&1
     log "rc=$? draftncu"
 }
@@ -349,7 +376,7 @@ job() {
     local step waited=0
     for step in ${STEPS:-shapes fidelity acceptance hf longbench}; do
         case $step in
-        check | shapes | memab | memlog | coldwarm | firstiter | ab | draftncu) ;;
+        check | shapes | memab | memlog | coldwarm | firstiter | ab | draftncu | scoreab) ;;
         *) [ $waited = 1 ] || weights; waited=1 ;;
         esac
         "step_$step"

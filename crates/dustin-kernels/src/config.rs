@@ -409,6 +409,15 @@ pub struct KernelConfig {
     /// faster with it; H200, raw output in
     /// `docs/perf/flash-everywhere-2026-11-30/verify-kernel-ab/`).
     pub verify_kernel: AttentionKernel,
+    /// Which kernel computes attention scores (`head_subset_scores`, `head_subset_row_scores`:
+    /// Dustin's estimator heads and the draft's lookahead mass, `Qwen2::key_mass`) on CUDA.
+    /// [`AttentionKernel::Flash`]: `flash_kernel`'s score mode, 16 rows a block (a slot with
+    /// more rows takes several blocks, each reading the keys); [`AttentionKernel::Split`]:
+    /// `split_kernel`'s score mode, up to 64 rows a block (the draft's lookahead: 7 query heads
+    /// of a KV head x 4-5 tokens, one block). Both write every row's logits, which a reduction
+    /// turns into probabilities. Default [`AttentionKernel::Auto`]: the kernel of
+    /// [`KernelConfig::verify_kernel`].
+    pub score_kernel: AttentionKernel,
     /// Which kernel runs prefill attention on CUDA. Default [`AttentionKernel::Auto`]: the
     /// flash kernel for chunks of more than [`crate::MAX_NEW`] tokens that make at least
     /// `cuda::FLASH_MIN_BLOCKS` (132) blocks of 64 rows, else the split kernel.
@@ -491,6 +500,7 @@ impl Default for KernelConfig {
             fused_residual: Switch::Auto,
             kv_write: Switch::Auto,
             verify_kernel: AttentionKernel::Auto,
+            score_kernel: AttentionKernel::Auto,
             prefill_kernel: AttentionKernel::Auto,
             flash_buffers: FLASH_BUFFERS,
             score_buffers: SCORE_BUFFERS,

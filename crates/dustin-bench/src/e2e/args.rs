@@ -124,6 +124,12 @@ pub struct E2eArgs {
     /// flash-decoding kernel, scores through shared memory). No effect on the CPU.
     #[arg(long, value_enum, default_value_t = AttentionKernel::Auto)]
     pub verify_kernel: AttentionKernel,
+    /// Which kernel computes attention scores on CUDA: Dustin's estimator heads and the
+    /// draft's lookahead mass (`KernelConfig::score_kernel`): `auto` (the default: the
+    /// `--verify-kernel` one), `flash` (16 rows a block) or `split` (up to 64 rows a block).
+    /// No effect on the CPU.
+    #[arg(long, value_enum, default_value_t = AttentionKernel::Auto)]
+    pub score_kernel: AttentionKernel,
     /// Each residual add fused with the RMSNorm after it (`on`, `Qwen2::with_fused_residual`:
     /// one `KernelOps::add_rms_norm` launch where the add and the norm take two) or not
     /// (`off`, the default). Needs `--elementwise fused`; the same values either way. A

@@ -108,6 +108,7 @@ pub(super) fn measure<B: KernelOps>(
             skinny_kernel: args.skinny_kernel,
             ring: args.ring_config,
             verify_kernel: args.verify_kernel,
+            score_kernel: args.score_kernel,
             ..*m.kernel_config()
         };
         Arc::new(m.clone().with_kernel_config(kernels))
@@ -622,6 +623,7 @@ pub(super) fn measure<B: KernelOps>(
                         skinny_kernel: args.skinny_kernel,
                         ring_config: args.ring_config.to_string(),
                         verify_kernel: args.verify_kernel,
+                        score_kernel: args.score_kernel,
                         estimator_kernels: est_kernels,
                         topk_kernel: topk,
                         split_reduce: split,

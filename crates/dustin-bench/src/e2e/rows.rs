@@ -117,6 +117,8 @@ pub struct Row {
     pub ring_config: String,
     /// `--verify-kernel` (CUDA only).
     pub verify_kernel: AttentionKernel,
+    /// `--score-kernel` (CUDA only).
+    pub score_kernel: AttentionKernel,
     /// `--estimator-kernels` (`off` on the CPU and for modes without the `dustin` estimator).
     pub estimator_kernels: EstimatorKernels,
     /// `--topk-kernel` (`block` on the CPU and for modes that do not select).

@@ -279,6 +279,32 @@ pub(crate) fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
             }
         }
         tweak(|c| c.verify_kernel = AttentionKernel::Auto);
+        // every head (the draft's lookahead mass, `Qwen2::key_mass`): a slot's rows are a
+        // whole group of query heads x the new tokens, several of the flash score mode's
+        // 16-row blocks and one or more of the split kernel's 64-row blocks
+        let all: Vec<usize> = (0..c.q_heads).collect();
+        let ra = reference::head_scores(&q, &k, &dims, &c.ctx, &all, scale);
+        for (tag, kern) in [
+            (" split", AttentionKernel::Split),
+            (" flash", AttentionKernel::Flash),
+        ] {
+            tweak(|c| c.score_kernel = kern);
+            match B::head_subset_scores(qt.clone(), kt.clone(), &c.ctx, &all, scale as f32) {
+                Ok(s) => rep.add(
+                    c.name,
+                    &format!("all-head scores{tag}"),
+                    reference::rel_err(&to_f32(s), &ra),
+                    BOUND,
+                ),
+                Err(e) => rep.add(
+                    c.name,
+                    &format!("all-head scores{tag} error {e}"),
+                    f64::INFINITY,
+                    BOUND,
+                ),
+            }
+        }
+        tweak(|c| c.score_kernel = AttentionKernel::Auto);
     }
 
     // quest

@@ -36,6 +36,12 @@ pub(super) fn use_flash_verify(cfg: &KernelConfig) -> bool {
     cfg.verify_kernel.flash(|| true)
 }
 
+/// Whether attention scores run on the flash kernel's score mode
+/// ([`KernelConfig::score_kernel`]; by default as verification does).
+pub(super) fn use_flash_scores(cfg: &KernelConfig) -> bool {
+    cfg.score_kernel.flash(|| use_flash_verify(cfg))
+}
+
 /// SMs assumed where the device does not say (an H200 has 132).
 pub(super) const DEFAULT_SMS: usize = 132;
 

@@ -127,8 +127,8 @@ pub(super) fn subset_scores<F: FloatElement, I: IntElement, BT: BoolElement>(
     };
     let out = empty(&q, shape, DType::F32);
     let nslots = slots.len();
-    // the flash kernel's score mode where verification runs on it, else the split kernel's
-    let parts = if use_flash_verify(&config_of(&q)) {
+    // the flash kernel's score mode or the split kernel's (`KernelConfig::score_kernel`)
+    let parts = if use_flash_scores(&config_of(&q)) {
         flash_scores(
             q,
             k,
