@@ -25,9 +25,11 @@
 #             pair's shapes per mode, and `dustin`'s first iterations
 #   draftncu  ncu over a `dustin` iteration at the pair's shapes (1 target layer): launches and
 #             GPU time per draft layer
-#   scoreab   the score kernels (`--score-kernel flash|split`): `dustin-kernels-gpu check --op
-#             scores` where staged (`xtask gpu-kernels`), the model-only kernel check, then
-#             `dustin` at the pair's shapes per score kernel, with and without a draft budget
+#   scoreab   attention scores with the logits in memory or summed in the kernel (`--score-mass
+#             off|on`): `dustin-kernels-gpu check --op scores` where staged (`xtask
+#             gpu-kernels`), the model-only kernel check, then `dustin` at the pair's shapes
+#             per setting (SCOREAB_FLAG, SCOREAB_VALUES pick another switch), with and without
+#             a draft budget
 #   fidelity  `dustin eval fidelity`, code and PG-19, 4096 and 8192 tokens, and `eval pg19`
 #   acceptance, hf  our decoding beside HF `generate` and assisted generation, batch 1
 #   longbench `dustin eval longbench`, 5 samples per task
@@ -189,24 +191,31 @@ step_ab() {
     log "ab done"
 }
 
-# the score kernels side by side (`KernelConfig::score_kernel`): their checks against the
-# float64 reference first, then `dustin` at the pair's shapes, 32k, B=16, one process per
-# (score kernel, draft budget 0 / 2048)
+# attention scores two ways side by side (`KernelConfig::score_mass`, or SCOREAB_FLAG, e.g.
+# --score-kernel with SCOREAB_VALUES "flash split"): their checks against the float64
+# reference first, then `dustin` at the pair's shapes, 32k, B=16, one process per (setting,
+# draft budget 0 / 2048)
 step_scoreab() {
     log "score kernels"
+    # every kernel's check (SCOREAB_CHECK=scores: the scores' only), then the model's
+    # (SCOREAB_MODEL_CHECK=0 skips it)
     if [ -x "$D/dustin-kernels-gpu" ]; then
-        timeout 120 "$D/dustin-kernels-gpu" check --op scores > "$R/check_scores.txt" 2>&1
-        log "rc=$? check scores"
+        local op=()
+        [ -n "${SCOREAB_CHECK:-}" ] && op=(--op "$SCOREAB_CHECK")
+        timeout 240 "$D/dustin-kernels-gpu" check "${op[@]}" > "$R/check_kernels.txt" 2>&1
+        log "rc=$? check kernels: $(tail -1 "$R/check_kernels.txt")"
     fi
-    timeout 300 "$D/dustin-bench" kernel-check --device cuda --model-only \
-        > "$R/kernel-check.txt" 2>&1
-    log "rc=$? kernel-check"
-    local sk db
+    if [ "${SCOREAB_MODEL_CHECK:-1}" = 1 ]; then
+        timeout 300 "$D/dustin-bench" kernel-check --device cuda --model-only \
+            > "$R/kernel-check.txt" 2>&1
+        log "rc=$? kernel-check"
+    fi
+    local sk db flag=${SCOREAB_FLAG:---score-mass}
     for db in 0 2048; do
-        for sk in flash split; do
+        for sk in ${SCOREAB_VALUES:-off on}; do
             bash "$D/gpu_e2e.sh" run "pair_32k_b16_dustin_db${db}_$sk" \
                 --target "$C/Qwen2.5-1.5B-Instruct.config.json" --ctx 32768 --batch 16 \
-                --budget 2048 --draft-budget "$db" --modes dustin --score-kernel "$sk" \
+                --budget 2048 --draft-budget "$db" --modes dustin "$flag" "$sk" \
                 --accept "$ACC" "${TRACE[@]}" > /dev/null 2>&1
         done
     done
@@ -220,7 +229,8 @@ step_draftncu() {
     log "draftncu"
     mkdir -p "$R/draftncu"
     OUT=$R/draftncu TARGET=$C/Qwen2.5-1.5B-Instruct.config.json B=16 MODES=dustin \
-        EXTRA="--budget 2048 --accept-trace $D/acceptance-trace.jsonl" bash "$D/gpu_e2e.sh" draftncu \
+        EXTRA="--budget 2048 --accept-trace $D/acceptance-trace.jsonl ${DRAFTNCU_EXTRA:-}" \
+        TAG=${DRAFTNCU_TAG:-draft} bash "$D/gpu_e2e.sh" draftncu \
         > "$R/draftncu.log" 2>&1
     log "rc=$? draftncu"
 }

@@ -418,6 +418,15 @@ pub struct KernelConfig {
     /// turns into probabilities. Default [`AttentionKernel::Auto`]: the kernel of
     /// [`KernelConfig::verify_kernel`].
     pub score_kernel: AttentionKernel,
+    /// Whether attention scores on the flash kernel sum each row's probabilities per key in
+    /// the kernel (`on`: two passes over the keys, the rows' maxima and sums first, no logits
+    /// in memory) or write every logit for a reduction kernel (`off`). Row scores
+    /// (`head_subset_row_scores`) and the split kernel always take the logits. Default
+    /// `auto`: on. The draft's lookahead scores at the pair's shapes (0.5B, 7 heads x 5
+    /// tokens per KV head, 32k, B=16) took 263 us of GPU time a layer against 426 with the
+    /// logits, and `dustin` decoded 1789.1 against 1715.1 tokens/s (H100, 2026-12-06,
+    /// `docs/perf/gpu-score-kernels-h100-2026-12-06/mass/`).
+    pub score_mass: Switch,
     /// Which kernel runs prefill attention on CUDA. Default [`AttentionKernel::Auto`]: the
     /// flash kernel for chunks of more than [`crate::MAX_NEW`] tokens that make at least
     /// `cuda::FLASH_MIN_BLOCKS` (132) blocks of 64 rows, else the split kernel.
@@ -501,6 +510,7 @@ impl Default for KernelConfig {
             kv_write: Switch::Auto,
             verify_kernel: AttentionKernel::Auto,
             score_kernel: AttentionKernel::Auto,
+            score_mass: Switch::Auto,
             prefill_kernel: AttentionKernel::Auto,
             flash_buffers: FLASH_BUFFERS,
             score_buffers: SCORE_BUFFERS,

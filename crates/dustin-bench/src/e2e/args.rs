@@ -130,6 +130,11 @@ pub struct E2eArgs {
     /// No effect on the CPU.
     #[arg(long, value_enum, default_value_t = AttentionKernel::Auto)]
     pub score_kernel: AttentionKernel,
+    /// Whether the flash kernel's attention scores sum the probabilities per key in the
+    /// kernel (`on`, the default, `KernelConfig::score_mass`: no logits in memory) or write
+    /// the logits for a reduction (`off`). No effect on the CPU.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub score_mass: OnOff,
     /// Each residual add fused with the RMSNorm after it (`on`, `Qwen2::with_fused_residual`:
     /// one `KernelOps::add_rms_norm` launch where the add and the norm take two) or not
     /// (`off`, the default). Needs `--elementwise fused`; the same values either way. A

@@ -109,6 +109,7 @@ pub(super) fn measure<B: KernelOps>(
             ring: args.ring_config,
             verify_kernel: args.verify_kernel,
             score_kernel: args.score_kernel,
+            score_mass: (args.score_mass == OnOff::On).into(),
             ..*m.kernel_config()
         };
         Arc::new(m.clone().with_kernel_config(kernels))
@@ -624,6 +625,7 @@ pub(super) fn measure<B: KernelOps>(
                         ring_config: args.ring_config.to_string(),
                         verify_kernel: args.verify_kernel,
                         score_kernel: args.score_kernel,
+                        score_mass: args.score_mass,
                         estimator_kernels: est_kernels,
                         topk_kernel: topk,
                         split_reduce: split,

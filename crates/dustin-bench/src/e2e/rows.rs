@@ -119,6 +119,8 @@ pub struct Row {
     pub verify_kernel: AttentionKernel,
     /// `--score-kernel` (CUDA only).
     pub score_kernel: AttentionKernel,
+    /// `--score-mass` (CUDA only).
+    pub score_mass: OnOff,
     /// `--estimator-kernels` (`off` on the CPU and for modes without the `dustin` estimator).
     pub estimator_kernels: EstimatorKernels,
     /// `--topk-kernel` (`block` on the CPU and for modes that do not select).

@@ -281,30 +281,46 @@ pub(crate) fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
         tweak(|c| c.verify_kernel = AttentionKernel::Auto);
         // every head (the draft's lookahead mass, `Qwen2::key_mass`): a slot's rows are a
         // whole group of query heads x the new tokens, several of the flash score mode's
-        // 16-row blocks and one or more of the split kernel's 64-row blocks
+        // 16-row blocks and one or more of the split kernel's 64-row blocks; and the
+        // in-kernel probability sums (`score_mass`) for every head and for the subset
         let all: Vec<usize> = (0..c.q_heads).collect();
         let ra = reference::head_scores(&q, &k, &dims, &c.ctx, &all, scale);
-        for (tag, kern) in [
-            (" split", AttentionKernel::Split),
-            (" flash", AttentionKernel::Flash),
+        for (tag, kern, mass, hs, r) in [
+            (" split", AttentionKernel::Split, false, &all, &ra),
+            (" flash", AttentionKernel::Flash, false, &all, &ra),
+            (" flash mass", AttentionKernel::Flash, true, &all, &ra),
+            (
+                " subset flash mass",
+                AttentionKernel::Flash,
+                true,
+                &heads,
+                &rs,
+            ),
         ] {
             tweak(|c| c.score_kernel = kern);
-            match B::head_subset_scores(qt.clone(), kt.clone(), &c.ctx, &all, scale as f32) {
+            tweak(|c| c.score_mass = mass.into());
+            let what = if hs.len() == all.len() {
+                "all-head"
+            } else {
+                "head-subset"
+            };
+            match B::head_subset_scores(qt.clone(), kt.clone(), &c.ctx, hs, scale as f32) {
                 Ok(s) => rep.add(
                     c.name,
-                    &format!("all-head scores{tag}"),
-                    reference::rel_err(&to_f32(s), &ra),
+                    &format!("{what} scores{tag}"),
+                    reference::rel_err(&to_f32(s), r),
                     BOUND,
                 ),
                 Err(e) => rep.add(
                     c.name,
-                    &format!("all-head scores{tag} error {e}"),
+                    &format!("{what} scores{tag} error {e}"),
                     f64::INFINITY,
                     BOUND,
                 ),
             }
         }
         tweak(|c| c.score_kernel = AttentionKernel::Auto);
+        tweak(|c| c.score_mass = dustin_kernels::Switch::Auto);
     }
 
     // quest

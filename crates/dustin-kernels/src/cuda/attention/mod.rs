@@ -2,6 +2,8 @@
 
 mod kernels;
 
+pub(super) use kernels::{SCORE_LOGITS, SCORE_MASS, SCORE_STATS};
+
 use super::*;
 
 pub use kernels::{RESCALE_SLACK, THREADS, TILE};
@@ -348,6 +350,9 @@ pub(super) struct FlashLaunch {
     pub(super) sparse: bool,
     /// Score mode (verification only): logits and (max, sum) partials, no `P V`.
     pub(super) score: bool,
+    /// What score mode writes: `kernels::SCORE_LOGITS`, `SCORE_STATS` or `SCORE_MASS`
+    /// ([`kernels::flash_kernel`]); ignored outside score mode.
+    pub(super) smode: usize,
     /// Warps per block (4; prefill 4 or 8).
     pub(super) warps: usize,
 }
@@ -432,6 +437,7 @@ pub(super) fn launch_flash(
             a.verify,
             a.sparse,
             a.score,
+            a.smode,
             a.warps,
             [fd.into(), id.into()],
         );
@@ -487,6 +493,7 @@ pub(super) fn flash_prefill(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale
         verify: false,
         sparse: false,
         score: false,
+        smode: kernels::SCORE_LOGITS,
         warps,
     };
     launch_flash(q, k, v, ctx, dims, scale, a);
@@ -656,6 +663,7 @@ pub(super) fn flash_verify(
         verify: true,
         sparse,
         score: false,
+        smode: kernels::SCORE_LOGITS,
         warps: 4,
     };
     launch_flash(q, k, v, ctx, dims, scale, a);

@@ -17,11 +17,79 @@ pub(super) struct FlashScores {
     pub(super) rpad: usize,
 }
 
-/// Head-subset logits through `flash_kernel` in score mode: the rows of each slot of
-/// `table` (`slots` of them, at most `max_heads` query heads each) in blocks of 16 rows
-/// over every key of the context and the new tokens, the keys split as dense verification's
-/// are (`split_plan::verify_splits`), each split leaving 4 partials (one per warp, each warp
-/// taking 16 keys of every tile); only K is read. `k` ready by [`rows_ready`].
+/// The grid of `flash_kernel`'s score mode for the rows of each slot of `table` (`slots` of
+/// them, at most `max_heads` query heads each): blocks of 16 rows over every key of the
+/// context and the new tokens, the keys split as dense verification's are
+/// (`split_plan::verify_splits`), each split leaving 4 partials (one per warp, each warp
+/// taking 16 keys of every tile).
+struct ScoreGrid {
+    rowblocks: usize,
+    rpad: usize,
+    splits: usize,
+    chunk: usize,
+}
+
+fn score_grid(q: &Ct, slots: usize, max_heads: usize, dims: &AttnDims) -> ScoreGrid {
+    let rows = max_heads * dims.n_new;
+    let rowblocks = rows.div_ceil(16);
+    let per = dims.batch * slots * rowblocks;
+    let (splits, chunk) = crate::split_plan::verify_splits(
+        per,
+        dims.keys,
+        sm_count(q),
+        MIN_CHUNK,
+        crate::split_plan::FLASH_WAVES,
+    );
+    ScoreGrid {
+        rowblocks,
+        rpad: rowblocks * 16,
+        splits,
+        chunk,
+    }
+}
+
+/// One launch of `flash_kernel`'s score mode on grid `gr`, writing what `smode` says
+/// (`SCORE_LOGITS`, `SCORE_STATS`, `SCORE_MASS`) into `pm`, `pl`, `logits`; only K is read.
+#[allow(clippy::too_many_arguments)]
+fn launch_score_pass(
+    q: &Ct,
+    k: &Ct,
+    ctx: &Ct,
+    table: &Ct,
+    slots: usize,
+    gr: &ScoreGrid,
+    dims: &AttnDims,
+    scale: f32,
+    bufs: [&Ct; 3],
+    smode: usize,
+) {
+    let [pm, pl, logits] = bufs;
+    let a = FlashLaunch {
+        grid: (gr.splits * gr.rowblocks, slots, dims.batch),
+        idx: ctx.clone(),
+        counts: ctx.clone(),
+        out: empty(q, vec![1], q.dtype),
+        pm: pm.clone(),
+        pl: pl.clone(),
+        pacc: pm.clone(),
+        table: table.clone(),
+        logits: logits.clone(),
+        lmax: dims.keys,
+        rowblocks: gr.rowblocks,
+        chunk: gr.chunk,
+        splits: gr.splits,
+        rpad: gr.rpad,
+        verify: true,
+        sparse: false,
+        score: true,
+        smode,
+        warps: 4,
+    };
+    launch_flash(q.clone(), k.clone(), k.clone(), ctx.clone(), dims, scale, a);
+}
+
+/// Head-subset logits through `flash_kernel` in score mode ([`score_grid`]), for
+/// `score_reduce_kernel`. `k` ready by [`rows_ready`].
 #[allow(clippy::too_many_arguments)]
 pub(super) fn flash_scores(
     q: Ct,
@@ -34,51 +102,93 @@ pub(super) fn flash_scores(
     scale: f32,
 ) -> FlashScores {
     let b = dims.batch;
-    let rows = max_heads * dims.n_new;
-    // 16 rows a block, every warp on a quarter of each tile's keys (`flash_kernel`'s score
-    // mode), so each split leaves 4 partials
-    let rowblocks = rows.div_ceil(16);
-    let rpad = rowblocks * 16;
-    let per = b * slots * rowblocks;
-    let (splits, chunk) = crate::split_plan::verify_splits(
-        per,
-        dims.keys,
-        sm_count(&q),
-        MIN_CHUNK,
-        crate::split_plan::FLASH_WAVES,
+    let gr = score_grid(&q, slots, max_heads, dims);
+    let pm = empty(&q, vec![b, slots, 4 * gr.splits, gr.rpad], DType::F32);
+    let pl = empty(&q, vec![b, slots, 4 * gr.splits, gr.rpad], DType::F32);
+    let logits = empty(&q, vec![b, slots, gr.rpad, dims.keys], DType::F32);
+    launch_score_pass(
+        &q,
+        &k,
+        &ctx,
+        &table,
+        slots,
+        &gr,
+        dims,
+        scale,
+        [&pm, &pl, &logits],
+        SCORE_LOGITS,
     );
-    let pm = empty(&q, vec![b, slots, 4 * splits, rpad], DType::F32);
-    let pl = empty(&q, vec![b, slots, 4 * splits, rpad], DType::F32);
-    let logits = empty(&q, vec![b, slots, rpad, dims.keys], DType::F32);
-    let out = empty(&q, vec![1], q.dtype);
-    let a = FlashLaunch {
-        grid: (splits * rowblocks, slots, b),
-        idx: ctx.clone(),
-        counts: ctx.clone(),
-        out,
-        pm: pm.clone(),
-        pl: pl.clone(),
-        pacc: pm.clone(),
-        table,
-        logits: logits.clone(),
-        lmax: dims.keys,
-        rowblocks,
-        chunk,
-        splits,
-        rpad,
-        verify: true,
-        sparse: false,
-        score: true,
-        warps: 4,
-    };
-    launch_flash(q, k.clone(), k, ctx, dims, scale, a);
     FlashScores {
         pm,
         pl,
         logits,
-        splits: 4 * splits,
-        rpad,
+        splits: 4 * gr.splits,
+        rpad: gr.rpad,
     }
+}
+
+/// Head-subset scores `[b, kv_heads, capacity]` into `out` without the logits in memory
+/// ([`KernelConfig::score_mass`]): `flash_kernel`'s score mode twice over the keys, first
+/// each row's partial maxima and sums (`SCORE_STATS`), then each row block's probability
+/// mass per key (`SCORE_MASS`, `[b, slots, rowblocks, keys]`), which `mass_sum_kernel` sums
+/// over the row blocks into `out` (0 past each sequence's `ctx + n_new`). `k` ready by
+/// [`rows_ready`].
+#[allow(clippy::too_many_arguments)]
+fn flash_mass(
+    q: Ct,
+    k: Ct,
+    ctx: Ct,
+    table: Ct,
+    kv2slot: Ct,
+    slots: usize,
+    max_heads: usize,
+    dims: &AttnDims,
+    scale: f32,
+    out: &Ct,
+) {
+    let b = dims.batch;
+    let gr = score_grid(&q, slots, max_heads, dims);
+    let pm = empty(&q, vec![b, slots, 4 * gr.splits, gr.rpad], DType::F32);
+    let pl = empty(&q, vec![b, slots, 4 * gr.splits, gr.rpad], DType::F32);
+    let part = empty(&q, vec![b, slots, gr.rowblocks, dims.keys], DType::F32);
+    let none = empty(&q, vec![1], DType::F32);
+    for (smode, sink) in [(SCORE_STATS, &none), (SCORE_MASS, &part)] {
+        launch_score_pass(
+            &q,
+            &k,
+            &ctx,
+            &table,
+            slots,
+            &gr,
+            dims,
+            scale,
+            [&pm, &pl, sink],
+            smode,
+        );
+    }
+    let client = out.client.clone();
+    let id = table.dtype;
+    let width = out.meta.shape()[2];
+    kernels::mass_sum_kernel::launch::<CudaRuntime>(
+        &client,
+        CubeCount::Static(
+            width.div_ceil(kernels::SCORE_BLOCK_POSITIONS) as u32,
+            dims.kv_heads as u32,
+            b as u32,
+        ),
+        CubeDim::new_1d(256),
+        part.into_tensor_arg(),
+        table.into_tensor_arg(),
+        kv2slot.into_tensor_arg(),
+        ctx.into_tensor_arg(),
+        out.clone().into_tensor_arg(),
+        dims.n_new as u32,
+        gr.rowblocks as u32,
+        slots as u32,
+        dims.keys as u32,
+        width as u32,
+        id.into(),
+    );
 }
 
 /// Head-subset probabilities of [`KernelOps::head_subset_scores`](crate::SelectionOps::head_subset_scores) (`per_row` false:
@@ -127,8 +237,16 @@ pub(super) fn subset_scores<F: FloatElement, I: IntElement, BT: BoolElement>(
     };
     let out = empty(&q, shape, DType::F32);
     let nslots = slots.len();
+    let cfg = config_of(&q);
+    // the probabilities summed in the kernel, no logits in memory (`KernelConfig::score_mass`)
+    if !per_row && use_flash_scores(&cfg) && cfg.score_mass.resolve(true) {
+        flash_mass(
+            q, k, ctx, table, kv2slot, nslots, max_heads, &dims, scale, &out,
+        );
+        return Ok(out);
+    }
     // the flash kernel's score mode or the split kernel's (`KernelConfig::score_kernel`)
-    let parts = if use_flash_scores(&config_of(&q)) {
+    let parts = if use_flash_scores(&cfg) {
         flash_scores(
             q,
             k,

@@ -23,6 +23,13 @@ use super::*;
 pub const FLASH_ROWS: usize = 64;
 /// Keys per shared-memory tile of [`flash_kernel`] (the verification split plan's unit).
 pub const FLASH_KEYS: usize = crate::split_plan::FLASH_KEYS;
+/// [`flash_kernel`]'s score mode writes every logit and the `(max, sum)` partials.
+pub const SCORE_LOGITS: usize = 0;
+/// [`flash_kernel`]'s score mode writes the `(max, sum)` partials only.
+pub const SCORE_STATS: usize = 1;
+/// [`flash_kernel`]'s score mode writes each row block's probability mass per key, from the
+/// partials of a [`SCORE_STATS`] pass.
+pub const SCORE_MASS: usize = 2;
 
 /// Stages virtual keys `t0 .. t0 + FLASH_KEYS` of [`flash_kernel`] (clamped to `kend - 1`)
 /// into shared buffer `buf`: K and V rows of `d / nv` 16-byte vectors at row stride
@@ -194,7 +201,13 @@ pub struct FlashStrides {
 ///   masked logit to `logits[b, slot, row, key]` (`[b, slots, rpad, lmax]`, `rpad` a
 ///   multiple of 16) and each warp's partial `(max, sum)` as split `4 split + w` into `pm`,
 ///   `pl` (`[b, slots, 4 splits, rpad]`), which `score_reduce_kernel` (`cuda::selection`) turns into
-///   probabilities (Dustin's head-subset importance scores).
+///   probabilities (Dustin's head-subset importance scores). `smode` picks what score mode
+///   writes: [`SCORE_LOGITS`] the logits and the partials (as above), [`SCORE_STATS`] the
+///   partials only, [`SCORE_MASS`] (a second pass over the same keys, same grid, after a
+///   [`SCORE_STATS`] pass) each row's probabilities `exp(logit - M) / L` with `(M, L)` merged
+///   from that pass's partials in `pm`, `pl` (read, not written), summed over the block's 16
+///   rows per key into `logits[b, slot, row block, key]` (`[b, slots, rowblocks, lmax]`): no
+///   logit reaches memory.
 ///
 /// Key slots past a block's last key are clamped to it (finite values, masked), so slots
 /// past `ctx + n_new` are never read.
@@ -237,6 +250,7 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
     #[comptime] verify: bool,
     #[comptime] sparse: bool,
     #[comptime] score: bool,
+    #[comptime] smode: usize,
     #[comptime] warps: usize,
     #[define(F, I)] _dtypes: [StorageType; 2],
 ) {
@@ -373,6 +387,53 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
     let mut kw = 0usize;
     if comptime![score] {
         kw = warp * 16;
+    }
+    // mass pass: each of the block's 16 rows' maximum M and 1 / L over all keys, merged from
+    // the stats pass's partials (4 a split, as `score_reduce_kernel` merges them); a row
+    // whose keys are all masked gets 1 / L = 0
+    let mut rstat = SharedMemory::<f32>::new(comptime![if smode == SCORE_MASS {
+        32usize
+    } else {
+        1usize
+    }]);
+    let mut ma = 0.0f32;
+    let mut ila = 0.0f32;
+    let mut mc = 0.0f32;
+    let mut ilc = 0.0f32;
+    if comptime![score && smode == SCORE_MASS] {
+        if tid < 16 {
+            let r = r0 + tid;
+            let mut mm = lowest;
+            let mut ll = 0.0f32;
+            if r < rtot {
+                let ws = 4 * splits as usize;
+                let rpd = rpad as usize;
+                let base = (b * CUBE_COUNT_Y as usize + slot) * ws * rpd + r;
+                for w in 0..ws {
+                    let pmw = pm[base + w * rpd];
+                    if pmw > mm {
+                        mm = pmw;
+                    }
+                }
+                for w in 0..ws {
+                    let pmw = pm[base + w * rpd];
+                    if pmw > lowest {
+                        ll += pl[base + w * rpd] * (pmw - mm).exp();
+                    }
+                }
+            }
+            let mut il = 0.0f32;
+            if ll > 0.0f32 {
+                il = 1.0f32 / ll;
+            }
+            rstat[tid] = mm;
+            rstat[16 + tid] = il;
+        }
+        sync_cube();
+        ma = rstat[g];
+        ila = rstat[16 + g];
+        mc = rstat[g + 8];
+        ilc = rstat[16 + g + 8];
     }
 
     // Q fragments: chunk kc of the head dimension is qa[4 kc .. 4 kc + 4]; register i holds
@@ -515,6 +576,8 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
             // reaches a limit; row maxima over the quad
             let diag = t0 + FLASH_KEYS > lmin;
             let lgb = (b * CUBE_COUNT_Y as usize + slot) * rpad as usize * lmax as usize;
+            // mass pass: this row block's slice of `[b, slots, rowblocks, lmax]`
+            let mgb = ((b * CUBE_COUNT_Y as usize + slot) * rowblocks + rb) * lmax as usize;
             let mut mx0 = lowest;
             let mut mx1 = lowest;
             #[unroll]
@@ -543,7 +606,7 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
                     }
                     s0[e] = a;
                     s1[e] = c;
-                    if comptime![score] {
+                    if comptime![score && smode == SCORE_LOGITS] {
                         // the scaled, masked logit of every key of the block's range
                         if kp < kend {
                             if va {
@@ -552,6 +615,23 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
                             if vc {
                                 logits[lgb + rc * lmax as usize + kp] = c;
                             }
+                        }
+                    }
+                    if comptime![score && smode == SCORE_MASS] {
+                        // both rows' probabilities of key kp, summed over the 8 row pairs of
+                        // the warp (lanes of one t4 hold the same keys): lanes 0 .. 4 write
+                        let mut pv = 0.0f32;
+                        if va && a > lowest {
+                            pv += (a - ma).exp() * ila;
+                        }
+                        if vc && c > lowest {
+                            pv += (c - mc).exp() * ilc;
+                        }
+                        pv += plane_shuffle_xor(pv, 4u32);
+                        pv += plane_shuffle_xor(pv, 8u32);
+                        pv += plane_shuffle_xor(pv, 16u32);
+                        if g == 0 && kp < kend {
+                            logits[mgb + kp] = pv;
                         }
                     }
                     if a > mx0 {
@@ -685,13 +765,16 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
             wsplit = 4 * split + warp;
         }
         let pb = ((b * CUBE_COUNT_Y as usize + slot) * wsplits + wsplit) * rpad;
-        if va && t4 == 0 {
-            pm[pb + ra] = m0;
-            pl[pb + ra] = l0;
-        }
-        if vc && t4 == 0 {
-            pm[pb + rc] = m1;
-            pl[pb + rc] = l1;
+        // (the mass pass reads the stats pass's partials: other blocks still do)
+        if comptime![!(score && smode == SCORE_MASS)] {
+            if va && t4 == 0 {
+                pm[pb + ra] = m0;
+                pl[pb + ra] = l0;
+            }
+            if vc && t4 == 0 {
+                pm[pb + rc] = m1;
+                pl[pb + rc] = l1;
+            }
         }
         #[unroll]
         for j in 0..comptime![if score { 0usize } else { d / 8 }] {

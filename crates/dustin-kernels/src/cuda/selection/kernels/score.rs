@@ -16,6 +16,59 @@ pub const SCORE_POS_PER_THREAD: usize = 4;
 /// [`SCORE_POS_PER_THREAD`].
 pub const SCORE_BLOCK_POSITIONS: usize = 256 * SCORE_POS_PER_THREAD;
 
+/// Scores from the per-row-block probability mass of `flash_kernel`'s mass pass
+/// (`SCORE_MASS`, `part` `[b, slots, rowblocks, lmax]`): per (sequence, KV head, position)
+/// the sum over the slot's row blocks that hold rows (`16 rb < heads x n_new`), 0 past the
+/// sequence's `ctx + n_new` and for a KV head without a slot. One block of
+/// [`SCORE_BLOCK_POSITIONS`] positions (256 threads, [`SCORE_POS_PER_THREAD`] positions each,
+/// 256 apart) per (block, KV head, sequence); `out` is `[b, kv_heads, width]`.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub fn mass_sum_kernel<I: Int>(
+    part: &Tensor<f32>,
+    table: &Tensor<I>,
+    kv2slot: &Tensor<I>,
+    ctx: &Tensor<I>,
+    out: &mut Tensor<f32>,
+    n_new: u32,
+    rowblocks: u32,
+    slots: u32,
+    lmax: u32,
+    width: u32,
+    #[define(I)] _dtype: StorageType,
+) {
+    let kvh = CUBE_POS_Y as usize;
+    let b = CUBE_POS_Z as usize;
+    let tid = UNIT_POS as usize;
+    let pos = CUBE_POS_X as usize * SCORE_BLOCK_POSITIONS + tid;
+    let n = n_new as usize;
+    let slot_i = i32::cast_from(kv2slot[kvh]);
+    let mut blocks = 0usize;
+    let mut slot = 0usize;
+    if slot_i >= 0 {
+        slot = usize::cast_from(slot_i);
+        let rtot = u32::cast_from(table[slot * table.stride(0) + 1]) as usize * n;
+        blocks = (rtot + 15) / 16;
+    }
+    let keys = u32::cast_from(ctx[b]) as usize + n;
+    let lmax = lmax as usize;
+    let pb = (b * slots as usize + slot) * rowblocks as usize * lmax;
+    let ob = b * out.stride(0) + kvh * out.stride(1);
+    #[unroll]
+    for u in 0..SCORE_POS_PER_THREAD {
+        let p = pos + u * 256;
+        if p < width as usize {
+            let mut acc = 0.0f32;
+            if p < keys {
+                for rb in 0..blocks {
+                    acc += part[pb + rb * lmax + p];
+                }
+            }
+            out[ob + p] = acc;
+        }
+    }
+}
+
 /// Scores from the logits the split or flash kernel wrote in `score` mode: per (sequence, KV head,
 /// position) `sum over the slot's rows of exp(logit - M_r) / L_r`, with `(M_r, L_r)` merged
 /// from the splits; with `per_row`, one sum per query `i` (rows `e * n + i`) into
