@@ -29,7 +29,7 @@
 #             off|on`): `dustin-kernels-gpu check --op scores` where staged (`xtask
 #             gpu-kernels`), the model-only kernel check, then `dustin` at the pair's shapes
 #             per setting (SCOREAB_FLAG, SCOREAB_VALUES pick another switch), with and without
-#             a draft budget
+#             a draft budget (SCOREAB_DB: the draft budgets, default "0 2048")
 #   fidelity  `dustin eval fidelity`, code and PG-19, 4096 and 8192 tokens, and `eval pg19`
 #   acceptance, hf  our decoding beside HF `generate` and assisted generation, batch 1
 #   longbench `dustin eval longbench`, 5 samples per task
@@ -211,7 +211,7 @@ step_scoreab() {
         log "rc=$? kernel-check"
     fi
     local sk db flag=${SCOREAB_FLAG:---score-mass}
-    for db in 0 2048; do
+    for db in ${SCOREAB_DB:-0 2048}; do
         for sk in ${SCOREAB_VALUES:-off on}; do
             bash "$D/gpu_e2e.sh" run "pair_32k_b16_dustin_db${db}_$sk" \
                 --target "$C/Qwen2.5-1.5B-Instruct.config.json" --ctx 32768 --batch 16 \

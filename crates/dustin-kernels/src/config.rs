@@ -427,6 +427,14 @@ pub struct KernelConfig {
     /// logits, and `dustin` decoded 1789.1 against 1715.1 tokens/s (H100, 2026-12-06,
     /// `docs/perf/gpu-score-kernels-h100-2026-12-06/mass/`).
     pub score_mass: Switch,
+    /// Whether the in-kernel score sums ([`KernelConfig::score_mass`]) take a slot of more than
+    /// 16 rows in blocks of 64 (`on`: each warp its own 16 rows, the keys read once per 64
+    /// rows) or of 16 (`off`: the 4 warps share 16 rows, each block reading all the keys).
+    /// Default `auto`: off. `on` has not run on a GPU yet: `dustin-kernels-gpu check --op
+    /// scores` checks it against the float64 reference (its `wide` rows) and
+    /// `SCOREAB_FLAG=--score-wide bash .device/gpu_real_pair.sh` times it; it stays off
+    /// until both have.
+    pub score_wide: Switch,
     /// Which kernel runs prefill attention on CUDA. Default [`AttentionKernel::Auto`]: the
     /// flash kernel for chunks of more than [`crate::MAX_NEW`] tokens that make at least
     /// `cuda::FLASH_MIN_BLOCKS` (132) blocks of 64 rows, else the split kernel.
@@ -511,6 +519,7 @@ impl Default for KernelConfig {
             verify_kernel: AttentionKernel::Auto,
             score_kernel: AttentionKernel::Auto,
             score_mass: Switch::Auto,
+            score_wide: Switch::Auto,
             prefill_kernel: AttentionKernel::Auto,
             flash_buffers: FLASH_BUFFERS,
             score_buffers: SCORE_BUFFERS,

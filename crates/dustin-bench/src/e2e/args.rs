@@ -135,6 +135,10 @@ pub struct E2eArgs {
     /// the logits for a reduction (`off`). No effect on the CPU.
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub score_mass: OnOff,
+    /// Whether those in-kernel sums take a KV head's rows 64 to a block (`on`,
+    /// `KernelConfig::score_wide`) or 16 (`off`, the default). No effect on the CPU.
+    #[arg(long, value_enum, default_value_t = OnOff::Off)]
+    pub score_wide: OnOff,
     /// Each residual add fused with the RMSNorm after it (`on`, `Qwen2::with_fused_residual`:
     /// one `KernelOps::add_rms_norm` launch where the add and the norm take two) or not
     /// (`off`, the default). Needs `--elementwise fused`; the same values either way. A

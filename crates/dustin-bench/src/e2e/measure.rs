@@ -110,6 +110,7 @@ pub(super) fn measure<B: KernelOps>(
             verify_kernel: args.verify_kernel,
             score_kernel: args.score_kernel,
             score_mass: (args.score_mass == OnOff::On).into(),
+            score_wide: (args.score_wide == OnOff::On).into(),
             ..*m.kernel_config()
         };
         Arc::new(m.clone().with_kernel_config(kernels))
@@ -626,6 +627,7 @@ pub(super) fn measure<B: KernelOps>(
                         verify_kernel: args.verify_kernel,
                         score_kernel: args.score_kernel,
                         score_mass: args.score_mass,
+                        score_wide: args.score_wide,
                         estimator_kernels: est_kernels,
                         topk_kernel: topk,
                         split_reduce: split,

@@ -121,6 +121,8 @@ pub struct Row {
     pub score_kernel: AttentionKernel,
     /// `--score-mass` (CUDA only).
     pub score_mass: OnOff,
+    /// `--score-wide` (CUDA only).
+    pub score_wide: OnOff,
     /// `--estimator-kernels` (`off` on the CPU and for modes without the `dustin` estimator).
     pub estimator_kernels: EstimatorKernels,
     /// `--topk-kernel` (`block` on the CPU and for modes that do not select).

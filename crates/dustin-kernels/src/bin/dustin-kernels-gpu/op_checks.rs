@@ -285,20 +285,47 @@ pub(crate) fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
         // in-kernel probability sums (`score_mass`) for every head and for the subset
         let all: Vec<usize> = (0..c.q_heads).collect();
         let ra = reference::head_scores(&q, &k, &dims, &c.ctx, &all, scale);
-        for (tag, kern, mass, hs, r) in [
-            (" split", AttentionKernel::Split, false, &all, &ra),
-            (" flash", AttentionKernel::Flash, false, &all, &ra),
-            (" flash mass", AttentionKernel::Flash, true, &all, &ra),
+        // (tag, kernel, summed in the kernel, 64-row blocks, heads, reference)
+        let runs = [
+            (" split", AttentionKernel::Split, false, false, &all, &ra),
+            (" flash", AttentionKernel::Flash, false, false, &all, &ra),
+            (
+                " flash mass",
+                AttentionKernel::Flash,
+                true,
+                false,
+                &all,
+                &ra,
+            ),
+            (
+                " flash mass wide",
+                AttentionKernel::Flash,
+                true,
+                true,
+                &all,
+                &ra,
+            ),
             (
                 " subset flash mass",
                 AttentionKernel::Flash,
                 true,
+                false,
                 &heads,
                 &rs,
             ),
-        ] {
+            (
+                " subset flash mass wide",
+                AttentionKernel::Flash,
+                true,
+                true,
+                &heads,
+                &rs,
+            ),
+        ];
+        for (tag, kern, mass, wide, hs, r) in runs {
             tweak(|c| c.score_kernel = kern);
             tweak(|c| c.score_mass = mass.into());
+            tweak(|c| c.score_wide = wide.into());
             let what = if hs.len() == all.len() {
                 "all-head"
             } else {
@@ -321,6 +348,7 @@ pub(crate) fn check_case(c: &Case, seed: u64, op: &str, rep: &mut Report) {
         }
         tweak(|c| c.score_kernel = AttentionKernel::Auto);
         tweak(|c| c.score_mass = dustin_kernels::Switch::Auto);
+        tweak(|c| c.score_wide = dustin_kernels::Switch::Auto);
     }
 
     // quest

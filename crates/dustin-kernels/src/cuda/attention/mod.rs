@@ -353,6 +353,9 @@ pub(super) struct FlashLaunch {
     /// What score mode writes: `kernels::SCORE_LOGITS`, `SCORE_STATS` or `SCORE_MASS`
     /// ([`kernels::flash_kernel`]); ignored outside score mode.
     pub(super) smode: usize,
+    /// Score mode with 64 rows a block, each warp its own 16 (`flash_kernel`'s `wide`);
+    /// ignored outside score mode.
+    pub(super) wide: bool,
     /// Warps per block (4; prefill 4 or 8).
     pub(super) warps: usize,
 }
@@ -438,6 +441,7 @@ pub(super) fn launch_flash(
             a.sparse,
             a.score,
             a.smode,
+            a.wide,
             a.warps,
             [fd.into(), id.into()],
         );
@@ -494,6 +498,7 @@ pub(super) fn flash_prefill(q: Ct, k: Ct, v: Ct, ctx: Ct, dims: &AttnDims, scale
         sparse: false,
         score: false,
         smode: kernels::SCORE_LOGITS,
+        wide: false,
         warps,
     };
     launch_flash(q, k, v, ctx, dims, scale, a);
@@ -664,6 +669,7 @@ pub(super) fn flash_verify(
         sparse,
         score: false,
         smode: kernels::SCORE_LOGITS,
+        wide: false,
         warps: 4,
     };
     launch_flash(q, k, v, ctx, dims, scale, a);

@@ -21,17 +21,40 @@ pub(super) struct FlashScores {
 /// them, at most `max_heads` query heads each): blocks of 16 rows over every key of the
 /// context and the new tokens, the keys split as dense verification's are
 /// (`split_plan::verify_splits`), each split leaving 4 partials (one per warp, each warp
-/// taking 16 keys of every tile).
+/// taking 16 keys of every tile); with `wide`, blocks of 64 rows (each warp its own 16 over
+/// every key of the tile), one partial a split.
 struct ScoreGrid {
     rowblocks: usize,
     rpad: usize,
     splits: usize,
     chunk: usize,
+    wide: bool,
 }
 
-fn score_grid(q: &Ct, slots: usize, max_heads: usize, dims: &AttnDims) -> ScoreGrid {
+impl ScoreGrid {
+    /// Partials per (sequence, slot, row): 4 a split, or 1 with `wide`.
+    fn partials(&self) -> usize {
+        if self.wide {
+            self.splits
+        } else {
+            4 * self.splits
+        }
+    }
+
+    /// Row groups of 16 per (sequence, slot): the mass pass writes one key mass each.
+    fn groups(&self) -> usize {
+        if self.wide {
+            4 * self.rowblocks
+        } else {
+            self.rowblocks
+        }
+    }
+}
+
+fn score_grid(q: &Ct, slots: usize, max_heads: usize, dims: &AttnDims, wide: bool) -> ScoreGrid {
     let rows = max_heads * dims.n_new;
-    let rowblocks = rows.div_ceil(16);
+    let block_rows = if wide { 64 } else { 16 };
+    let rowblocks = rows.div_ceil(block_rows);
     let per = dims.batch * slots * rowblocks;
     let (splits, chunk) = crate::split_plan::verify_splits(
         per,
@@ -42,9 +65,10 @@ fn score_grid(q: &Ct, slots: usize, max_heads: usize, dims: &AttnDims) -> ScoreG
     );
     ScoreGrid {
         rowblocks,
-        rpad: rowblocks * 16,
+        rpad: rowblocks * block_rows,
         splits,
         chunk,
+        wide,
     }
 }
 
@@ -83,6 +107,7 @@ fn launch_score_pass(
         sparse: false,
         score: true,
         smode,
+        wide: gr.wide,
         warps: 4,
     };
     launch_flash(q.clone(), k.clone(), k.clone(), ctx.clone(), dims, scale, a);
@@ -102,9 +127,9 @@ pub(super) fn flash_scores(
     scale: f32,
 ) -> FlashScores {
     let b = dims.batch;
-    let gr = score_grid(&q, slots, max_heads, dims);
-    let pm = empty(&q, vec![b, slots, 4 * gr.splits, gr.rpad], DType::F32);
-    let pl = empty(&q, vec![b, slots, 4 * gr.splits, gr.rpad], DType::F32);
+    let gr = score_grid(&q, slots, max_heads, dims, false);
+    let pm = empty(&q, vec![b, slots, gr.partials(), gr.rpad], DType::F32);
+    let pl = empty(&q, vec![b, slots, gr.partials(), gr.rpad], DType::F32);
     let logits = empty(&q, vec![b, slots, gr.rpad, dims.keys], DType::F32);
     launch_score_pass(
         &q,
@@ -122,7 +147,7 @@ pub(super) fn flash_scores(
         pm,
         pl,
         logits,
-        splits: 4 * gr.splits,
+        splits: gr.partials(),
         rpad: gr.rpad,
     }
 }
@@ -145,12 +170,20 @@ fn flash_mass(
     dims: &AttnDims,
     scale: f32,
     out: &Ct,
+    wide: bool,
 ) {
     let b = dims.batch;
-    let gr = score_grid(&q, slots, max_heads, dims);
-    let pm = empty(&q, vec![b, slots, 4 * gr.splits, gr.rpad], DType::F32);
-    let pl = empty(&q, vec![b, slots, 4 * gr.splits, gr.rpad], DType::F32);
-    let part = empty(&q, vec![b, slots, gr.rowblocks, dims.keys], DType::F32);
+    // a slot of more rows than one 16-row block: 64 rows a block, the keys read once per 64
+    let gr = score_grid(
+        &q,
+        slots,
+        max_heads,
+        dims,
+        wide && max_heads * dims.n_new > 16,
+    );
+    let pm = empty(&q, vec![b, slots, gr.partials(), gr.rpad], DType::F32);
+    let pl = empty(&q, vec![b, slots, gr.partials(), gr.rpad], DType::F32);
+    let part = empty(&q, vec![b, slots, gr.groups(), dims.keys], DType::F32);
     let none = empty(&q, vec![1], DType::F32);
     for (smode, sink) in [(SCORE_STATS, &none), (SCORE_MASS, &part)] {
         launch_score_pass(
@@ -183,7 +216,7 @@ fn flash_mass(
         ctx.into_tensor_arg(),
         out.clone().into_tensor_arg(),
         dims.n_new as u32,
-        gr.rowblocks as u32,
+        gr.groups() as u32,
         slots as u32,
         dims.keys as u32,
         width as u32,
@@ -240,8 +273,9 @@ pub(super) fn subset_scores<F: FloatElement, I: IntElement, BT: BoolElement>(
     let cfg = config_of(&q);
     // the probabilities summed in the kernel, no logits in memory (`KernelConfig::score_mass`)
     if !per_row && use_flash_scores(&cfg) && cfg.score_mass.resolve(true) {
+        let wide = cfg.score_wide.resolve(false);
         flash_mass(
-            q, k, ctx, table, kv2slot, nslots, max_heads, &dims, scale, &out,
+            q, k, ctx, table, kv2slot, nslots, max_heads, &dims, scale, &out, wide,
         );
         return Ok(out);
     }

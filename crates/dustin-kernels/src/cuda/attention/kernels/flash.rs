@@ -207,7 +207,10 @@ pub struct FlashStrides {
 ///   [`SCORE_STATS`] pass) each row's probabilities `exp(logit - M) / L` with `(M, L)` merged
 ///   from that pass's partials in `pm`, `pl` (read, not written), summed over the block's 16
 ///   rows per key into `logits[b, slot, row block, key]` (`[b, slots, rowblocks, lmax]`): no
-///   logit reaches memory.
+///   logit reaches memory. With `wide`, score mode lays rows out as verification does: each
+///   warp its own 16 rows over every key of the tile, 64 rows a block, so a slot of up to 64
+///   rows reads its keys once (the partials are then one per split, and the mass of row
+///   group `4 rb + warp` goes to `logits[b, slot, 4 rb + warp, key]`).
 ///
 /// Key slots past a block's last key are clamped to it (finite values, masked), so slots
 /// past `ctx + n_new` are never read.
@@ -251,6 +254,7 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
     #[comptime] sparse: bool,
     #[comptime] score: bool,
     #[comptime] smode: usize,
+    #[comptime] wide: bool,
     #[comptime] warps: usize,
     #[define(F, I)] _dtypes: [StorageType; 2],
 ) {
@@ -302,7 +306,7 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
     // score mode: the block's 16 rows are every warp's, and warp w takes keys 16 w .. 16 w +
     // 16 of each tile (its own partial maxima and sums, split `4 split + w`), so all four
     // warps compute where a head subset's rows fill one warp
-    if comptime![score] {
+    if comptime![score && !wide] {
         r0 = rb * 16;
     }
     let ra = r0 + g;
@@ -383,16 +387,18 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
 
     let def = cmma::MmaDefinition::<F, F, f32>::new(16usize, 8usize, 16usize);
     // warps sharing each tile's keys (score mode: all four, warp w the 16 keys at kw)
-    let kshare = comptime![if score { 4usize } else { 1usize }];
+    let kshare = comptime![if score && !wide { 4usize } else { 1usize }];
     let mut kw = 0usize;
-    if comptime![score] {
+    if comptime![score && !wide] {
         kw = warp * 16;
     }
-    // mass pass: each of the block's 16 rows' maximum M and 1 / L over all keys, merged from
-    // the stats pass's partials (4 a split, as `score_reduce_kernel` merges them); a row
-    // whose keys are all masked gets 1 / L = 0
+    // mass pass: each of the block's rows' maximum M and 1 / L over all keys, merged from
+    // the stats pass's partials (as `score_reduce_kernel` merges them); a row whose keys are
+    // all masked gets 1 / L = 0. The block's rows: 16, or 64 with `wide`; partials: 4 a
+    // split, or 1 with `wide`
+    let brows = comptime![if wide { 64usize } else { 16usize }];
     let mut rstat = SharedMemory::<f32>::new(comptime![if smode == SCORE_MASS {
-        32usize
+        2 * brows
     } else {
         1usize
     }]);
@@ -401,12 +407,16 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
     let mut mc = 0.0f32;
     let mut ilc = 0.0f32;
     if comptime![score && smode == SCORE_MASS] {
-        if tid < 16 {
-            let r = r0 + tid;
+        let rbase = rb * brows;
+        if tid < brows {
+            let r = rbase + tid;
             let mut mm = lowest;
             let mut ll = 0.0f32;
             if r < rtot {
-                let ws = 4 * splits as usize;
+                let mut ws = 4 * splits as usize;
+                if comptime![wide] {
+                    ws = splits as usize;
+                }
                 let rpd = rpad as usize;
                 let base = (b * CUBE_COUNT_Y as usize + slot) * ws * rpd + r;
                 for w in 0..ws {
@@ -427,13 +437,14 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
                 il = 1.0f32 / ll;
             }
             rstat[tid] = mm;
-            rstat[16 + tid] = il;
+            rstat[brows + tid] = il;
         }
         sync_cube();
-        ma = rstat[g];
-        ila = rstat[16 + g];
-        mc = rstat[g + 8];
-        ilc = rstat[16 + g + 8];
+        let wr = r0 - rbase;
+        ma = rstat[wr + g];
+        ila = rstat[brows + wr + g];
+        mc = rstat[wr + g + 8];
+        ilc = rstat[brows + wr + g + 8];
     }
 
     // Q fragments: chunk kc of the head dimension is qa[4 kc .. 4 kc + 4]; register i holds
@@ -576,8 +587,15 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
             // reaches a limit; row maxima over the quad
             let diag = t0 + FLASH_KEYS > lmin;
             let lgb = (b * CUBE_COUNT_Y as usize + slot) * rpad as usize * lmax as usize;
-            // mass pass: this row block's slice of `[b, slots, rowblocks, lmax]`
-            let mgb = ((b * CUBE_COUNT_Y as usize + slot) * rowblocks + rb) * lmax as usize;
+            // mass pass: this row group's slice of `[b, slots, groups, lmax]` (a group is the
+            // block's 16 rows, or with `wide` the warp's)
+            let mut groups = rowblocks;
+            let mut grp = rb;
+            if comptime![wide] {
+                groups = 4 * rowblocks;
+                grp = 4 * rb + warp;
+            }
+            let mgb = ((b * CUBE_COUNT_Y as usize + slot) * groups + grp) * lmax as usize;
             let mut mx0 = lowest;
             let mut mx1 = lowest;
             #[unroll]
@@ -760,7 +778,7 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
         let rpad = rpad as usize;
         let mut wsplits = splits as usize;
         let mut wsplit = split;
-        if comptime![score] {
+        if comptime![score && !wide] {
             wsplits = 4 * splits as usize;
             wsplit = 4 * split + warp;
         }
