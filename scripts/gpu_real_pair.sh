@@ -202,7 +202,7 @@ step_scoreab() {
     if [ -x "$D/dustin-kernels-gpu" ]; then
         local op=()
         [ -n "${SCOREAB_CHECK:-}" ] && op=(--op "$SCOREAB_CHECK")
-        timeout 240 "$D/dustin-kernels-gpu" check "${op[@]}" > "$R/check_kernels.txt" 2>&1
+        timeout 400 "$D/dustin-kernels-gpu" check "${op[@]}" > "$R/check_kernels.txt" 2>&1
         log "rc=$? check kernels: $(tail -1 "$R/check_kernels.txt")"
     fi
     if [ "${SCOREAB_MODEL_CHECK:-1}" = 1 ]; then
