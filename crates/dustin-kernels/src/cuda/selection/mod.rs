@@ -155,9 +155,9 @@ pub(super) fn flash_scores(
 /// Head-subset scores `[b, kv_heads, capacity]` into `out` without the logits in memory
 /// ([`KernelConfig::score_mass`]): `flash_kernel`'s score mode twice over the keys, first
 /// each row's partial maxima and sums (`SCORE_STATS`), then each row block's probability
-/// mass per key (`SCORE_MASS`, `[b, slots, rowblocks, keys]`), which `mass_sum_kernel` sums
-/// over the row blocks into `out` (0 past each sequence's `ctx + n_new`). `k` ready by
-/// [`rows_ready`].
+/// mass per key (`SCORE_MASS`, `[b, slots, groups, keys]`, a group 16 rows), which
+/// `mass_sum_kernel` sums over the groups into `out` (0 past each sequence's `ctx + n_new`).
+/// `k` ready by [`rows_ready`].
 #[allow(clippy::too_many_arguments)]
 fn flash_mass(
     q: Ct,

@@ -207,10 +207,11 @@ pub struct FlashStrides {
 ///   [`SCORE_STATS`] pass) each row's probabilities `exp(logit - M) / L` with `(M, L)` merged
 ///   from that pass's partials in `pm`, `pl` (read, not written), summed over the block's 16
 ///   rows per key into `logits[b, slot, row block, key]` (`[b, slots, rowblocks, lmax]`): no
-///   logit reaches memory. With `wide`, score mode lays rows out as verification does: each
-///   warp its own 16 rows over every key of the tile, 64 rows a block, so a slot of up to 64
-///   rows reads its keys once (the partials are then one per split, and the mass of row
-///   group `4 rb + warp` goes to `logits[b, slot, 4 rb + warp, key]`).
+///   logit reaches memory. With `wide` (stats and mass passes only), score mode lays rows out
+///   as verification does: each warp its own 16 rows over every key of the tile, `16 warps`
+///   rows a block, so a slot of up to that many rows reads its keys once (the partials are
+///   then one per split, and the mass of row group `warps rb + warp` goes to
+///   `logits[b, slot, warps rb + warp, key]`, `[b, slots, warps rowblocks, lmax]`).
 ///
 /// Key slots past a block's last key are clamped to it (finite values, masked), so slots
 /// past `ctx + n_new` are never read.
@@ -396,7 +397,7 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
     // the stats pass's partials (as `score_reduce_kernel` merges them); a row whose keys are
     // all masked gets 1 / L = 0. The block's rows: 16, or 64 with `wide`; partials: 4 a
     // split, or 1 with `wide`
-    let brows = comptime![if wide { 64usize } else { 16usize }];
+    let brows = comptime![if wide { warps * 16 } else { 16usize }];
     let mut rstat = SharedMemory::<f32>::new(comptime![if smode == SCORE_MASS {
         2 * brows
     } else {
@@ -590,12 +591,12 @@ pub fn flash_kernel<F: Float, I: Int, N: Size>(
             // mass pass: this row group's slice of `[b, slots, groups, lmax]` (a group is the
             // block's 16 rows, or with `wide` the warp's)
             let mut groups = rowblocks;
-            let mut grp = rb;
+            let mut group = rb;
             if comptime![wide] {
-                groups = 4 * rowblocks;
-                grp = 4 * rb + warp;
+                groups = warps * rowblocks;
+                group = warps * rb + warp;
             }
-            let mgb = ((b * CUBE_COUNT_Y as usize + slot) * groups + grp) * lmax as usize;
+            let mgb = ((b * CUBE_COUNT_Y as usize + slot) * groups + group) * lmax as usize;
             let mut mx0 = lowest;
             let mut mx1 = lowest;
             #[unroll]

@@ -16,9 +16,9 @@ pub const SCORE_POS_PER_THREAD: usize = 4;
 /// [`SCORE_POS_PER_THREAD`].
 pub const SCORE_BLOCK_POSITIONS: usize = 256 * SCORE_POS_PER_THREAD;
 
-/// Scores from the per-row-block probability mass of `flash_kernel`'s mass pass
-/// (`SCORE_MASS`, `part` `[b, slots, rowblocks, lmax]`): per (sequence, KV head, position)
-/// the sum over the slot's row blocks that hold rows (`16 rb < heads x n_new`), 0 past the
+/// Scores from the per-row-group probability mass of `flash_kernel`'s mass pass
+/// (`SCORE_MASS`, `part` `[b, slots, groups, lmax]`, a group 16 rows): per (sequence, KV
+/// head, position) the sum over the slot's groups that hold rows (`16 g < heads x n_new`), 0 past the
 /// sequence's `ctx + n_new` and for a KV head without a slot. One block of
 /// [`SCORE_BLOCK_POSITIONS`] positions (256 threads, [`SCORE_POS_PER_THREAD`] positions each,
 /// 256 apart) per (block, KV head, sequence); `out` is `[b, kv_heads, width]`.
@@ -31,7 +31,7 @@ pub fn mass_sum_kernel<I: Int>(
     ctx: &Tensor<I>,
     out: &mut Tensor<f32>,
     n_new: u32,
-    rowblocks: u32,
+    groups: u32,
     slots: u32,
     lmax: u32,
     width: u32,
@@ -52,7 +52,7 @@ pub fn mass_sum_kernel<I: Int>(
     }
     let keys = u32::cast_from(ctx[b]) as usize + n;
     let lmax = lmax as usize;
-    let pb = (b * slots as usize + slot) * rowblocks as usize * lmax;
+    let pb = (b * slots as usize + slot) * groups as usize * lmax;
     let ob = b * out.stride(0) + kvh * out.stride(1);
     #[unroll]
     for u in 0..SCORE_POS_PER_THREAD {
@@ -60,8 +60,8 @@ pub fn mass_sum_kernel<I: Int>(
         if p < width as usize {
             let mut acc = 0.0f32;
             if p < keys {
-                for rb in 0..blocks {
-                    acc += part[pb + rb * lmax + p];
+                for gi in 0..blocks {
+                    acc += part[pb + gi * lmax + p];
                 }
             }
             out[ob + p] = acc;
