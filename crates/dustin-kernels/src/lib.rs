@@ -121,8 +121,8 @@ pub mod prelude {
 }
 
 pub use ops::{
-    cpu_model_name, AttentionOps, CollectiveOps, ElementwiseOps, KernelBackend, KernelOps,
-    LinearOps, MemoryOps, SelectionOps,
+    AttentionOps, CollectiveOps, ElementwiseOps, KernelBackend, KernelOps, LinearOps, MemoryOps,
+    SelectionOps,
 };
 
 /// Checks a tensor-parallel device group: at least two devices, none twice.

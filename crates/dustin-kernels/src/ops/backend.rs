@@ -40,7 +40,7 @@ pub trait KernelBackend: Backend {
 
 /// The processor's model name (the first `model name` of `/proc/cpuinfo` on Linux; `None`
 /// where that file is missing or has none), for [`KernelBackend::device_description`].
-pub fn cpu_model_name() -> Option<String> {
+pub(crate) fn cpu_model_name() -> Option<String> {
     model_name_of(&std::fs::read_to_string("/proc/cpuinfo").ok()?)
 }
 

@@ -13,7 +13,8 @@ mod memory;
 mod selection;
 
 pub use attention::AttentionOps;
-pub use backend::{cpu_model_name, KernelBackend};
+pub(crate) use backend::cpu_model_name;
+pub use backend::KernelBackend;
 pub use collective::CollectiveOps;
 pub use elementwise::ElementwiseOps;
 pub use linear::LinearOps;

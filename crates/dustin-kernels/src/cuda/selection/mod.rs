@@ -41,6 +41,15 @@ impl ScoreGrid {
         }
     }
 
+    /// The partial maxima and sums of one score pass, `[b, slots, partials, rpad]` f32 each.
+    fn partial_buffers(&self, q: &Ct, b: usize, slots: usize) -> (Ct, Ct) {
+        let shape = vec![b, slots, self.partials(), self.rpad];
+        (
+            empty(q, shape.clone(), DType::F32),
+            empty(q, shape, DType::F32),
+        )
+    }
+
     /// Row groups of 16 per (sequence, slot): the mass pass writes one key mass each.
     fn groups(&self) -> usize {
         if self.wide {
@@ -128,8 +137,7 @@ pub(super) fn flash_scores(
 ) -> FlashScores {
     let b = dims.batch;
     let gr = score_grid(&q, slots, max_heads, dims, false);
-    let pm = empty(&q, vec![b, slots, gr.partials(), gr.rpad], DType::F32);
-    let pl = empty(&q, vec![b, slots, gr.partials(), gr.rpad], DType::F32);
+    let (pm, pl) = gr.partial_buffers(&q, b, slots);
     let logits = empty(&q, vec![b, slots, gr.rpad, dims.keys], DType::F32);
     launch_score_pass(
         &q,
@@ -181,8 +189,7 @@ fn flash_mass(
         dims,
         wide && max_heads * dims.n_new > 16,
     );
-    let pm = empty(&q, vec![b, slots, gr.partials(), gr.rpad], DType::F32);
-    let pl = empty(&q, vec![b, slots, gr.partials(), gr.rpad], DType::F32);
+    let (pm, pl) = gr.partial_buffers(&q, b, slots);
     let part = empty(&q, vec![b, slots, gr.groups(), dims.keys], DType::F32);
     let none = empty(&q, vec![1], DType::F32);
     for (smode, sink) in [(SCORE_STATS, &none), (SCORE_MASS, &part)] {
