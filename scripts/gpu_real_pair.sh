@@ -30,6 +30,10 @@
 #             gpu-kernels`), the model-only kernel check, then `dustin` at the pair's shapes
 #             per setting (SCOREAB_FLAG, SCOREAB_VALUES pick another switch), with and without
 #             a draft budget (SCOREAB_DB: the draft budgets, default "0 2048")
+#   launchab  fewer launches a layer: the split-K reduction in the GEMM's launch and the residual
+#             add in RMSNorm's (`--split-reduce kernel,fused --fused-residual off,on`), `ar`,
+#             `dense` and `dustin` at the pair's shapes, 32k, B=16, with and without a draft
+#             budget (LAUNCHAB_DB, default "0,2048"), side by side in one process
 #   fidelity  `dustin eval fidelity`, code and PG-19, 4096 and 8192 tokens, and `eval pg19`
 #   acceptance, hf  our decoding beside HF `generate` and assisted generation, batch 1
 #   longbench `dustin eval longbench`, 5 samples per task
@@ -222,6 +226,18 @@ step_scoreab() {
     log "scoreab done"
 }
 
+# fewer launches a layer, side by side in one process: the skinny GEMMs' split-K reduction in
+# a kernel of its own or in the GEMM's last block, the residual add apart from RMSNorm or in
+# it; every mode at the pair's shapes, 32k, B=16, with and without a draft budget
+step_launchab() {
+    log "launchab"
+    LIMIT=${LAUNCHAB_LIMIT:-450} RESIDUAL=off,on bash "$D/gpu_e2e.sh" run pair_32k_b16_launchab \
+        --target "$C/Qwen2.5-1.5B-Instruct.config.json" --ctx 32768 --batch 16 --budget 2048 \
+        --modes ar,dense,dustin --draft-budget "${LAUNCHAB_DB:-0,2048}" \
+        --split-reduce kernel,fused --accept "$ACC" "${TRACE[@]}" > /dev/null 2>&1
+    log "launchab done"
+}
+
 # every kernel of a speculative iteration under ncu (`gpu_e2e.sh draftncu`) at the pair's
 # shapes: the 1.5B cut to 1 layer, the 0.5B draft, 32k, B=16, `dustin`: launches and GPU time
 # per draft layer
@@ -386,7 +402,7 @@ job() {
     local step waited=0
     for step in ${STEPS:-shapes fidelity acceptance hf longbench}; do
         case $step in
-        check | shapes | memab | memlog | coldwarm | firstiter | ab | draftncu | scoreab) ;;
+        check | shapes | memab | memlog | coldwarm | firstiter | ab | draftncu | scoreab | launchab) ;;
         *) [ $waited = 1 ] || weights; waited=1 ;;
         esac
         "step_$step"

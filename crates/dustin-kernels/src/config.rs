@@ -430,10 +430,10 @@ pub struct KernelConfig {
     /// Whether the in-kernel score sums ([`KernelConfig::score_mass`]) take a slot of more than
     /// 16 rows in blocks of 64 (`on`: each warp its own 16 rows, the keys read once per 64
     /// rows) or of 16 (`off`: the 4 warps share 16 rows, each block reading all the keys).
-    /// Default `auto`: off. `on` has not run on a GPU yet: `dustin-kernels-gpu check --op
-    /// scores` checks it against the float64 reference (its `wide` rows) and
-    /// `SCOREAB_FLAG=--score-wide bash .device/gpu_real_pair.sh` times it; it stays off
-    /// until both have.
+    /// Default `auto`: off. `on` passes `dustin-kernels-gpu check --op scores` (its "mass
+    /// wide" rows, max relative error 8.3e-7 against the float64 reference) but made
+    /// `dustin` slower at the pair's shapes, 32k, B=16: 1562.5 against 1798.4 tokens/s
+    /// (H100, 2026-12-06, `docs/perf/gpu-draft-budget-h100-2026-12-06/score-wide/`).
     pub score_wide: Switch,
     /// Which kernel runs prefill attention on CUDA. Default [`AttentionKernel::Auto`]: the
     /// flash kernel for chunks of more than [`crate::MAX_NEW`] tokens that make at least
