@@ -6,7 +6,7 @@
 mod common;
 
 use burn_flex::FlexDevice;
-use burn_tensor::Tensor;
+use burn_tensor::{Int, Tensor, TensorData};
 use common::{fixture, max_err, Reference, B};
 use dustin_core::{DenseHook, Phase};
 use dustin_qwen::generate::prefill;
@@ -124,6 +124,82 @@ fn llama_matches_transformers() {
     check_single("llama", 512);
     check_single("llama", 2);
     check_batch("llama");
+}
+
+/// The batch's decode steps fed as token ids on the device (`Qwen2::forward_ids`, how a
+/// greedy draft feeds its own choices) match the HF reference as the host tokens do.
+#[test]
+fn decode_from_device_ids_matches_transformers() {
+    let (model, r) = load("qwen2-gqa7");
+    let prompts: Vec<Vec<u32>> = r.cases.iter().map(|c| c.prompt.clone()).collect();
+    let (mut cache, _, _) =
+        prefill(&model, &prompts, 64, None, &mut DenseHook, 512, false).expect("prefill");
+    let dev = FlexDevice;
+    for step in 0..3 {
+        let toks: Vec<i64> = r
+            .cases
+            .iter()
+            .map(|c| c.decode_tokens[step] as i64)
+            .collect();
+        let b = toks.len();
+        let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(toks, [b, 1]), &dev);
+        let out = model
+            .forward_ids(
+                ids,
+                &mut cache,
+                &mut DenseHook,
+                ForwardOpts {
+                    phase: Phase::Decode,
+                    logits: LogitsMode::Last,
+                    layers: None,
+                },
+            )
+            .expect("decode from device ids");
+        let g = rows(out.logits.expect("logits"));
+        for (ci, case) in r.cases.iter().enumerate() {
+            let err = max_err(&g[ci], &case.decode_logits[step]);
+            assert!(err <= TOL, "seq {ci} step {step}: error {err}");
+        }
+    }
+}
+
+/// Ids outside the vocabulary given to `Qwen2::forward_ids` (a refused greedy row is marked
+/// -2) run as the nearest id inside it, never as an out-of-bounds row of the embedding.
+#[test]
+fn device_ids_outside_the_vocabulary_are_clamped() {
+    let (model, r) = load("qwen2-tied");
+    let vocab = model.config.vocab_size as u32;
+    let prompt = r.cases[0].prompt.clone();
+    let prompts = vec![prompt.clone(), prompt];
+    let opts = ForwardOpts {
+        phase: Phase::Decode,
+        logits: LogitsMode::Last,
+        layers: None,
+    };
+    let run = |ids: Option<Vec<i64>>| {
+        let (mut cache, _, _) =
+            prefill(&model, &prompts, 64, None, &mut DenseHook, 512, false).expect("prefill");
+        let out = match ids {
+            Some(v) => model.forward_ids(
+                Tensor::<B, 2, Int>::from_data(TensorData::new(v, [2, 1]), &FlexDevice),
+                &mut cache,
+                &mut DenseHook,
+                opts,
+            ),
+            None => model.forward(
+                &[vec![0], vec![vocab - 1]],
+                &mut cache,
+                &mut DenseHook,
+                opts,
+            ),
+        };
+        rows(out.expect("decode").logits.expect("logits"))
+    };
+    let clamped = run(Some(vec![-2, vocab as i64 + 7]));
+    let host = run(None);
+    assert_eq!(clamped, host);
+    // and the two rows differ: the clamp went to each end of the vocabulary
+    assert_ne!(clamped[0], clamped[1]);
 }
 
 #[test]

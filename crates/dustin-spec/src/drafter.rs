@@ -1,6 +1,6 @@
 use std::sync::Arc;
 
-use burn_tensor::{backend::Backend, Tensor};
+use burn_tensor::{backend::Backend, Int, Tensor};
 use dustin_core::{DraftCtx, Drafter, KvStore, LayerSelection, Phase, Proposal, TokenId};
 use dustin_kernels::KernelOps;
 use dustin_kv::DenseKvCache;
@@ -371,6 +371,10 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
                 .collect()
         };
         let mut first_step_selections: Vec<LayerSelection<B>> = Vec::new();
+        // a greedy batch's ids per step, `[batch]` each, and the last step's as the next
+        // step's input, on the device
+        let mut step_ids: Vec<Tensor<B, 1, Int>> = Vec::new();
+        let mut device_input: Option<Tensor<B, 2, Int>> = None;
         for step in 0..ctx.gamma {
             // a draft with a selection rule scores nothing in its passes (a sparse pass's
             // attention sees only the selection): its rows are kept, the first step's only
@@ -387,16 +391,17 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
                     first_step_selections = hook.selections.clone();
                 }
             }
-            let out = model.forward(
-                &input,
-                cache,
-                &mut hook,
-                ForwardOpts {
-                    phase: Phase::Decode,
-                    logits: LogitsMode::All,
-                    layers,
-                },
-            )?;
+            let opts = ForwardOpts {
+                phase: Phase::Decode,
+                logits: LogitsMode::All,
+                layers,
+            };
+            // a greedy batch feeds the last step's ids from the device: no read back, so
+            // the host queues the next step while the device still runs this one
+            let out = match device_input.take() {
+                Some(ids) => model.forward_ids(ids, cache, &mut hook, opts)?,
+                None => model.forward(&input, cache, &mut hook, opts)?,
+            };
             let logits = out.logits.ok_or_else(|| {
                 dustin_core::CoreError::Model("draft forward returned no logits".into())
             })?;
@@ -417,10 +422,18 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
                     cache.truncate(s, base[s] + p.len())?;
                 }
             }
-            let next = if sampled.is_empty() {
-                // picked on the device: one id per sequence comes back, not `vocab` floats
-                greedy_on_device(rows, ctx.vocab)?
-            } else {
+            if sampled.is_empty() {
+                // picked on the device and kept there; every step's ids come back at once
+                // after the last step, `batch` ids a step instead of `vocab` floats
+                let ids = dustin_core::greedy::greedy_ids(rows, ctx.vocab)?;
+                device_input = Some(ids.clone().reshape([b, 1]));
+                step_ids.push(ids);
+                if step + 1 == ctx.gamma {
+                    break;
+                }
+                continue;
+            }
+            let next = {
                 // the greedy sequences' ids from the device, the sampled ones' rows on the host
                 let mut out = if sampled.len() < b {
                     greedy_on_device(rows.clone(), ctx.vocab)?
@@ -442,6 +455,15 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
             // the last draft token is not fed: it is verified by the target first
             if step + 1 == ctx.gamma {
                 break;
+            }
+        }
+        if !step_ids.is_empty() {
+            // the greedy batch's ids of every step in one read back, `[steps, batch]`
+            let n = ctx.vocab;
+            let ids = dustin_core::greedy::read_ids(Tensor::stack::<2>(step_ids, 0))?;
+            let ids = dustin_core::greedy::ids_to_tokens(&ids, n, "draft logits", |i| i % batch)?;
+            for (i, &t) in ids.iter().enumerate() {
+                tokens[i % batch].push(t);
             }
         }
         // deferred scoring: one call per layer over every kept row (and one more for kept

@@ -176,26 +176,9 @@ impl<B: KernelOps> Qwen2<B> {
         hook: &mut H,
         opts: ForwardOpts,
     ) -> Result<ForwardOut<B>> {
-        // the launch paths read the kernel choices of the device (a read lock where they are
-        // installed already)
-        B::set_kernel_config(&self.device, &self.kernels);
         let batch = tokens.len();
         let n = tokens.first().map_or(0, Vec::len);
-        if batch != cache.batch() {
-            return Err(QwenError::Prompt {
-                index: 0,
-                msg: format!(
-                    "batch of {batch} sequences for a cache of {}",
-                    cache.batch()
-                ),
-            });
-        }
-        if n == 0 {
-            return Err(QwenError::Prompt {
-                index: 0,
-                msg: "no new tokens".into(),
-            });
-        }
+        check_batch(batch, n, cache)?;
         let vocab = self.config.vocab_size;
         let mut flat = Vec::with_capacity(batch * n);
         for (i, t) in tokens.iter().enumerate() {
@@ -213,6 +196,50 @@ impl<B: KernelOps> Qwen2<B> {
             }
             flat.extend(t.iter().map(|&id| id as i64));
         }
+        let ids = Tensor::<B, 1, Int>::from_data(TensorData::new(flat, [batch * n]), &self.device);
+        self.forward_flat(ids, batch, n, cache, hook, opts)
+    }
+
+    /// [`Qwen2::forward`] of token ids already on the device, `ids` `[batch, n]` (for
+    /// example a draft's greedy choices, fed to its next step without a read back to the
+    /// host). The ids cannot be checked without that read back: any outside `0 ..
+    /// vocab_size` are clamped into it, and a caller that can produce such ids checks them
+    /// itself when it reads them.
+    ///
+    /// # Errors
+    /// As [`Qwen2::forward`], without the token checks: [`QwenError::Prompt`] for a batch
+    /// other than the cache's or no tokens, cache and hook errors.
+    pub fn forward_ids<H: AttentionHook<B> + ?Sized>(
+        &self,
+        ids: Tensor<B, 2, Int>,
+        cache: &mut DenseKvCache<B>,
+        hook: &mut H,
+        opts: ForwardOpts,
+    ) -> Result<ForwardOut<B>> {
+        let [batch, n] = ids.dims();
+        check_batch(batch, n, cache)?;
+        let top = self.config.vocab_size.saturating_sub(1) as i64;
+        let ids = ids
+            .to_device(&self.device)
+            .clamp(0, top)
+            .reshape([batch * n]);
+        self.forward_flat(ids, batch, n, cache, hook, opts)
+    }
+
+    /// The forward pass of `ids` `[batch * n]` (sequence-major, in the vocabulary), checked
+    /// against `cache` by [`check_batch`].
+    fn forward_flat<H: AttentionHook<B> + ?Sized>(
+        &self,
+        ids: Tensor<B, 1, Int>,
+        batch: usize,
+        n: usize,
+        cache: &mut DenseKvCache<B>,
+        hook: &mut H,
+        opts: ForwardOpts,
+    ) -> Result<ForwardOut<B>> {
+        // the launch paths read the kernel choices of the device (a read lock where they are
+        // installed already)
+        B::set_kernel_config(&self.device, &self.kernels);
         let ctx_lens: Vec<usize> = cache.lens().to_vec();
         let max_end = ctx_lens.iter().map(|l| l + n).max().unwrap_or(n);
         if max_end > self.rope.max_positions || max_end > cache.capacity() {
@@ -232,7 +259,6 @@ impl<B: KernelOps> Qwen2<B> {
             .min(self.layers.len())
             .min(cache.num_layers());
         let dev = &self.device;
-        let ids = Tensor::<B, 1, Int>::from_data(TensorData::new(flat, [batch * n]), dev);
         let positions: Vec<i64> = ctx_lens
             .iter()
             .flat_map(|&l| (l..l + n).map(|p| p as i64))
@@ -338,7 +364,7 @@ impl<B: KernelOps> Qwen2<B> {
                     Some(sub) => sub.expand(self.head_product(&sub.weight, x, b * m)?),
                     None => self.head_product(&self.lm_head, x, b * m)?,
                 };
-                Ok(y.reshape([b, m, vocab]))
+                Ok(y.reshape([b, m, self.config.vocab_size]))
             })?),
         };
         Ok(ForwardOut {
@@ -477,4 +503,27 @@ pub(super) fn fallback<T>(r: std::result::Result<T, KernelError>) -> Result<Opti
         Err(KernelError::Unsupported(_)) => Ok(None),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Checks a forward pass of `batch` sequences of `n` new tokens each against `cache`.
+///
+/// # Errors
+/// [`QwenError::Prompt`] for a batch other than the cache's or no new tokens.
+fn check_batch<B: KernelOps>(batch: usize, n: usize, cache: &DenseKvCache<B>) -> Result<()> {
+    if batch != cache.batch() {
+        return Err(QwenError::Prompt {
+            index: 0,
+            msg: format!(
+                "batch of {batch} sequences for a cache of {}",
+                cache.batch()
+            ),
+        });
+    }
+    if n == 0 {
+        return Err(QwenError::Prompt {
+            index: 0,
+            msg: "no new tokens".into(),
+        });
+    }
+    Ok(())
 }
