@@ -45,9 +45,9 @@ const REFUSED: i64 = -2;
 
 /// The greedy ids of [`greedy_on_device`], left on the device: `[batch]`, each row's argmax
 /// over its first `vocab` logits, `-2` for a row holding NaN or +inf and possibly `-1` for a
-/// row with no finite maximum. [`ids_to_tokens`] turns them into tokens once read back; fed
-/// to a model as they are ([`greedy_on_device`]'s caller reads them first), the marked ones
-/// must be clamped into the vocabulary.
+/// row with no finite maximum. [`ids_to_tokens`] turns them into tokens once read back. Fed
+/// to a model without that read back (a greedy draft's next step), the marked ones must be
+/// clamped into the vocabulary, as `dustin_qwen::Qwen2::forward_ids` does.
 ///
 /// # Errors
 /// [`CoreError::InvalidInput`] for `vocab == 0` or logits of width 0.

@@ -459,9 +459,9 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
         }
         if !step_ids.is_empty() {
             // the greedy batch's ids of every step in one read back, `[steps, batch]`
-            let n = ctx.vocab;
             let ids = dustin_core::greedy::read_ids(Tensor::stack::<2>(step_ids, 0))?;
-            let ids = dustin_core::greedy::ids_to_tokens(&ids, n, "draft logits", |i| i % batch)?;
+            let ids =
+                dustin_core::greedy::ids_to_tokens(&ids, ctx.vocab, "draft logits", |i| i % batch)?;
             for (i, &t) in ids.iter().enumerate() {
                 tokens[i % batch].push(t);
             }
