@@ -222,7 +222,9 @@ fn empty(t: &Ct, shape: Vec<usize>, dtype: DType) -> Ct {
 /// the kernels only read these tensors.
 const INT_CACHE: usize = 64;
 
-type IntKey = (Vec<i64>, Vec<usize>, String);
+/// Content, shape, device and integer dtype of a cached table (compared without formatting
+/// anything: this runs on every attention and selection call).
+type IntKey = (Vec<i64>, Vec<usize>, CudaDevice, DType);
 
 thread_local! {
     static INTS: std::cell::RefCell<std::collections::VecDeque<(IntKey, Ct)>> =
@@ -234,7 +236,7 @@ fn int_tensor<F: FloatElement, I: IntElement, BT: BoolElement, const D: usize>(
     shape: [usize; D],
     device: &<Cube<F, I, BT> as burn_tensor::backend::BackendTypes>::Device,
 ) -> Ct {
-    let key: IntKey = (vals, shape.to_vec(), format!("{device:?}/{:?}", I::dtype()));
+    let key: IntKey = (vals, shape.to_vec(), device.clone(), I::dtype());
     if let Some(t) = INTS.with(|c| {
         c.borrow()
             .iter()
