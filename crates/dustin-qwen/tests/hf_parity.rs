@@ -202,6 +202,40 @@ fn device_ids_outside_the_vocabulary_are_clamped() {
     assert_ne!(clamped[0], clamped[1]);
 }
 
+/// `Qwen2::forward_ids` refuses a batch other than the cache's, no new tokens and no
+/// sequences (a cache emptied by `retain`) with a prompt error, never a panic.
+#[test]
+fn device_ids_of_a_wrong_shape_are_errors() {
+    use dustin_core::KvStore;
+    let (model, r) = load("qwen2-tied");
+    let prompts = vec![r.cases[0].prompt.clone(), r.cases[1].prompt.clone()];
+    let (mut cache, _, _) =
+        prefill(&model, &prompts, 64, None, &mut DenseHook, 512, false).expect("prefill");
+    let opts = ForwardOpts {
+        phase: Phase::Decode,
+        logits: LogitsMode::Last,
+        layers: None,
+    };
+    let ids = |b: usize, n: usize| {
+        Tensor::<B, 2, Int>::from_data(TensorData::new(vec![1i64; b * n], [b, n]), &FlexDevice)
+    };
+    let msg = |e: dustin_qwen::QwenError| e.to_string();
+    let lens = cache.lens().to_vec();
+    for (b, n, want) in [(3, 1, "batch of 3"), (2, 0, "no new tokens")] {
+        let e = model
+            .forward_ids(ids(b, n), &mut cache, &mut DenseHook, opts)
+            .err()
+            .unwrap_or_else(|| panic!("[{b}, {n}] ids: expected an error"));
+        assert!(msg(e).contains(want), "[{b}, {n}] ids");
+        assert_eq!(cache.lens(), lens.as_slice(), "the cache is unchanged");
+    }
+    cache.retain(&[]).expect("retain none");
+    match model.forward_ids(ids(0, 1), &mut cache, &mut DenseHook, opts) {
+        Err(e) => assert!(msg(e).contains("no sequences")),
+        Ok(_) => panic!("an empty batch is an error"),
+    }
+}
+
 #[test]
 fn wrong_tensor_shape_is_named() {
     let dir = fixture("qwen2-tied");

@@ -208,7 +208,7 @@ impl<B: KernelOps> Qwen2<B> {
     ///
     /// # Errors
     /// As [`Qwen2::forward`], without the token checks: [`QwenError::Prompt`] for a batch
-    /// other than the cache's or no tokens, cache and hook errors.
+    /// other than the cache's, no sequences or no tokens; cache and hook errors.
     pub fn forward_ids<H: AttentionHook<B> + ?Sized>(
         &self,
         ids: Tensor<B, 2, Int>,
@@ -508,8 +508,14 @@ pub(super) fn fallback<T>(r: std::result::Result<T, KernelError>) -> Result<Opti
 /// Checks a forward pass of `batch` sequences of `n` new tokens each against `cache`.
 ///
 /// # Errors
-/// [`QwenError::Prompt`] for a batch other than the cache's or no new tokens.
+/// [`QwenError::Prompt`] for a batch other than the cache's, no sequences or no new tokens.
 fn check_batch<B: KernelOps>(batch: usize, n: usize, cache: &DenseKvCache<B>) -> Result<()> {
+    if batch == 0 {
+        return Err(QwenError::Prompt {
+            index: 0,
+            msg: "no sequences".into(),
+        });
+    }
     if batch != cache.batch() {
         return Err(QwenError::Prompt {
             index: 0,
