@@ -375,6 +375,7 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
         // step's input, on the device
         let mut step_ids: Vec<Tensor<B, 1, Int>> = Vec::new();
         let mut device_input: Option<Tensor<B, 2, Int>> = None;
+        // `gamma` steps; the last step's token is not fed (the target verifies it first)
         for step in 0..ctx.gamma {
             // a draft with a selection rule scores nothing in its passes (a sparse pass's
             // attention sees only the selection): its rows are kept, the first step's only
@@ -428,14 +429,9 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
                 let ids = dustin_core::greedy::greedy_ids(rows, ctx.vocab)?;
                 device_input = Some(ids.clone().reshape([b, 1]));
                 step_ids.push(ids);
-                if step + 1 == ctx.gamma {
-                    break;
-                }
-                continue;
-            }
-            let next = {
+            } else {
                 // the greedy sequences' ids from the device, the sampled ones' rows on the host
-                let mut out = if sampled.len() < b {
+                let mut next = if sampled.len() < b {
                     greedy_on_device(rows.clone(), ctx.vocab)?
                 } else {
                     vec![0; b]
@@ -443,18 +439,13 @@ impl<B: KernelOps> Drafter<B> for ModelDrafter<B> {
                 let host = rows_to_host(crate::select_rows(rows, &sampled), ctx.vocab)?;
                 for (&s, row) in sampled.iter().zip(&host) {
                     let q = draws[s].sampling.probs(row, s)?;
-                    out[s] = dustin_core::sample_with(&q, rngs[s].random::<f32>()) as u32;
+                    next[s] = dustin_core::sample_with(&q, rngs[s].random::<f32>()) as u32;
                     qs[s].push(q);
                 }
-                out
-            };
-            for (s, &t) in next.iter().enumerate() {
-                tokens[s].push(t);
-            }
-            input = next.iter().map(|&t| vec![t]).collect();
-            // the last draft token is not fed: it is verified by the target first
-            if step + 1 == ctx.gamma {
-                break;
+                for (s, &t) in next.iter().enumerate() {
+                    tokens[s].push(t);
+                }
+                input = next.iter().map(|&t| vec![t]).collect();
             }
         }
         if !step_ids.is_empty() {
