@@ -22,7 +22,9 @@
 #   coldwarm  `e2e` without warm-up, PTX cache off / filling / filled: first-use compilation
 #   firstiter `dustin`'s first iterations with the PTX cached: per-phase profile, autotune log
 #   ab        `$D/dustin-bench-base` (another commit's build) against the staged binary: the
-#             pair's shapes per mode, and `dustin`'s first iterations
+#             pair's shapes per mode (AB_MODES) and draft budget (AB_DB), alternated AB_ROUNDS
+#             times, and `dustin`'s first iterations (AB_FIRST=0: not)
+#   hostprof  `--host-profile` of `dustin` at the pair's shapes, with and without a draft budget
 #   draftncu  ncu over a `dustin` iteration at the pair's shapes (1 target layer): launches and
 #             GPU time per draft layer
 #   scoreab   attention scores with the logits in memory or summed in the kernel (`--score-mass
@@ -176,23 +178,48 @@ step_firstiter() {
 # its own, base then new, and `dustin`'s profiled first iterations (as `firstiter`)
 step_ab() {
     log "base against new"
-    local m bin
+    local m bin r db
     # `$D/dustin-bench-base`, and the staged `$D/dustin-bench` for "new"
     ln -sf dustin-bench "$D/dustin-bench-new"
-    for m in ar dense dustin; do
-        for bin in base new; do
-            BIN=$D/dustin-bench-$bin bash "$D/gpu_e2e.sh" run "pair_32k_b16_${m}_$bin" \
-                --target "$C/Qwen2.5-1.5B-Instruct.config.json" --ctx 32768 --batch 16 \
-                --budget 2048 --modes "$m" --accept "$ACC" "${TRACE[@]}" > /dev/null 2>&1
+    # AB_MODES (default "ar dense dustin"), AB_DB (draft budgets of the speculative rows, one
+    # process each, default 0), AB_ROUNDS (base, new alternated this many times, default 1),
+    # AB_FIRST=0 skips `dustin`'s first iterations
+    for r in $(seq 1 "${AB_ROUNDS:-1}"); do
+        for m in ${AB_MODES:-ar dense dustin}; do
+            for db in ${AB_DB:-0}; do
+                [ "$m" = ar ] && [ "$db" != "${AB_DB%% *}" ] && continue
+                for bin in base new; do
+                    BIN=$D/dustin-bench-$bin bash "$D/gpu_e2e.sh" run \
+                        "pair_32k_b16_${m}_db${db}_r${r}_$bin" \
+                        --target "$C/Qwen2.5-1.5B-Instruct.config.json" --ctx 32768 --batch 16 \
+                        --budget 2048 --modes "$m" --draft-budget "$db" --accept "$ACC" \
+                        "${TRACE[@]}" > /dev/null 2>&1
+                    log "rc=$? ab $m db$db r$r $bin"
+                done
+            done
         done
     done
-    for bin in base new; do
-        BIN=$D/dustin-bench-$bin WARMUP=0 ITERS=3 PROFILE=1 bash "$D/gpu_e2e.sh" run \
-            "firstiter_dustin_$bin" --target "$C/Qwen2.5-1.5B-Instruct.config.json" --ctx 32768 \
-            --batch 16 --budget 2048 --modes dustin --accept "$ACC" "${TRACE[@]}" \
-            > /dev/null 2>&1
-    done
+    if [ "${AB_FIRST:-1}" = 1 ]; then
+        for bin in base new; do
+            BIN=$D/dustin-bench-$bin WARMUP=0 ITERS=3 PROFILE=1 bash "$D/gpu_e2e.sh" run \
+                "firstiter_dustin_$bin" --target "$C/Qwen2.5-1.5B-Instruct.config.json" \
+                --ctx 32768 --batch 16 --budget 2048 --modes dustin --accept "$ACC" \
+                "${TRACE[@]}" > /dev/null 2>&1
+        done
+    fi
     log "ab done"
+}
+
+# where the host's time goes in `dustin`'s decoding at the pair's shapes, 32k, B=16, with and
+# without a draft budget (HOSTPROF_DB, default "0,2048"): `--host-profile` (sampled stacks
+# and per-phase wall times) in $R/host
+step_hostprof() {
+    log "hostprof"
+    ITERS=${HOSTPROF_ITERS:-24} LIMIT=${HOSTPROF_LIMIT:-200} bash "$D/gpu_e2e.sh" run \
+        pair_32k_b16_hostprof --target "$C/Qwen2.5-1.5B-Instruct.config.json" --ctx 32768 \
+        --batch 16 --budget 2048 --modes dustin --draft-budget "${HOSTPROF_DB:-0,2048}" \
+        --accept "$ACC" "${TRACE[@]}" --host-profile "$R/host" > /dev/null 2>&1
+    log "rc=$? hostprof"
 }
 
 # attention scores two ways side by side (`KernelConfig::score_mass`, or SCOREAB_FLAG, e.g.
@@ -402,7 +429,7 @@ job() {
     local step waited=0
     for step in ${STEPS:-shapes fidelity acceptance hf longbench}; do
         case $step in
-        check | shapes | memab | memlog | coldwarm | firstiter | ab | draftncu | scoreab | launchab) ;;
+        check | shapes | memab | memlog | coldwarm | firstiter | ab | draftncu | scoreab | launchab | hostprof) ;;
         *) [ $waited = 1 ] || weights; waited=1 ;;
         esac
         "step_$step"
