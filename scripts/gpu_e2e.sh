@@ -74,7 +74,7 @@ group() {
     shift
     mem_watch "$name"
     timeout "${LIMIT:-240}" "${BIN:-$D/dustin-bench}" e2e --device cuda --json "$OUT/e2e.jsonl" \
-        --accept "default=$TAU" --draft "$DRAFT" --warmup "${WARMUP:-3}" --iters "${ITERS:-6}" ${SYNC:+--sync-phases on} ${ROUNDS:+--rounds $ROUNDS} ${PROFILE:+--profile} --elementwise "${ELEMENTWISE:-fused}" --skinny-gemm "${SKINNY:-on}" --grouped-gemm "${GROUPED:-on}" --fused-residual "${RESIDUAL:-off}" --ragged-accept "${RAGGED:-off}" --kv-write-kernel "${KVWRITE:-on}" --skinny-kernel "${SKMMA:-auto}" ${RING:+--ring-config $RING} --verify-kernel "${VERIFYK:-auto}" "$@" 2>&1 | tee "$OUT/$name.txt"
+        --accept "default=$TAU" --draft "$DRAFT" --warmup "${WARMUP:-3}" --iters "${ITERS:-6}" ${SYNC:+--sync-phases on} ${ROUNDS:+--rounds $ROUNDS} ${PROFILE:+--profile} --elementwise "${ELEMENTWISE:-fused}" --skinny-gemm "${SKINNY:-on}" --grouped-gemm "${GROUPED:-on}" --fused-residual "${RESIDUAL:-off}" --rope-kv-write "${RKV:-off}" --ragged-accept "${RAGGED:-off}" --kv-write-kernel "${KVWRITE:-on}" --skinny-kernel "${SKMMA:-auto}" ${RING:+--ring-config $RING} --verify-kernel "${VERIFYK:-auto}" "$@" 2>&1 | tee "$OUT/$name.txt"
     echo "{\"group\":\"$name\",\"peak_mib\":$(mem_peak_max "$name")}" | tee -a "$OUT/mem.jsonl"
 }
 

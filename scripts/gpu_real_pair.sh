@@ -25,6 +25,8 @@
 #             pair's shapes per mode (AB_MODES) and draft budget (AB_DB), alternated AB_ROUNDS
 #             times, and `dustin`'s first iterations (AB_FIRST=0: not)
 #   hostprof  `--host-profile` of `dustin` at the pair's shapes, with and without a draft budget
+#   rkvab     RoPE and the cache write as one launch (`--rope-kv-write off,on`): the full
+#             `kernel-check`, then `ar`, `dense`, `dustin` at the pair's shapes in one process
 #   draftncu  ncu over a `dustin` iteration at the pair's shapes (1 target layer): launches and
 #             GPU time per draft layer
 #   scoreab   attention scores with the logits in memory or summed in the kernel (`--score-mass
@@ -265,6 +267,21 @@ step_launchab() {
     log "launchab done"
 }
 
+# RoPE and the cache write as one launch: every kernel's check (the new op's rows and the
+# model's, where it runs on the `model` path), then `--rope-kv-write off,on` with `ar`,
+# `dense` and `dustin` at the pair's shapes, 32k, B=16, with and without a draft budget
+# (RKVAB_DB, default "0,2048"), side by side in one process (RKVAB_EXTRA: more flags)
+step_rkvab() {
+    log "rkvab"
+    "$D/dustin-bench" kernel-check --device cuda > "$R/kernel-check-full.txt" 2>&1
+    log "rc=$? kernel-check: $(tail -1 "$R/kernel-check-full.txt")"
+    LIMIT=${RKVAB_LIMIT:-450} RKV=off,on bash "$D/gpu_e2e.sh" run pair_32k_b16_rkvab \
+        --target "$C/Qwen2.5-1.5B-Instruct.config.json" --ctx 32768 --batch 16 --budget 2048 \
+        --modes ar,dense,dustin --draft-budget "${RKVAB_DB:-0,2048}" ${RKVAB_EXTRA:-} \
+        --accept "$ACC" "${TRACE[@]}" > /dev/null 2>&1
+    log "rc=$? rkvab"
+}
+
 # every kernel of a speculative iteration under ncu (`gpu_e2e.sh draftncu`) at the pair's
 # shapes: the 1.5B cut to 1 layer, the 0.5B draft, 32k, B=16, `dustin`: launches and GPU time
 # per draft layer
@@ -429,7 +446,7 @@ job() {
     local step waited=0
     for step in ${STEPS:-shapes fidelity acceptance hf longbench}; do
         case $step in
-        check | shapes | memab | memlog | coldwarm | firstiter | ab | draftncu | scoreab | launchab | hostprof) ;;
+        check | shapes | memab | memlog | coldwarm | firstiter | ab | draftncu | scoreab | launchab | hostprof | rkvab) ;;
         *) [ $waited = 1 ] || weights; waited=1 ;;
         esac
         "step_$step"

@@ -420,7 +420,130 @@ pub fn check_elementwise<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<Ch
             Err(e) => rows_out.push(row::<B, 4>(case, "kv_write_pair", Err(e), &want, bound)),
         }
     }
+    rows_out.extend(check_rope_kv_write::<B>(device, bound));
     rows_out.extend(check_dustin_ops::<B>(device, bound));
+    rows_out
+}
+
+/// [`KernelOps::rope_kv_write`](crate::MemoryOps::rope_kv_write) against float64 RoPE
+/// ([`reference::rope`], Qwen2.5's theta 1e6) and a host-side cache write: queries, keys and
+/// values made as `[batch, n, heads, d]` and viewed as `[batch, heads, n, d]` (as the model's
+/// projections give them), each token at position `starts[b] + i`, a ragged batch and equal
+/// starts. Four rows a case: the rotated queries and keys, and both whole caches (so a write
+/// past its rows or into another sequence fails as well as a missing one).
+fn check_rope_kv_write<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<CheckRow> {
+    let mut rows_out = Vec::new();
+    let theta: f64 = 1e6;
+    let (b, nh, kvh, cap, n, d) = (3, 7, 2, 40, 5, 128);
+    // [b, n, h, d] values of `h` heads, and the same as [b, h, n, d] host order
+    let strided = |h: usize, seed: u64| {
+        let bnhd = reference::random_bf16(b * n * h * d, 3.0, seed);
+        let mut bhnd = vec![0f32; bnhd.len()];
+        for bi in 0..b {
+            for t in 0..n {
+                for hi in 0..h {
+                    let (to, from) = (((bi * h + hi) * n + t) * d, ((bi * n + t) * h + hi) * d);
+                    bhnd[to..to + d].copy_from_slice(&bnhd[from..from + d]);
+                }
+            }
+        }
+        let t = Tensor::<B, 4>::from_data(TensorData::new(bnhd, vec![b, n, h, d]), device);
+        (t.swap_dims(1, 2), bhnd)
+    };
+    for (i, starts) in [vec![0usize, 17, 35], vec![9, 9, 9]]
+        .into_iter()
+        .enumerate()
+    {
+        let seed = 8100 + 10 * i as u64;
+        let positions: Vec<usize> = (0..b * n).map(|j| starts[j / n] + j % n).collect();
+        let half = d / 2;
+        let (mut cos, mut sin) = (vec![0f32; b * n * d], vec![0f32; b * n * d]);
+        for (j, &p) in positions.iter().enumerate() {
+            for c in 0..half {
+                let a = p as f64 * theta.powf(-(2.0 * c as f64) / d as f64);
+                cos[j * d + c] = a.cos() as f32;
+                cos[j * d + half + c] = a.cos() as f32;
+                sin[j * d + c] = -a.sin() as f32;
+                sin[j * d + half + c] = a.sin() as f32;
+            }
+        }
+        let (qt, q) = strided(nh, seed);
+        let (kt, k) = strided(kvh, seed + 1);
+        let (vt, v) = strided(kvh, seed + 2);
+        let kcache = reference::random_bf16(b * kvh * cap * d, 2.0, seed + 3);
+        let vcache = reference::random_bf16(b * kvh * cap * d, 2.0, seed + 4);
+        let qwant = reference::rope(&q, &positions, theta, [b, nh, n, d]);
+        let kwant = reference::rope(&k, &positions, theta, [b, kvh, n, d]);
+        // the cache with new row `r` of sequence `bb`, head `hh` written at `starts[bb] + r`
+        let written = |cache: &[f32], new: &dyn Fn(usize) -> f64| {
+            let mut want: Vec<f64> = cache.iter().map(|&x| f64::from(x)).collect();
+            for (bb, &st) in starts.iter().enumerate() {
+                for hh in 0..kvh {
+                    for r in 0..n {
+                        let (to, from) = (
+                            ((bb * kvh + hh) * cap + st + r) * d,
+                            ((bb * kvh + hh) * n + r) * d,
+                        );
+                        for c in 0..d {
+                            want[to + c] = new(from + c);
+                        }
+                    }
+                }
+            }
+            want
+        };
+        let kcwant = written(&kcache, &|j| kwant[j]);
+        let vcwant = written(&vcache, &|j| f64::from(v[j]));
+        let ct = |x: Vec<f32>| {
+            Tensor::<B, 4>::from_data(TensorData::new(x, vec![b, kvh, cap, d]), device)
+        };
+        let table =
+            |x: Vec<f32>| Tensor::<B, 4>::from_data(TensorData::new(x, vec![b, 1, n, d]), device);
+        let case =
+            format!("q [{b}, {nh}, {n}, {d}], kv [{b}, {kvh}, {cap}, {d}] at {starts:?}, strided");
+        match B::rope_kv_write(
+            qt,
+            kt,
+            vt,
+            table(cos),
+            table(sin),
+            ct(kcache),
+            ct(vcache),
+            &starts,
+        ) {
+            Ok(out) => {
+                rows_out.push(row(
+                    case.clone(),
+                    "rope_kv_write q",
+                    Ok(out.q),
+                    &qwant,
+                    bound,
+                ));
+                rows_out.push(row(
+                    case.clone(),
+                    "rope_kv_write k",
+                    Ok(out.k),
+                    &kwant,
+                    bound,
+                ));
+                rows_out.push(row(
+                    case.clone(),
+                    "rope_kv_write k cache",
+                    Ok(out.k_dst),
+                    &kcwant,
+                    bound,
+                ));
+                rows_out.push(row(
+                    case,
+                    "rope_kv_write v cache",
+                    Ok(out.v_dst),
+                    &vcwant,
+                    bound,
+                ));
+            }
+            Err(e) => rows_out.push(row::<B, 4>(case, "rope_kv_write", Err(e), &qwant, bound)),
+        }
+    }
     rows_out
 }
 

@@ -402,6 +402,11 @@ pub struct KernelConfig {
     /// [`KernelOps::kv_write_pair`](crate::MemoryOps::kv_write_pair) (`on`) or Burn's slice-assigns (`off`). Default
     /// `auto`: [`KernelOps::ATTENTION_KERNELS`](crate::AttentionOps::ATTENTION_KERNELS).
     pub kv_write: Switch,
+    /// Whether a layer's RoPE of its queries and keys and its cache write run as one
+    /// [`KernelOps::rope_kv_write`](crate::MemoryOps::rope_kv_write) (`on`, with the
+    /// element-wise kernels and `kv_write` on: one launch on CUDA where they take three).
+    /// Default `auto`: off.
+    pub rope_kv_write: Switch,
     /// Which kernel runs verification and decoding attention on CUDA. Default
     /// [`AttentionKernel::Auto`]: the flash kernel at every shape (at B=8, 32k it took 0.36x
     /// the split kernel's time at Qwen2.5-7B's verification, 0.34x at 72B's and 0.67x at the
@@ -516,6 +521,7 @@ impl Default for KernelConfig {
             quant_prefill: Switch::Auto,
             fused_residual: Switch::Auto,
             kv_write: Switch::Auto,
+            rope_kv_write: Switch::Auto,
             verify_kernel: AttentionKernel::Auto,
             score_kernel: AttentionKernel::Auto,
             score_mass: Switch::Auto,

@@ -121,8 +121,8 @@ pub mod prelude {
 }
 
 pub use ops::{
-    AttentionOps, CollectiveOps, ElementwiseOps, KernelBackend, KernelOps, LinearOps, MemoryOps,
-    SelectionOps,
+    check_rope_kv_write, AttentionOps, CollectiveOps, ElementwiseOps, KernelBackend, KernelOps,
+    LinearOps, MemoryOps, RopedKv, SelectionOps,
 };
 
 /// Checks a tensor-parallel device group: at least two devices, none twice.

@@ -414,12 +414,19 @@ fn bad_input_is_an_error_not_a_panic() {
 /// the five cases split over `k` with biases on some weights; SwiGLU: 5),
 /// the prefill GEMM (4 rows, a transposed weight view among them) and three products of one
 /// `x` together (3 rows: `prefill_linear_many`), the cache writes (2 rows
-/// of `kv_write`, 4 of `kv_write_pair`), the `dustin` fold and mix (2 rows each) of the plain
+/// of `kv_write`, 4 of `kv_write_pair`), RoPE with the cache write (8 rows of
+/// `rope_kv_write`), the `dustin` fold and mix (2 rows each) of the plain
 /// path against float64 loops; f32, so within 1e-5.
 #[test]
 fn elementwise_ops_match_float64() {
     let rows = dustin_kernels::check::check_elementwise::<Flex>(&dev(), 1e-5);
-    assert_eq!(rows.len(), 74, "{rows:?}");
+    assert_eq!(rows.len(), 82, "{rows:?}");
+    assert_eq!(
+        rows.iter()
+            .filter(|r| r.op.starts_with("rope_kv_write"))
+            .count(),
+        8
+    );
     assert_eq!(rows.iter().filter(|r| r.op == "prefill_gemm").count(), 4);
     assert_eq!(
         rows.iter().filter(|r| r.op == "prefill_gemm_many").count(),
@@ -437,6 +444,9 @@ fn elementwise_ops_match_float64() {
         "kv_write",
         "kv_write_pair k",
         "kv_write_pair v",
+        "rope_kv_write q",
+        "rope_kv_write k cache",
+        "rope_kv_write v cache",
         "fold_rows",
         "mix_scores",
     ] {
@@ -453,6 +463,7 @@ fn elementwise_ops_match_float64() {
             "kv_write",
             "kv_write_pair k",
             "kv_write_pair v",
+            "rope_kv_write v cache",
         ]
         .contains(&r.op)
         {
@@ -505,6 +516,25 @@ fn elementwise_ops_name_bad_shapes() {
         "{err}"
     );
     let err = Flex::kv_write_pair(cache(), cache(), rows(2), rows(2), &[0, 7]).unwrap_err();
+    assert!(
+        matches!(err, KernelError::InvalidInput { name: "starts", .. }),
+        "{err}"
+    );
+    // RoPE with the cache write: keys of another length than the queries, a cos table of
+    // another length, a start past the capacity
+    let q = || Tensor::<Flex, 4>::ones([2, 3, 2, 4], &dev());
+    let table = |n: usize| Tensor::<Flex, 4>::ones([2, 1, n, 4], &dev());
+    let rkw = |k, cos, starts: &[usize]| {
+        Flex::rope_kv_write(q(), k, rows(2), cos, table(2), cache(), cache(), starts).unwrap_err()
+    };
+    let err = rkw(rows(3), table(2), &[0, 0]);
+    assert!(matches!(err, KernelError::Shape { name: "k", .. }), "{err}");
+    let err = rkw(rows(2), table(3), &[0, 0]);
+    assert!(
+        matches!(err, KernelError::Shape { name: "cos", .. }),
+        "{err}"
+    );
+    let err = rkw(rows(2), table(2), &[0, 7]);
     assert!(
         matches!(err, KernelError::InvalidInput { name: "starts", .. }),
         "{err}"

@@ -39,7 +39,8 @@ pub const CHECK_CONFIG: &str = r#"{
 /// decode step's `[2, 1, vocab]`, the verification's `[2, 5, vocab]`; a row whose logits do not
 /// have that length on either side fails with the lengths as its error. Three more (op
 /// `model+grp`) with the grouped q/k/v and gate/up GEMMs on ([`Qwen2::with_grouped_gemm`]),
-/// so a failure says which path it is in.
+/// so a failure says which path it is in. RoPE and the cache write run as one op
+/// ([`Qwen2::with_rope_kv_write`]) on the `model` path and as three on `model+grp`.
 ///
 /// # Errors
 /// A model error of either path (building the model, the forward passes, reading logits back).
@@ -61,8 +62,12 @@ pub fn check_model<B: KernelOps>(device: &B::Device, bound: f64) -> Result<Vec<C
         .with_grouped_gemm(false)
         .with_fused_residual(true)
         .with_kv_write_kernel(true)
+        .with_rope_kv_write(true)
         .with_prefill_gemm(true);
-    let grouped_path = kernel_path.clone().with_grouped_gemm(true);
+    let grouped_path = kernel_path
+        .clone()
+        .with_grouped_gemm(true)
+        .with_rope_kv_write(false);
     let mut rows = compare(&model_path, &kernel_path, bound, "model")?;
     rows.extend(compare(&model_path, &grouped_path, bound, "model+grp")?);
     Ok(rows)

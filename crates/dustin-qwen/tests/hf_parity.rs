@@ -18,6 +18,12 @@ fn load(name: &str) -> (Qwen2<B>, Reference) {
     (common::load(name), common::reference(name))
 }
 
+/// As [`load`], with each layer's RoPE and cache write as one op or three.
+fn load_rope_kv(name: &str, one_op: bool) -> (Qwen2<B>, Reference) {
+    let (m, r) = load(name);
+    (m.with_rope_kv_write(one_op), r)
+}
+
 fn rows(t: Tensor<B, 3>) -> Vec<Vec<f32>> {
     let [b, n, v] = t.dims();
     let d: Vec<f32> = t.into_data().convert::<f32>().into_vec().expect("f32");
@@ -42,7 +48,11 @@ fn decode(model: &Qwen2<B>, cache: &mut dustin_kv::DenseKvCache<B>, toks: &[u32]
 }
 
 fn check_single(name: &str, chunk: usize) {
-    let (model, r) = load(name);
+    check_single_with(name, chunk, false);
+}
+
+fn check_single_with(name: &str, chunk: usize, rope_kv: bool) {
+    let (model, r) = load_rope_kv(name, rope_kv);
     for (ci, case) in r.cases.iter().enumerate() {
         let (mut cache, _, all) = prefill(
             &model,
@@ -77,7 +87,11 @@ fn check_single(name: &str, chunk: usize) {
 }
 
 fn check_batch(name: &str) {
-    let (model, r) = load(name);
+    check_batch_with(name, false);
+}
+
+fn check_batch_with(name: &str, rope_kv: bool) {
+    let (model, r) = load_rope_kv(name, rope_kv);
     let prompts: Vec<Vec<u32>> = r.cases.iter().map(|c| c.prompt.clone()).collect();
     assert!(
         prompts.len() >= 2 && prompts[0].len() != prompts[1].len(),
@@ -117,6 +131,14 @@ fn qwen2_gqa7_matches_transformers() {
     check_single("qwen2-gqa7", 512);
     check_single("qwen2-gqa7", 3);
     check_batch("qwen2-gqa7");
+}
+
+/// RoPE of the queries and keys and the cache write as one op (`Qwen2::with_rope_kv_write`,
+/// `KernelOps::rope_kv_write`): prefill in chunks, decode steps, a ragged batch.
+#[test]
+fn rope_with_cache_write_as_one_op_matches_transformers() {
+    check_single_with("qwen2-gqa7", 3, true);
+    check_batch_with("qwen2-gqa7", true);
 }
 
 #[test]

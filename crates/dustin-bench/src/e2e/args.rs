@@ -190,6 +190,14 @@ pub struct E2eArgs {
     /// batches differ (`--ragged-accept on`); the same caches either way.
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub kv_write_kernel: OnOff,
+    /// Each layer's RoPE of its queries and keys and its cache write as one
+    /// `KernelOps::rope_kv_write` (`on`, `Qwen2::with_rope_kv_write`: one launch on CUDA
+    /// where they take three) or not (`off`, the default). Needs `--elementwise fused` and
+    /// `--kv-write-kernel on`; the same values either way. A list (`off,on`) runs every mode
+    /// once per setting, side by side in one process (the table's mode then says `+rkv` for
+    /// `on`).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "off")]
+    pub rope_kv_write: Vec<OnOff>,
     /// How the `dustin` estimator folds its history and mixes it with the lookahead on CUDA
     /// (`KernelConfig::estimator_kernels`): one kernel each (`on`, the default:
     /// `KernelOps::fold_rows` and `KernelOps::mix_scores`), for the mix only (`mix`), for the

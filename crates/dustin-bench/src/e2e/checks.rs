@@ -81,6 +81,7 @@ pub(super) fn validate(a: &E2eArgs) -> Result<(), CliError> {
     no_repeats("--batch", &a.batch)?;
     no_repeats("--draft-budget", &a.draft_budget)?;
     no_repeats("--fused-residual", &a.fused_residual)?;
+    no_repeats("--rope-kv-write", &a.rope_kv_write)?;
     no_repeats("--lookahead-scoring", &a.lookahead_scoring)?;
     // by the written form (`last:1`), not the enum's debug name
     no_repeats_named("--lookahead-layers", &a.lookahead_layers, |v| v.to_string())?;

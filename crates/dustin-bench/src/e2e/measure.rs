@@ -98,13 +98,14 @@ pub(super) fn measure<B: KernelOps>(
     );
     // always set: the models' own default is on where the backend has fused kernels, so
     // `plain` / `off` must be asked for explicitly
-    let with = |m: &Qwen2<B>, residual: OnOff| {
+    let with = |m: &Qwen2<B>, residual: OnOff, rope_kv: OnOff| {
         let kernels = KernelConfig {
             elementwise: fused.into(),
             skinny_gemm: skinny.into(),
             grouped_gemm: grouped.into(),
             fused_residual: (residual == OnOff::On).into(),
             kv_write: kv_write.into(),
+            rope_kv_write: (rope_kv == OnOff::On).into(),
             skinny_kernel: args.skinny_kernel,
             ring: args.ring_config,
             verify_kernel: args.verify_kernel,
@@ -115,8 +116,9 @@ pub(super) fn measure<B: KernelOps>(
         };
         Arc::new(m.clone().with_kernel_config(kernels))
     };
-    // one (target, draft) pair per `--fused-residual` setting (clones share the weights)
-    type Pair<B> = (OnOff, Arc<Qwen2<B>>, Option<Arc<Qwen2<B>>>);
+    // one (target, draft) pair per (`--fused-residual`, `--rope-kv-write`) setting (clones
+    // share the weights)
+    type Pair<B> = ((OnOff, OnOff), Arc<Qwen2<B>>, Option<Arc<Qwen2<B>>>);
     // (one setting where the backend has no fused kernels or they are off: the rows would
     // be the same)
     let residuals = if B::FUSED && fused {
@@ -124,9 +126,18 @@ pub(super) fn measure<B: KernelOps>(
     } else {
         &args.fused_residual[..1]
     };
+    let rope_kvs = if B::FUSED && fused && kv_write {
+        &args.rope_kv_write[..]
+    } else {
+        &args.rope_kv_write[..1]
+    };
     let pairs: Vec<Pair<B>> = residuals
         .iter()
-        .map(|&r| (r, with(&target, r), draft.as_deref().map(|d| with(d, r))))
+        .flat_map(|&r| rope_kvs.iter().map(move |&k| (r, k)))
+        .map(|(r, k)| {
+            let d = draft.as_deref().map(|d| with(d, r, k));
+            ((r, k), with(&target, r, k), d)
+        })
         .collect();
     let target = &pairs[0].1;
     let world = target.tp().map_or(1, |(_, w)| w) as f64;
@@ -243,7 +254,7 @@ pub(super) fn measure<B: KernelOps>(
                     } else {
                         OnOff::On
                     };
-                    let residual = *residual;
+                    let (residual, rope_kv) = *residual;
                     // the settings in effect for this row (the CPU has neither kernel)
                     let est_kernels = if B::FUSED && uses_dustin_estimator(mode) {
                         est_kernels
@@ -275,12 +286,16 @@ pub(super) fn measure<B: KernelOps>(
                     let (target, draft) = (&row(target), draft.as_ref().map(row));
                     // the mode's name in the table, profiles and JSON rows: `+res` where a list of
                     // settings ran it with the fused residual in effect
-                    let mut label = if pairs.len() > 1 && residual == OnOff::On && B::FUSED && fused
-                    {
+                    let mut label = if residuals.len() > 1 && residual == OnOff::On {
                         format!("{mode}+res")
                     } else {
                         mode.clone()
                     };
+                    // `+rkv` where a list of settings ran it with RoPE and the cache write as one
+                    // op
+                    if rope_kvs.len() > 1 && rope_kv == OnOff::On {
+                        label.push_str("+rkv");
+                    }
                     // `+db<n>` where the draft attends to a selection of n tokens
                     if mode != "ar" && draft_budget > 0 {
                         label.push_str(&format!("+db{draft_budget}"));
@@ -622,6 +637,11 @@ pub(super) fn measure<B: KernelOps>(
                             args.ragged_accept
                         },
                         kv_write_kernel: args.kv_write_kernel,
+                        rope_kv_write: if B::FUSED && fused && kv_write {
+                            rope_kv
+                        } else {
+                            OnOff::Off
+                        },
                         skinny_kernel: args.skinny_kernel,
                         ring_config: args.ring_config.to_string(),
                         verify_kernel: args.verify_kernel,

@@ -111,6 +111,8 @@ pub struct Row {
     pub ragged_accept: OnOff,
     /// `--kv-write-kernel`.
     pub kv_write_kernel: OnOff,
+    /// `--rope-kv-write` (with the fused element-wise ops and the cache-write kernel only).
+    pub rope_kv_write: OnOff,
     /// `--skinny-kernel` (CUDA only; the CPU has neither).
     pub skinny_kernel: SkinnyKernel,
     /// `--ring-config` (CUDA only).

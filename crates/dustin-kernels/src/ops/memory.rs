@@ -1,7 +1,8 @@
 //! [`MemoryOps`]: the memory ops of [`KernelOps`](crate::KernelOps).
 
-use super::KernelBackend;
+use super::{ElementwiseOps, KernelBackend};
 use crate::check_kv_write_pair;
+use crate::check_rope;
 use crate::plain;
 use crate::KernelError;
 use crate::PinnedHost;
@@ -12,10 +13,24 @@ use crate::*;
 use burn_tensor::Tensor;
 use burn_tensor::TensorData;
 
+/// What [`KernelOps::rope_kv_write`](crate::MemoryOps::rope_kv_write) returns: the rotated
+/// queries and keys, and the updated caches.
+#[derive(Debug, Clone)]
+pub struct RopedKv<B: burn_tensor::backend::Backend> {
+    /// RoPE of the queries, contiguous `[batch, heads, n, head_dim]`.
+    pub q: Tensor<B, 4>,
+    /// RoPE of the new keys, contiguous `[batch, kv_heads, n, head_dim]` (what the cache got).
+    pub k: Tensor<B, 4>,
+    /// The key cache `[batch, kv_heads, capacity, head_dim]` with the rotated keys written.
+    pub k_dst: Tensor<B, 4>,
+    /// The value cache with the new values written.
+    pub v_dst: Tensor<B, 4>,
+}
+
 /// KV-cache writes and views, device memory, and uploads from page-locked host memory.
 ///
 /// Part of [`KernelOps`](crate::KernelOps); every method defaults to the plain path.
-pub trait MemoryOps: KernelBackend {
+pub trait MemoryOps: KernelBackend + ElementwiseOps {
     /// Writes the new keys (or values) of every sequence into a layer's cache at that
     /// sequence's own position: `dst[b, h, starts[b] + i, :] = src[b, h, i, :]` for
     /// `i < n`. `dst` `[batch, kv_heads, capacity, head_dim]`, `src` `[batch, kv_heads, n,
@@ -64,6 +79,39 @@ pub trait MemoryOps: KernelBackend {
             Self::kv_write(k_dst, k_src, starts)?,
             Self::kv_write(v_dst, v_src, starts)?,
         ))
+    }
+
+    /// A layer's RoPE and cache write as one op: [`KernelOps::rope`](crate::ElementwiseOps::rope)
+    /// of the new queries `q` `[batch, heads, n, head_dim]` and keys `k` `[batch, kv_heads, n,
+    /// head_dim]` (any strides; `cos` / `sin` `[batch, 1, n, head_dim]` as `rope` takes them),
+    /// then [`KernelOps::kv_write_pair`](crate::MemoryOps::kv_write_pair) of the rotated keys
+    /// and the values `v` into `k_dst` / `v_dst` at `starts`. The default is those three
+    /// calls; on CUDA it is one launch (three before: each a few microseconds of host time,
+    /// which binds a decoding step at small batches, docs/perf.md).
+    ///
+    /// # Errors
+    /// As `rope` for `q` or `k` and as `kv_write_pair`, checked before anything is written;
+    /// [`KernelError::Shape`] naming `k` when it is not `[batch, _, n, head_dim]` of `q`.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_kv_write(
+        q: Tensor<Self, 4>,
+        k: Tensor<Self, 4>,
+        v: Tensor<Self, 4>,
+        cos: Tensor<Self, 4>,
+        sin: Tensor<Self, 4>,
+        k_dst: Tensor<Self, 4>,
+        v_dst: Tensor<Self, 4>,
+        starts: &[usize],
+    ) -> Result<RopedKv<Self>> {
+        check_rope_kv_write(
+            [q.dims(), k.dims(), v.dims(), cos.dims(), sin.dims()],
+            [k_dst.dims(), v_dst.dims()],
+            starts,
+        )?;
+        let q = Self::rope(q, cos.clone(), sin.clone())?;
+        let k = Self::rope(k, cos, sin)?;
+        let (k_dst, v_dst) = Self::kv_write_pair(k_dst, v_dst, k.clone(), v, starts)?;
+        Ok(RopedKv { q, k, k_dst, v_dst })
     }
 
     /// The first `len` positions of a KV-cache tensor `k` `[batch, kv_heads, capacity,
@@ -125,4 +173,28 @@ pub trait MemoryOps: KernelBackend {
             "page-locked uploads on this backend (it has no page-locked memory)".into(),
         ))
     }
+}
+
+/// Checks [`KernelOps::rope_kv_write`](crate::MemoryOps::rope_kv_write)'s shapes: `src` `[q, k,
+/// v, cos, sin]`, `dst` `[k_dst, v_dst]`.
+///
+/// # Errors
+/// [`KernelError::Shape`] naming the first input that does not match;
+/// [`KernelError::InvalidInput`] for an odd `head_dim` or bad `starts`.
+pub fn check_rope_kv_write(
+    src: [[usize; 4]; 5],
+    dst: [[usize; 4]; 2],
+    starts: &[usize],
+) -> Result<()> {
+    let [q, k, v, cos, sin] = src;
+    check_rope(q, cos, sin)?;
+    let [b, _, n, d] = q;
+    if k[0] != b || k[2] != n || k[3] != d {
+        return Err(KernelError::Shape {
+            name: "k",
+            expected: vec![b, k[1], n, d],
+            found: k.to_vec(),
+        });
+    }
+    check_kv_write_pair(dst, [k, v], starts)
 }

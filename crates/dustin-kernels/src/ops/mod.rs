@@ -18,7 +18,7 @@ pub use backend::KernelBackend;
 pub use collective::CollectiveOps;
 pub use elementwise::ElementwiseOps;
 pub use linear::LinearOps;
-pub use memory::MemoryOps;
+pub use memory::{check_rope_kv_write, MemoryOps, RopedKv};
 pub use selection::SelectionOps;
 
 /// Fused attention, scoring and selection ops; implemented per backend.

@@ -187,19 +187,52 @@ impl<B: KernelOps> Qwen2<B> {
                 v.reshape([batch, n, kvh, hd]).swap_dims(1, 2),
             ))
         })?;
-        let (q, k) = timer.time("rope", || -> Result<_> {
-            Ok((self.rope_forward(rope, q)?, self.rope_forward(rope, k)?))
-        })?;
-        timer.time("kv_append", || {
-            if self.kernels.kv_write.resolve(B::ATTENTION_KERNELS) {
-                cache.append_pair_with(li, k.clone(), v.clone(), |kd, vd, ks, vs, lens| {
-                    B::kv_write_pair(kd, vd, ks, vs, lens)
-                        .map_err(|e| dustin_core::CoreError::Model(format!("kv_write_pair: {e}")))
+        let kv_kernel = self.kernels.kv_write.resolve(B::ATTENTION_KERNELS);
+        let (q, k) = if kv_kernel
+            && self.kernels.rope_kv_write.resolve(false)
+            && self.kernels.elementwise.resolve(B::ELEMENTWISE_KERNELS)
+        {
+            // one op: the cache takes the rotated keys the op returns (the closure runs once)
+            let roped = std::cell::RefCell::new(None);
+            timer.time("rope_kv_append", || {
+                cache.append_pair_with(li, k, v.clone(), |kd, vd, ks, vs, lens| {
+                    let out = B::rope_kv_write(
+                        q.clone(),
+                        ks,
+                        vs,
+                        rope.cos.clone(),
+                        rope.sin.clone(),
+                        kd,
+                        vd,
+                        lens,
+                    )
+                    .map_err(|e| dustin_core::CoreError::Model(format!("rope_kv_write: {e}")))?;
+                    *roped.borrow_mut() = Some((out.q, out.k));
+                    Ok((out.k_dst, out.v_dst))
                 })
-            } else {
-                cache.append(li, k.clone(), v.clone())
-            }
-        })?;
+            })?;
+            roped.into_inner().ok_or_else(|| {
+                QwenError::Core(dustin_core::CoreError::Model(
+                    "rope_kv_write: no output".into(),
+                ))
+            })?
+        } else {
+            let (q, k) = timer.time("rope", || -> Result<_> {
+                Ok((self.rope_forward(rope, q)?, self.rope_forward(rope, k)?))
+            })?;
+            timer.time("kv_append", || {
+                if kv_kernel {
+                    cache.append_pair_with(li, k.clone(), v.clone(), |kd, vd, ks, vs, lens| {
+                        B::kv_write_pair(kd, vd, ks, vs, lens).map_err(|e| {
+                            dustin_core::CoreError::Model(format!("kv_write_pair: {e}"))
+                        })
+                    })
+                } else {
+                    cache.append(li, k.clone(), v.clone())
+                }
+            })?;
+            (q, k)
+        };
         // keys every sequence needs, padded to KV_VIEW_MULTIPLE positions (the padding is
         // past every sequence's own length, where readers mask, as for the shorter sequences
         // of a ragged batch)

@@ -305,6 +305,16 @@ impl<B: Backend> Qwen2<B> {
         self
     }
 
+    /// Runs each layer's RoPE of its new queries and keys and the cache write of its keys and
+    /// values as one [`KernelOps::rope_kv_write`](dustin_kernels::MemoryOps::rope_kv_write)
+    /// (`true`; with the fused element-wise ops and the cache-write kernel on), one launch on
+    /// CUDA where the separate ops take three. Off by default. The same values either way
+    /// (the same rounding as `rope`, and a copy).
+    pub fn with_rope_kv_write(mut self, on: bool) -> Self {
+        self.kernels.rope_kv_write = Switch::from(on);
+        self
+    }
+
     /// Whether an offloaded layer is copied to the device by a helper thread while the layer
     /// before it computes (`true`, the default) or when its turn comes (`false`). Both compute
     /// the same values; the benchmark compares their speed.

@@ -170,6 +170,105 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> MemoryOps for Cube<F, I, B
         ))
     }
 
+    fn rope_kv_write(
+        q: Tensor<Self, 4>,
+        k: Tensor<Self, 4>,
+        v: Tensor<Self, 4>,
+        cos: Tensor<Self, 4>,
+        sin: Tensor<Self, 4>,
+        k_dst: Tensor<Self, 4>,
+        v_dst: Tensor<Self, 4>,
+        starts: &[usize],
+    ) -> Result<crate::RopedKv<Self>> {
+        crate::check_rope_kv_write(
+            [q.dims(), k.dims(), v.dims(), cos.dims(), sin.dims()],
+            [k_dst.dims(), v_dst.dims()],
+            starts,
+        )?;
+        let fd = q.dtype();
+        // before anything is consumed: the caches come back unchanged on an error
+        if [&k, &v, &cos, &sin, &k_dst, &v_dst]
+            .iter()
+            .any(|t| t.dtype() != fd)
+        {
+            return Err(KernelError::Unsupported(
+                "rope_kv_write of tensors of different dtypes".into(),
+            ));
+        }
+        let [b, nh, n, d] = q.dims();
+        let kvh = k.dims()[1];
+        if n == 0 || d > 1024 {
+            let q = Self::rope(q, cos.clone(), sin.clone())?;
+            let k = Self::rope(k, cos, sin)?;
+            let (k_dst, v_dst) = Self::kv_write_pair(k_dst, v_dst, k.clone(), v, starts)?;
+            return Ok(crate::RopedKv { q, k, k_dst, v_dst });
+        }
+        let device = k_dst.device();
+        let [dk, dv, sq, sk, sv, tc, ts] =
+            [k_dst, v_dst, q, k, v, cos, sin].map(|t| float_prim(t).tensor());
+        // in place, as Burn's slice-assign: a shared or overlapping cache is copied first
+        let own = |t: Ct| {
+            if t.can_mut() && t.is_nonoverlapping() {
+                t
+            } else {
+                t.copy()
+            }
+        };
+        let (dk, dv) = (own(dk), own(dv));
+        let ragged = !starts.windows(2).all(|w| w[0] == w[1]);
+        // equal starts go as one scalar (`sk` stands in for the unread `starts` binding)
+        let st = if ragged {
+            ctx_tensor::<F, I, BT>(starts, &device)
+        } else {
+            sk.clone()
+        };
+        let id: DType = <I as burn_tensor::Element>::dtype();
+        let s4 = |t: &Ct| {
+            let s = t.meta.strides();
+            [s[0] as u32, s[1] as u32, s[2] as u32, s[3] as u32]
+        };
+        let ([a0, a1, a2, a3], [b0, b1, b2, b3]) = (s4(&sk), s4(&sv));
+        let ([c0, c1, c2, c3], [e0, e1, e2, e3]) = (s4(&dk), s4(&dv));
+        let kv = kernels::KvPairStridesLaunch::new(
+            a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3, e0, e1, e2, e3,
+        );
+        let [q0, q1, q2, q3] = s4(&sq);
+        let ([x0, _, x2, x3], [y0, _, y2, y3]) = (s4(&tc), s4(&ts));
+        let rs = kernels::RopeStridesLaunch::new(q0, q1, q2, q3, x0, x2, x3, y0, y2, y3);
+        let qo = empty(&sq, vec![b, nh, n, d], fd);
+        let ko = empty(&sk, vec![b, kvh, n, d], fd);
+        let client = dk.client.clone();
+        kernels::rope_kv_write_kernel::launch::<CudaRuntime>(
+            &client,
+            CubeCount::Static(n as u32, (nh + kvh) as u32, b as u32),
+            CubeDim::new_1d(d as u32),
+            sq.into_array_arg(),
+            sk.into_array_arg(),
+            sv.into_array_arg(),
+            tc.into_array_arg(),
+            ts.into_array_arg(),
+            st.into_array_arg(),
+            qo.clone().into_array_arg(),
+            ko.clone().into_array_arg(),
+            dk.clone().into_array_arg(),
+            dv.clone().into_array_arg(),
+            rs,
+            kv,
+            nh as u32,
+            starts.first().copied().unwrap_or(0) as u32,
+            ragged,
+            d,
+            [fd.into(), id.into()],
+        );
+        let t = |c: Ct| Tensor::from_primitive(TensorPrimitive::Float(c));
+        Ok(crate::RopedKv {
+            q: t(qo),
+            k: t(ko),
+            k_dst: t(dk),
+            v_dst: t(dv),
+        })
+    }
+
     fn pin_host(data: &TensorData, device: &Self::Device) -> Result<Option<crate::PinnedHost>> {
         let shape: Vec<usize> = data.shape.iter().copied().collect();
         let [rows, cols] = shape[..] else {
