@@ -9,8 +9,8 @@
 //! the shares, not the sum, and time the real run without the label. Under tensor parallelism
 //! only rank 0 records.
 //!
-//! Phases of a layer: `input_norm`, `qkv` (the q, k, v projections), `rope`, `kv_append`,
-//! `select` (the attention hook: estimation and selection), `key_mass` (scoring kernel for
+//! Phases of a layer: `input_norm`, `qkv` (the q, k, v projections), `rope`, `kv_append`
+//! (or `rope_kv_append` for both as one op, `Qwen2::with_rope_kv_write`), `select` (the attention hook: estimation and selection), `key_mass` (scoring kernel for
 //! hooks that want the mass per key), `attention` (fused kernel or the plain path), `o_proj`,
 //! `all_reduce` (tensor parallel only), `post_norm`, `mlp` (gate, up, SiLU, product, down),
 //! `stage` (copying an offloaded layer in without prefetching); per pass: `embed`, `lm_head`
