@@ -227,6 +227,38 @@ impl<B: Backend> DenseKvCache<B> {
         })
     }
 
+    /// Sequence `seq` of this cache as a batch-1 cache (its K/V over the whole capacity, and
+    /// its length): views of this cache's layers where the backend makes one, so the first
+    /// write into a layer copies that layer (one sequence's worth), and this cache is not
+    /// written.
+    ///
+    /// # Errors
+    /// [`CoreError::InvalidInput`] for `seq` outside the batch; [`CoreError::Model`] for a
+    /// layer lost to a failed write.
+    pub fn sequence(&self, seq: usize) -> Result<Self> {
+        let s = self.shape;
+        if seq >= s.batch {
+            return Err(CoreError::invalid(
+                "seq",
+                format!("a sequence index below {}", s.batch),
+                seq,
+            ));
+        }
+        let ranges = [seq..seq + 1, 0..s.kv_heads, 0..s.capacity, 0..s.head_dim];
+        let row = |t: &Option<Tensor<B, 4>>| {
+            t.as_ref()
+                .map(|t| Some(t.clone().slice(ranges.clone())))
+                .ok_or_else(|| CoreError::Model("KV cache layer poisoned".into()))
+        };
+        Ok(Self {
+            k: self.k.iter().map(row).collect::<Result<_>>()?,
+            v: self.v.iter().map(row).collect::<Result<_>>()?,
+            lens: vec![self.lens[seq]],
+            shape: KvShape { batch: 1, ..s },
+            device: self.device.clone(),
+        })
+    }
+
     /// Writes the batch-1 cache `part` into sequence `seq` of this cache (its K/V over the
     /// whole capacity, and its length), consuming it. The layers are written in place where
     /// the backend can (this cache's tensors not shared), so a batch can be filled one

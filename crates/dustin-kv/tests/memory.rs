@@ -147,4 +147,26 @@ fn write_sequence_places_each_part_in_its_slot() {
     let two = DenseKvCache::<Flex>::new(KvShape { batch: 2, ..shape }, &FlexDevice);
     let e = all.write_sequence(0, two).unwrap_err().to_string();
     assert!(e.contains("part"), "{e}");
+    // each sequence read back as a batch-1 cache: its own values and length; writing into
+    // the copy leaves the batch as it was
+    for seq in 0..3 {
+        let mut one = all.sequence(seq).unwrap();
+        assert_eq!(one.lens(), &[[1, 3, 4][seq]]);
+        assert_eq!(one.shape(), KvShape { batch: 1, ..shape });
+        let k: Vec<f32> = one.view(1, cap).k.into_data().into_vec().unwrap();
+        assert_eq!(k[7], (seq as f32 + 1.0) * 1000.0 + 100.0 + 7.0);
+        let zeros = || Tensor::<Flex, 4>::zeros([1, heads, 1, hd], &FlexDevice);
+        one.append(1, zeros(), zeros()).unwrap();
+    }
+    let k: Vec<f32> = all.view(1, cap).k.into_data().into_vec().unwrap();
+    let per = heads * cap * hd;
+    for seq in 0..3 {
+        let at = seq * per + [1, 3, 4][seq] * hd;
+        assert_eq!(
+            k[at],
+            (seq as f32 + 1.0) * 1000.0 + 100.0 + ([1, 3, 4][seq] * hd) as f32
+        );
+    }
+    let e = all.sequence(3).unwrap_err().to_string();
+    assert!(e.contains("seq"), "{e}");
 }

@@ -206,29 +206,48 @@ pub fn prefill_from<B: KernelOps, H: AttentionHook<B> + ?Sized>(
             });
         }
     }
-    let mut prefixes = prefixes.map(|v| v.into_iter());
+    if let Some(pre) = &prefixes {
+        for (seq, (c, p)) in pre.iter().zip(prompts).enumerate() {
+            let done = c.lens().first().copied().unwrap_or(0);
+            if c.batch() != 1 || done >= p.len() {
+                return Err(QwenError::Prompt {
+                    index: seq,
+                    msg: format!(
+                        "prefix cache of {done} tokens (batch {}) for a prompt of {} tokens: it must be batch 1 and shorter than the prompt",
+                        c.batch(),
+                        p.len()
+                    ),
+                });
+            }
+        }
+    }
     let chunk = resolve_prefill_chunk(model, hook, layers, chunk);
     let mut stacked = (batch > 1).then(|| model.new_cache(batch, capacity, layers));
+    // a batch with prefixes: every prefix goes into the batch cache first, and each
+    // sequence's rest then runs on a copy of its row. A prefix shared by several sequences
+    // (clones of one cache) is then freed before any tail runs; writing each tail into its
+    // clone instead copies the prefix, which stays alive for the sequences after it (one
+    // sequence's cache more at the peak)
+    let (mut prefixes, from_rows) = match (stacked.as_mut(), prefixes) {
+        (Some(all), Some(pre)) => {
+            for (seq, c) in pre.into_iter().enumerate() {
+                all.write_sequence(seq, c)?;
+            }
+            (None, true)
+        }
+        (_, pre) => (pre.map(|v| v.into_iter()), false),
+    };
     let mut single = None;
     let mut lasts = Vec::with_capacity(prompts.len());
     let mut alls = Vec::new();
     for (seq, p) in prompts.iter().enumerate() {
-        let (mut cache, mut start) = match prefixes.as_mut().and_then(Iterator::next) {
-            Some(c) => {
+        let (mut cache, mut start) = match (prefixes.as_mut().and_then(Iterator::next), &stacked) {
+            (Some(c), _) => {
                 let done = c.lens().first().copied().unwrap_or(0);
-                if c.batch() != 1 || done >= p.len() {
-                    return Err(QwenError::Prompt {
-                        index: seq,
-                        msg: format!(
-                            "prefix cache of {done} tokens (batch {}) for a prompt of {} tokens: it must be batch 1 and shorter than the prompt",
-                            c.batch(),
-                            p.len()
-                        ),
-                    });
-                }
                 (c, done)
             }
-            None => (model.new_cache(1, capacity, layers), 0),
+            (None, Some(all)) if from_rows => (all.sequence(seq)?, all.lens()[seq]),
+            (None, _) => (model.new_cache(1, capacity, layers), 0),
         };
         let mut per = Vec::new();
         while start < p.len() {

@@ -8,8 +8,8 @@ mod common;
 use burn_flex::FlexDevice;
 use burn_tensor::{Int, Tensor, TensorData};
 use common::{fixture, max_err, Reference, B};
-use dustin_core::{DenseHook, Phase};
-use dustin_qwen::generate::prefill;
+use dustin_core::{DenseHook, KvStore, Phase};
+use dustin_qwen::generate::{prefill, prefill_from};
 use dustin_qwen::{ForwardOpts, LogitsMode, Qwen2, QwenConfig, SafetensorsDir};
 
 const TOL: f32 = 1e-4;
@@ -139,6 +139,60 @@ fn qwen2_gqa7_matches_transformers() {
 fn rope_with_cache_write_as_one_op_matches_transformers() {
     check_single_with("qwen2-gqa7", 3, true);
     check_batch_with("qwen2-gqa7", true);
+}
+
+/// One prefix cache shared by a batch (clones of one cache, as the benchmark's random
+/// prefix gives every sequence): both sequences' rests run from it, the last logits and a
+/// decode step match the HF reference at those positions, and the shared cache is left as
+/// it was (its clones are not written through).
+#[test]
+fn a_prefix_shared_by_the_batch_matches_transformers() {
+    let (model, r) = load("qwen2-gqa7");
+    let case = &r.cases[0];
+    let p = &case.prompt;
+    let n = p.len();
+    assert!(n >= 6, "a prompt of at least 6 tokens");
+    let k = n - 4;
+    let (prefix, _, _) = prefill(
+        &model,
+        &[p[..k].to_vec()],
+        64,
+        None,
+        &mut DenseHook,
+        512,
+        false,
+    )
+    .expect("prefix");
+    let kept = prefix.clone();
+    let prompts = vec![p.clone(), p[..k + 2].to_vec()];
+    let (mut cache, last, _) = prefill_from(
+        &model,
+        &prompts,
+        Some(vec![prefix.clone(), prefix]),
+        64,
+        None,
+        &mut DenseHook,
+        2,
+        false,
+    )
+    .expect("prefill from the shared prefix");
+    let [b, v] = last.dims();
+    let last = rows(last.reshape([b, 1, v]));
+    let want = [&case.prefill_logits[n - 1], &case.prefill_logits[k + 1]];
+    for (seq, (g, e)) in last.iter().zip(want).enumerate() {
+        let err = max_err(g, e);
+        assert!(err <= TOL, "seq {seq}: last prefill error {err}");
+    }
+    let g = decode(&model, &mut cache, &[case.decode_tokens[0], p[k + 2]]);
+    let want = [&case.decode_logits[0], &case.prefill_logits[k + 2]];
+    for (seq, (g, e)) in g.iter().zip(want).enumerate() {
+        let err = max_err(g, e);
+        assert!(err <= TOL, "seq {seq}: decode error {err}");
+    }
+    assert_eq!(kept.lens(), &[k]);
+    let again = decode(&model, &mut kept.clone(), &[p[k]]);
+    let err = max_err(&again[0], &case.prefill_logits[k]);
+    assert!(err <= TOL, "the shared prefix afterwards: error {err}");
 }
 
 #[test]
