@@ -270,14 +270,15 @@ step_launchab() {
 # RoPE and the cache write as one launch: every kernel's check (the new op's rows and the
 # model's, where it runs on the `model` path), then `--rope-kv-write off,on` with `ar`,
 # `dense` and `dustin` at the pair's shapes, 32k, B=16, with and without a draft budget
-# (RKVAB_DB, default "0,2048"), side by side in one process (RKVAB_EXTRA: more flags)
+# (RKVAB_DB, default "0,2048"), side by side in one process (RKVAB_MODES: other modes,
+# RKVAB_EXTRA: more flags)
 step_rkvab() {
     log "rkvab"
     "$D/dustin-bench" kernel-check --device cuda > "$R/kernel-check-full.txt" 2>&1
     log "rc=$? kernel-check: $(tail -1 "$R/kernel-check-full.txt")"
     LIMIT=${RKVAB_LIMIT:-450} RKV=off,on bash "$D/gpu_e2e.sh" run pair_32k_b16_rkvab \
         --target "$C/Qwen2.5-1.5B-Instruct.config.json" --ctx 32768 --batch 16 --budget 2048 \
-        --modes ar,dense,dustin --draft-budget "${RKVAB_DB:-0,2048}" ${RKVAB_EXTRA:-} \
+        --modes "${RKVAB_MODES:-ar,dense,dustin}" --draft-budget "${RKVAB_DB:-0,2048}" ${RKVAB_EXTRA:-} \
         --accept "$ACC" "${TRACE[@]}" > /dev/null 2>&1
     log "rc=$? rkvab"
 }
