@@ -265,7 +265,11 @@ pub fn check_kv_write(dst: [usize; 4], src: [usize; 4], starts: &[usize]) -> Res
             starts.len(),
         ));
     }
-    if let Some((s, &st)) = starts.iter().enumerate().find(|(_, &st)| st + n > cap) {
+    if let Some((s, &st)) = starts
+        .iter()
+        .enumerate()
+        .find(|(_, &st)| st.checked_add(n).is_none_or(|end| end > cap))
+    {
         return Err(KernelError::invalid(
             "starts",
             format!("start + {n} new <= capacity {cap} (sequence {s})"),

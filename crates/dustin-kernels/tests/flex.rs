@@ -534,11 +534,13 @@ fn elementwise_ops_name_bad_shapes() {
         matches!(err, KernelError::Shape { name: "cos", .. }),
         "{err}"
     );
-    let err = rkw(rows(2), table(2), &[0, 7]);
-    assert!(
-        matches!(err, KernelError::InvalidInput { name: "starts", .. }),
-        "{err}"
-    );
+    for starts in [[0, 7], [0, usize::MAX]] {
+        let err = rkw(rows(2), table(2), &starts);
+        assert!(
+            matches!(err, KernelError::InvalidInput { name: "starts", .. }),
+            "{err}"
+        );
+    }
 }
 
 #[test]

@@ -177,7 +177,9 @@ pub fn prefill<B: KernelOps, H: AttentionHook<B> + ?Sized>(
 ///
 /// # Errors
 /// Prompt and model errors; [`QwenError::Prompt`] when a prefix is longer than its prompt
-/// (it must leave at least one token to run) or the counts differ.
+/// (it must leave at least one token to run), has other layers, KV heads or head width than
+/// this run (`layers` of `model`), or the counts differ; with more than one prompt, a
+/// [`dustin_core::CoreError::InvalidInput`] for a prefix of another capacity.
 #[allow(clippy::type_complexity, clippy::too_many_arguments)]
 pub fn prefill_from<B: KernelOps, H: AttentionHook<B> + ?Sized>(
     model: &Qwen2<B>,
@@ -207,7 +209,20 @@ pub fn prefill_from<B: KernelOps, H: AttentionHook<B> + ?Sized>(
         }
     }
     if let Some(pre) = &prefixes {
+        let want = model.kv_shape(1, capacity, layers);
         for (seq, (c, p)) in pre.iter().zip(prompts).enumerate() {
+            let have = c.shape();
+            if (have.layers, have.kv_heads, have.head_dim)
+                != (want.layers, want.kv_heads, want.head_dim)
+            {
+                return Err(QwenError::Prompt {
+                    index: seq,
+                    msg: format!(
+                        "prefix cache of {} layers x {} KV heads x {} for a model run over {} layers x {} KV heads x {}",
+                        have.layers, have.kv_heads, have.head_dim, want.layers, want.kv_heads, want.head_dim
+                    ),
+                });
+            }
             let done = c.lens().first().copied().unwrap_or(0);
             if c.batch() != 1 || done >= p.len() {
                 return Err(QwenError::Prompt {

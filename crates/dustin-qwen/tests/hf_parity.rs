@@ -190,6 +190,33 @@ fn a_prefix_shared_by_the_batch_matches_transformers() {
         assert!(err <= TOL, "seq {seq}: decode error {err}");
     }
     assert_eq!(kept.lens(), &[k]);
+    // a prefix of other layers than the run is refused, alone as in a batch
+    let shallow = prefill(
+        &model,
+        &[p[..k].to_vec()],
+        64,
+        Some(1),
+        &mut DenseHook,
+        512,
+        false,
+    )
+    .expect("one-layer prefix")
+    .0;
+    for prompts in [vec![p.clone()], vec![p.clone(), p.clone()]] {
+        let e = prefill_from(
+            &model,
+            &prompts,
+            Some(vec![shallow.clone(); prompts.len()]),
+            64,
+            None,
+            &mut DenseHook,
+            2,
+            false,
+        )
+        .err()
+        .expect("a one-layer prefix for a full-depth run");
+        assert!(e.to_string().contains("layers"), "{e}");
+    }
     let again = decode(&model, &mut kept.clone(), &[p[k]]);
     let err = max_err(&again[0], &case.prefill_logits[k]);
     assert!(err <= TOL, "the shared prefix afterwards: error {err}");

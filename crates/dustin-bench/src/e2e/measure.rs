@@ -126,7 +126,8 @@ pub(super) fn measure<B: KernelOps>(
     } else {
         &args.fused_residual[..1]
     };
-    let rope_kvs = if B::FUSED && fused && kv_write {
+    // (the model takes the one op wherever both switches are on, the CPU included)
+    let rope_kvs = if fused && kv_write {
         &args.rope_kv_write[..]
     } else {
         &args.rope_kv_write[..1]
@@ -637,7 +638,7 @@ pub(super) fn measure<B: KernelOps>(
                             args.ragged_accept
                         },
                         kv_write_kernel: args.kv_write_kernel,
-                        rope_kv_write: if B::FUSED && fused && kv_write {
+                        rope_kv_write: if fused && kv_write {
                             rope_kv
                         } else {
                             OnOff::Off

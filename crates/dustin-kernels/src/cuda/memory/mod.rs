@@ -112,7 +112,8 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> MemoryOps for Cube<F, I, B
             ));
         }
         let [b, h, n, d] = k_src.dims();
-        if n == 0 || d > 1024 {
+        // nothing to launch (or more columns than a block holds): the plain writes
+        if b * h * n * d == 0 || d > 1024 {
             return Ok((
                 crate::plain::kv_write(k_dst, k_src, starts)?,
                 crate::plain::kv_write(v_dst, v_src, starts)?,
@@ -197,7 +198,8 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> MemoryOps for Cube<F, I, B
         }
         let [b, nh, n, d] = q.dims();
         let kvh = k.dims()[1];
-        if n == 0 || d > 1024 {
+        // nothing to launch (or more columns than a block holds): the separate ops
+        if b * (nh + kvh) * n * d == 0 || d > 1024 {
             let q = Self::rope(q, cos.clone(), sin.clone())?;
             let k = Self::rope(k, cos, sin)?;
             let (k_dst, v_dst) = Self::kv_write_pair(k_dst, v_dst, k.clone(), v, starts)?;
