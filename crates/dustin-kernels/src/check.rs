@@ -196,17 +196,7 @@ pub fn check_elementwise<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<Ch
             .map(|j| 3 + (j / n) * 9973 + 31 * (j % n) + (j / n) * (j / n) * 1001)
             .collect();
         let want = reference::rope(&x, &positions, theta, [b, h, n, d]);
-        let half = d / 2;
-        let (mut cos, mut sin) = (vec![0f32; b * n * d], vec![0f32; b * n * d]);
-        for (j, &p) in positions.iter().enumerate() {
-            for c in 0..half {
-                let a = p as f64 * theta.powf(-(2.0 * c as f64) / d as f64);
-                cos[j * d + c] = a.cos() as f32;
-                cos[j * d + half + c] = a.cos() as f32;
-                sin[j * d + c] = -a.sin() as f32;
-                sin[j * d + half + c] = a.sin() as f32;
-            }
-        }
+        let (cos, sin) = rope_tables(&positions, theta, d);
         let xt = Tensor::<B, 4>::from_data(up(x_bnhd, vec![b, n, h, d]), device).swap_dims(1, 2);
         let ct = Tensor::<B, 4>::from_data(up(cos, vec![b, 1, n, d]), device);
         let st = Tensor::<B, 4>::from_data(up(sin, vec![b, 1, n, d]), device);
@@ -456,17 +446,7 @@ fn check_rope_kv_write<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<Chec
     {
         let seed = 8100 + 10 * i as u64;
         let positions: Vec<usize> = (0..b * n).map(|j| starts[j / n] + j % n).collect();
-        let half = d / 2;
-        let (mut cos, mut sin) = (vec![0f32; b * n * d], vec![0f32; b * n * d]);
-        for (j, &p) in positions.iter().enumerate() {
-            for c in 0..half {
-                let a = p as f64 * theta.powf(-(2.0 * c as f64) / d as f64);
-                cos[j * d + c] = a.cos() as f32;
-                cos[j * d + half + c] = a.cos() as f32;
-                sin[j * d + c] = -a.sin() as f32;
-                sin[j * d + half + c] = a.sin() as f32;
-            }
-        }
+        let (cos, sin) = rope_tables(&positions, theta, d);
         let (qt, q) = strided(nh, seed);
         let (kt, k) = strided(kvh, seed + 1);
         let (vt, v) = strided(kvh, seed + 2);
@@ -545,6 +525,27 @@ fn check_rope_kv_write<B: KernelOps>(device: &B::Device, bound: f64) -> Vec<Chec
         }
     }
     rows_out
+}
+
+/// RoPE tables `[positions, d]` as `KernelOps::rope` takes them: `[cos, cos]` and `[-sin,
+/// sin]` of `p * theta^(-2c / d)` at each position `p` (Su et al. 2021), in float64 rounded
+/// once to f32.
+fn rope_tables(positions: &[usize], theta: f64, d: usize) -> (Vec<f32>, Vec<f32>) {
+    let half = d / 2;
+    let (mut cos, mut sin) = (
+        vec![0f32; positions.len() * d],
+        vec![0f32; positions.len() * d],
+    );
+    for (j, &p) in positions.iter().enumerate() {
+        for c in 0..half {
+            let a = p as f64 * theta.powf(-(2.0 * c as f64) / d as f64);
+            cos[j * d + c] = a.cos() as f32;
+            cos[j * d + half + c] = a.cos() as f32;
+            sin[j * d + c] = -a.sin() as f32;
+            sin[j * d + half + c] = a.sin() as f32;
+        }
+    }
+    (cos, sin)
 }
 
 /// `len` positive values (the magnitudes of [`reference::random_bf16`]'s): scores and

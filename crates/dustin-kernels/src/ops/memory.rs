@@ -108,10 +108,7 @@ pub trait MemoryOps: KernelBackend + ElementwiseOps {
             [k_dst.dims(), v_dst.dims()],
             starts,
         )?;
-        let q = Self::rope(q, cos.clone(), sin.clone())?;
-        let k = Self::rope(k, cos, sin)?;
-        let (k_dst, v_dst) = Self::kv_write_pair(k_dst, v_dst, k.clone(), v, starts)?;
-        Ok(RopedKv { q, k, k_dst, v_dst })
+        rope_kv_write_separate(q, k, v, cos, sin, k_dst, v_dst, starts)
     }
 
     /// The first `len` positions of a KV-cache tensor `k` `[batch, kv_heads, capacity,
@@ -197,4 +194,25 @@ pub fn check_rope_kv_write(
         });
     }
     check_kv_write_pair(dst, [k, v], starts)
+}
+
+/// [`KernelOps::rope_kv_write`](crate::MemoryOps::rope_kv_write) as its three ops: `rope` of
+/// `q` and of `k`, then `kv_write_pair` of the rotated keys and `v` (the trait's default, and
+/// a backend's fallback where its one-launch kernel does not apply). Shapes as there, checked
+/// by the callee ops.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn rope_kv_write_separate<B: MemoryOps>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    cos: Tensor<B, 4>,
+    sin: Tensor<B, 4>,
+    k_dst: Tensor<B, 4>,
+    v_dst: Tensor<B, 4>,
+    starts: &[usize],
+) -> Result<RopedKv<B>> {
+    let q = B::rope(q, cos.clone(), sin.clone())?;
+    let k = B::rope(k, cos, sin)?;
+    let (k_dst, v_dst) = B::kv_write_pair(k_dst, v_dst, k.clone(), v, starts)?;
+    Ok(RopedKv { q, k, k_dst, v_dst })
 }

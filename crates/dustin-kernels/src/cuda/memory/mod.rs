@@ -48,6 +48,62 @@ pub(crate) fn make_current(index: usize) -> Result<()> {
         .map_err(|e| driver("cuCtxSetCurrent", e))
 }
 
+/// Element strides of a 4-D tensor, as the kernels take them.
+fn strides4(t: &Ct) -> [u32; 4] {
+    let s = t.meta.strides();
+    [s[0] as u32, s[1] as u32, s[2] as u32, s[3] as u32]
+}
+
+/// What [`kernels::kv_write_pair_kernel`] and [`kernels::rope_kv_write_kernel`] take for the
+/// cache write: the caches to write in place, the starts binding, whether it is read, and
+/// the strides.
+struct KvPairArgs {
+    dk: Ct,
+    dv: Ct,
+    starts: Ct,
+    ragged: bool,
+    strides: kernels::KvPairStridesLaunch<CudaRuntime>,
+}
+
+/// [`KvPairArgs`] for caches `dk` / `dv` and new rows `sk` / `sv`. The caches are written in
+/// place, as Burn's slice-assign: a shared or overlapping cache is copied first. Equal starts
+/// go as one scalar (`sk` stands in for the unread `starts` binding); a ragged batch uploads
+/// its starts.
+fn kv_pair_args<F: FloatElement, I: IntElement, BT: BoolElement>(
+    dk: Ct,
+    dv: Ct,
+    sk: &Ct,
+    sv: &Ct,
+    starts: &[usize],
+) -> KvPairArgs {
+    let own = |t: Ct| {
+        if t.can_mut() && t.is_nonoverlapping() {
+            t
+        } else {
+            t.copy()
+        }
+    };
+    let (dk, dv) = (own(dk), own(dv));
+    let ragged = !starts.windows(2).all(|w| w[0] == w[1]);
+    let st = if ragged {
+        ctx_tensor::<F, I, BT>(starts, &dk.device)
+    } else {
+        sk.clone()
+    };
+    let ([a0, a1, a2, a3], [b0, b1, b2, b3]) = (strides4(sk), strides4(sv));
+    let ([c0, c1, c2, c3], [e0, e1, e2, e3]) = (strides4(&dk), strides4(&dv));
+    let strides = kernels::KvPairStridesLaunch::new(
+        a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3, e0, e1, e2, e3,
+    );
+    KvPairArgs {
+        dk,
+        dv,
+        starts: st,
+        ragged,
+        strides,
+    }
+}
+
 impl<F: FloatElement, I: IntElement, BT: BoolElement> MemoryOps for Cube<F, I, BT> {
     fn kv_write(
         dst: Tensor<Self, 4>,
@@ -119,35 +175,15 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> MemoryOps for Cube<F, I, B
                 crate::plain::kv_write(v_dst, v_src, starts)?,
             ));
         }
-        let device = k_dst.device();
         let [dk, dv, sk, sv] = [k_dst, v_dst, k_src, v_src].map(|t| float_prim(t).tensor());
-        // in place, as Burn's slice-assign: a shared or overlapping cache is copied first
-        let own = |t: Ct| {
-            if t.can_mut() && t.is_nonoverlapping() {
-                t
-            } else {
-                t.copy()
-            }
-        };
-        let (dk, dv) = (own(dk), own(dv));
-        let ragged = !starts.windows(2).all(|w| w[0] == w[1]);
-        // equal starts go as one scalar (`sk` stands in for the unread `starts` binding); a
-        // ragged batch uploads its starts
-        let st = if ragged {
-            ctx_tensor::<F, I, BT>(starts, &device)
-        } else {
-            sk.clone()
-        };
+        let KvPairArgs {
+            dk,
+            dv,
+            starts: st,
+            ragged,
+            strides,
+        } = kv_pair_args::<F, I, BT>(dk, dv, &sk, &sv, starts);
         let id: DType = <I as burn_tensor::Element>::dtype();
-        let s4 = |t: &Ct| {
-            let s = t.meta.strides();
-            [s[0] as u32, s[1] as u32, s[2] as u32, s[3] as u32]
-        };
-        let ([a0, a1, a2, a3], [b0, b1, b2, b3]) = (s4(&sk), s4(&sv));
-        let ([c0, c1, c2, c3], [e0, e1, e2, e3]) = (s4(&dk), s4(&dv));
-        let strides = kernels::KvPairStridesLaunch::new(
-            a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3, e0, e1, e2, e3,
-        );
         let fd = dk.dtype;
         let client = dk.client.clone();
         kernels::kv_write_pair_kernel::launch::<CudaRuntime>(
@@ -200,42 +236,20 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> MemoryOps for Cube<F, I, B
         let kvh = k.dims()[1];
         // nothing to launch (or more columns than a block holds): the separate ops
         if b * (nh + kvh) * n * d == 0 || d > 1024 {
-            let q = Self::rope(q, cos.clone(), sin.clone())?;
-            let k = Self::rope(k, cos, sin)?;
-            let (k_dst, v_dst) = Self::kv_write_pair(k_dst, v_dst, k.clone(), v, starts)?;
-            return Ok(crate::RopedKv { q, k, k_dst, v_dst });
+            return crate::ops::rope_kv_write_separate(q, k, v, cos, sin, k_dst, v_dst, starts);
         }
-        let device = k_dst.device();
         let [dk, dv, sq, sk, sv, tc, ts] =
             [k_dst, v_dst, q, k, v, cos, sin].map(|t| float_prim(t).tensor());
-        // in place, as Burn's slice-assign: a shared or overlapping cache is copied first
-        let own = |t: Ct| {
-            if t.can_mut() && t.is_nonoverlapping() {
-                t
-            } else {
-                t.copy()
-            }
-        };
-        let (dk, dv) = (own(dk), own(dv));
-        let ragged = !starts.windows(2).all(|w| w[0] == w[1]);
-        // equal starts go as one scalar (`sk` stands in for the unread `starts` binding)
-        let st = if ragged {
-            ctx_tensor::<F, I, BT>(starts, &device)
-        } else {
-            sk.clone()
-        };
+        let KvPairArgs {
+            dk,
+            dv,
+            starts: st,
+            ragged,
+            strides: kv,
+        } = kv_pair_args::<F, I, BT>(dk, dv, &sk, &sv, starts);
         let id: DType = <I as burn_tensor::Element>::dtype();
-        let s4 = |t: &Ct| {
-            let s = t.meta.strides();
-            [s[0] as u32, s[1] as u32, s[2] as u32, s[3] as u32]
-        };
-        let ([a0, a1, a2, a3], [b0, b1, b2, b3]) = (s4(&sk), s4(&sv));
-        let ([c0, c1, c2, c3], [e0, e1, e2, e3]) = (s4(&dk), s4(&dv));
-        let kv = kernels::KvPairStridesLaunch::new(
-            a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3, e0, e1, e2, e3,
-        );
-        let [q0, q1, q2, q3] = s4(&sq);
-        let ([x0, _, x2, x3], [y0, _, y2, y3]) = (s4(&tc), s4(&ts));
+        let [q0, q1, q2, q3] = strides4(&sq);
+        let ([x0, _, x2, x3], [y0, _, y2, y3]) = (strides4(&tc), strides4(&ts));
         let rs = kernels::RopeStridesLaunch::new(q0, q1, q2, q3, x0, x2, x3, y0, y2, y3);
         let qo = empty(&sq, vec![b, nh, n, d], fd);
         let ko = empty(&sk, vec![b, kvh, n, d], fd);
