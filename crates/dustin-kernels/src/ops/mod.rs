@@ -18,6 +18,7 @@ pub use backend::KernelBackend;
 pub use collective::CollectiveOps;
 pub use elementwise::ElementwiseOps;
 pub use linear::LinearOps;
+#[cfg(feature = "cuda")]
 pub(crate) use memory::rope_kv_write_separate;
 pub use memory::{check_rope_kv_write, MemoryOps, RopedKv};
 pub use selection::SelectionOps;
