@@ -39,6 +39,10 @@ fn run_sharded(m: &Qwen2<B>, world: usize, case: &Case) -> Vec<Vec<Vec<f32>>> {
         assert_eq!(h * world, m.config.num_attention_heads);
         assert_eq!(kv * world, m.config.kv_heads());
         assert_eq!(s.kv_shape(1, 8, None).kv_heads, kv);
+        // a cache never holds layers the model does not run
+        let depth = m.config.num_hidden_layers;
+        assert_eq!(s.kv_shape(1, 8, Some(depth + 3)).layers, depth);
+        assert_eq!(s.kv_shape(1, 8, Some(1)).layers, 1.min(depth));
         // the shard holds 1/world of every layer's q/k/v/o/gate/up/down
         let [_, q_out] = s.layers[0].q.weight.dims();
         let [down_in, _] = s.layers[0].down.weight.dims();

@@ -417,11 +417,13 @@ impl<B: Backend> Qwen2<B> {
     }
 
     /// Shape of a KV cache for `batch` sequences of `capacity` tokens over the first `layers`
-    /// layers (`None`: all).
+    /// layers (`None`: all). A `layers` above the model's depth is clamped to it, as the
+    /// forward pass clamps it: a cache never holds layers the model does not run.
     pub fn kv_shape(&self, batch: usize, capacity: usize, layers: Option<usize>) -> KvShape {
+        let depth = self.layers.len();
         KvShape {
             batch,
-            layers: layers.unwrap_or(self.config.num_hidden_layers),
+            layers: layers.unwrap_or(depth).min(depth),
             kv_heads: self.local_heads().1,
             capacity,
             head_dim: self.config.head_dim(),
