@@ -14,7 +14,7 @@
 //! tokens in merge order, and a BPE trainer merges the most frequent pair first, so low ids
 //! are the frequent tokens; this needs no token counts from a corpus.
 
-use burn_tensor::{backend::Backend, Int, Tensor, TensorData};
+use burn_tensor::{backend::Backend, IndexingUpdateOp, Int, Tensor, TensorData};
 use dustin_core::TokenId;
 use dustin_kernels::cpu_quant::QuantMatrix;
 use std::sync::Arc;
@@ -60,19 +60,6 @@ impl HeadVocab {
     pub fn ids(&self) -> &[TokenId] {
         &self.ids
     }
-
-    /// Runs of consecutive ids: `(column of the run's first id in the head's output, first
-    /// id, length)`.
-    fn runs(&self) -> Vec<(usize, usize, usize)> {
-        let mut runs: Vec<(usize, usize, usize)> = Vec::new();
-        for (col, &id) in self.ids.iter().enumerate() {
-            match runs.last_mut() {
-                Some((_, start, len)) if *start + *len == id as usize => *len += 1,
-                _ => runs.push((col, id as usize, 1)),
-            }
-        }
-        runs
-    }
 }
 
 /// An LM head restricted to a [`HeadVocab`]: the kept rows of the weight and where their
@@ -81,10 +68,10 @@ impl HeadVocab {
 pub(crate) struct HeadSubset<B: Backend> {
     /// The weight of the kept ids (`[hidden, kept]` dense, or `[kept, hidden]` in blocks).
     pub weight: Weight<B>,
-    /// See [`HeadVocab::runs`].
-    runs: Vec<(usize, usize, usize)>,
-    /// The full vocabulary (the width of the logits).
-    vocab: usize,
+    /// The kept ids `[kept]`: the column of the full logits each kept logit goes to.
+    ids: Tensor<B, 1, Int>,
+    /// `[1, vocab]`: 0 at a kept id, `-inf` elsewhere (added to the scattered logits).
+    mask: Tensor<B, 2>,
 }
 
 impl<B: Backend> HeadSubset<B> {
@@ -131,32 +118,29 @@ impl<B: Backend> HeadSubset<B> {
                 ))
             }
         };
+        let n = keep.ids.len();
+        let ids: Vec<i64> = keep.ids.iter().map(|&i| i64::from(i)).collect();
+        let mut mask = vec![f32::NEG_INFINITY; vocab];
+        for &id in &keep.ids {
+            mask[id as usize] = 0.0;
+        }
         Ok(Self {
             weight,
-            runs: keep.runs(),
-            vocab,
+            ids: Tensor::from_data(TensorData::new(ids, [n]), device),
+            mask: Tensor::from_data(TensorData::new(mask, [1, vocab]), device),
         })
     }
 
     /// The full-vocabulary logits `[rows, vocab]` from the kept ids' logits `y`
-    /// `[rows, kept]`: each run's columns in place, `-inf` between.
+    /// `[rows, kept]`: each kept logit in its id's column, `-inf` in every other. Three ops
+    /// whatever the ids (zeros, one scatter of the columns, the mask added), where a run of
+    /// ids at a time would take two a run.
     pub fn expand(&self, y: Tensor<B, 2>) -> Tensor<B, 2> {
         let [rows, _] = y.dims();
-        let device = y.device();
-        let fill = |n: usize| Tensor::<B, 2>::full([rows, n], f32::NEG_INFINITY, &device);
-        let mut parts = Vec::with_capacity(2 * self.runs.len() + 1);
-        let mut next = 0;
-        for &(col, id, len) in &self.runs {
-            if id > next {
-                parts.push(fill(id - next));
-            }
-            parts.push(y.clone().slice([0..rows, col..col + len]));
-            next = id + len;
-        }
-        if next < self.vocab {
-            parts.push(fill(self.vocab - next));
-        }
-        Tensor::cat(parts, 1)
+        let [_, vocab] = self.mask.dims();
+        Tensor::<B, 2>::zeros([rows, vocab], &y.device())
+            .select_assign(1, self.ids.clone(), y, IndexingUpdateOp::Add)
+            .add(self.mask.clone())
     }
 }
 
@@ -168,7 +152,6 @@ mod tests {
     fn frequency_ranked_keeps_the_prefix_and_the_extra_ids() {
         let v = HeadVocab::frequency_ranked(4, &[9, 2, 7, 9], 10).unwrap();
         assert_eq!(v.ids(), &[0, 1, 2, 3, 7, 9]);
-        assert_eq!(v.runs(), vec![(0, 0, 4), (4, 7, 1), (5, 9, 1)]);
         assert!(HeadVocab::frequency_ranked(0, &[], 10).is_err());
         assert!(HeadVocab::frequency_ranked(11, &[], 10).is_err());
         assert!(HeadVocab::frequency_ranked(4, &[10], 10).is_err());
