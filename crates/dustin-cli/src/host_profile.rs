@@ -25,8 +25,14 @@ use crate::CliError;
 /// does not beat with periodic work.
 pub const FREQUENCY_HZ: i32 = 997;
 
-/// Functions listed per table of the report.
+/// Functions listed per table of the report (all threads).
 const TOP: usize = 45;
+/// Functions listed per table of one thread.
+const THREAD_TOP: usize = 25;
+/// Threads given tables of their own: the busiest, at most this many ...
+const THREAD_TABLES: usize = 3;
+/// ... of at least this share of the samples, in percent.
+const THREAD_TABLE_SHARE: usize = 5;
 
 /// A running profile; [`HostProfile::finish`] writes its report.
 pub struct HostProfile {
@@ -138,7 +144,13 @@ impl HostProfile {
                         .iter()
                         .flat_map(|f| f.iter().map(|s| s.name()))
                         .collect();
-                    (names, frames.thread_name_or_id(), n.max(0) as usize)
+                    // threads share a name (rayon's workers, the main thread): the id tells them apart
+                    let thread = format!(
+                        "{} (pthread {:#x})",
+                        frames.thread_name_or_id(),
+                        frames.thread_id
+                    );
+                    (names, thread, n.max(0) as usize)
                 })
                 .collect()
         };
@@ -172,7 +184,6 @@ fn render(
     threads: &[(String, u64)],
     stacks: &[(Vec<String>, String, usize)],
 ) -> String {
-    use std::collections::HashSet;
     let mut out = format!(
         "host profile: {label}\nwall {:.2} ms; CPU time per thread (schedstat):\n",
         wall_ns as f64 / 1e6
@@ -192,10 +203,58 @@ fn render(
         return out;
     }
     let mut per_thread: HashMap<&str, usize> = HashMap::new();
+    for (_, thread, n) in stacks {
+        *per_thread.entry(thread.as_str()).or_default() += n;
+    }
+    let per_thread = sorted(per_thread);
+    out += &format!("\n{total} stack samples (requested {FREQUENCY_HZ} Hz of CPU time)\n");
+    for (t, n) in &per_thread {
+        out += &format!("{n:>8} {:>5.1}%  {t}\n", pct(*n, total));
+    }
+    out += &function_tables("", stacks.iter(), TOP);
+    // the busiest threads apart: the caller's thread and cubecl's device thread do different
+    // work (building ops, launching them), which the tables of all threads mix
+    for (t, n) in per_thread
+        .iter()
+        .filter(|(_, n)| *n * 100 >= total * THREAD_TABLE_SHARE)
+        .take(THREAD_TABLES)
+    {
+        out += &format!("\nthread {t} ({n} samples):");
+        out += &function_tables(
+            &format!(" of thread {t}"),
+            stacks.iter().filter(|s| &s.1 == t),
+            THREAD_TOP,
+        );
+    }
+    out
+}
+
+/// `100 n / total`.
+fn pct(n: usize, total: usize) -> f64 {
+    100.0 * n as f64 / total.max(1) as f64
+}
+
+/// `m`'s entries by count, largest first (ties by name).
+fn sorted(m: HashMap<&str, usize>) -> Vec<(String, usize)> {
+    let mut v: Vec<(String, usize)> = m.into_iter().map(|(k, n)| (k.to_string(), n)).collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    v
+}
+
+/// The `top` functions of `stacks` (frames innermost first, thread, samples) by self samples
+/// (the innermost frame) and by inclusive samples (anywhere on the stack, once per sample),
+/// in percent of these stacks' samples; `of` follows "samples" in the titles.
+fn function_tables<'a>(
+    of: &str,
+    stacks: impl Iterator<Item = &'a (Vec<String>, String, usize)>,
+    top: usize,
+) -> String {
+    use std::collections::HashSet;
     let mut own: HashMap<&str, usize> = HashMap::new();
     let mut incl: HashMap<&str, usize> = HashMap::new();
-    for (frames, thread, n) in stacks {
-        *per_thread.entry(thread.as_str()).or_default() += n;
+    let mut total = 0;
+    for (frames, _, n) in stacks {
+        total += n;
         if let Some(f) = frames.first() {
             *own.entry(short(f)).or_default() += n;
         }
@@ -206,20 +265,11 @@ fn render(
             }
         }
     }
-    let pct = |n: usize| 100.0 * n as f64 / total as f64;
-    let sorted = |m: HashMap<&str, usize>| {
-        let mut v: Vec<(String, usize)> = m.into_iter().map(|(k, n)| (k.to_string(), n)).collect();
-        v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        v
-    };
-    out += &format!("\n{total} stack samples (requested {FREQUENCY_HZ} Hz of CPU time)\n");
-    for (t, n) in sorted(per_thread) {
-        out += &format!("{n:>8} {:>5.1}%  {t}\n", pct(n));
-    }
+    let mut out = String::new();
     for (title, m) in [("self", own), ("inclusive", incl)] {
-        out += &format!("\ntop {TOP} by {title} samples:\n");
-        for (f, n) in sorted(m).into_iter().take(TOP) {
-            out += &format!("{n:>8} {:>5.1}%  {f}\n", pct(n));
+        out += &format!("\ntop {top} by {title} samples{of}:\n");
+        for (f, n) in sorted(m).into_iter().take(top) {
+            out += &format!("{n:>8} {:>5.1}%  {f}\n", pct(n, total));
         }
     }
     out
@@ -284,5 +334,33 @@ mod tests {
             r.contains("       4  50.0%  main\n       4  50.0%  w"),
             "{r}"
         );
+        // each thread's own tables, in shares of its own samples
+        let main = &r[r.find("thread main (4 samples)").expect("main's tables")..];
+        let main = &main[..main.find("thread w (4 samples)").expect("w's tables")];
+        assert!(
+            main.contains(
+                "by self samples of thread main:\n       3  75.0%  leaf\n       1  25.0%  g\n"
+            ),
+            "{main}"
+        );
+        assert!(main.contains("       3  75.0%  f\n"), "{main}");
+        let w = &r[r.find("thread w (4 samples)").unwrap()..];
+        assert!(
+            w.contains("by self samples of thread w:\n       4 100.0%  leaf\n"),
+            "{w}"
+        );
+        assert!(!w.contains("  main\n"), "{w}");
+    }
+
+    #[test]
+    fn a_thread_under_the_share_gets_no_tables() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let stacks = vec![
+            (s(&["a", "main"]), "main".to_string(), 99),
+            (s(&["b"]), "quiet".to_string(), 1),
+        ];
+        let r = render("x", 1_000_000, &[], &stacks);
+        assert!(r.contains("thread main (99 samples)"), "{r}");
+        assert!(!r.contains("thread quiet"), "{r}");
     }
 }
