@@ -13,7 +13,8 @@
 //!   [`FREQUENCY_HZ`] of CPU time; the kernel's timer tick can deliver fewer, so read the
 //!   samples as shares and take CPU time from the first part). The report lists functions
 //!   by self samples (the innermost frame) and inclusive samples (anywhere on the stack,
-//!   counted once per sample).
+//!   counted once per sample), over all threads and for each busy thread apart (on CUDA the
+//!   caller's thread builds the ops and cubecl's device thread runs them).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
