@@ -6,6 +6,7 @@ use burn_flex::{Flex, FlexTensor};
 use burn_tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
 
 use crate::cpu_attn::{self, Context, Shape, Strided};
+use crate::cpu_scores;
 use crate::quant_flex::host_f32;
 use crate::{check_selection, KernelError, Result};
 
@@ -15,7 +16,7 @@ fn prim<const D: usize>(t: Tensor<Flex, D>) -> FlexTensor {
 }
 
 /// A tensor of `values` `shape` (contiguous f32).
-fn tensor<const D: usize>(values: Vec<f32>, shape: [usize; D]) -> Tensor<Flex, D> {
+pub(crate) fn tensor<const D: usize>(values: Vec<f32>, shape: [usize; D]) -> Tensor<Flex, D> {
     let t = FlexTensor::from_data(TensorData::new(values, shape));
     Tensor::from_primitive(TensorPrimitive::Float(t))
 }
@@ -116,6 +117,53 @@ pub(crate) fn attention(
         out,
         [dims.batch, dims.q_heads, dims.n_new, dims.head_dim],
     ))
+}
+
+/// [`KernelOps::head_subset_scores`](crate::SelectionOps::head_subset_scores) (`per_row`
+/// false) and [`KernelOps::head_subset_row_scores`](crate::SelectionOps::head_subset_row_scores)
+/// (`per_row` true) on the CPU ([`cpu_scores::head_subset_scores`]): the values and
+/// `[batch, kv_heads, n_new, capacity]` (`n_new` summed away when `per_row` is false).
+///
+/// # Errors
+/// As the trait methods: [`crate::check_attn`], [`crate::check_heads`].
+pub(crate) fn head_subset_scores(
+    q: Tensor<Flex, 4>,
+    k: Tensor<Flex, 4>,
+    ctx_lens: &[usize],
+    heads: &[usize],
+    scale: f32,
+    per_row: bool,
+) -> Result<(Vec<f32>, [usize; 4])> {
+    let dims = crate::check_attn(q.dims(), k.dims(), ctx_lens)?;
+    crate::check_heads(heads, dims.q_heads)?;
+    let qs = host_f32(prim(q));
+    let ks = readable(prim(k));
+    let Some(kv) = strided(&ks) else {
+        return Err(KernelError::Unsupported(
+            "cache views of this layout".into(),
+        ));
+    };
+    let shape = Shape {
+        batch: dims.batch,
+        q_heads: dims.q_heads,
+        kv_heads: dims.kv_heads,
+        n_new: dims.n_new,
+        head_dim: dims.head_dim,
+    };
+    let q_host = qs.as_slice::<f32>().unwrap_or(&[]);
+    let out = cpu_scores::head_subset_scores(
+        q_host,
+        kv,
+        shape,
+        ctx_lens,
+        heads,
+        scale,
+        cpu_scores::Layout {
+            width: dims.capacity,
+            per_row,
+        },
+    );
+    Ok((out, [dims.batch, dims.kv_heads, dims.n_new, dims.capacity]))
 }
 
 /// [`KernelOps::rope`](crate::ElementwiseOps::rope) on the CPU: `x * cos + [x2, x1] * sin` per element, rounded

@@ -43,7 +43,7 @@ pub const CHUNK: usize = 512;
 
 /// Keys a score block holds while every query row is scored against it: 32 keys of 128 f32
 /// (16 KiB) stay in L1.
-const KEY_BLOCK: usize = 32;
+pub(crate) const KEY_BLOCK: usize = 32;
 
 /// A `[batch, heads, positions, head_dim]` f32 view with a contiguous last dimension.
 #[derive(Debug, Clone, Copy)]
@@ -250,7 +250,7 @@ struct Partial {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 // the vector kinds exist on x86-64 only
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-enum Isa {
+pub(crate) enum Isa {
     /// AVX-512F: 16-lane vectors, fused multiply-adds.
     Avx512,
     /// AVX2 and FMA: 8-lane vectors, fused multiply-adds.
@@ -260,7 +260,8 @@ enum Isa {
 }
 
 impl Isa {
-    fn detect() -> Self {
+    /// The best instruction set of this CPU.
+    pub(crate) fn detect() -> Self {
         #[cfg(target_arch = "x86_64")]
         {
             if std::arch::is_x86_feature_detected!("avx512f") {
@@ -306,7 +307,7 @@ unsafe fn chunk_avx2(job: &Job<'_>) -> Partial {
 }
 
 /// The two products of a chunk in one instruction set.
-trait Simd {
+pub(crate) trait Simd {
     /// `[q . k_0, .., q . k_3]` over `q.len()` values (each `k_t` at least as long).
     ///
     /// # Safety
@@ -321,7 +322,7 @@ trait Simd {
 }
 
 /// The baseline target: one lane at a time, separate multiplies and adds.
-struct Scalar;
+pub(crate) struct Scalar;
 
 impl Simd for Scalar {
     #[inline(always)]
@@ -437,7 +438,7 @@ fn fold16(mut a: [f32; 16]) -> f32 {
 
 /// `sum x` in 16 lanes (lane `i mod 16`), folded by [`fold16`].
 #[inline(always)]
-fn sum16(x: &[f32]) -> f32 {
+pub(crate) fn sum16(x: &[f32]) -> f32 {
     let mut acc = [0f32; 16];
     let c = x.chunks_exact(16);
     let rest = c.remainder();
@@ -456,15 +457,15 @@ fn sum16(x: &[f32]) -> f32 {
 /// multiply-adds, one accumulator per key in [`Simd::dot4`] and a segment of the output row
 /// held in registers across the value rows in [`Simd::pv`].
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(crate) mod x86 {
     use std::arch::x86_64::*;
 
     use super::Simd;
 
     /// AVX-512F.
-    pub(super) struct Avx512;
+    pub(crate) struct Avx512;
     /// AVX2 with FMA.
-    pub(super) struct Avx2;
+    pub(crate) struct Avx2;
 
     impl Simd for Avx512 {
         #[inline(always)]

@@ -49,6 +49,7 @@ pub mod config;
 pub mod cpu_amx;
 pub mod cpu_attn;
 pub mod cpu_quant;
+pub mod cpu_scores;
 pub mod cpu_skinny;
 pub mod error;
 mod ops;
@@ -742,7 +743,31 @@ impl AttentionOps for burn_flex::Flex {
     }
 }
 
-impl SelectionOps for burn_flex::Flex {}
+impl SelectionOps for burn_flex::Flex {
+    const SCORE_KERNELS: bool = true;
+
+    fn head_subset_scores(
+        q: Tensor<Self, 4>,
+        k: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        heads: &[usize],
+        scale: f32,
+    ) -> Result<Tensor<Self, 3>> {
+        let (v, [b, h, _, l]) = attn_flex::head_subset_scores(q, k, ctx_lens, heads, scale, false)?;
+        Ok(attn_flex::tensor(v, [b, h, l]))
+    }
+
+    fn head_subset_row_scores(
+        q: Tensor<Self, 4>,
+        k: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        heads: &[usize],
+        scale: f32,
+    ) -> Result<Tensor<Self, 4>> {
+        let (v, shape) = attn_flex::head_subset_scores(q, k, ctx_lens, heads, scale, true)?;
+        Ok(attn_flex::tensor(v, shape))
+    }
+}
 
 impl ElementwiseOps for burn_flex::Flex {
     const ELEMENTWISE_KERNELS: bool = true;

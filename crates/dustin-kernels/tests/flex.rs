@@ -258,6 +258,35 @@ fn head_subset_row_scores_match_f64_reference() {
 }
 
 #[test]
+fn head_subset_scores_read_a_strided_view_at_any_head_width() {
+    // a prefix of the cache (the view the model passes, its head stride the capacity's) and
+    // head widths no vector path divides (12) or only AVX2's does (24)
+    for d in [12, 24, 128] {
+        let c = Inputs::new(2, 12, 2, 3, d, &[600, 41], 9);
+        let keys = 600 + 3;
+        let heads = [0, 5, 7];
+        let (q, k, _) = c.tensors();
+        let k = k.narrow(2, 0, keys);
+        let cap = c.dims.capacity;
+        let r = reference::head_scores(&c.q, &c.k, &c.dims, &c.ctx, &heads, c.scale());
+        let rows = reference::head_row_scores(&c.q, &c.k, &c.dims, &c.ctx, &heads, c.scale());
+        // the reference is as wide as the whole cache: its first `keys` positions per row
+        let cut =
+            |v: &[f64]| -> Vec<f64> { v.chunks(cap).flat_map(|r| r[..keys].to_vec()).collect() };
+        let out = Flex::head_subset_scores(q.clone(), k.clone(), &c.ctx, &heads, c.scale() as f32)
+            .expect("scores");
+        assert_eq!(out.dims(), [2, 2, keys]);
+        let e = reference::rel_err(&host(out), &cut(&r));
+        assert!(e < BOUND, "scores, head width {d}: rel err {e}");
+        let out = Flex::head_subset_row_scores(q, k, &c.ctx, &heads, c.scale() as f32)
+            .expect("row scores");
+        assert_eq!(out.dims(), [2, 2, 3, keys]);
+        let e = reference::rel_err(&host(out), &cut(&rows));
+        assert!(e < BOUND, "row scores, head width {d}: rel err {e}");
+    }
+}
+
+#[test]
 fn quest_bounds_and_scores_match_f64_reference() {
     for c in cases() {
         let page = 4;

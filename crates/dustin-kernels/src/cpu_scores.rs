@@ -1,0 +1,192 @@
+//! Head-subset attention probabilities on the CPU, on f32 host memory:
+//! [`KernelOps::head_subset_scores`](crate::SelectionOps::head_subset_scores) (the draft's
+//! lookahead, `dustin`'s and the oracle's scores) and
+//! [`KernelOps::head_subset_row_scores`](crate::SelectionOps::head_subset_row_scores) (the
+//! `dustin` estimator heads' rows) for `burn_flex::Flex`.
+//!
+//! The plain path (Burn ops) gathers the keys once per chosen query head (a copy of the
+//! whole context per head), builds a causal mask and the score matrix, takes the softmax and
+//! sums the heads with a matrix product. Here one task per `(sequence, KV head)` reads each
+//! key row where the cache holds it, once for all the chosen heads of that KV head and all
+//! the new tokens, and builds nothing but one score buffer:
+//! - scores `scale q.k` of every row (chosen head `e`, new token `i`, row `e n + i`) against
+//!   the keys it sees (positions `0 ..= ctx + i`, the causal rule of the crate docs), a block
+//!   of [`KEY_BLOCK`] keys at a time held in L1 while every row passes over it, with the
+//!   vector products of [`crate::cpu_attn`] (AVX-512F, AVX2 with FMA or scalar, chosen at run
+//!   time);
+//! - each row's softmax (`exp` by [`exp_approx`], a relative error under `2e-7`);
+//! - the rows added into the output in row order: per position for the scores, per position
+//!   and new token for the row scores. Positions past `ctx + n_new` and KV heads without a
+//!   chosen head stay 0.
+
+use rayon::prelude::*;
+
+use crate::cpu_attn::{exp_approx, sum16, Isa, Scalar, Shape, Simd, Strided, KEY_BLOCK};
+
+/// The output of [`head_subset_scores`].
+#[derive(Debug, Clone, Copy)]
+pub struct Layout {
+    /// Positions per row (the keys view's length, at least every `ctx_lens[b] + n_new`).
+    pub width: usize,
+    /// One sum per new token (`[batch, kv_heads, n_new, width]`) or one over them all
+    /// (`[batch, kv_heads, width]`).
+    pub per_row: bool,
+}
+
+/// The chosen heads' probabilities, summed per KV head, row-major in `out`'s [`Layout`].
+///
+/// `q` is `[batch, q_heads, n_new, head_dim]` contiguous; `k` is read at positions below
+/// `ctx_lens[b] + n_new`, which the caller has checked are at most `out.width`
+/// ([`crate::check_attn`], [`crate::check_heads`]: `heads` distinct and below `q_heads`).
+pub fn head_subset_scores(
+    q: &[f32],
+    k: Strided<'_>,
+    shape: Shape,
+    ctx_lens: &[usize],
+    heads: &[usize],
+    scale: f32,
+    out: Layout,
+) -> Vec<f32> {
+    let Layout { width, per_row } = out;
+    let Shape {
+        batch,
+        q_heads,
+        kv_heads,
+        n_new: n,
+        head_dim: d,
+    } = shape;
+    let g = q_heads / kv_heads.max(1);
+    let per = if per_row { n * width } else { width };
+    let mut out = vec![0f32; batch * kv_heads * per];
+    if per == 0 {
+        return out;
+    }
+    let isa = Isa::detect();
+    out.par_chunks_mut(per).enumerate().for_each(|(bh, dst)| {
+        let (b, h) = (bh / kv_heads, bh % kv_heads);
+        let chosen: Vec<usize> = heads.iter().copied().filter(|&x| x / g == h).collect();
+        if chosen.is_empty() {
+            return;
+        }
+        let job = Job {
+            q,
+            k: &k,
+            b,
+            h,
+            heads: &chosen,
+            q_heads,
+            n,
+            d,
+            ctx: ctx_lens[b],
+            scale,
+            width,
+            per_row,
+        };
+        run(isa, &job, dst);
+    });
+    out
+}
+
+/// One `(sequence, KV head)`'s rows.
+struct Job<'a> {
+    q: &'a [f32],
+    k: &'a Strided<'a>,
+    b: usize,
+    h: usize,
+    /// Chosen query heads of KV head `h`.
+    heads: &'a [usize],
+    q_heads: usize,
+    n: usize,
+    d: usize,
+    ctx: usize,
+    scale: f32,
+    width: usize,
+    per_row: bool,
+}
+
+/// [`job`] in the best instruction set `isa` allows for the head width.
+fn run(isa: Isa, job: &Job<'_>, dst: &mut [f32]) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512F was detected at run time (`Isa::detect`)
+        Isa::Avx512 if job.d.is_multiple_of(16) => unsafe { job_avx512(job, dst) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2 and FMA were detected at run time (`Isa::detect`)
+        Isa::Avx512 | Isa::Avx2Fma if job.d.is_multiple_of(8) => unsafe { job_avx2(job, dst) },
+        // SAFETY: the scalar path needs no feature
+        _ => unsafe { job_in::<Scalar>(job, dst) },
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn job_avx512(job: &Job<'_>, dst: &mut [f32]) {
+    // SAFETY: as this function's
+    unsafe { job_in::<crate::cpu_attn::x86::Avx512>(job, dst) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn job_avx2(job: &Job<'_>, dst: &mut [f32]) {
+    // SAFETY: as this function's
+    unsafe { job_in::<crate::cpu_attn::x86::Avx2>(job, dst) }
+}
+
+/// Scores, softmax and sums of one job into `dst` (its `[width]` or `[n_new, width]` part
+/// of the output, zeroed).
+///
+/// # Safety
+/// `S`'s instruction set is available and divides the head width.
+#[inline(always)]
+unsafe fn job_in<S: Simd>(job: &Job<'_>, dst: &mut [f32]) {
+    let (n, d) = (job.n, job.d);
+    let keys = job.ctx + n;
+    let rows = job.heads.len() * n;
+    // row r = (chosen head r / n, new token r % n) sees keys 0 ..= ctx + r % n
+    let limit = |r: usize| job.ctx + r % n + 1;
+    let mut s = vec![0f32; rows * keys];
+    let mut ks: [&[f32]; KEY_BLOCK] = [&[]; KEY_BLOCK];
+    for k0 in (0..keys).step_by(KEY_BLOCK) {
+        let k1 = keys.min(k0 + KEY_BLOCK);
+        for (j, slot) in (k0..k1).zip(ks.iter_mut()) {
+            *slot = job.k.row_at(job.b, job.h, j);
+        }
+        for r in 0..rows {
+            let lim = limit(r).min(k1);
+            if lim <= k0 {
+                continue;
+            }
+            let head = job.heads[r / n];
+            let at = ((job.b * job.q_heads + head) * n + r % n) * d;
+            let qr = &job.q[at..at + d];
+            let sr = &mut s[r * keys..(r + 1) * keys];
+            let mut j = k0;
+            while j < lim {
+                // a short last group repeats its last key (a product computed and dropped)
+                let key = |t: usize| ks[(j + t).min(lim - 1) - k0];
+                // SAFETY: as this function's
+                let dots = unsafe { S::dot4(qr, [key(0), key(1), key(2), key(3)]) };
+                for (t, &x) in dots.iter().enumerate().take(lim - j) {
+                    sr[j + t] = x * job.scale;
+                }
+                j += 4;
+            }
+        }
+    }
+    for r in 0..rows {
+        let sr = &mut s[r * keys..r * keys + limit(r)];
+        let m = sr.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        for x in sr.iter_mut() {
+            *x = exp_approx(*x - m);
+        }
+        let inv = 1.0 / sum16(sr);
+        let o = if job.per_row {
+            &mut dst[(r % n) * job.width..][..sr.len()]
+        } else {
+            &mut dst[..sr.len()]
+        };
+        for (o, &p) in o.iter_mut().zip(sr.iter()) {
+            *o += p * inv;
+        }
+    }
+}
