@@ -166,6 +166,66 @@ pub(crate) fn head_subset_scores(
     Ok((out, [dims.batch, dims.kv_heads, dims.n_new, dims.capacity]))
 }
 
+/// [`KernelOps::fold_rows`](crate::SelectionOps::fold_rows) on the CPU
+/// ([`cpu_scores::fold_rows`]).
+///
+/// # Errors
+/// As [`crate::check_fold`].
+pub(crate) fn fold_rows(
+    hist: Option<Tensor<Flex, 3>>,
+    factor: &[f32],
+    rows: Tensor<Flex, 4>,
+    w: &[f32],
+    own: &[f32],
+    all: &[f32],
+) -> Result<Tensor<Flex, 3>> {
+    let dims = rows.dims();
+    crate::check_fold(hist.as_ref().map(Tensor::dims), factor, dims, w, own, all)?;
+    let rows = host_f32(prim(rows));
+    let hist = hist.map(|h| host_f32(prim(h)));
+    let out = cpu_scores::fold_rows(
+        hist.as_ref().and_then(|h| h.as_slice::<f32>()),
+        factor,
+        rows.as_slice::<f32>().unwrap_or(&[]),
+        dims,
+        w,
+        own,
+        all,
+    );
+    Ok(tensor(out, [dims[0], dims[1], dims[3]]))
+}
+
+/// [`KernelOps::mix_scores`](crate::SelectionOps::mix_scores) on the CPU
+/// ([`cpu_scores::mix_scores`]).
+///
+/// # Errors
+/// As [`crate::check_mix`].
+pub(crate) fn mix_scores(
+    hist: Tensor<Flex, 3>,
+    la: Option<Tensor<Flex, 2>>,
+    free: &[(usize, usize)],
+    alpha: f32,
+    width: usize,
+) -> Result<Tensor<Flex, 3>> {
+    let dims = hist.dims();
+    crate::check_mix(dims[0], la.as_ref().map(Tensor::dims), free, alpha)?;
+    let hist = host_f32(prim(hist));
+    let la = la.map(|l| {
+        let len = l.dims()[1];
+        (host_f32(prim(l)), len)
+    });
+    let out = cpu_scores::mix_scores(
+        hist.as_slice::<f32>().unwrap_or(&[]),
+        dims,
+        la.as_ref()
+            .map(|(l, len)| (l.as_slice::<f32>().unwrap_or(&[]), *len)),
+        free,
+        alpha,
+        width,
+    );
+    Ok(tensor(out, [dims[0], dims[1], width]))
+}
+
 /// [`KernelOps::rope`](crate::ElementwiseOps::rope) on the CPU: `x * cos + [x2, x1] * sin` per element, rounded
 /// as the plain path rounds it (two products, then their sum), reading `x` through its
 /// strides.

@@ -18,6 +18,11 @@
 //! - the rows added into the output in row order: per position for the scores, per position
 //!   and new token for the row scores. Positions past `ctx + n_new` and KV heads without a
 //!   chosen head stay 0.
+//!
+//! The `dustin` estimator's next two steps, [`KernelOps::fold_rows`](crate::SelectionOps::fold_rows)
+//! and [`KernelOps::mix_scores`](crate::SelectionOps::mix_scores), are loops over the same
+//! rows here ([`fold_rows`], [`mix_scores`]), one task per `(sequence, KV head)`, where the
+//! plain path builds a weight tensor per factor and a mask.
 
 use rayon::prelude::*;
 
@@ -189,4 +194,103 @@ unsafe fn job_in<S: Simd>(job: &Job<'_>, dst: &mut [f32]) {
             *o += p * inv;
         }
     }
+}
+
+/// [`KernelOps::fold_rows`](crate::SelectionOps::fold_rows) on host memory (the checks of
+/// [`crate::check_fold`] passed): `rows` `[b, kv_heads, n, len]` and `hist` `[b, kv_heads,
+/// len]` contiguous; returns `[b, kv_heads, len]`. One task per `(sequence, KV head)`.
+pub fn fold_rows(
+    hist: Option<&[f32]>,
+    factor: &[f32],
+    rows: &[f32],
+    dims: [usize; 4],
+    w: &[f32],
+    own: &[f32],
+    all: &[f32],
+) -> Vec<f32> {
+    let [b, kvh, n, l] = dims;
+    let mut out = vec![0f32; b * kvh * l];
+    if l == 0 {
+        return out;
+    }
+    out.par_chunks_mut(l).enumerate().for_each(|(bh, o)| {
+        let (b, h) = (bh / kvh, bh % kvh);
+        if let Some(hs) = hist {
+            let f = factor[b];
+            for (o, &x) in o.iter_mut().zip(&hs[bh * l..(bh + 1) * l]) {
+                *o = f * x;
+            }
+        }
+        for i in 0..n {
+            let wi = w[b * n + i];
+            let row = |g: usize| &rows[((b * kvh + g) * n + i) * l..][..l];
+            if own[h] != 0.0 {
+                let c = wi * own[h];
+                for (o, &x) in o.iter_mut().zip(row(h)) {
+                    *o += c * x;
+                }
+            }
+            if all[h] != 0.0 {
+                let c = wi * all[h];
+                for g in 0..kvh {
+                    for (o, &x) in o.iter_mut().zip(row(g)) {
+                        *o += c * x;
+                    }
+                }
+            }
+        }
+    });
+    out
+}
+
+/// [`KernelOps::mix_scores`](crate::SelectionOps::mix_scores) on host memory (the checks of
+/// [`crate::check_mix`] passed): `hist` `[b, kv_heads, hist_len]` and `la` `[b, la_len]`
+/// contiguous (each read as 0 past its length); returns `[b, kv_heads, width]`, 0 outside
+/// each sequence's free range.
+pub fn mix_scores(
+    hist: &[f32],
+    dims: [usize; 3],
+    la: Option<(&[f32], usize)>,
+    free: &[(usize, usize)],
+    alpha: f32,
+    width: usize,
+) -> Vec<f32> {
+    let [b, kvh, hl] = dims;
+    let mut out = vec![0f32; b * kvh * width];
+    if width == 0 {
+        return out;
+    }
+    out.par_chunks_mut(width).enumerate().for_each(|(bh, o)| {
+        let s = bh / kvh;
+        let (lo, hi) = (free[s].0.min(width), free[s].1.min(width));
+        if lo >= hi {
+            return;
+        }
+        let (hp, hs) = scaled(&hist[bh * hl..(bh + 1) * hl], lo, hi);
+        let dst = &mut o[lo..lo + hp.len()];
+        match la {
+            None => {
+                for (o, &x) in dst.iter_mut().zip(hp) {
+                    *o = x * hs;
+                }
+            }
+            Some((la, ll)) => {
+                for (o, &x) in dst.iter_mut().zip(hp) {
+                    *o = (1.0 - alpha) * (x * hs);
+                }
+                let (lp, ls) = scaled(&la[s * ll..(s + 1) * ll], lo, hi);
+                for (o, &x) in o[lo..lo + lp.len()].iter_mut().zip(lp) {
+                    *o += alpha * (x * ls);
+                }
+            }
+        }
+    });
+    out
+}
+
+/// `x`'s values on `lo .. hi` (those past its end are 0) and the reciprocal of their sum,
+/// the sum clamped below at 1e-30 (as [`crate::plain::mix_scores`]).
+fn scaled(x: &[f32], lo: usize, hi: usize) -> (&[f32], f32) {
+    let part = &x[lo.min(x.len())..hi.min(x.len())];
+    (part, 1.0 / sum16(part).max(1e-30))
 }

@@ -746,6 +746,31 @@ impl AttentionOps for burn_flex::Flex {
 impl SelectionOps for burn_flex::Flex {
     const SCORE_KERNELS: bool = true;
 
+    fn estimator_kernels(_device: &Self::Device) -> EstimatorKernels {
+        EstimatorKernels::ALL
+    }
+
+    fn fold_rows(
+        hist: Option<Tensor<Self, 3>>,
+        factor: &[f32],
+        rows: Tensor<Self, 4>,
+        w: &[f32],
+        own: &[f32],
+        all: &[f32],
+    ) -> Result<Tensor<Self, 3>> {
+        attn_flex::fold_rows(hist, factor, rows, w, own, all)
+    }
+
+    fn mix_scores(
+        hist: Tensor<Self, 3>,
+        la: Option<Tensor<Self, 2>>,
+        free: &[(usize, usize)],
+        alpha: f32,
+        width: usize,
+    ) -> Result<Tensor<Self, 3>> {
+        attn_flex::mix_scores(hist, la, free, alpha, width)
+    }
+
     fn head_subset_scores(
         q: Tensor<Self, 4>,
         k: Tensor<Self, 4>,
