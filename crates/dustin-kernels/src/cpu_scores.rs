@@ -11,7 +11,7 @@
 //! the new tokens, and builds nothing but one score buffer:
 //! - scores `scale q.k` of every row (chosen head `e`, new token `i`, row `e n + i`) against
 //!   the keys it sees (positions `0 ..= ctx + i`, the causal rule of the crate docs), a block
-//!   of [`KEY_BLOCK`] keys at a time held in L1 while every row passes over it, with the
+//!   of 32 keys at a time held in L1 while every row passes over it, with the
 //!   vector products of [`crate::cpu_attn`] (AVX-512F, AVX2 with FMA or scalar, chosen at run
 //!   time);
 //! - each row's softmax (`exp` by [`exp_approx`], a relative error under `2e-7`);
