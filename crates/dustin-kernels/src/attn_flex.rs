@@ -226,6 +226,28 @@ pub(crate) fn mix_scores(
     Ok(tensor(out, [dims[0], dims[1], width]))
 }
 
+/// [`KernelOps::top_k_positions`](crate::SelectionOps::top_k_positions) on the CPU
+/// ([`cpu_scores::top_k`]).
+///
+/// # Errors
+/// As [`crate::check_top_k`].
+pub(crate) fn top_k_positions(
+    scores: Tensor<Flex, 3>,
+    ctx_lens: &[usize],
+    keep: crate::Keep,
+) -> Result<crate::Positions<Flex>> {
+    let dims = scores.dims();
+    let (counts, kk) = crate::check_top_k(dims, ctx_lens, keep)?;
+    let s = host_f32(prim(scores));
+    let idx = cpu_scores::top_k(s.as_slice::<f32>().unwrap_or(&[]), dims, ctx_lens, keep, kk);
+    // through the backend's own conversion to its integer dtype, as the plain path
+    let indices = Tensor::<Flex, 3, Int>::from_data(
+        TensorData::new(idx, [dims[0], dims[1], kk]),
+        &Default::default(),
+    );
+    Ok(crate::Positions { indices, counts })
+}
+
 /// [`KernelOps::rope`](crate::ElementwiseOps::rope) on the CPU: `x * cos + [x2, x1] * sin` per element, rounded
 /// as the plain path rounds it (two products, then their sum), reading `x` through its
 /// strides.

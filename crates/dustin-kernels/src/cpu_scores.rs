@@ -294,3 +294,61 @@ fn scaled(x: &[f32], lo: usize, hi: usize) -> (&[f32], f32) {
     let part = &x[lo.min(x.len())..hi.min(x.len())];
     (part, 1.0 / sum16(part).max(1e-30))
 }
+
+/// [`KernelOps::top_k_positions`](crate::SelectionOps::top_k_positions) on host memory (the
+/// checks of [`crate::check_top_k`] passed): per row of `scores` `[batch, heads, c]` the
+/// sinks and the window, and the highest scores among the other positions below `ctx_b`
+/// (NaN lowest, `+-inf` as the finite extremes, ties to the lower position) up to
+/// `min(budget, ctx_b)`, ascending; rows of `[batch, heads, kk]`, short rows padded with 0.
+/// A selection (`select_nth_unstable`) per row instead of a sort of the whole context.
+pub fn top_k(
+    scores: &[f32],
+    dims: [usize; 3],
+    ctx_lens: &[usize],
+    keep: crate::Keep,
+    kk: usize,
+) -> Vec<i64> {
+    let [_, h, c] = dims;
+    let mut out = vec![0i64; dims[0] * h * kk];
+    if kk == 0 {
+        return out;
+    }
+    out.par_chunks_mut(kk).enumerate().for_each(|(bh, dst)| {
+        let cb = ctx_lens[bh / h];
+        let want = keep.budget.min(cb);
+        let row = &scores[bh * c..bh * c + cb];
+        // forced: [0, n_sink) and [cb - window, cb)
+        let sinks = keep.n_sink.min(cb);
+        let tail = cb.saturating_sub(keep.window).max(sinks);
+        let mut kept: Vec<usize> = (0..sinks).chain(tail..cb).collect();
+        let free = want.saturating_sub(kept.len());
+        if free > 0 {
+            let key = |p: usize| {
+                let s = row[p];
+                if s.is_nan() {
+                    f32::MIN
+                } else {
+                    s.clamp(f32::MIN, f32::MAX)
+                }
+            };
+            // higher score first, then the lower position (no key is NaN, and -0 ties +0)
+            let order = |a: &usize, b: &usize| {
+                key(*b)
+                    .partial_cmp(&key(*a))
+                    .unwrap_or(std::cmp::Ordering::Equal)
+                    .then(a.cmp(b))
+            };
+            let mut cand: Vec<usize> = (sinks..tail).collect();
+            if free < cand.len() {
+                cand.select_nth_unstable_by(free - 1, order);
+                cand.truncate(free);
+            }
+            kept.extend(cand);
+        }
+        kept.sort_unstable();
+        for (d, &p) in dst.iter_mut().zip(&kept) {
+            *d = p as i64;
+        }
+    });
+    out
+}

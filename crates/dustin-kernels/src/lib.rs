@@ -744,10 +744,18 @@ impl AttentionOps for burn_flex::Flex {
 }
 
 impl SelectionOps for burn_flex::Flex {
-    const SCORE_KERNELS: bool = true;
+    const SELECTION_KERNELS: bool = true;
 
     fn estimator_kernels(_device: &Self::Device) -> EstimatorKernels {
         EstimatorKernels::ALL
+    }
+
+    fn top_k_positions(
+        scores: Tensor<Self, 3>,
+        ctx_lens: &[usize],
+        keep: Keep,
+    ) -> Result<Positions<Self>> {
+        attn_flex::top_k_positions(scores, ctx_lens, keep)
     }
 
     fn fold_rows(

@@ -327,6 +327,67 @@ fn top_k_hand_worked_example() {
 }
 
 #[test]
+fn top_k_matches_the_reference_on_ties_nan_and_infinities() {
+    // scores on a coarse grid (many ties), some NaN and infinite; ragged contexts around the
+    // budget, one shorter than the sinks and the window together
+    let (b, h) = (4, 3);
+    let ctx = [300, 97, 5, 160];
+    let c = 310;
+    let raw = reference::random_bf16(b * h * c, 4.0, 77);
+    let scores: Vec<f32> = raw
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| match i % 41 {
+            0 => f32::NAN,
+            1 => f32::INFINITY,
+            2 => f32::NEG_INFINITY,
+            3 => -0.0,
+            _ => (x * 2.0).round() / 2.0,
+        })
+        .collect();
+    for keep in [
+        Keep {
+            budget: 100,
+            n_sink: 4,
+            window: 16,
+        },
+        Keep {
+            budget: 20,
+            n_sink: 4,
+            window: 16,
+        },
+        Keep {
+            budget: 400,
+            n_sink: 1,
+            window: 8,
+        },
+    ] {
+        let t = Tensor::<Flex, 3>::from_data(TensorData::new(scores.clone(), [b, h, c]), &dev());
+        let p = Flex::top_k_positions(t, &ctx, keep).expect("top-k");
+        let kk = keep.budget.min(300);
+        assert_eq!(p.indices.dims(), [b, h, kk]);
+        let got: Vec<i64> = p
+            .indices
+            .into_data()
+            .convert::<i64>()
+            .to_vec()
+            .expect("ints");
+        let want = reference::top_k(&scores, b, h, c, &ctx, keep);
+        for (r, row) in want.iter().enumerate() {
+            assert_eq!(p.counts[r / h], row.len(), "row {r}");
+            let g: Vec<usize> = got[r * kk..r * kk + row.len()]
+                .iter()
+                .map(|&x| x as usize)
+                .collect();
+            assert_eq!(&g, row, "row {r}, {keep:?}");
+            assert!(got[r * kk + row.len()..(r + 1) * kk]
+                .iter()
+                .all(|&x| x == 0));
+        }
+    }
+}
+
+#[test]
 fn top_k_pads_short_rows_with_zero() {
     let s = vec![0.3f32, 0.1, 0.2, 0.9, 0.8, 0.7, 0.6, 0.5];
     let t = Tensor::<Flex, 3>::from_data(TensorData::new(s, [2, 1, 4]), &dev());

@@ -59,7 +59,7 @@ pub fn select_top_k<B: KernelOps>(
         let indices = Tensor::from_data(TensorData::new(Vec::<i64>::new(), [b, h, 0]), &device);
         return Ok(LayerSelection { indices, counts });
     }
-    if B::FUSED {
+    if B::SELECTION_KERNELS {
         match B::top_k_positions(scores.clone(), ctx_lens, keep.into()) {
             Ok(p) => {
                 return Ok(LayerSelection {

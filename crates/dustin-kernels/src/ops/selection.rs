@@ -16,12 +16,14 @@ use burn_tensor::Tensor;
 ///
 /// Part of [`KernelOps`](crate::KernelOps); every method defaults to the plain path.
 pub trait SelectionOps: KernelBackend {
-    /// Whether [`KernelOps::head_subset_scores`](crate::SelectionOps::head_subset_scores) and
-    /// [`KernelOps::head_subset_row_scores`](crate::SelectionOps::head_subset_row_scores) are
-    /// this backend's own kernels (CUDA's; the CPU's host kernels of [`crate::cpu_scores`])
-    /// rather than the plain path, so that callers with a Burn-op path of their own (the
-    /// `dustin` estimator's contribution, the oracle) take them. Default false.
-    const SCORE_KERNELS: bool = false;
+    /// Whether [`KernelOps::head_subset_scores`](crate::SelectionOps::head_subset_scores),
+    /// [`KernelOps::head_subset_row_scores`](crate::SelectionOps::head_subset_row_scores) and
+    /// [`KernelOps::top_k_positions`](crate::SelectionOps::top_k_positions) are this
+    /// backend's own kernels (CUDA's; the CPU's host kernels of [`crate::cpu_scores`]) rather
+    /// than the plain path, so that callers with a Burn-op path of their own (the `dustin`
+    /// estimator's contribution, the oracle, `dustin_select`'s top-k step) take them.
+    /// Default false.
+    const SELECTION_KERNELS: bool = false;
 
     /// Which of the `dustin` estimator's history fold ([`KernelOps::fold_rows`](crate::SelectionOps::fold_rows)) and
     /// normalise-and-mix ([`KernelOps::mix_scores`](crate::SelectionOps::mix_scores)) run as this backend's kernels on

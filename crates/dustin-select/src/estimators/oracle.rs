@@ -33,7 +33,7 @@ impl<B: KernelOps> ImportanceEstimator<B> for Oracle {
         // over the keys' (padded) width, not max(ctx): see `score_width`
         let w = score_width(a)?;
         let [b, kvh, l, _] = a.k.dims();
-        if B::SCORE_KERNELS {
+        if B::SELECTION_KERNELS {
             let all: Vec<usize> = (0..a.q.dims()[1]).collect();
             match B::head_subset_scores(a.q.clone(), a.k.clone(), a.ctx_lens, &all, a.scale) {
                 Ok(m) => return Ok(Scores::Tokens(fit_last(m, w))),

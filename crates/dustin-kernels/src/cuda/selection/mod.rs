@@ -358,7 +358,7 @@ pub(super) fn subset_scores<F: FloatElement, I: IntElement, BT: BoolElement>(
 }
 
 impl<F: FloatElement, I: IntElement, BT: BoolElement> SelectionOps for Cube<F, I, BT> {
-    const SCORE_KERNELS: bool = true;
+    const SELECTION_KERNELS: bool = true;
 
     fn estimator_kernels(device: &Self::Device) -> EstimatorKernels {
         config(device).estimator_kernels

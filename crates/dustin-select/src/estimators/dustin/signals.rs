@@ -19,7 +19,7 @@ impl<B: KernelOps> Dustin<B> {
         let device = a.k.device();
         let heads = self.layer_heads(a.layer, nh, keep_rule(ctx))?;
         let e = heads.len();
-        if B::SCORE_KERNELS {
+        if B::SELECTION_KERNELS {
             if let Some(c) = self.fused_contribution(ctx, &heads)? {
                 self.pending[a.layer] = Some(c.clone());
                 return Ok(c);
