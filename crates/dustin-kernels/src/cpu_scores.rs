@@ -1,4 +1,5 @@
-//! Head-subset attention probabilities on the CPU, on f32 host memory:
+//! Head-subset attention probabilities, the `dustin` estimator's fold and mix, and the top-k
+//! of positions on the CPU, on f32 host memory:
 //! [`KernelOps::head_subset_scores`](crate::SelectionOps::head_subset_scores) (the draft's
 //! lookahead, `dustin`'s and the oracle's scores) and
 //! [`KernelOps::head_subset_row_scores`](crate::SelectionOps::head_subset_row_scores) (the
@@ -22,7 +23,9 @@
 //! The `dustin` estimator's next two steps, [`KernelOps::fold_rows`](crate::SelectionOps::fold_rows)
 //! and [`KernelOps::mix_scores`](crate::SelectionOps::mix_scores), are loops over the same
 //! rows here ([`fold_rows`], [`mix_scores`]), one task per `(sequence, KV head)`, where the
-//! plain path builds a weight tensor per factor and a mask.
+//! plain path builds a weight tensor per factor and a mask. The top-k step that follows every
+//! selector ([`KernelOps::top_k_positions`](crate::SelectionOps::top_k_positions), [`top_k`])
+//! selects per row (`select_nth_unstable`) where the plain path sorts the whole context.
 
 use rayon::prelude::*;
 
