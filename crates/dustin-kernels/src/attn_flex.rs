@@ -6,12 +6,11 @@ use burn_flex::{Flex, FlexTensor};
 use burn_tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
 
 use crate::cpu_attn::{self, Context, Shape, Strided};
-use crate::cpu_scores;
 use crate::quant_flex::host_f32;
 use crate::{check_selection, KernelError, Result};
 
 /// The f32 primitive of `t`.
-fn prim<const D: usize>(t: Tensor<Flex, D>) -> FlexTensor {
+pub(crate) fn prim<const D: usize>(t: Tensor<Flex, D>) -> FlexTensor {
     t.into_primitive().tensor()
 }
 
@@ -23,7 +22,7 @@ pub(crate) fn tensor<const D: usize>(values: Vec<f32>, shape: [usize; D]) -> Ten
 
 /// `t` `[b, h, p, d]` as a [`Strided`] view, when it is f32 with a contiguous last dimension
 /// and non-negative strides (`None` otherwise: the caller copies it).
-fn strided(t: &FlexTensor) -> Option<Strided<'_>> {
+pub(crate) fn strided(t: &FlexTensor) -> Option<Strided<'_>> {
     if t.dtype() != DType::F32 {
         return None;
     }
@@ -42,7 +41,7 @@ fn strided(t: &FlexTensor) -> Option<Strided<'_>> {
 }
 
 /// `t` itself when [`strided`] reads it, else a contiguous f32 copy.
-fn readable(t: FlexTensor) -> FlexTensor {
+pub(crate) fn readable(t: FlexTensor) -> FlexTensor {
     if strided(&t).is_some() {
         t
     } else {
@@ -117,135 +116,6 @@ pub(crate) fn attention(
         out,
         [dims.batch, dims.q_heads, dims.n_new, dims.head_dim],
     ))
-}
-
-/// [`KernelOps::head_subset_scores`](crate::SelectionOps::head_subset_scores) (`per_row`
-/// false) and [`KernelOps::head_subset_row_scores`](crate::SelectionOps::head_subset_row_scores)
-/// (`per_row` true) on the CPU ([`cpu_scores::head_subset_scores`]): the values and
-/// `[batch, kv_heads, n_new, capacity]` (`n_new` summed away when `per_row` is false).
-///
-/// # Errors
-/// As the trait methods: [`crate::check_attn`], [`crate::check_heads`].
-pub(crate) fn head_subset_scores(
-    q: Tensor<Flex, 4>,
-    k: Tensor<Flex, 4>,
-    ctx_lens: &[usize],
-    heads: &[usize],
-    scale: f32,
-    per_row: bool,
-) -> Result<(Vec<f32>, [usize; 4])> {
-    let dims = crate::check_attn(q.dims(), k.dims(), ctx_lens)?;
-    crate::check_heads(heads, dims.q_heads)?;
-    let qs = host_f32(prim(q));
-    let ks = readable(prim(k));
-    let Some(kv) = strided(&ks) else {
-        return Err(KernelError::Unsupported(
-            "cache views of this layout".into(),
-        ));
-    };
-    let shape = Shape {
-        batch: dims.batch,
-        q_heads: dims.q_heads,
-        kv_heads: dims.kv_heads,
-        n_new: dims.n_new,
-        head_dim: dims.head_dim,
-    };
-    let q_host = qs.as_slice::<f32>().unwrap_or(&[]);
-    let out = cpu_scores::head_subset_scores(
-        q_host,
-        kv,
-        shape,
-        ctx_lens,
-        heads,
-        scale,
-        cpu_scores::Layout {
-            width: dims.capacity,
-            per_row,
-        },
-    );
-    Ok((out, [dims.batch, dims.kv_heads, dims.n_new, dims.capacity]))
-}
-
-/// [`KernelOps::fold_rows`](crate::SelectionOps::fold_rows) on the CPU
-/// ([`cpu_scores::fold_rows`]).
-///
-/// # Errors
-/// As [`crate::check_fold`].
-pub(crate) fn fold_rows(
-    hist: Option<Tensor<Flex, 3>>,
-    factor: &[f32],
-    rows: Tensor<Flex, 4>,
-    w: &[f32],
-    own: &[f32],
-    all: &[f32],
-) -> Result<Tensor<Flex, 3>> {
-    let dims = rows.dims();
-    crate::check_fold(hist.as_ref().map(Tensor::dims), factor, dims, w, own, all)?;
-    let rows = host_f32(prim(rows));
-    let hist = hist.map(|h| host_f32(prim(h)));
-    let out = cpu_scores::fold_rows(
-        hist.as_ref().and_then(|h| h.as_slice::<f32>()),
-        factor,
-        rows.as_slice::<f32>().unwrap_or(&[]),
-        dims,
-        w,
-        own,
-        all,
-    );
-    Ok(tensor(out, [dims[0], dims[1], dims[3]]))
-}
-
-/// [`KernelOps::mix_scores`](crate::SelectionOps::mix_scores) on the CPU
-/// ([`cpu_scores::mix_scores`]).
-///
-/// # Errors
-/// As [`crate::check_mix`].
-pub(crate) fn mix_scores(
-    hist: Tensor<Flex, 3>,
-    la: Option<Tensor<Flex, 2>>,
-    free: &[(usize, usize)],
-    alpha: f32,
-    width: usize,
-) -> Result<Tensor<Flex, 3>> {
-    let dims = hist.dims();
-    crate::check_mix(dims[0], la.as_ref().map(Tensor::dims), free, alpha)?;
-    let hist = host_f32(prim(hist));
-    let la = la.map(|l| {
-        let len = l.dims()[1];
-        (host_f32(prim(l)), len)
-    });
-    let out = cpu_scores::mix_scores(
-        hist.as_slice::<f32>().unwrap_or(&[]),
-        dims,
-        la.as_ref()
-            .map(|(l, len)| (l.as_slice::<f32>().unwrap_or(&[]), *len)),
-        free,
-        alpha,
-        width,
-    );
-    Ok(tensor(out, [dims[0], dims[1], width]))
-}
-
-/// [`KernelOps::top_k_positions`](crate::SelectionOps::top_k_positions) on the CPU
-/// ([`cpu_scores::top_k`]).
-///
-/// # Errors
-/// As [`crate::check_top_k`].
-pub(crate) fn top_k_positions(
-    scores: Tensor<Flex, 3>,
-    ctx_lens: &[usize],
-    keep: crate::Keep,
-) -> Result<crate::Positions<Flex>> {
-    let dims = scores.dims();
-    let (counts, kk) = crate::check_top_k(dims, ctx_lens, keep)?;
-    let s = host_f32(prim(scores));
-    let idx = cpu_scores::top_k(s.as_slice::<f32>().unwrap_or(&[]), dims, ctx_lens, keep, kk);
-    // through the backend's own conversion to its integer dtype, as the plain path
-    let indices = Tensor::<Flex, 3, Int>::from_data(
-        TensorData::new(idx, [dims[0], dims[1], kk]),
-        &Default::default(),
-    );
-    Ok(crate::Positions { indices, counts })
 }
 
 /// [`KernelOps::rope`](crate::ElementwiseOps::rope) on the CPU: `x * cos + [x2, x1] * sin` per element, rounded

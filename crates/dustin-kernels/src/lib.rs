@@ -58,6 +58,7 @@ pub mod plain;
 mod quant_flex;
 pub mod reference;
 pub mod ring;
+mod selection_flex;
 mod split_plan;
 
 #[cfg(feature = "cuda")]
@@ -740,65 +741,6 @@ impl AttentionOps for burn_flex::Flex {
         scale: f32,
     ) -> Result<Tensor<Self, 4>> {
         attn_flex::attention(q, k, v, ctx_lens, Some((indices, counts)), scale, MAX_NEW)
-    }
-}
-
-impl SelectionOps for burn_flex::Flex {
-    const SELECTION_KERNELS: bool = true;
-
-    fn estimator_kernels(_device: &Self::Device) -> EstimatorKernels {
-        EstimatorKernels::ALL
-    }
-
-    fn top_k_positions(
-        scores: Tensor<Self, 3>,
-        ctx_lens: &[usize],
-        keep: Keep,
-    ) -> Result<Positions<Self>> {
-        attn_flex::top_k_positions(scores, ctx_lens, keep)
-    }
-
-    fn fold_rows(
-        hist: Option<Tensor<Self, 3>>,
-        factor: &[f32],
-        rows: Tensor<Self, 4>,
-        w: &[f32],
-        own: &[f32],
-        all: &[f32],
-    ) -> Result<Tensor<Self, 3>> {
-        attn_flex::fold_rows(hist, factor, rows, w, own, all)
-    }
-
-    fn mix_scores(
-        hist: Tensor<Self, 3>,
-        la: Option<Tensor<Self, 2>>,
-        free: &[(usize, usize)],
-        alpha: f32,
-        width: usize,
-    ) -> Result<Tensor<Self, 3>> {
-        attn_flex::mix_scores(hist, la, free, alpha, width)
-    }
-
-    fn head_subset_scores(
-        q: Tensor<Self, 4>,
-        k: Tensor<Self, 4>,
-        ctx_lens: &[usize],
-        heads: &[usize],
-        scale: f32,
-    ) -> Result<Tensor<Self, 3>> {
-        let (v, [b, h, _, l]) = attn_flex::head_subset_scores(q, k, ctx_lens, heads, scale, false)?;
-        Ok(attn_flex::tensor(v, [b, h, l]))
-    }
-
-    fn head_subset_row_scores(
-        q: Tensor<Self, 4>,
-        k: Tensor<Self, 4>,
-        ctx_lens: &[usize],
-        heads: &[usize],
-        scale: f32,
-    ) -> Result<Tensor<Self, 4>> {
-        let (v, shape) = attn_flex::head_subset_scores(q, k, ctx_lens, heads, scale, true)?;
-        Ok(attn_flex::tensor(v, shape))
     }
 }
 
