@@ -103,13 +103,7 @@ pub(crate) fn attention(
         },
         _ => Context::Dense,
     };
-    let shape = Shape {
-        batch: dims.batch,
-        q_heads: dims.q_heads,
-        kv_heads: dims.kv_heads,
-        n_new: dims.n_new,
-        head_dim: dims.head_dim,
-    };
+    let shape = Shape::from(dims);
     let q_host = qs.as_slice::<f32>().unwrap_or(&[]);
     let out = cpu_attn::attention(q_host, kv, vv, shape, ctx_lens, ctx, scale);
     Ok(tensor(

@@ -82,6 +82,19 @@ pub struct Shape {
     pub head_dim: usize,
 }
 
+impl From<crate::AttnDims> for Shape {
+    /// The sizes of a checked call ([`crate::check_attn`]).
+    fn from(d: crate::AttnDims) -> Self {
+        Self {
+            batch: d.batch,
+            q_heads: d.q_heads,
+            kv_heads: d.kv_heads,
+            n_new: d.n_new,
+            head_dim: d.head_dim,
+        }
+    }
+}
+
 /// The context entries of each `(sequence, KV head)`.
 #[derive(Debug, Clone, Copy)]
 pub enum Context<'a> {
@@ -346,6 +359,33 @@ impl Simd for Scalar {
     }
 }
 
+/// `sr[j] = scale * (q . keys[j - k0])` for `j` in `k0 .. lim`, the keys of one block
+/// (`keys[t]` is entry `k0 + t`), four keys per pass over the query row; a short last group
+/// repeats its last key (a product computed and dropped).
+///
+/// # Safety
+/// `S`'s instruction set is available and divides `q.len()`; `k0 < lim <= k0 + keys.len()`.
+#[inline(always)]
+pub(crate) unsafe fn score_block<S: Simd>(
+    q: &[f32],
+    keys: &[&[f32]],
+    k0: usize,
+    lim: usize,
+    scale: f32,
+    sr: &mut [f32],
+) {
+    let mut j = k0;
+    while j < lim {
+        let at = |t: usize| keys[(j + t).min(lim - 1) - k0];
+        // SAFETY: as this function's
+        let dots = unsafe { S::dot4(q, [at(0), at(1), at(2), at(3)]) };
+        for (t, &x) in dots.iter().enumerate().take(lim - j) {
+            sr[j + t] = x * scale;
+        }
+        j += 4;
+    }
+}
+
 /// Scores, softmax numerators and weighted values of one chunk in the instruction set of `S`.
 ///
 /// # Safety
@@ -369,18 +409,8 @@ unsafe fn chunk<S: Simd>(job: &Job<'_>) -> Partial {
                 continue;
             }
             let qr = &job.q[r * d..(r + 1) * d];
-            let sr = &mut s[r * e..(r + 1) * e];
-            let mut j = k0;
-            while j < lim {
-                // a short last group repeats its last key (a product computed and dropped)
-                let at = |t: usize| vs[(j + t).min(lim - 1) - k0];
-                // SAFETY: as this function's
-                let dots = unsafe { S::dot4(qr, [at(0), at(1), at(2), at(3)]) };
-                for (t, &x) in dots.iter().enumerate().take(lim - j) {
-                    sr[j + t] = x * job.scale;
-                }
-                j += 4;
-            }
+            // SAFETY: as this function's
+            unsafe { score_block::<S>(qr, &vs, k0, lim, job.scale, &mut s[r * e..(r + 1) * e]) };
         }
     }
     // softmax numerators per row

@@ -29,7 +29,9 @@
 
 use rayon::prelude::*;
 
-use crate::cpu_attn::{exp_approx, sum16, Isa, Scalar, Shape, Simd, Strided, KEY_BLOCK};
+use crate::cpu_attn::{
+    exp_approx, score_block, sum16, Isa, Scalar, Shape, Simd, Strided, KEY_BLOCK,
+};
 
 /// The output of [`head_subset_scores`].
 #[derive(Debug, Clone, Copy)]
@@ -168,17 +170,8 @@ unsafe fn job_in<S: Simd>(job: &Job<'_>, dst: &mut [f32]) {
             let at = ((job.b * job.q_heads + head) * n + r % n) * d;
             let qr = &job.q[at..at + d];
             let sr = &mut s[r * keys..(r + 1) * keys];
-            let mut j = k0;
-            while j < lim {
-                // a short last group repeats its last key (a product computed and dropped)
-                let key = |t: usize| ks[(j + t).min(lim - 1) - k0];
-                // SAFETY: as this function's
-                let dots = unsafe { S::dot4(qr, [key(0), key(1), key(2), key(3)]) };
-                for (t, &x) in dots.iter().enumerate().take(lim - j) {
-                    sr[j + t] = x * job.scale;
-                }
-                j += 4;
-            }
+            // SAFETY: as this function's
+            unsafe { score_block::<S>(qr, &ks, k0, lim, job.scale, sr) };
         }
     }
     for r in 0..rows {

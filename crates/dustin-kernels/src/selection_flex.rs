@@ -94,13 +94,7 @@ pub(crate) fn head_subset_scores(
             "cache views of this layout".into(),
         ));
     };
-    let shape = Shape {
-        batch: dims.batch,
-        q_heads: dims.q_heads,
-        kv_heads: dims.kv_heads,
-        n_new: dims.n_new,
-        head_dim: dims.head_dim,
-    };
+    let shape = Shape::from(dims);
     let q_host = qs.as_slice::<f32>().unwrap_or(&[]);
     let out = cpu_scores::head_subset_scores(
         q_host,
