@@ -7,8 +7,13 @@
 //! of it), `n_new` = 1 (decoding) and 5 (verification at gamma 4), and a selection of 256
 //! positions per KV head (a budget of 1/8).
 //!
+//! The `prefill` groups time a prefill chunk of [`PREFILL_NEW`] tokens after
+//! [`PREFILL_CTX`] (dense, causal): `Flex`'s `prefill_attention` (the tiles of
+//! [`dustin_kernels::cpu_prefill`]) against the chunked kernel of `cpu_attn` on the same
+//! inputs.
+//!
 //! `cargo bench -p dustin-kernels --bench cpu_attention` (criterion; a filter such as
-//! `target` or `sparse` picks groups).
+//! `target`, `sparse` or `prefill` picks groups).
 
 use std::hint::black_box;
 
@@ -27,6 +32,10 @@ const CTX: usize = 2048;
 const CAP: usize = 4096;
 /// Selected positions per KV head.
 const BUDGET: usize = 256;
+/// Context before a prefill chunk.
+const PREFILL_CTX: usize = 2048;
+/// New tokens of a prefill chunk.
+const PREFILL_NEW: usize = 512;
 
 fn tensor4(v: Vec<f32>, shape: [usize; 4]) -> Tensor<Flex, 4> {
     Tensor::from_data(TensorData::new(v, shape), &FlexDevice)
@@ -96,9 +105,67 @@ fn bench(c: &mut Criterion) {
     }
 }
 
+fn prefill(c: &mut Criterion) {
+    use dustin_kernels::cpu_attn::{self, Context, Shape, Strided};
+    for (name, hq, kvh, d) in MODELS {
+        let mut group =
+            c.benchmark_group(format!("{name} prefill {PREFILL_NEW} after {PREFILL_CTX}"));
+        let (n, cap) = (PREFILL_NEW, PREFILL_CTX + PREFILL_NEW);
+        let qv = reference::random_bf16(hq * n * d, 2.0, 5);
+        let kv = reference::random_bf16(kvh * cap * d, 2.0, 6);
+        let vv = reference::random_bf16(kvh * cap * d, 1.0, 7);
+        let scale = 1.0 / (d as f32).sqrt();
+        let (q, k, v) = (
+            tensor4(qv.clone(), [1, hq, n, d]),
+            tensor4(kv.clone(), [1, kvh, cap, d]),
+            tensor4(vv.clone(), [1, kvh, cap, d]),
+        );
+        group.bench_function("tiles (prefill_attention)", |b| {
+            b.iter(|| {
+                black_box(
+                    Flex::prefill_attention(q.clone(), k.clone(), v.clone(), &[PREFILL_CTX], scale)
+                        .expect("kernel"),
+                )
+            })
+        });
+        let view = |data| Strided {
+            data,
+            offset: 0,
+            strides: [kvh * cap * d, cap * d, d],
+            head_dim: d,
+        };
+        let shape = Shape {
+            batch: 1,
+            q_heads: hq,
+            kv_heads: kvh,
+            n_new: n,
+            head_dim: d,
+        };
+        group.bench_function("chunked (cpu_attn)", |b| {
+            b.iter(|| {
+                black_box(cpu_attn::attention(
+                    &qv,
+                    view(&kv),
+                    view(&vv),
+                    shape,
+                    &[PREFILL_CTX],
+                    Context::Dense,
+                    scale,
+                ))
+            })
+        });
+        group.finish();
+    }
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20);
     targets = bench
 }
-criterion_main!(benches);
+criterion_group! {
+    name = prefill_benches;
+    config = Criterion::default().sample_size(10);
+    targets = prefill
+}
+criterion_main!(benches, prefill_benches);

@@ -52,7 +52,8 @@ pub(crate) fn readable(t: FlexTensor) -> FlexTensor {
 /// [`KernelOps::verify_attention`](crate::AttentionOps::verify_attention) (`selection` `None`),
 /// [`KernelOps::sparse_verify_attention`](crate::AttentionOps::sparse_verify_attention) and
 /// [`KernelOps::prefill_attention`](crate::AttentionOps::prefill_attention) on the CPU
-/// ([`cpu_attn::attention`]), with at most `max_new` new tokens.
+/// ([`cpu_attn::attention`]; [`crate::cpu_prefill::attention`] for a dense context and at
+/// least [`crate::cpu_prefill::MIN_NEW`] new tokens), with at most `max_new` new tokens.
 ///
 /// # Errors
 /// As the trait methods: [`KernelError::Shape`] / [`KernelError::InvalidInput`] naming the
@@ -105,7 +106,17 @@ pub(crate) fn attention(
     };
     let shape = Shape::from(dims);
     let q_host = qs.as_slice::<f32>().unwrap_or(&[]);
-    let out = cpu_attn::attention(q_host, kv, vv, shape, ctx_lens, ctx, scale);
+    // a prefill chunk of many tokens over a dense context in tiles, else the chunked kernel
+    let tiled = match ctx {
+        Context::Dense if dims.n_new >= crate::cpu_prefill::MIN_NEW => {
+            crate::cpu_prefill::attention(q_host, kv, vv, shape, ctx_lens, scale)
+        }
+        _ => None,
+    };
+    let out = match tiled {
+        Some(out) => out,
+        None => cpu_attn::attention(q_host, kv, vv, shape, ctx_lens, ctx, scale),
+    };
     Ok(tensor(
         out,
         [dims.batch, dims.q_heads, dims.n_new, dims.head_dim],

@@ -48,6 +48,7 @@ pub mod check;
 pub mod config;
 pub mod cpu_amx;
 pub mod cpu_attn;
+pub mod cpu_prefill;
 pub mod cpu_quant;
 pub mod cpu_scores;
 pub mod cpu_skinny;

@@ -411,9 +411,17 @@ fn top_k_pads_short_rows_with_zero() {
 fn prefill_attention_matches_f64_reference_past_the_verify_limit() {
     // prefill chunks longer than MAX_NEW: the first chunk of a prompt (ctx 0) next to a
     // later one, and a chunk that is its sequence's whole prompt
+    // from `cpu_prefill::MIN_NEW` new tokens on, the tiles: the 1.5B's heads (12 / 2 x 128,
+    // AVX-512 where present) over ragged contexts with a last block of 4 tokens, the 0.5B's
+    // (14 / 2 x 64) with blocks of 14 tokens, one head per KV head at width 32 (AVX2), and a
+    // width the tiles do not take (16: the chunked kernel)
     for c in [
         Inputs::new(2, 14, 2, 40, 16, &[0, 23], 11),
         Inputs::new(1, 6, 3, 70, 8, &[130], 12),
+        Inputs::new(2, 12, 2, 100, 128, &[0, 37], 13),
+        Inputs::new(1, 14, 2, 130, 64, &[200], 14),
+        Inputs::new(1, 4, 4, 64, 32, &[5], 15),
+        Inputs::new(2, 8, 2, 70, 16, &[3, 90], 16),
     ] {
         let (q, k, v) = c.tensors();
         let out = Flex::prefill_attention(q, k, v, &c.ctx, c.scale() as f32).expect("prefill");
