@@ -670,7 +670,9 @@ pub fn exp_approx(x: f32) -> f32 {
     // Cephes' 5.0000001201e-1 is 0.5 in f32
     p = p * r + 0.5;
     let er = p * (r * r) + r + 1.0;
-    let bits = ((k as i32 + 127) as u32) << 23;
+    // 2^k: k + 127 (in 1 ..= 254) lands in the low mantissa bits of k + 127 + 2^23, and the
+    // shift leaves those as the exponent (no float-to-int cast, which would not vectorize)
+    let bits = (k + (127.0 + 8_388_608.0)).to_bits() << 23;
     er * f32::from_bits(bits)
 }
 

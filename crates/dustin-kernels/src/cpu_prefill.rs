@@ -7,19 +7,20 @@
 //! [`crate::cpu_attn`] is built for a few query rows: one task per chunk of keys scores every
 //! row of its KV head against the chunk, keeps a score buffer of `rows x 512` and merges the
 //! chunks afterwards. For a prefill chunk of 2,048 tokens that buffer is 25 MB a task and the
-//! products read each key once per query row through a horizontal sum: the prefill of a
-//! 14k-token prompt of Qwen2.5-Coder-1.5B spent 60% of its time there, at about 60 GFLOP/s
-//! on two AVX-512 cores. Here:
+//! products read each key once per query row through a horizontal sum: an 8k-token prefill of
+//! the Qwen2.5-Coder pair spent 154 of its 232 s there on two AVX-512 cores (43 s in these
+//! tiles; `docs/perf.md`, "CPU: prefill"). Here:
 //! - **Tasks** are `(sequence, KV head, block of new tokens)`: the rows of a task are the
 //!   block's tokens times the group's query heads (about [`ROWS`]), packed into a buffer
 //!   that stays in L2 with its output rows.
-//! - **Key blocks** of two vector widths (32 keys under AVX-512) walk the entries the block's
-//!   last token sees. A block's keys are transposed into `[head_dim, 32]` once, then
-//!   `s = scale q k^T` is a register tile of 8 rows x 32 keys built from broadcasts of the
-//!   query and vector loads of the transposed keys (no horizontal sums).
-//! - **Online softmax** per row: `m' = max(m, max s)`, `p = e^(s - m')`, `l' = l e^(m - m') +
-//!   sum p`, `o' = o e^(m - m') + p v`; entries past a row's causal limit get `p = 0`
-//!   exactly. `o` accumulates in a register tile of 6 rows x 64 values over the block's value
+//! - **Key blocks** of four sub-blocks of two vector widths (128 keys under AVX-512, 64
+//!   under AVX2) walk the entries the block's last token sees. A sub-block's keys are
+//!   transposed into `[head_dim, 32]` once, then `s = scale q k^T` is a register tile of 8
+//!   rows x 32 keys built from broadcasts of the query and vector loads of the transposed
+//!   keys (no horizontal sums).
+//! - **Online softmax** per row and key block: `m' = max(m, max s)`, `p = e^(s - m')`,
+//!   `l' = l e^(m - m') + sum p`, `o' = o e^(m - m') + p v` (two horizontal reductions a row
+//!   per 128 keys); entries past a row's causal limit get `p = 0` exactly. `o` accumulates in a register tile of 6 rows x 64 values over the block's value
 //!   rows, read where the cache holds them.
 //! - At the end `o / l`.
 //!
