@@ -8,20 +8,22 @@
 //! row of its KV head against the chunk, keeps a score buffer of `rows x 512` and merges the
 //! chunks afterwards. For a prefill chunk of 2,048 tokens that buffer is 25 MB a task and the
 //! products read each key once per query row through a horizontal sum: an 8k-token prefill of
-//! the Qwen2.5-Coder pair spent 154 of its 232 s there on two AVX-512 cores (43 s in these
+//! the Qwen2.5-Coder pair spent 154 of its 232 s there on two AVX-512 cores (37 s in these
 //! tiles; `docs/perf.md`, "CPU: prefill"). Here:
 //! - **Tasks** are `(sequence, KV head, block of new tokens)`: the rows of a task are the
-//!   block's tokens times the group's query heads (about [`ROWS`]), packed into a buffer
-//!   that stays in L2 with its output rows.
-//! - **Key blocks** of four sub-blocks of two vector widths (128 keys under AVX-512, 64
-//!   under AVX2) walk the entries the block's last token sees. A sub-block's keys are
-//!   transposed into `[head_dim, 32]` once, then `s = scale q k^T` is a register tile of 8
-//!   rows x 32 keys built from broadcasts of the query and vector loads of the transposed
-//!   keys (no horizontal sums).
-//! - **Online softmax** per row and key block: `m' = max(m, max s)`, `p = e^(s - m')`,
-//!   `l' = l e^(m - m') + sum p`, `o' = o e^(m - m') + p v` (two horizontal reductions a row
-//!   per 128 keys); entries past a row's causal limit get `p = 0` exactly. `o` accumulates in a register tile of 6 rows x 64 values over the block's value
-//!   rows, read where the cache holds them.
+//!   block's tokens times the group's query heads (about [`ROWS`], few of them padding to a
+//!   multiple of 32), their queries packed once as `[head_dim, rows]`, in L2 with the
+//!   task's output rows.
+//! - **Key blocks** of 64 keys walk the entries the block's last token sees. The scores are
+//!   held transposed, `[key, row]`: a register tile of 8 keys x 32 rows (AVX-512; 6 x 16
+//!   under AVX2) is built from broadcasts of key values, read where the cache holds them,
+//!   and vector loads of the packed queries, so nothing is transposed per block and no
+//!   product is summed horizontally.
+//! - **Online softmax** with the rows in the vector lanes, down the block's keys:
+//!   `m' = max(m, max s)`, `p = e^(s - m')`, `l' = l e^(m - m') + sum p`,
+//!   `o' = o e^(m - m') + p v`; entries past a row's causal limit get `p = 0` exactly.
+//!   `o` accumulates in a register tile of 6 rows x 64 values (2 x 32 under AVX2) over the
+//!   block's value rows.
 //! - At the end `o / l`.
 //!
 //! Rows keep their own arithmetic in a fixed order, so the result does not depend on the
@@ -36,8 +38,9 @@ use crate::cpu_attn::{exp_approx, Isa, Shape, Strided};
 /// only); shorter chunks take [`crate::cpu_attn`], whose tasks split the keys instead.
 pub const MIN_NEW: usize = 64;
 
-/// Query rows a task aims at (new tokens x the group's heads): 96 rows of 128 f32 and their
-/// outputs are 96 KiB, which L2 holds beside a key and a value block.
+/// Query rows a task aims at (new tokens x the group's heads): 96 rows of 128 f32, their
+/// outputs and the block's scores are 120 KiB, which L2 holds beside a key and a value
+/// block.
 pub const ROWS: usize = 96;
 
 /// The softmax attention of [`crate::cpu_attn::attention`] over dense contexts, in tiles:
@@ -72,6 +75,26 @@ pub fn attention(
         let _ = (isa, d, q, k, v, ctx_lens, scale);
         None
     }
+}
+
+/// New tokens of a task for a group of `g` query heads: between about 2/3 and 5/3 of
+/// [`ROWS`] rows, as few padding rows to a multiple of 32 (the score tile's row vectors)
+/// as possible, then as close to [`ROWS`] as possible (`g` = 7, Qwen2.5-0.5B's and 7B's
+/// groups: 18 tokens, 126 rows of 128).
+fn tokens_per_task(g: usize) -> usize {
+    let g = g.max(1);
+    let lo = (2 * ROWS / 3).div_ceil(g).max(1);
+    let hi = (5 * ROWS / 3 / g).max(lo);
+    (lo..=hi)
+        .min_by_key(|&t| {
+            let rows = t * g;
+            // padding in thousandths of the rows, then the distance to ROWS
+            (
+                (rows.next_multiple_of(32) - rows) * 1000 / rows,
+                rows.abs_diff(ROWS),
+            )
+        })
+        .unwrap_or(lo)
 }
 
 /// One task: a block of new tokens of one `(sequence, KV head)`.
@@ -109,7 +132,7 @@ fn run_tasks(
         head_dim: d,
     } = shape;
     let g = q_heads / kv_heads;
-    let per = ROWS.div_ceil(g).clamp(1, n.max(1));
+    let per = tokens_per_task(g).clamp(1, n.max(1));
     let blocks = n.div_ceil(per);
     // the output of each (b, h): the group's heads x new tokens, contiguous
     let mut out = vec![0f32; batch * q_heads * n * d];
@@ -188,9 +211,9 @@ pub(crate) trait Lanes {
     const W: usize;
     /// A vector of `W` f32.
     type V: Copy;
-    /// Query rows of a score tile (at most 8): `2 QK_ROWS` accumulators, two key vectors
-    /// and a broadcast fit the registers.
-    const QK_ROWS: usize;
+    /// Keys of a score tile (at most 8): `2 QK_KEYS` accumulators, two query vectors and a
+    /// broadcast fit the registers.
+    const QK_KEYS: usize;
     /// Vectors of an output segment (4): the head width must be a multiple of
     /// `PV_SEG W`.
     const PV_SEG: usize = 4;
@@ -209,55 +232,18 @@ pub(crate) trait Lanes {
     unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
     /// `a * b`.
     unsafe fn mul(a: Self::V, b: Self::V) -> Self::V;
-    /// `a + b`.
-    unsafe fn add(a: Self::V, b: Self::V) -> Self::V;
-    /// Lane-wise maximum.
-    unsafe fn max(a: Self::V, b: Self::V) -> Self::V;
-    /// The maximum of the lanes.
-    unsafe fn hmax(v: Self::V) -> f32;
-    /// The sum of the lanes.
-    unsafe fn hsum(v: Self::V) -> f32;
-
-    /// `max x` (`-inf` for none; NaN-blind).
-    ///
-    /// # Safety
-    /// The instruction set; `x.len()` a multiple of `W`.
-    #[inline(always)]
-    unsafe fn row_max(x: &[f32]) -> f32 {
-        // SAFETY: as this function's
-        unsafe {
-            let mut a = Self::splat(f32::NEG_INFINITY);
-            for c in (0..x.len()).step_by(Self::W) {
-                a = Self::max(a, Self::load(x.as_ptr().add(c)));
-            }
-            Self::hmax(a)
-        }
-    }
-
-    /// `sum x` in `W` lanes, then across them.
-    ///
-    /// # Safety
-    /// As [`Lanes::row_max`].
-    #[inline(always)]
-    unsafe fn row_sum(x: &[f32]) -> f32 {
-        // SAFETY: as this function's
-        unsafe {
-            let mut a = Self::zero();
-            for c in (0..x.len()).step_by(Self::W) {
-                a = Self::add(a, Self::load(x.as_ptr().add(c)));
-            }
-            Self::hsum(a)
-        }
-    }
 }
 
-/// Key sub-blocks of `2 W` keys a key block holds: 128 keys under AVX-512, so that a row's
-/// per-block work (two horizontal reductions, the rescale of its output) is spread over many
-/// keys.
-const SUB: usize = 4;
+/// Keys of a key block: each block costs every row a rescale of its output, spread over
+/// this many keys.
+const KEYS: usize = 64;
 
 /// The rows of one task against every entry its last token sees, written to `out`
 /// `[rows, head_dim]` (row `r` = token `t0 + r / g`, head `h g + r % g`).
+///
+/// The scores are held transposed, `[key, row]`: a tile is a few keys (broadcast) times two
+/// vectors of rows (loaded from the queries packed as `[head_dim, rows]` once per task), so
+/// no key is transposed, and the softmax runs down the keys with rows in the lanes.
 ///
 /// # Safety
 /// `L`'s instruction set is available; the head width is a multiple of `PV_SEG L::W`.
@@ -271,96 +257,124 @@ unsafe fn tile_task<L: Lanes>(task: &Task<'_>, out: &mut [f32]) {
         ..
     } = task.shape;
     let g = q_heads / kv_heads;
-    let (w, sub) = (L::W, 2 * L::W);
-    let kb = SUB * sub;
+    let (w, rw) = (L::W, 2 * L::W);
     let tokens = task.t1 - task.t0;
     let rows = tokens * g;
-    // packed query rows, token-major: row r = (t, gi)
-    let mut qp = vec![0f32; rows * d];
-    for (r, dst) in qp.chunks_exact_mut(d).enumerate() {
+    let rp = rows.next_multiple_of(rw);
+    // queries transposed, [d, rp] (token-major rows r = (t, gi); padding rows zero)
+    let mut qt = vec![0f32; d * rp];
+    for r in 0..rows {
         let (t, gi) = (r / g, r % g);
         let src = ((task.b * q_heads + task.h * g + gi) * n + task.t0 + t) * d;
-        dst.copy_from_slice(&task.q[src..src + d]);
-    }
-    // entries a row sees: positions 0 .. ctx + t + 1
-    let limit = |r: usize| task.ctx + task.t0 + r / g + 1;
-    let end = limit(rows - 1);
-    // the keys of a block as SUB transposed sub-blocks [d, 2 W]
-    let mut kt = vec![0f32; d * kb];
-    let mut s = vec![0f32; rows * kb];
-    let mut m = vec![f32::NEG_INFINITY; rows];
-    let mut l = vec![0f32; rows];
-    let mut vrows: Vec<&[f32]> = Vec::with_capacity(kb);
-    for k0 in (0..end).step_by(kb) {
-        let k1 = end.min(k0 + kb);
-        for (j, p) in (k0..k0 + kb).enumerate() {
-            let base = (j / sub) * d * sub + j % sub;
-            if p < k1 {
-                let row = task.k.row_at(task.b, task.h, p);
-                for (c, &x) in row.iter().enumerate() {
-                    kt[base + c * sub] = x;
-                }
-            } else {
-                for c in 0..d {
-                    kt[base + c * sub] = 0.0;
-                }
-            }
+        for (c, &x) in task.q[src..src + d].iter().enumerate() {
+            qt[c * rp + r] = x;
         }
+    }
+    // entries a row sees: positions 0 .. ctx + t + 1 (padding rows: the last row's)
+    let limit = |r: usize| task.ctx + task.t0 + r.min(rows - 1) / g + 1;
+    // the first row that sees position p (rows if none)
+    let first = |p: usize| {
+        let seen = p + 1;
+        if seen <= task.ctx + task.t0 + 1 {
+            0
+        } else {
+            ((seen - task.ctx - task.t0 - 1) * g).min(rows)
+        }
+    };
+    let end = limit(rows - 1);
+    let mut st = vec![0f32; KEYS * rp];
+    let mut m = vec![f32::NEG_INFINITY; rp];
+    let mut l = vec![0f32; rp];
+    let mut mn = vec![0f32; rp];
+    let mut alpha = vec![0f32; rp];
+    let mut vrows: Vec<&[f32]> = Vec::with_capacity(KEYS);
+    for k0 in (0..end).step_by(KEYS) {
+        let k1 = end.min(k0 + KEYS);
+        let width = k1 - k0;
+        vrows.clear();
+        vrows.extend((k0..k1).map(|p| task.k.row_at(task.b, task.h, p)));
         // rows with an entry in the block: a suffix, since the limits grow with the token
-        let r0 = (0..rows).find(|&r| limit(r) > k0).unwrap_or(rows);
-        let mut r = r0;
-        while r < rows {
-            let rr = L::QK_ROWS.min(rows - r);
-            // sub-blocks up to the last key the group's last row sees
-            let subs = (limit(r + rr - 1).min(k1) - k0).div_ceil(sub);
-            for st in 0..subs {
-                // SAFETY: as this function's; `qp` holds rows r .. r + rr, `s` as many,
-                // `kt` the sub-block `st`
+        let r0 = first(k0);
+        let rv0 = r0 / rw * rw;
+        // scores [key, row] of the vectors of rows that see the block
+        for rv in (rv0..rp).step_by(rw) {
+            // keys up to the last one these rows see
+            let kn = limit(rv + rw - 1).min(k1) - k0;
+            let mut j = 0;
+            while j < kn {
+                let kr = L::QK_KEYS.min(kn - j);
+                // SAFETY: as this function's; `qt` holds columns rv .. rv + 2 W of every
+                // value, `st` rows j .. j + kr, keys j .. j + kr are entries of the block
                 unsafe {
-                    let qr = qp.as_ptr().add(r * d);
-                    let sr = s.as_mut_ptr().add(r * kb + st * sub);
-                    let kp = kt.as_ptr().add(st * d * sub);
+                    let (qp, sp) = (qt.as_ptr().add(rv), st.as_mut_ptr().add(j * rp + rv));
+                    let ks = &vrows[j..j + kr];
                     let sc = task.scale;
-                    match rr {
-                        8 => qk_tile::<L, 8>(qr, kp, d, sc, sr, kb),
-                        7 => qk_tile::<L, 7>(qr, kp, d, sc, sr, kb),
-                        6 => qk_tile::<L, 6>(qr, kp, d, sc, sr, kb),
-                        5 => qk_tile::<L, 5>(qr, kp, d, sc, sr, kb),
-                        4 => qk_tile::<L, 4>(qr, kp, d, sc, sr, kb),
-                        3 => qk_tile::<L, 3>(qr, kp, d, sc, sr, kb),
-                        2 => qk_tile::<L, 2>(qr, kp, d, sc, sr, kb),
-                        _ => qk_tile::<L, 1>(qr, kp, d, sc, sr, kb),
+                    match kr {
+                        8 => qk_tile::<L, 8>(ks, qp, rp, d, sc, sp),
+                        7 => qk_tile::<L, 7>(ks, qp, rp, d, sc, sp),
+                        6 => qk_tile::<L, 6>(ks, qp, rp, d, sc, sp),
+                        5 => qk_tile::<L, 5>(ks, qp, rp, d, sc, sp),
+                        4 => qk_tile::<L, 4>(ks, qp, rp, d, sc, sp),
+                        3 => qk_tile::<L, 3>(ks, qp, rp, d, sc, sp),
+                        2 => qk_tile::<L, 2>(ks, qp, rp, d, sc, sp),
+                        _ => qk_tile::<L, 1>(ks, qp, rp, d, sc, sp),
                     }
                 }
+                j += kr;
             }
-            r += rr;
         }
-        // online softmax: p in place of s (0 past each row's limit), the outputs rescaled
-        let width = k1 - k0;
-        for r in r0..rows {
-            let lim = limit(r).min(k1) - k0;
-            let sr = &mut s[r * kb..r * kb + width.next_multiple_of(w)];
-            sr[lim..].fill(f32::NEG_INFINITY);
-            // SAFETY: as this function's; `sr` is a whole number of vectors
-            let mn = m[r].max(unsafe { L::row_max(sr) });
-            for x in sr.iter_mut() {
-                *x = exp_approx(*x - mn);
+        // past a row's causal limit: -inf, then 0 once exponentiated (keys the rows of
+        // vector rv0 do not see hold stale values up to the same bound)
+        let mask = |st: &mut [f32], x: f32| {
+            for jj in 0..width {
+                let f = first(k0 + jj);
+                if f > rv0 {
+                    st[jj * rp + rv0..jj * rp + f].fill(x);
+                }
             }
-            sr[lim..].fill(0.0);
-            // SAFETY: as above
-            let sum = unsafe { L::row_sum(sr) };
-            if m[r] == f32::NEG_INFINITY {
-                l[r] = sum;
-            } else if mn > m[r] {
-                let a = exp_approx(m[r] - mn);
-                l[r] = l[r] * a + sum;
+        };
+        mask(&mut st, f32::NEG_INFINITY);
+        // online softmax with the rows in the lanes
+        let cols = rv0..rp;
+        mn[cols.clone()].copy_from_slice(&m[cols.clone()]);
+        for jj in 0..width {
+            let srow = &st[jj * rp..(jj + 1) * rp];
+            for (x, &y) in mn[cols.clone()].iter_mut().zip(&srow[cols.clone()]) {
+                *x = if y > *x { y } else { *x };
+            }
+        }
+        for ((a, &mo), &mx) in alpha[cols.clone()]
+            .iter_mut()
+            .zip(&m[cols.clone()])
+            .zip(&mn[cols.clone()])
+        {
+            // e^-inf is about 1e-38 by `exp_approx`: a row's first block has l = 0 and o = 0
+            *a = exp_approx(mo - mx);
+        }
+        for jj in 0..width {
+            let srow = &mut st[jj * rp..(jj + 1) * rp];
+            for (x, &mx) in srow[cols.clone()].iter_mut().zip(&mn[cols.clone()]) {
+                *x = exp_approx(*x - mx);
+            }
+        }
+        mask(&mut st, 0.0);
+        for (la, &a) in l[cols.clone()].iter_mut().zip(&alpha[cols.clone()]) {
+            *la *= a;
+        }
+        for jj in 0..width {
+            let srow = &st[jj * rp..(jj + 1) * rp];
+            for (la, &p) in l[cols.clone()].iter_mut().zip(&srow[cols.clone()]) {
+                *la += p;
+            }
+        }
+        m[cols.clone()].copy_from_slice(&mn[cols.clone()]);
+        for r in r0..rows {
+            let a = alpha[r];
+            if a != 1.0 {
                 for x in &mut out[r * d..(r + 1) * d] {
                     *x *= a;
                 }
-            } else {
-                l[r] += sum;
             }
-            m[r] = mn;
         }
         // o += p v over the block's value rows
         vrows.clear();
@@ -371,17 +385,17 @@ unsafe fn tile_task<L: Lanes>(task: &Task<'_>, out: &mut [f32]) {
             // value rows up to the last one the group's last row sees
             let vr = &vrows[..limit(r + rr - 1).min(k1) - k0];
             for c in (0..d).step_by(L::PV_SEG * w) {
-                // SAFETY: as this function's; rows r .. r + rr of `s` and `out`, values
-                // c .. c + PV_SEG W of each row
+                // SAFETY: as this function's; rows r .. r + rr of `st` (columns) and `out`,
+                // values c .. c + PV_SEG W of each row
                 unsafe {
-                    let (pr, or) = (s.as_ptr().add(r * kb), out.as_mut_ptr().add(r * d + c));
+                    let (pr, or) = (st.as_ptr().add(r), out.as_mut_ptr().add(r * d + c));
                     match rr {
-                        6 => pv_tile::<L, 6>(pr, kb, vr, c, or, d),
-                        5 => pv_tile::<L, 5>(pr, kb, vr, c, or, d),
-                        4 => pv_tile::<L, 4>(pr, kb, vr, c, or, d),
-                        3 => pv_tile::<L, 3>(pr, kb, vr, c, or, d),
-                        2 => pv_tile::<L, 2>(pr, kb, vr, c, or, d),
-                        _ => pv_tile::<L, 1>(pr, kb, vr, c, or, d),
+                        6 => pv_tile::<L, 6>(pr, rp, vr, c, or, d),
+                        5 => pv_tile::<L, 5>(pr, rp, vr, c, or, d),
+                        4 => pv_tile::<L, 4>(pr, rp, vr, c, or, d),
+                        3 => pv_tile::<L, 3>(pr, rp, vr, c, or, d),
+                        2 => pv_tile::<L, 2>(pr, rp, vr, c, or, d),
+                        _ => pv_tile::<L, 1>(pr, rp, vr, c, or, d),
                     }
                 }
             }
@@ -396,38 +410,39 @@ unsafe fn tile_task<L: Lanes>(task: &Task<'_>, out: &mut [f32]) {
     }
 }
 
-/// `s[r][j] = scale * sum_c q[r][c] kt[c][j]` for `R` rows and `2 W` keys: `R x 2` vector
-/// accumulators, one broadcast of a query value and two loads of transposed keys per `c`.
+/// `s[j][r] = scale * sum_c k_j[c] qt[c][r]` for `R` keys and `2 W` rows: `R x 2` vector
+/// accumulators, one broadcast of a key value and two loads of transposed queries per `c`.
 ///
 /// # Safety
-/// `L`'s instruction set; `q` holds `R x d` values (row stride `d`), `kt` `d x 2 W`, `s`
-/// `R` rows of stride `ss` with `2 W` values each.
+/// `L`'s instruction set; `k` holds `R` rows of at least `d` values, `qt` `d` rows of stride
+/// `rs` with `2 W` values each, `s` `R` rows of stride `rs` with `2 W` values each.
 #[inline(always)]
 unsafe fn qk_tile<L: Lanes, const R: usize>(
-    q: *const f32,
-    kt: *const f32,
+    k: &[&[f32]],
+    qt: *const f32,
+    rs: usize,
     d: usize,
     scale: f32,
     s: *mut f32,
-    ss: usize,
 ) {
     let w = L::W;
+    let kp: [*const f32; R] = std::array::from_fn(|j| k[j].as_ptr());
     // SAFETY: as this function's
     unsafe {
         let mut acc = [[L::zero(); 2]; R];
         for c in 0..d {
-            let k0 = L::load(kt.add(c * 2 * w));
-            let k1 = L::load(kt.add(c * 2 * w + w));
-            for (r, a) in acc.iter_mut().enumerate() {
-                let qb = L::splat(*q.add(r * d + c));
-                a[0] = L::fma(qb, k0, a[0]);
-                a[1] = L::fma(qb, k1, a[1]);
+            let q0 = L::load(qt.add(c * rs));
+            let q1 = L::load(qt.add(c * rs + w));
+            for (j, a) in acc.iter_mut().enumerate() {
+                let kb = L::splat(*kp[j].add(c));
+                a[0] = L::fma(kb, q0, a[0]);
+                a[1] = L::fma(kb, q1, a[1]);
             }
         }
         let sc = L::splat(scale);
-        for (r, a) in acc.iter().enumerate() {
-            L::store(s.add(r * ss), L::mul(a[0], sc));
-            L::store(s.add(r * ss + w), L::mul(a[1], sc));
+        for (j, a) in acc.iter().enumerate() {
+            L::store(s.add(j * rs), L::mul(a[0], sc));
+            L::store(s.add(j * rs + w), L::mul(a[1], sc));
         }
     }
 }
@@ -436,8 +451,9 @@ unsafe fn qk_tile<L: Lanes, const R: usize>(
 /// `v` (`S` = [`Lanes::PV_SEG`]), the segment in `R x S` vector accumulators.
 ///
 /// # Safety
-/// `L`'s instruction set; `p` holds `R` rows of stride `ps` with at least `v.len()` values,
-/// each `v_j` at least `c + S W` values, `o` `R` rows of stride `d` from value `c`.
+/// `L`'s instruction set; `p` holds `v.len()` rows of stride `ps` with `R` values each (the
+/// scores transposed: `p[j ps + r]`), each `v_j` at least `c + S W` values, `o` `R` rows of
+/// stride `d` from value `c`.
 #[inline(always)]
 unsafe fn pv_tile<L: Lanes, const R: usize>(
     p: *const f32,
@@ -465,7 +481,7 @@ unsafe fn pv_tile<L: Lanes, const R: usize>(
                 *x = L::load(vp.add(t * w));
             }
             for (r, a) in acc.iter_mut().enumerate() {
-                let pb = L::splat(*p.add(r * ps + j));
+                let pb = L::splat(*p.add(j * ps + r));
                 for (x, &y) in a.iter_mut().zip(&vv) {
                     *x = L::fma(pb, y, *x);
                 }
@@ -475,6 +491,19 @@ unsafe fn pv_tile<L: Lanes, const R: usize>(
             for (t, x) in a.iter().enumerate() {
                 L::store(o.add(r * d + t * w), *x);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tokens_per_task;
+
+    #[test]
+    fn tasks_pad_few_rows() {
+        // (group, tokens): 96 rows for 6, 8, 12 heads a KV head; 126 of 128 for 7
+        for (g, t) in [(1, 96), (6, 16), (7, 18), (8, 12), (12, 8), (16, 6)] {
+            assert_eq!(tokens_per_task(g), t, "group {g}");
         }
     }
 }
@@ -496,7 +525,7 @@ mod x86 {
         const W: usize = 16;
         type V = __m512;
         // 16 + 2 + 1 and 24 + 4 + 1 of 32 registers
-        const QK_ROWS: usize = 8;
+        const QK_KEYS: usize = 8;
         const PV_ROWS: usize = 6;
         #[inline(always)]
         unsafe fn zero() -> __m512 {
@@ -522,29 +551,13 @@ mod x86 {
         unsafe fn mul(a: __m512, b: __m512) -> __m512 {
             unsafe { _mm512_mul_ps(a, b) }
         }
-        #[inline(always)]
-        unsafe fn add(a: __m512, b: __m512) -> __m512 {
-            unsafe { _mm512_add_ps(a, b) }
-        }
-        #[inline(always)]
-        unsafe fn max(a: __m512, b: __m512) -> __m512 {
-            unsafe { _mm512_max_ps(a, b) }
-        }
-        #[inline(always)]
-        unsafe fn hmax(v: __m512) -> f32 {
-            unsafe { _mm512_reduce_max_ps(v) }
-        }
-        #[inline(always)]
-        unsafe fn hsum(v: __m512) -> f32 {
-            unsafe { _mm512_reduce_add_ps(v) }
-        }
     }
 
     impl Lanes for Avx2 {
         const W: usize = 8;
         type V = __m256;
         // 12 + 2 + 1 and 8 + 4 + 1 of 16 registers
-        const QK_ROWS: usize = 6;
+        const QK_KEYS: usize = 6;
         const PV_ROWS: usize = 2;
         #[inline(always)]
         unsafe fn zero() -> __m256 {
@@ -569,32 +582,6 @@ mod x86 {
         #[inline(always)]
         unsafe fn mul(a: __m256, b: __m256) -> __m256 {
             unsafe { _mm256_mul_ps(a, b) }
-        }
-        #[inline(always)]
-        unsafe fn add(a: __m256, b: __m256) -> __m256 {
-            unsafe { _mm256_add_ps(a, b) }
-        }
-        #[inline(always)]
-        unsafe fn max(a: __m256, b: __m256) -> __m256 {
-            unsafe { _mm256_max_ps(a, b) }
-        }
-        #[inline(always)]
-        unsafe fn hmax(v: __m256) -> f32 {
-            unsafe {
-                let h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-                let h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-                let h = _mm_max_ss(h, _mm_movehdup_ps(h));
-                _mm_cvtss_f32(h)
-            }
-        }
-        #[inline(always)]
-        unsafe fn hsum(v: __m256) -> f32 {
-            unsafe {
-                let h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-                let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-                let h = _mm_add_ss(h, _mm_movehdup_ps(h));
-                _mm_cvtss_f32(h)
-            }
         }
     }
 }
