@@ -422,6 +422,11 @@ fn prefill_attention_matches_f64_reference_past_the_verify_limit() {
         Inputs::new(1, 14, 2, 130, 64, &[200], 14),
         Inputs::new(1, 4, 4, 64, 32, &[5], 15),
         Inputs::new(2, 8, 2, 70, 16, &[3, 90], 16),
+        // three ragged sequences at width 96 (AVX2 tiles where AVX-512 needs 64), one head a
+        // KV head with a last block of 1 token, and a width of 80 (the chunked kernel)
+        Inputs::new(3, 8, 2, 64, 96, &[0, 5, 300], 17),
+        Inputs::new(1, 5, 5, 97, 64, &[10], 18),
+        Inputs::new(1, 2, 1, 64, 80, &[7], 19),
     ] {
         let (q, k, v) = c.tensors();
         let out = Flex::prefill_attention(q, k, v, &c.ctx, c.scale() as f32).expect("prefill");
