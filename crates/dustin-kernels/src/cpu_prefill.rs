@@ -287,12 +287,12 @@ unsafe fn tile_task<L: Lanes>(task: &Task<'_>, out: &mut [f32]) {
     let mut l = vec![0f32; rp];
     let mut mn = vec![0f32; rp];
     let mut alpha = vec![0f32; rp];
-    let mut vrows: Vec<&[f32]> = Vec::with_capacity(KEYS);
+    let mut kv_rows: Vec<&[f32]> = Vec::with_capacity(KEYS);
     for k0 in (0..end).step_by(KEYS) {
         let k1 = end.min(k0 + KEYS);
         let width = k1 - k0;
-        vrows.clear();
-        vrows.extend((k0..k1).map(|p| task.k.row_at(task.b, task.h, p)));
+        kv_rows.clear();
+        kv_rows.extend((k0..k1).map(|p| task.k.row_at(task.b, task.h, p)));
         // rows with an entry in the block: a suffix, since the limits grow with the token
         let r0 = first(k0);
         let rv0 = r0 / rw * rw;
@@ -307,7 +307,7 @@ unsafe fn tile_task<L: Lanes>(task: &Task<'_>, out: &mut [f32]) {
                 // value, `st` rows j .. j + kr, keys j .. j + kr are entries of the block
                 unsafe {
                     let (qp, sp) = (qt.as_ptr().add(rv), st.as_mut_ptr().add(j * rp + rv));
-                    let ks = &vrows[j..j + kr];
+                    let ks = &kv_rows[j..j + kr];
                     let sc = task.scale;
                     match kr {
                         8 => qk_tile::<L, 8>(ks, qp, rp, d, sc, sp),
@@ -376,14 +376,14 @@ unsafe fn tile_task<L: Lanes>(task: &Task<'_>, out: &mut [f32]) {
                 }
             }
         }
-        // o += p v over the block's value rows
-        vrows.clear();
-        vrows.extend((k0..k1).map(|p| task.v.row_at(task.b, task.h, p)));
+        // o += p v over the block's value rows (the same list, now of values)
+        kv_rows.clear();
+        kv_rows.extend((k0..k1).map(|p| task.v.row_at(task.b, task.h, p)));
         let mut r = r0;
         while r < rows {
             let rr = L::PV_ROWS.min(rows - r);
             // value rows up to the last one the group's last row sees
-            let vr = &vrows[..limit(r + rr - 1).min(k1) - k0];
+            let vr = &kv_rows[..limit(r + rr - 1).min(k1) - k0];
             for c in (0..d).step_by(L::PV_SEG * w) {
                 // SAFETY: as this function's; rows r .. r + rr of `st` (columns) and `out`,
                 // values c .. c + PV_SEG W of each row
