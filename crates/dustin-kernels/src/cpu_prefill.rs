@@ -33,6 +33,7 @@
 use rayon::prelude::*;
 
 use crate::cpu_attn::{exp_approx, Isa, Shape, Strided};
+use crate::cpu_skinny::Simd;
 
 /// New tokens from which `Flex`'s prefill attention takes this kernel (dense contexts
 /// only); shorter chunks take [`crate::cpu_attn`], whose tasks split the keys instead.
@@ -205,33 +206,18 @@ unsafe fn task_avx2_in(task: &Task<'_>, out: &mut [f32]) {
     unsafe { tile_task::<x86::Avx2>(task, out) }
 }
 
-/// The vector operations the tiles take.
-pub(crate) trait Lanes {
-    /// Lanes of a vector.
-    const W: usize;
-    /// A vector of `W` f32.
-    type V: Copy;
+/// The tile sizes of an instruction set whose vector operations are
+/// [`crate::cpu_skinny::Simd`]'s.
+pub(crate) trait Lanes: Simd {
     /// Keys of a score tile (at most 8): `2 QK_KEYS` accumulators, two query vectors and a
     /// broadcast fit the registers.
     const QK_KEYS: usize;
     /// Vectors of an output segment (4): the head width must be a multiple of
-    /// `PV_SEG W`.
+    /// `PV_SEG LANES`.
     const PV_SEG: usize = 4;
     /// Output rows of a value tile (at most 6): `PV_ROWS x PV_SEG` accumulators, a segment
     /// of a value row and a broadcast fit the registers.
     const PV_ROWS: usize;
-    /// Zeros.
-    unsafe fn zero() -> Self::V;
-    /// `W` values from `p`.
-    unsafe fn load(p: *const f32) -> Self::V;
-    /// `W` values to `p`.
-    unsafe fn store(p: *mut f32, v: Self::V);
-    /// `x` in every lane.
-    unsafe fn splat(x: f32) -> Self::V;
-    /// `a * b + c`, fused.
-    unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
-    /// `a * b`.
-    unsafe fn mul(a: Self::V, b: Self::V) -> Self::V;
 }
 
 /// Keys of a key block: each block costs every row a rescale of its output, spread over
@@ -246,7 +232,7 @@ const KEYS: usize = 64;
 /// no key is transposed, and the softmax runs down the keys with rows in the lanes.
 ///
 /// # Safety
-/// `L`'s instruction set is available; the head width is a multiple of `PV_SEG L::W`.
+/// `L`'s instruction set is available; the head width is a multiple of `PV_SEG L::LANES`.
 #[inline(always)]
 unsafe fn tile_task<L: Lanes>(task: &Task<'_>, out: &mut [f32]) {
     let Shape {
@@ -257,7 +243,7 @@ unsafe fn tile_task<L: Lanes>(task: &Task<'_>, out: &mut [f32]) {
         ..
     } = task.shape;
     let g = q_heads / kv_heads;
-    let (w, rw) = (L::W, 2 * L::W);
+    let (w, rw) = (L::LANES, 2 * L::LANES);
     let tokens = task.t1 - task.t0;
     let rows = tokens * g;
     let rp = rows.next_multiple_of(rw);
@@ -303,7 +289,7 @@ unsafe fn tile_task<L: Lanes>(task: &Task<'_>, out: &mut [f32]) {
             let mut j = 0;
             while j < kn {
                 let kr = L::QK_KEYS.min(kn - j);
-                // SAFETY: as this function's; `qt` holds columns rv .. rv + 2 W of every
+                // SAFETY: as this function's; `qt` holds columns rv .. rv + 2 LANES of every
                 // value, `st` rows j .. j + kr, keys j .. j + kr are entries of the block
                 unsafe {
                     let (qp, sp) = (qt.as_ptr().add(rv), st.as_mut_ptr().add(j * rp + rv));
@@ -386,7 +372,7 @@ unsafe fn tile_task<L: Lanes>(task: &Task<'_>, out: &mut [f32]) {
             let vr = &kv_rows[..limit(r + rr - 1).min(k1) - k0];
             for c in (0..d).step_by(L::PV_SEG * w) {
                 // SAFETY: as this function's; rows r .. r + rr of `st` (columns) and `out`,
-                // values c .. c + PV_SEG W of each row
+                // values c .. c + PV_SEG LANES of each row
                 unsafe {
                     let (pr, or) = (st.as_ptr().add(r), out.as_mut_ptr().add(r * d + c));
                     match rr {
@@ -410,12 +396,12 @@ unsafe fn tile_task<L: Lanes>(task: &Task<'_>, out: &mut [f32]) {
     }
 }
 
-/// `s[j][r] = scale * sum_c k_j[c] qt[c][r]` for `R` keys and `2 W` rows: `R x 2` vector
+/// `s[j][r] = scale * sum_c k_j[c] qt[c][r]` for `R` keys and `2 LANES` rows: `R x 2` vector
 /// accumulators, one broadcast of a key value and two loads of transposed queries per `c`.
 ///
 /// # Safety
 /// `L`'s instruction set; `k` holds `R` rows of at least `d` values, `qt` `d` rows of stride
-/// `rs` with `2 W` values each, `s` `R` rows of stride `rs` with `2 W` values each.
+/// `rs` with `2 LANES` values each, `s` `R` rows of stride `rs` with `2 LANES` values each.
 #[inline(always)]
 unsafe fn qk_tile<L: Lanes, const R: usize>(
     k: &[&[f32]],
@@ -425,11 +411,11 @@ unsafe fn qk_tile<L: Lanes, const R: usize>(
     scale: f32,
     s: *mut f32,
 ) {
-    let w = L::W;
+    let w = L::LANES;
     let kp: [*const f32; R] = std::array::from_fn(|j| k[j].as_ptr());
     // SAFETY: as this function's
     unsafe {
-        let mut acc = [[L::zero(); 2]; R];
+        let mut acc = [[L::splat(0.0); 2]; R];
         for c in 0..d {
             let q0 = L::load(qt.add(c * rs));
             let q1 = L::load(qt.add(c * rs + w));
@@ -439,20 +425,21 @@ unsafe fn qk_tile<L: Lanes, const R: usize>(
                 a[1] = L::fma(kb, q1, a[1]);
             }
         }
-        let sc = L::splat(scale);
+        // `a * scale + 0`: the product rounded once, as a multiply
+        let (sc, zero) = (L::splat(scale), L::splat(0.0));
         for (j, a) in acc.iter().enumerate() {
-            L::store(s.add(j * rs), L::mul(a[0], sc));
-            L::store(s.add(j * rs + w), L::mul(a[1], sc));
+            L::store(s.add(j * rs), L::fma(a[0], sc, zero));
+            L::store(s.add(j * rs + w), L::fma(a[1], sc, zero));
         }
     }
 }
 
-/// `o[r][c .. c + S W] += sum_j p[r][j] v_j[c ..]` for `R` rows over the block's value rows
+/// `o[r][c .. c + S LANES] += sum_j p[r][j] v_j[c ..]` for `R` rows over the block's value rows
 /// `v` (`S` = [`Lanes::PV_SEG`]), the segment in `R x S` vector accumulators.
 ///
 /// # Safety
 /// `L`'s instruction set; `p` holds `v.len()` rows of stride `ps` with `R` values each (the
-/// scores transposed: `p[j ps + r]`), each `v_j` at least `c + S W` values, `o` `R` rows of
+/// scores transposed: `p[j ps + r]`), each `v_j` at least `c + S LANES` values, `o` `R` rows of
 /// stride `d` from value `c`.
 #[inline(always)]
 unsafe fn pv_tile<L: Lanes, const R: usize>(
@@ -465,10 +452,10 @@ unsafe fn pv_tile<L: Lanes, const R: usize>(
 ) {
     const S: usize = 4;
     debug_assert_eq!(S, L::PV_SEG);
-    let w = L::W;
+    let w = L::LANES;
     // SAFETY: as this function's
     unsafe {
-        let mut acc = [[L::zero(); S]; R];
+        let mut acc = [[L::splat(0.0); S]; R];
         for (r, a) in acc.iter_mut().enumerate() {
             for (t, x) in a.iter_mut().enumerate() {
                 *x = L::load(o.add(r * d + t * w));
@@ -476,7 +463,7 @@ unsafe fn pv_tile<L: Lanes, const R: usize>(
         }
         for (j, vj) in v.iter().enumerate() {
             let vp = vj.as_ptr().add(c);
-            let mut vv = [L::zero(); S];
+            let mut vv = [L::splat(0.0); S];
             for (t, x) in vv.iter_mut().enumerate() {
                 *x = L::load(vp.add(t * w));
             }
@@ -510,78 +497,18 @@ mod tests {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use std::arch::x86_64::*;
-
     use super::Lanes;
+    pub(super) use crate::cpu_skinny::x86::{Avx2, Avx512};
 
-    /// AVX-512F, 16 lanes.
-    pub(super) struct Avx512;
-    /// AVX2 with FMA, 8 lanes.
-    pub(super) struct Avx2;
-
-    // SAFETY (every method): the caller's contract (`Lanes`): the instruction set is
-    // available and each pointer has `W` values
+    // 16 + 2 + 1 and 24 + 4 + 1 of 32 registers
     impl Lanes for Avx512 {
-        const W: usize = 16;
-        type V = __m512;
-        // 16 + 2 + 1 and 24 + 4 + 1 of 32 registers
         const QK_KEYS: usize = 8;
         const PV_ROWS: usize = 6;
-        #[inline(always)]
-        unsafe fn zero() -> __m512 {
-            unsafe { _mm512_setzero_ps() }
-        }
-        #[inline(always)]
-        unsafe fn load(p: *const f32) -> __m512 {
-            unsafe { _mm512_loadu_ps(p) }
-        }
-        #[inline(always)]
-        unsafe fn store(p: *mut f32, v: __m512) {
-            unsafe { _mm512_storeu_ps(p, v) }
-        }
-        #[inline(always)]
-        unsafe fn splat(x: f32) -> __m512 {
-            unsafe { _mm512_set1_ps(x) }
-        }
-        #[inline(always)]
-        unsafe fn fma(a: __m512, b: __m512, c: __m512) -> __m512 {
-            unsafe { _mm512_fmadd_ps(a, b, c) }
-        }
-        #[inline(always)]
-        unsafe fn mul(a: __m512, b: __m512) -> __m512 {
-            unsafe { _mm512_mul_ps(a, b) }
-        }
     }
 
+    // 12 + 2 + 1 and 8 + 4 + 1 of 16 registers
     impl Lanes for Avx2 {
-        const W: usize = 8;
-        type V = __m256;
-        // 12 + 2 + 1 and 8 + 4 + 1 of 16 registers
         const QK_KEYS: usize = 6;
         const PV_ROWS: usize = 2;
-        #[inline(always)]
-        unsafe fn zero() -> __m256 {
-            unsafe { _mm256_setzero_ps() }
-        }
-        #[inline(always)]
-        unsafe fn load(p: *const f32) -> __m256 {
-            unsafe { _mm256_loadu_ps(p) }
-        }
-        #[inline(always)]
-        unsafe fn store(p: *mut f32, v: __m256) {
-            unsafe { _mm256_storeu_ps(p, v) }
-        }
-        #[inline(always)]
-        unsafe fn splat(x: f32) -> __m256 {
-            unsafe { _mm256_set1_ps(x) }
-        }
-        #[inline(always)]
-        unsafe fn fma(a: __m256, b: __m256, c: __m256) -> __m256 {
-            unsafe { _mm256_fmadd_ps(a, b, c) }
-        }
-        #[inline(always)]
-        unsafe fn mul(a: __m256, b: __m256) -> __m256 {
-            unsafe { _mm256_mul_ps(a, b) }
-        }
     }
 }

@@ -360,8 +360,9 @@ impl Tile<'_> {
 }
 
 /// The vector operations a micro-kernel needs; implemented per instruction set with
-/// `#[inline(always)]` functions that inline into the `#[target_feature]` tile function.
-trait Simd {
+/// `#[inline(always)]` functions that inline into the `#[target_feature]` tile function
+/// (also the prefill attention's tiles, [`crate::cpu_prefill`]).
+pub(crate) trait Simd {
     /// A vector of [`Simd::LANES`] f32.
     type V: Copy;
     /// Lanes per vector.
@@ -467,15 +468,17 @@ unsafe fn tile_simd<S: Simd, const MR: usize, const NV: usize>(t: &Tile<'_>, acc
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(crate) mod x86 {
     //! AVX-512F and AVX2+FMA micro-kernels.
 
     use std::arch::x86_64::*;
 
     use super::{tile_simd, Simd, Tile};
 
-    struct Avx512;
-    struct Avx2;
+    /// AVX-512F, 16 lanes.
+    pub(crate) struct Avx512;
+    /// AVX2 with FMA, 8 lanes.
+    pub(crate) struct Avx2;
 
     impl Simd for Avx512 {
         type V = __m512;
