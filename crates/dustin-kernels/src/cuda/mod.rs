@@ -216,6 +216,20 @@ fn empty(t: &Ct, shape: Vec<usize>, dtype: DType) -> Ct {
     out
 }
 
+/// [`empty`] in an exact-size buffer of CubeCL's persistent pool
+/// (`ComputeClient::memory_persistent_allocation`), for a large scratch buffer of a size that
+/// recurs: once it is dropped, the next allocation of the same byte size, by anyone, takes it
+/// back (cubecl-runtime 0.10, `MemoryManagement::reserve`), and an explicit cleanup
+/// (`Backend::memory_cleanup`) frees it. Why: the dynamic pool serves an allocation of 41.5
+/// to 332 MB from a page of 1.33 GB (page sizes of cubecl-runtime 0.10's default pools, as
+/// its memory log prints them), which then stays reserved for the process.
+fn empty_persistent(t: &Ct, shape: Vec<usize>, dtype: DType) -> Ct {
+    let fallback = shape.clone();
+    t.client
+        .memory_persistent_allocation(shape, |shape| empty(t, shape, dtype))
+        .unwrap_or_else(|_| empty(t, fallback, dtype))
+}
+
 /// Small integer tables (lengths, head tables, counts) uploaded once per distinct content and
 /// device: a decode step calls every layer with the same lengths, and a host-to-device copy
 /// per call costs more than the kernels at small sizes. At most [`INT_CACHE`] entries (FIFO);

@@ -6,15 +6,16 @@ use super::*;
 
 /// What the score mode of `flash_kernel` (or the split kernel's) leaves for
 /// `score_reduce_kernel`: partial maxima and sums `[b, slots, splits, rpad]` and the scaled,
-/// masked logits `[b, slots, rpad, keys]` (f32; row `e * n_new + i` of a slot is its `e`-th
-/// query head's token `i`). `splits` counts partials: on the flash kernel 4 per split of the
-/// keys (one per warp).
+/// masked logits `[b, slots, rpad, lmax]` (f32; row `e * n_new + i` of a slot is its `e`-th
+/// query head's token `i`; `lmax` at least the keys, the row stride). `splits` counts
+/// partials: on the flash kernel 4 per split of the keys (one per warp).
 pub(super) struct FlashScores {
     pub(super) pm: Ct,
     pub(super) pl: Ct,
     pub(super) logits: Ct,
     pub(super) splits: usize,
     pub(super) rpad: usize,
+    pub(super) lmax: usize,
 }
 
 /// The grid of `flash_kernel`'s score mode for the rows of each slot of `table` (`slots` of
@@ -82,7 +83,8 @@ fn score_grid(q: &Ct, slots: usize, max_heads: usize, dims: &AttnDims, wide: boo
 }
 
 /// One launch of `flash_kernel`'s score mode on grid `gr`, writing what `smode` says
-/// (`SCORE_LOGITS`, `SCORE_STATS`, `SCORE_MASS`) into `pm`, `pl`, `logits`; only K is read.
+/// (`SCORE_LOGITS`, `SCORE_STATS`, `SCORE_MASS`) into `pm`, `pl`, `logits` (rows `lmax`
+/// apart, `lmax >= dims.keys`); only K is read.
 #[allow(clippy::too_many_arguments)]
 fn launch_score_pass(
     q: &Ct,
@@ -95,6 +97,7 @@ fn launch_score_pass(
     scale: f32,
     bufs: [&Ct; 3],
     smode: usize,
+    lmax: usize,
 ) {
     let [pm, pl, logits] = bufs;
     let a = FlashLaunch {
@@ -107,7 +110,7 @@ fn launch_score_pass(
         pacc: pm.clone(),
         table: table.clone(),
         logits: logits.clone(),
-        lmax: dims.keys,
+        lmax,
         rowblocks: gr.rowblocks,
         chunk: gr.chunk,
         splits: gr.splits,
@@ -124,6 +127,13 @@ fn launch_score_pass(
 
 /// Head-subset logits through `flash_kernel` in score mode ([`score_grid`]), for
 /// `score_reduce_kernel`. `k` ready by [`rows_ready`].
+///
+/// The logits are as wide as the cache (`lmax = dims.capacity`, not the keys of this call)
+/// and sit in an exact-size persistent buffer ([`empty_persistent`]): one buffer of one size
+/// per batch and cache, reused by every layer and verification. At the pair's shapes (B=16,
+/// 32k, 2 slots of 16 rows) they take 67 MB, which CubeCL 0.10's dynamic pool serves from a
+/// page of 1.33 GB that then stays reserved (its log of every reservation, `docs/perf.md`,
+/// "Memory"); sized by the keys, each verification's 8 more keys would ask for a new size.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn flash_scores(
     q: Ct,
@@ -138,7 +148,8 @@ pub(super) fn flash_scores(
     let b = dims.batch;
     let gr = score_grid(&q, slots, max_heads, dims, false);
     let (pm, pl) = gr.partial_buffers(&q, b, slots);
-    let logits = empty(&q, vec![b, slots, gr.rpad, dims.keys], DType::F32);
+    let lmax = dims.capacity.max(dims.keys);
+    let logits = empty_persistent(&q, vec![b, slots, gr.rpad, lmax], DType::F32);
     launch_score_pass(
         &q,
         &k,
@@ -150,6 +161,7 @@ pub(super) fn flash_scores(
         scale,
         [&pm, &pl, &logits],
         SCORE_LOGITS,
+        lmax,
     );
     FlashScores {
         pm,
@@ -157,6 +169,7 @@ pub(super) fn flash_scores(
         logits,
         splits: gr.partials(),
         rpad: gr.rpad,
+        lmax,
     }
 }
 
@@ -204,6 +217,7 @@ fn flash_mass(
             scale,
             [&pm, &pl, sink],
             smode,
+            dims.keys,
         );
     }
     let client = out.client.clone();
@@ -325,6 +339,7 @@ pub(super) fn subset_scores<F: FloatElement, I: IntElement, BT: BoolElement>(
             logits: s.logits,
             splits: s.plan.splits,
             rpad: s.rpad,
+            lmax: dims.keys,
         }
     };
     let client = out.client.clone();
@@ -348,7 +363,7 @@ pub(super) fn subset_scores<F: FloatElement, I: IntElement, BT: BoolElement>(
         parts.splits as u32,
         parts.rpad as u32,
         nslots as u32,
-        dims.keys as u32,
+        parts.lmax as u32,
         dims.capacity as u32,
         parts.rpad,
         per_row,
