@@ -195,13 +195,13 @@ fn run_on<B: KernelOps>(args: &DemoArgs, dev: &B::Device) -> Result<(), CliError
             ids.len()
         )));
     }
-    if ids.len() + run.extra() > files.max_positions() {
+    if ids.len().saturating_add(run.extra()) > files.max_positions() {
         return Err(CliError::Usage(format!(
             "the prompt's {} tokens and --max-new-tokens {} need {} positions, more than the \
              models take ({})",
             ids.len(),
             args.max_new_tokens,
-            ids.len() + run.extra(),
+            ids.len().saturating_add(run.extra()),
             files.max_positions()
         )));
     }
@@ -211,8 +211,12 @@ fn run_on<B: KernelOps>(args: &DemoArgs, dev: &B::Device) -> Result<(), CliError
             CliError::Usage(format!("--selectors {s} --budget {}: {e}", args.budget))
         })?;
     }
-    let pair: Pair<B> =
-        files.build(ids.len() + run.extra(), dev, args.weights, args.draft_vocab)?;
+    let pair: Pair<B> = files.build(
+        ids.len().saturating_add(run.extra()),
+        dev,
+        args.weights,
+        args.draft_vocab,
+    )?;
     eprintln!(
         "dustin demo: draft {} ({} layers) for target {} ({} layers), loaded in {:.1} s; {} prompt tokens continued by {} tokens, greedy, gamma {}, sparse budget {} tokens per layer and KV head ({:.1}% of the context)",
         args.draft,

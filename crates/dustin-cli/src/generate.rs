@@ -158,7 +158,7 @@ fn run_on<B: KernelOps>(
     crate::check_gamma(args.pair.gamma)?;
     // a bad --output path is found before the model runs, not after (the tokens were lost)
     if let Some(path) = &args.output {
-        check_output_path(path)?;
+        check_output_path(path, &args.prompt_files)?;
     }
     if args.pair.draft.is_none() && args.pair.selector != "dense" {
         return Err(CliError::Usage(format!(
@@ -199,7 +199,13 @@ fn run_on<B: KernelOps>(
         .map(|p| tok.encode(p))
         .collect::<Result<_, _>>()?;
     let longest = ids.iter().map(Vec::len).max().unwrap_or(0);
-    let positions = (longest + args.max_new_tokens + 2 * (args.pair.gamma + 2))
+    let margin = 2 * (args.pair.gamma + 2);
+    let max_new_tokens = args.max_new_tokens;
+    // saturating: a count near usize::MAX is refused by the prompt check (more positions than
+    // the model takes), not wrapped to a small table that fails at its last position
+    let positions = longest
+        .saturating_add(max_new_tokens)
+        .saturating_add(margin)
         .min(files.config.max_position_embeddings);
     let draft_files = match args.pair.draft.as_deref().map(parse_draft).transpose()? {
         Some(DraftSpec::Model(p)) => {
@@ -272,7 +278,7 @@ fn run_on<B: KernelOps>(
     match &args.pair.draft {
         None => {
             let cfg = GenerateConfig {
-                max_new_tokens: args.max_new_tokens,
+                max_new_tokens,
                 sampling,
                 seed: args.seed,
                 stop_strings: args.stop.clone(),
@@ -295,7 +301,7 @@ fn run_on<B: KernelOps>(
             );
         }
         Some(d) => {
-            let extra = args.max_new_tokens + 2 * (args.pair.gamma + 2);
+            let extra = max_new_tokens + margin;
             let mut target_kv = None;
             // (the drafter, its layer count)
             let (drafter, draft_layers) = match parse_draft(d)? {
@@ -366,7 +372,7 @@ fn run_on<B: KernelOps>(
             dec.set_cancel(cancel.clone());
             let cfg = SpecConfig {
                 gamma: args.pair.gamma,
-                max_new_tokens: args.max_new_tokens,
+                max_new_tokens,
                 sampling,
                 seed: args.seed,
                 eos: tok.eos_ids.clone(),

@@ -161,9 +161,10 @@ fn run_on<B: KernelOps>(args: ServeArgs, dev: B::Device) -> Result<(), CliError>
     let path = crate::generate::model_path(&args.pair.model)?;
     let files = ModelFiles::open(&path)?;
     let slack = 2 * (args.pair.gamma + 2);
-    let positions = args.max_prompt_tokens + args.max_tokens + slack;
+    // in u128: values near usize::MAX are refused here, not wrapped to a small sum
+    let positions = args.max_prompt_tokens as u128 + args.max_tokens as u128 + slack as u128;
     let limit = files.config.max_position_embeddings;
-    if positions > limit {
+    if positions > limit as u128 {
         return Err(CliError::Usage(format!(
             "--max-prompt-tokens {} + --max-tokens {} (+ {slack} for drafting) = {positions} positions: the model has {limit}; lower either",
             args.max_prompt_tokens, args.max_tokens
@@ -177,6 +178,7 @@ fn run_on<B: KernelOps>(args: ServeArgs, dev: B::Device) -> Result<(), CliError>
         }
         _ => None,
     };
+    let positions = positions as usize;
     let weights = args.pair.weights.format::<B>();
     let target = Arc::new(files.build_as::<B>(positions, &dev, weights)?);
     let mut cfgs = vec![files.config.clone()];

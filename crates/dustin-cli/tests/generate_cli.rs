@@ -591,3 +591,54 @@ fn one_call_reuse_generates_what_layer_by_layer_does() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--max-new-tokens 18446744073709551615` is refused before the model runs, as any count past
+/// the model's positions (it used to wrap, pass the check and fail at the last position with
+/// the tokens lost); `--output` naming the prompt file is refused before the run, the prompt
+/// left as it was.
+#[test]
+fn huge_max_new_tokens_and_output_over_the_prompt_are_refused() {
+    let dir = common::scratch("huge");
+    let model = common::tiny_model(&dir, 64);
+    let out = dir.join("o.json");
+    let o = dustin()
+        .args(["generate", "--model"])
+        .arg(&model)
+        .args([
+            "--prompt",
+            "t1 t2 t3",
+            "--max-new-tokens",
+            &usize::MAX.to_string(),
+        ])
+        .arg("--output")
+        .arg(&out)
+        .output()
+        .expect("run dustin");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "3 prompt tokens + {} to generate exceed max_position_embeddings = 64",
+            usize::MAX
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("RoPE table"), "{err}");
+    // --output is the prompt file
+    let prompt = dir.join("p.txt");
+    std::fs::write(&prompt, "t1 t2").expect("prompt");
+    let o = dustin()
+        .args(["generate", "--model"])
+        .arg(&model)
+        .arg("--prompt-file")
+        .arg(&prompt)
+        .arg("--output")
+        .arg(&prompt)
+        .output()
+        .expect("run dustin");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("is the prompt file"), "{err}");
+    assert_eq!(std::fs::read_to_string(&prompt).expect("prompt"), "t1 t2");
+    let _ = std::fs::remove_dir_all(&dir);
+}

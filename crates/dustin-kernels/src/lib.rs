@@ -642,10 +642,13 @@ pub fn check_top_k(
     if keep.budget == 0 {
         return Err(KernelError::invalid("budget", "at least 1", 0));
     }
-    if keep.budget < keep.n_sink + keep.window {
+    if keep.budget < keep.n_sink.saturating_add(keep.window) {
         return Err(KernelError::invalid(
             "budget",
-            format!("at least n_sink + window = {}", keep.n_sink + keep.window),
+            format!(
+                "at least n_sink + window = {}",
+                keep.n_sink.saturating_add(keep.window)
+            ),
             keep.budget,
         ));
     }

@@ -122,7 +122,7 @@ pub fn check_prompts<B: Backend>(
                 msg: "empty prompt (no tokens)".into(),
             });
         }
-        if p.len() + extra > limit {
+        if p.len().saturating_add(extra) > limit {
             return Err(QwenError::Prompt {
                 index: i,
                 msg: format!(
@@ -515,7 +515,13 @@ pub fn generate<B: KernelOps>(
     let vocab = tokenizer.map_or(model.config.vocab_size, |t| {
         t.vocab_size().min(model.config.vocab_size)
     });
-    let capacity = prompts.iter().map(Vec::len).max().unwrap_or(0) + cfg.max_new_tokens + 1;
+    let capacity = prompts
+        .iter()
+        .map(Vec::len)
+        .max()
+        .unwrap_or(0)
+        .saturating_add(cfg.max_new_tokens)
+        .saturating_add(1);
     let rule = StopRule {
         eos: if cfg.stop_at_eos {
             tokenizer.map(|t| t.eos_ids.clone()).unwrap_or_default()

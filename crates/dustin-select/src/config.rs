@@ -75,13 +75,16 @@ impl SelectConfig {
     /// `refresh_on_accept_drop` outside `(0, 1]`, and `accept_drop_sigmas` negative or not
     /// finite.
     pub fn validate(&self) -> Result<()> {
-        let fixed = self.n_sink + self.window;
+        // saturating: n_sink or window near usize::MAX must fail here, not wrap to a small sum
+        let fixed = self.n_sink.saturating_add(self.window);
         if self.budget <= fixed {
             return Err(CoreError::invalid(
                 "budget",
                 format!(
-                    "more than n_sink + window = {} + {} = {fixed}",
-                    self.n_sink, self.window
+                    "more than n_sink + window = {} + {} = {}",
+                    self.n_sink,
+                    self.window,
+                    self.n_sink as u128 + self.window as u128
                 ),
                 self.budget,
             ));

@@ -45,10 +45,13 @@ pub fn select_top_k<B: KernelOps>(
             found: vec![b, h, c_in],
         });
     }
-    if keep.budget < keep.n_sink + keep.window {
+    if keep.budget < keep.n_sink.saturating_add(keep.window) {
         return Err(CoreError::invalid(
             "budget",
-            format!("at least n_sink + window = {}", keep.n_sink + keep.window),
+            format!(
+                "at least n_sink + window = {}",
+                keep.n_sink as u128 + keep.window as u128
+            ),
             keep.budget,
         ));
     }

@@ -29,12 +29,16 @@ pub(super) fn print_profile() {
 }
 
 /// Checks before a run that `--output path` can be written: not a folder, its folder
-/// existing, and the file openable for writing (an existing file is left as it is until the
-/// run ends; a file made for the check is removed again).
+/// existing, not one of the `inputs` (the `--prompt-file`s, which it would overwrite), and
+/// the file openable for writing (an existing file is left as it is until the run ends; a
+/// file made for the check is removed again).
 ///
 /// # Errors
 /// [`CliError::Usage`] naming `--output` and the reason.
-pub(super) fn check_output_path(path: &std::path::Path) -> Result<(), CliError> {
+pub(super) fn check_output_path(
+    path: &std::path::Path,
+    inputs: &[std::path::PathBuf],
+) -> Result<(), CliError> {
     let bad = |why: String| {
         Err(CliError::Usage(format!(
             "--output {}: {why}",
@@ -44,10 +48,24 @@ pub(super) fn check_output_path(path: &std::path::Path) -> Result<(), CliError> 
     if path.is_dir() {
         return bad("is a folder; expected a file path".into());
     }
+    if let Ok(out) = path.canonicalize() {
+        if let Some(i) = inputs
+            .iter()
+            .find(|i| i.canonicalize().is_ok_and(|i| i == out))
+        {
+            return bad(format!(
+                "is the prompt file {}; expected another path (it would be overwritten)",
+                i.display()
+            ));
+        }
+    }
     let parent = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(std::path::Path::new("."));
+    if parent.is_file() {
+        return bad(format!("{} is a file, not a folder", parent.display()));
+    }
     if !parent.is_dir() {
         return bad(format!("its folder {} does not exist", parent.display()));
     }

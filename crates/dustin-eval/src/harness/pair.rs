@@ -93,7 +93,7 @@ impl RunConfig {
     /// KV capacity each cache needs beyond the prompt: the generated tokens plus two rounds
     /// of drafts (a verification writes `gamma + 1` rows before the rollback).
     pub fn extra(&self) -> usize {
-        self.max_new_tokens + 2 * (self.gamma + 2)
+        self.max_new_tokens.saturating_add(2 * (self.gamma + 2))
     }
 }
 
@@ -239,7 +239,7 @@ pub fn policy<B: KernelOps>(
     check_selector(selector)?;
     let budget = if selector.trim() == "dense" {
         let k = dustin_select::SelectConfig::default().keep();
-        budget.max(k.n_sink + k.window + 1)
+        budget.max(k.n_sink.saturating_add(k.window).saturating_add(1))
     } else {
         budget
     };
@@ -269,12 +269,12 @@ pub fn draft_selection(budget: usize) -> Result<Option<dustin_spec::DraftSelecti
         return Ok(None);
     }
     let k = dustin_select::SelectConfig::default().keep();
-    if budget <= k.n_sink + k.window {
+    if budget <= k.n_sink.saturating_add(k.window) {
         return Err(HarnessError::Usage(format!(
             "--draft-budget {budget}: expected more than the sinks and window ({} + {} = {}), or 0 for a dense draft",
             k.n_sink,
             k.window,
-            k.n_sink + k.window
+            k.n_sink.saturating_add(k.window)
         )));
     }
     Ok(Some(dustin_spec::DraftSelection::new(

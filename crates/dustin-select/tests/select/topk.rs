@@ -425,3 +425,25 @@ fn select_config_validation_names_budget() {
     .validate()
     .is_err());
 }
+
+/// `n_sink + window` past `usize::MAX` (a config's `18446744073709551615`) is refused, not
+/// wrapped to a small sum that a budget of 100 would pass.
+#[test]
+fn select_config_refuses_sinks_and_window_that_overflow() {
+    for (n_sink, window) in [(usize::MAX, 5), (4, usize::MAX), (usize::MAX, usize::MAX)] {
+        let cfg = SelectConfig {
+            budget: 100,
+            n_sink,
+            window,
+            ..SelectConfig::default()
+        };
+        match cfg.validate().unwrap_err() {
+            dustin_core::CoreError::InvalidInput { name, expected, .. } => {
+                assert_eq!(name, "budget");
+                let sum = n_sink as u128 + window as u128;
+                assert!(expected.ends_with(&format!("= {sum}")), "{expected}");
+            }
+            other => panic!("{other}"),
+        }
+    }
+}

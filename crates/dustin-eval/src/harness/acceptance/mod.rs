@@ -229,14 +229,16 @@ pub fn run<B: KernelOps, H: ModelHost>(
     let mut store = open_store(&args.out)?;
     let max_ctx = args.ctx.iter().copied().max().unwrap_or(0);
     let max_gamma = args.gamma.iter().copied().max().unwrap_or(1);
-    let extra = args.new_tokens + 2 * (max_gamma + 2);
+    let extra = args
+        .new_tokens
+        .saturating_add(2usize.saturating_mul(max_gamma.saturating_add(2)));
     let files = host.open_pair(&args.model, &args.draft)?;
-    if max_ctx + extra > files.max_positions() {
+    if max_ctx.saturating_add(extra) > files.max_positions() {
         return Err(HarnessError::Usage(format!(
             "--ctx {max_ctx}: with --new-tokens {} and --gamma {max_gamma} it needs {} positions, \
              more than the models take ({})",
             args.new_tokens,
-            max_ctx + extra,
+            max_ctx as u128 + extra as u128,
             files.max_positions()
         )));
     }

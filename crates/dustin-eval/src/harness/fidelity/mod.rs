@@ -329,6 +329,31 @@ pub(crate) fn compute_rows<B: KernelOps, H: ModelHost>(
         });
     }
 
+    let spec_extra = if args.spec_tokens > 0 {
+        // saturating: a count near usize::MAX fails the length check below, not wraps past it
+        args.spec_tokens
+            .saturating_add(2usize.saturating_mul(args.rows.gamma.saturating_add(1)))
+    } else {
+        0
+    };
+    let extra = args
+        .rows
+        .windows
+        .saturating_mul(args.rows.gamma.saturating_add(1))
+        .saturating_add(1)
+        .max(spec_extra);
+    // every context long enough for the verified tokens, checked before the models load
+    if let Some(n) = args
+        .rows
+        .ctx
+        .iter()
+        .copied()
+        .find(|&n| n <= extra.saturating_add(OBSERVED_CHUNK + 1))
+    {
+        return Err(HarnessError::Usage(format!(
+            "--ctx {n}: too short for {extra} verified tokens (--windows, --gamma, --spec-tokens) and a {OBSERVED_CHUNK}-token observed chunk"
+        )));
+    }
     let path = host.model_path(args.models.model.as_deref())?;
     let files = ModelFiles::open(&path)?;
     let tok = files.tokenizer.clone();
@@ -374,12 +399,6 @@ pub(crate) fn compute_rows<B: KernelOps, H: ModelHost>(
     ),
     );
 
-    let spec_extra = if args.spec_tokens > 0 {
-        args.spec_tokens + 2 * (args.rows.gamma + 1)
-    } else {
-        0
-    };
-    let extra = (args.rows.windows * (args.rows.gamma + 1) + 1).max(spec_extra);
     for book in &books {
         // enough characters for the longest context (PG-19 prose: ~4 characters a token)
         let chars: String = book.text.chars().take(max_ctx * 8 + 4096).collect();
@@ -390,7 +409,7 @@ pub(crate) fn compute_rows<B: KernelOps, H: ModelHost>(
         ctxs.dedup();
         let mut prefix: Option<DenseKvCache<B>> = None;
         for &n in &ctxs {
-            if n <= extra + OBSERVED_CHUNK + 1 {
+            if n <= extra.saturating_add(OBSERVED_CHUNK + 1) {
                 return Err(HarnessError::Usage(format!(
                     "--ctx {n}: too short for {extra} verified tokens and a {OBSERVED_CHUNK}-token observed chunk"
                 )));
