@@ -269,7 +269,9 @@ fn run_on<B: KernelOps>(
     let mut out = std::io::stdout();
     let mut on_tokens = |seq: usize, t: &[u32]| {
         if seq == 0 {
-            if let Ok(s) = stream.push(&tok, t) {
+            // the stop tokens end the text, they are not part of it (as the server's)
+            let shown = output::text_ids(t, &tok.eos_ids);
+            if let Ok(s) = stream.push(&tok, &shown) {
                 let _ = write!(out, "{s}");
                 let _ = out.flush();
             }

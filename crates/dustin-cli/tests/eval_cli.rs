@@ -392,6 +392,8 @@ fn pg19_reports_perplexity_against_dense() {
 fn bad_eval_inputs_are_named() {
     let s = setup("eval-bad");
     let out = s.dir.join("out");
+    // a task file without a line: refused before the reports are rewritten
+    std::fs::write(s.data.join("hotpotqa.jsonl"), "").expect("empty task");
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (
             vec!["--tasks", "nope"],
@@ -412,6 +414,10 @@ fn bad_eval_inputs_are_named() {
             vec!["--tasks", "gov_report"],
             "no gov_report.json or gov_report.jsonl",
         ),
+        (
+            vec!["--tasks", "trec,hotpotqa"],
+            "holds no sample of this task",
+        ),
         // a setting that names no layers, and layers the 1-layer self-draft does not have
         (
             vec!["--lookahead-layers", "stride:0"],
@@ -429,6 +435,10 @@ fn bad_eval_inputs_are_named() {
         assert!(err.contains(want), "{extra:?}: {err}");
         assert!(!err.contains("panicked"), "{err}");
     }
+    assert!(
+        !out.join("longbench.md").exists(),
+        "a refused run wrote a report"
+    );
     let (o, _, err) = run(dustin()
         .args(["eval", "pg19", "--model"])
         .arg(&s.model)

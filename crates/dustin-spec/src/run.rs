@@ -758,9 +758,11 @@ impl SpecRun {
         let first_emitted = self.rules.iter().filter(|r| r.max_new_tokens > 0).count();
         debug_assert!(first_emitted <= n);
         let seq_iters: usize = iters.iter().map(|i| i.accepted.len()).sum();
-        let mean = |f: &dyn Fn(&IterationStats) -> f64| -> f64 {
-            iters.iter().map(f).sum::<f64>() / seq_iters.max(1) as f64
-        };
+        // float sums start at -0.0 (std's `Sum`): `+ 0.0` makes an empty one 0, not -0
+        let total =
+            |f: &dyn Fn(&IterationStats) -> f64| -> f64 { iters.iter().map(f).sum::<f64>() + 0.0 };
+        let mean =
+            |f: &dyn Fn(&IterationStats) -> f64| -> f64 { total(f) / seq_iters.max(1) as f64 };
         let tau = mean(&|i| i.accepted.iter().map(|&a| (a + 1) as f64).sum());
         let kvf = mean(&|i| i.kv_read_fraction.iter().sum());
         let estf = mean(&|i| i.estimation_read_fraction.iter().sum());
@@ -772,10 +774,10 @@ impl SpecRun {
             decode_secs,
             // the first token of each sequence comes from the prefill logits, not from decoding
             tokens_per_sec: generated.saturating_sub(first_emitted) as f64 / decode_secs.max(1e-9),
-            draft_secs: iters.iter().map(|i| i.draft_secs).sum(),
-            verify_secs: iters.iter().map(|i| i.verify_secs).sum(),
-            accept_secs: iters.iter().map(|i| i.accept_secs).sum(),
-            commit_secs: iters.iter().map(|i| i.commit_secs).sum(),
+            draft_secs: total(&|i| i.draft_secs),
+            verify_secs: total(&|i| i.verify_secs),
+            accept_secs: total(&|i| i.accept_secs),
+            commit_secs: total(&|i| i.commit_secs),
             mean_kv_read_fraction: kvf,
             mean_estimation_read_fraction: estf,
         };

@@ -596,3 +596,40 @@ fn estimation_reads_are_reported_per_verification_over_the_dense_reads() {
     let mean = o.summary.mean_estimation_read_fraction;
     assert!(mean > 0.0 && mean < PER_LAYER / kvh as f64, "{mean}");
 }
+
+/// A run with no verification (one new token: it comes from the prefill's logits) sums no
+/// iteration: its means and times are +0, not the -0 that std's float `Sum` starts from
+/// (printed `-0.00` after a Ctrl-C during the prefill).
+#[test]
+fn a_run_without_iterations_reports_positive_zeros() {
+    let target = model("qwen2-tied");
+    let extra = 1 + 2 * (4 + 2);
+    let mut dec = SpeculativeDecoder::new(
+        ModelDrafter::new(target.clone(), None, extra),
+        ModelVerifier::new(target, DenseHook, extra, 96),
+    );
+    let cfg = SpecConfig {
+        gamma: 4,
+        max_new_tokens: 1,
+        ..SpecConfig::default()
+    };
+    let o = dec
+        .generate(&prompts(), &cfg, None, &mut |_, _| {})
+        .expect("spec");
+    assert!(o.iterations.is_empty());
+    let s = &o.summary;
+    for (name, v) in [
+        ("mean_acceptance_length", s.mean_acceptance_length),
+        ("draft_secs", s.draft_secs),
+        ("verify_secs", s.verify_secs),
+        ("accept_secs", s.accept_secs),
+        ("commit_secs", s.commit_secs),
+        ("mean_kv_read_fraction", s.mean_kv_read_fraction),
+        (
+            "mean_estimation_read_fraction",
+            s.mean_estimation_read_fraction,
+        ),
+    ] {
+        assert!(v == 0.0 && v.is_sign_positive(), "{name}: {v}");
+    }
+}

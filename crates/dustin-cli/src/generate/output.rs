@@ -118,7 +118,7 @@ pub(super) fn finish_run(
                 Ok(SeqOut {
                     index,
                     finish: f.as_str(),
-                    text: tok.decode(t)?,
+                    text: tok.decode(&text_ids(t, &tok.eos_ids))?,
                     tokens: t,
                 })
             })
@@ -155,7 +155,32 @@ pub(super) fn finish_run(
 
 pub(super) fn print_rest(tok: &Tokenizer, tokens: &[Vec<u32>]) -> Result<(), CliError> {
     for (i, t) in tokens.iter().enumerate().skip(1) {
-        println!("--- sequence {i} ---\n{}", tok.decode(t)?);
+        println!(
+            "--- sequence {i} ---\n{}",
+            tok.decode(&text_ids(t, &tok.eos_ids))?
+        );
     }
     Ok(())
+}
+
+/// The ids of `ids` that make text: all but the stop tokens `eos` (EOS and, with `--chat`,
+/// the template's end-of-turn tokens such as `<|im_end|>`), which end a sequence without
+/// being part of what it says (as the server's texts). `--output`'s `tokens` keep them.
+pub(super) fn text_ids(ids: &[u32], eos: &[u32]) -> Vec<u32> {
+    ids.iter().copied().filter(|t| !eos.contains(t)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::text_ids;
+
+    #[test]
+    fn stop_tokens_leave_the_text() {
+        // Qwen2.5's `<|im_end|>` (151645) and `<|endoftext|>` (151643), from its
+        // tokenizer_config.json
+        let eos = [151645, 151643];
+        assert_eq!(text_ids(&[73, 88, 151645], &eos), vec![73, 88]);
+        assert_eq!(text_ids(&[151643], &eos), Vec::<u32>::new());
+        assert_eq!(text_ids(&[5, 6], &eos), vec![5, 6]);
+    }
 }

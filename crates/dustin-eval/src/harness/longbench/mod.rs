@@ -167,6 +167,16 @@ pub fn run<B: KernelOps, H: ModelHost>(
         r.build::<B>(probe_ctx)?;
     }
     let data = load_samples(&args.data, &tasks)?;
+    // a task without samples would rewrite the reports with no row of its own: refused
+    if let Some(t) = tasks
+        .iter()
+        .find(|t| data.get(*t).is_none_or(Vec::is_empty))
+    {
+        return Err(HarnessError::Usage(format!(
+            "--tasks {t}: --data {} holds no sample of this task",
+            args.data.display()
+        )));
+    }
 
     let path = host.model_path(args.models.model.as_deref())?;
     let files = ModelFiles::open(&path)?;
