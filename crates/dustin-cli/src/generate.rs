@@ -156,6 +156,12 @@ fn run_on<B: KernelOps>(
     let inputs = crate::chat::Inputs::from_args(&args.chat, || read_prompts(args), has_plain)?;
     let file = read_config(&args.pair.config)?;
     crate::check_gamma(args.pair.gamma)?;
+    // an empty stop string would end every sequence at once (the server refuses it too)
+    if args.stop.iter().any(String::is_empty) {
+        return Err(CliError::Usage(
+            "--stop \"\": expected a non-empty stop string".into(),
+        ));
+    }
     // a bad --output path is found before the model runs, not after (the tokens were lost)
     if let Some(path) = &args.output {
         check_output_path(path, &args.prompt_files)?;
@@ -442,7 +448,7 @@ pub struct PairArgs {
     pub selector: String,
     /// KV budget of sparse verification: context tokens kept per layer and KV head (sinks and
     /// recent window included).
-    #[arg(long, default_value_t = 2048)]
+    #[arg(long, default_value_t = 2048, value_parser = parse_token_budget)]
     pub budget: usize,
     /// TOML or JSON file with everything else: `[select]` (n_sink, window, refresh,
     /// refresh_on_accept_drop, accept_drop_sigmas, batched_reuse) and `[estimator]` (the selector's own knobs,
@@ -458,6 +464,18 @@ pub struct PairArgs {
     /// Where to run.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
+}
+
+/// `--budget`'s value: a count of tokens. A fraction of the context (`1/8`, as `dustin
+/// eval` takes) is refused by name: here the prompt's length is not known yet.
+fn parse_token_budget(s: &str) -> Result<usize, String> {
+    s.trim().parse::<usize>().map_err(|_| {
+        if s.contains('/') || s.contains('.') {
+            "expected a count of tokens per layer and KV head, e.g. 1024 (fractions of the context are `dustin eval`'s)".into()
+        } else {
+            "expected a count of tokens per layer and KV head, e.g. 1024".into()
+        }
+    })
 }
 
 /// `--quant-prefill`'s value.

@@ -29,8 +29,9 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Perplexity of a text file under a model (dense attention) and a tokenizer round trip.
     Ppl(ppl::PplArgs),
-    /// Evaluations per selector and budget against dense verification: `eval fidelity`,
-    /// `eval pg19` (perplexity) and `eval longbench` (LongBench scores).
+    /// Evaluations per selector and budget: `eval acceptance` (acceptance length and speed
+    /// of the pair), `eval fidelity`, `eval pg19` (perplexity) and `eval longbench`
+    /// (LongBench scores), each against dense verification.
     Eval(eval::EvalArgs),
     /// An OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, streaming)
     /// over the model, speculative with --draft and sparse verification with --selector.

@@ -44,6 +44,17 @@ pub fn run(args: PplArgs) -> Result<(), CliError> {
 }
 
 fn run_on<B: KernelOps>(args: &PplArgs, dev: &B::Device) -> Result<(), CliError> {
+    if args.tokens < 2 {
+        return Err(CliError::Usage(format!(
+            "--tokens {}: expected at least 2 (the first token is not predicted)",
+            args.tokens
+        )));
+    }
+    if args.chunk == 0 {
+        return Err(CliError::Usage(
+            "--chunk 0: expected at least 1 token".into(),
+        ));
+    }
     let book = dustin_eval::pg19::load_book(&args.text_file)
         .map_err(|e| CliError::Usage(e.to_string()))?;
     let path = crate::generate::model_path(&args.model)?;
@@ -66,8 +77,10 @@ fn run_on<B: KernelOps>(args: &PplArgs, dev: &B::Device) -> Result<(), CliError>
         .min(files.config.max_position_embeddings);
     if n < 2 {
         return Err(CliError::Usage(format!(
-            "{}: fewer than 2 tokens",
-            args.text_file.display()
+            "{}: fewer than 2 tokens ({} in the text, {} positions in the model)",
+            args.text_file.display(),
+            ids.len(),
+            files.config.max_position_embeddings
         )));
     }
     let model = files.build_as::<B>(n, dev, args.weights.format::<B>())?;

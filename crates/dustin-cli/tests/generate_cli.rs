@@ -305,7 +305,9 @@ type Case<'a> = (&'a [&'a str], Option<&'a [u8]>, &'a str);
 #[test]
 fn bad_inputs_exit_1_with_a_message() {
     let cases: &[Case] = &[
-        (&["--prompt", "  "], None, "prompt 0 is empty"),
+        (&["--prompt", "  "], None, "prompt 0 (--prompt) is empty"),
+        // texts are numbered before files; an empty file is named
+        (&["--prompt", "hi"], Some(b" \n"), "prompt 1 (prompt file "),
         (
             &["--prompt", "t1 t2", "--draft-budget", "100"],
             None,
@@ -436,6 +438,11 @@ fn bad_inputs_exit_1_with_a_message() {
             &["--prompt", "t1", "--gpu-memory", "1K"],
             None,
             "--gpu-memory: invalid config value `gpu_memory` = 1024 bytes: at least",
+        ),
+        (
+            &["--prompt", "t1", "--stop", ""],
+            None,
+            "--stop \"\": expected a non-empty stop string",
         ),
         // gamma is checked without a draft too (docs/errors.md)
         (&["--prompt", "t1", "--gamma", "0"], None, "--gamma 0: expected 1 ..= 15"),
@@ -624,6 +631,19 @@ fn huge_max_new_tokens_and_output_over_the_prompt_are_refused() {
         "{err}"
     );
     assert!(!err.contains("RoPE table"), "{err}");
+    // a fraction as --budget: a usage error (clap's exit 2) that says what to give
+    let o = dustin()
+        .args(["generate", "--model"])
+        .arg(&model)
+        .args(["--prompt", "t1", "--budget", "1/8"])
+        .output()
+        .expect("run dustin");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("expected a count of tokens per layer and KV head, e.g. 1024 (fractions of the context are `dustin eval`'s)"),
+        "{err}"
+    );
     // --output is the prompt file
     let prompt = dir.join("p.txt");
     std::fs::write(&prompt, "t1 t2").expect("prompt");

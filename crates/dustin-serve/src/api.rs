@@ -6,14 +6,40 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
 
-/// A string or a list of strings (`stop`, `prompt`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(untagged)]
+/// A string or a list of strings (`stop`, `prompt`). Anything else (a list of token ids,
+/// a number) is refused with "expected a string or an array of strings".
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OneOrMany {
     /// One string.
     One(String),
     /// A list of strings.
     Many(Vec<String>),
+}
+
+impl<'de> Deserialize<'de> for OneOrMany {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = OneOrMany;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string or an array of strings")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<OneOrMany, E> {
+                Ok(OneOrMany::One(v.to_owned()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<OneOrMany, A::Error> {
+                let mut out = Vec::new();
+                while let Some(s) = seq.next_element::<String>()? {
+                    out.push(s);
+                }
+                Ok(OneOrMany::Many(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 impl OneOrMany {

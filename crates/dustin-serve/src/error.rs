@@ -88,6 +88,15 @@ impl ApiError {
         )
     }
 
+    /// 405 for a route asked with another method than its own (`GET /v1/completions`).
+    pub fn wrong_method(method: &str, path: &str) -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "invalid_request_error",
+            format!("{method} {path}: the routes are POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health and GET /metrics"),
+        )
+    }
+
     /// 429 with `Retry-After` when the queue holds `limit` requests already.
     pub fn queue_full(limit: usize) -> Self {
         Self {

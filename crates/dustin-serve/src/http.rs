@@ -75,6 +75,9 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .fallback(|uri: Uri| async move { ApiError::no_route(uri.path()) })
+        .method_not_allowed_fallback(|method: axum::http::Method, uri: Uri| async move {
+            ApiError::wrong_method(method.as_str(), uri.path())
+        })
         .with_state(state)
 }
 

@@ -230,6 +230,19 @@ async fn bad_requests_get_openai_error_bodies() {
             Some("prompt"),
             "empty",
         ),
+        // token ids are not a prompt here: named, not "did not match any variant"
+        (
+            json!({"model": "tiny", "prompt": [1, 2, 3]}),
+            400,
+            None,
+            "expected a string",
+        ),
+        (
+            json!({"model": "tiny", "prompt": 7}),
+            400,
+            None,
+            "expected a string or an array of strings",
+        ),
         (
             json!({"model": "big", "prompt": "t1"}),
             404,
@@ -264,6 +277,17 @@ async fn bad_requests_get_openai_error_bodies() {
     assert_eq!(
         (s, v["error"]["type"].as_str()),
         (404, Some("not_found_error")),
+        "{v}"
+    );
+    let r = reqwest::get(format!("{}/v1/completions", srv.base))
+        .await
+        .expect("get");
+    assert_eq!(r.status().as_u16(), 405);
+    let v: Value = r.json().await.expect("an OpenAI error body");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("GET /v1/completions: the routes are POST")),
         "{v}"
     );
     let models: Value = reqwest::get(format!("{}/v1/models", srv.base))

@@ -167,7 +167,12 @@ pub fn read_prompts(args: &GenerateArgs) -> Result<Vec<String>, CliError> {
         ));
     }
     if let Some(i) = out.iter().position(|p| p.trim().is_empty()) {
-        return Err(CliError::Usage(format!("prompt {i} is empty")));
+        // sequences number the --prompt texts first, then the files; a file is named too
+        let what = match args.prompt_files.get(i.wrapping_sub(args.prompts.len())) {
+            Some(f) if i >= args.prompts.len() => format!(" (prompt file {})", f.display()),
+            _ => " (--prompt)".to_string(),
+        };
+        return Err(CliError::Usage(format!("prompt {i}{what} is empty")));
     }
     Ok(out)
 }

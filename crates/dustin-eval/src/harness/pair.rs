@@ -147,7 +147,7 @@ impl<B: KernelOps> SharedPrefill<B> {
         }
         let tail = tail.clamp(1, ids.len());
         let head = ids.len() - tail;
-        let cap = ids.len() + extra;
+        let cap = ids.len().saturating_add(extra);
         let run = |m: &Qwen2<B>| -> Result<(Option<DenseKvCache<B>>, f64), HarnessError> {
             if head == 0 {
                 return Ok((None, 0.0));

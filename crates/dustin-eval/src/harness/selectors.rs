@@ -123,9 +123,21 @@ impl SelectorSpec {
             SelectConfig::with_budget(budget)
         };
         if let Some(v) = &self.select {
+            let Some(o) = v.as_object() else {
+                return Err(HarnessError::Usage(format!(
+                    "--select {}={v}: expected a JSON object of selector-config fields",
+                    self.label
+                )));
+            };
+            if o.contains_key("budget") {
+                return Err(HarnessError::Usage(format!(
+                    "--select {}: `budget` is --budget's alone (as in generate's --config)",
+                    self.label
+                )));
+            }
             let mut base =
                 serde_json::to_value(&cfg).map_err(|e| HarnessError::Usage(e.to_string()))?;
-            if let (Some(b), Some(o)) = (base.as_object_mut(), v.as_object()) {
+            if let Some(b) = base.as_object_mut() {
                 for (k, val) in o {
                     b.insert(k.clone(), val.clone());
                 }
@@ -253,5 +265,25 @@ mod tests {
         let m = parse_label_json("--knobs", &[r#"d2={"alpha":0.7,"beta":0.9}"#.into()]).unwrap();
         assert_eq!(m["d2"]["beta"], serde_json::json!(0.9));
         assert!(parse_label_json("--knobs", &["nojson".into()]).is_err());
+    }
+
+    #[test]
+    fn select_overrides_must_be_objects_without_a_budget() {
+        let spec = |select: serde_json::Value| SelectorSpec {
+            label: "d".into(),
+            spec: "dustin".into(),
+            knobs: None,
+            select: Some(select),
+        };
+        let err = |v| match spec(v).select_config(512) {
+            Err(HarnessError::Usage(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        assert!(err(serde_json::json!(5)).contains("expected a JSON object"));
+        assert!(err(serde_json::json!({"budget": 5})).contains("`budget` is --budget's alone"));
+        let cfg = spec(serde_json::json!({"window": 32}))
+            .select_config(512)
+            .unwrap();
+        assert_eq!((cfg.window, cfg.budget), (32, 512));
     }
 }

@@ -307,12 +307,16 @@ fn run_cells<B: KernelOps>(
             }
             write_prompt(&args.out, name, &all[..ctx])?;
             let prefill = SharedPrefill::new(pair, all[..ctx].to_vec(), extra)?;
-            eprintln!(
-                "{name} at {ctx} tokens: shared prefill of {} tokens, target {:.1} s, draft {:.1} s",
-                prefill.shared_tokens(),
-                prefill.target_secs,
-                prefill.draft_secs
-            );
+            if prefill.shared_tokens() == 0 {
+                eprintln!("{name} at {ctx} tokens: no shared prefill (the prompt fits in one prefill chunk, which each cell runs itself)");
+            } else {
+                eprintln!(
+                    "{name} at {ctx} tokens: shared prefill of {} tokens, target {:.1} s, draft {:.1} s",
+                    prefill.shared_tokens(),
+                    prefill.target_secs,
+                    prefill.draft_secs
+                );
+            }
             for (key, mode, run) in cells {
                 if store.is_done(&key) {
                     continue;

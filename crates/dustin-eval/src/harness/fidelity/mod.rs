@@ -275,18 +275,8 @@ pub(crate) fn compute_rows<B: KernelOps, H: ModelHost>(
     }
     let sels = args.rows.tuning.selectors(&args.selectors)?;
     let budgets = args.rows.tuning.budgets()?;
-    // check every selector and config before loading anything
-    for s in &sels {
-        for (label, b) in &budgets {
-            for &n in &args.rows.ctx {
-                if b.tokens(n) == 0 {
-                    return Err(HarnessError::Usage(format!(
-                        "--budget {label}: 0 tokens of a {n}-token context"
-                    )));
-                }
-                s.build::<B>(b.tokens(n))?;
-            }
-        }
+    if args.rows.books == Some(0) {
+        return Err(HarnessError::Usage("--books 0: expected at least 1".into()));
     }
     let books = load_sources(&args.data)?;
     let books: Vec<_> = books
@@ -298,6 +288,24 @@ pub(crate) fn compute_rows<B: KernelOps, H: ModelHost>(
             "--data {}: no .txt books",
             args.data.display()
         )));
+    }
+    // the books first, then every selector and config, before loading a model
+    for s in &sels {
+        for (label, b) in &budgets {
+            for &n in &args.rows.ctx {
+                if b.tokens(n) == 0 {
+                    return Err(HarnessError::Usage(format!(
+                        "--budget {label}: 0 tokens of a {n}-token context"
+                    )));
+                }
+                s.build::<B>(b.tokens(n)).map_err(|e| {
+                    HarnessError::Usage(format!(
+                        "--selectors {} --budget {label} at --ctx {n}: {e}",
+                        s.label
+                    ))
+                })?;
+            }
+        }
     }
 
     let mut store = open_store(&args.out)?;
