@@ -186,10 +186,13 @@ step_ab() {
     # AB_MODES (default "ar dense dustin"), AB_DB (draft budgets of the speculative rows, one
     # process each, default 0), AB_ROUNDS (base, new alternated this many times, default 1),
     # AB_FIRST=0 skips `dustin`'s first iterations
+    # `ar` reads no draft budget: it runs at the first one only
+    local first_db=${AB_DB:-0}
+    first_db=${first_db%% *}
     for r in $(seq 1 "${AB_ROUNDS:-1}"); do
         for m in ${AB_MODES:-ar dense dustin}; do
             for db in ${AB_DB:-0}; do
-                [ "$m" = ar ] && [ "$db" != "${AB_DB%% *}" ] && continue
+                [ "$m" = ar ] && [ "$db" != "$first_db" ] && continue
                 for bin in base new; do
                     BIN=$D/dustin-bench-$bin bash "$D/gpu_e2e.sh" run \
                         "pair_32k_b16_${m}_db${db}_r${r}_$bin" \
@@ -513,6 +516,12 @@ part)
 poll)
     end=$((SECONDS + ${2:-0}))
     while [ $SECONDS -lt "$end" ] && ! grep -qE '^[0-9:]+ done$' "$R/job.log" 2>/dev/null; do
+        # a job that died (a shell error: job.out has it) never logs `done`: stop waiting
+        if ! pgrep -f 'gpu_real_pair.sh job' > /dev/null; then
+            echo "the job is not running:"
+            tail -5 "$R/job.out" 2>/dev/null
+            break
+        fi
         sleep 5
     done
     cat "$R/job.log"
