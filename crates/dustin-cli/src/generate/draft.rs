@@ -78,7 +78,7 @@ impl SubstituteSpec {
             })
             .sum();
         eprintln!(
-            "substitute draft: {} of {} layers ({}) at {} bits, group {}: {:.1} MB packed ({} bytes per weight) instead of {:.1} MB in bf16",
+            "substitute draft: {} of {} layers ({}) at {} bits, group {}: {:.1} MB packed ({} bytes per weight; these layers in bf16: {:.1} MB)",
             layers.len(),
             target.layers.len(),
             format_layers(&layers),
