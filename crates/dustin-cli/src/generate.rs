@@ -206,11 +206,10 @@ fn run_on<B: KernelOps>(
         .collect::<Result<_, _>>()?;
     let longest = ids.iter().map(Vec::len).max().unwrap_or(0);
     let margin = 2 * (args.pair.gamma + 2);
-    let max_new_tokens = args.max_new_tokens;
     // saturating: a count near usize::MAX is refused by the prompt check (more positions than
     // the model takes), not wrapped to a small table that fails at its last position
     let positions = longest
-        .saturating_add(max_new_tokens)
+        .saturating_add(args.max_new_tokens)
         .saturating_add(margin)
         .min(files.config.max_position_embeddings);
     let draft_files = match args.pair.draft.as_deref().map(parse_draft).transpose()? {
@@ -286,7 +285,7 @@ fn run_on<B: KernelOps>(
     match &args.pair.draft {
         None => {
             let cfg = GenerateConfig {
-                max_new_tokens,
+                max_new_tokens: args.max_new_tokens,
                 sampling,
                 seed: args.seed,
                 stop_strings: args.stop.clone(),
@@ -309,7 +308,7 @@ fn run_on<B: KernelOps>(
             );
         }
         Some(d) => {
-            let extra = max_new_tokens + margin;
+            let extra = args.max_new_tokens.saturating_add(margin);
             let mut target_kv = None;
             // (the drafter, its layer count)
             let (drafter, draft_layers) = match parse_draft(d)? {
@@ -380,7 +379,7 @@ fn run_on<B: KernelOps>(
             dec.set_cancel(cancel.clone());
             let cfg = SpecConfig {
                 gamma: args.pair.gamma,
-                max_new_tokens,
+                max_new_tokens: args.max_new_tokens,
                 sampling,
                 seed: args.seed,
                 eos: tok.eos_ids.clone(),

@@ -607,22 +607,31 @@ fn one_call_reuse_generates_what_layer_by_layer_does() {
 fn huge_max_new_tokens_and_output_over_the_prompt_are_refused() {
     let dir = common::scratch("huge");
     let model = common::tiny_model(&dir, 64);
+    // `dustin generate --model <tiny> ARGS`: exit code and standard error
+    let run = |args: &[&std::ffi::OsStr]| {
+        let o = dustin()
+            .args(["generate", "--model"])
+            .arg(&model)
+            .args(args)
+            .output()
+            .expect("run dustin");
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let os = |s: &'static str| std::ffi::OsStr::new(s);
+    let huge = usize::MAX.to_string();
     let out = dir.join("o.json");
-    let o = dustin()
-        .args(["generate", "--model"])
-        .arg(&model)
-        .args([
-            "--prompt",
-            "t1 t2 t3",
-            "--max-new-tokens",
-            &usize::MAX.to_string(),
-        ])
-        .arg("--output")
-        .arg(&out)
-        .output()
-        .expect("run dustin");
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    let (code, err) = run(&[
+        os("--prompt"),
+        os("t1 t2 t3"),
+        os("--max-new-tokens"),
+        huge.as_ref(),
+        os("--output"),
+        out.as_os_str(),
+    ]);
+    assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains(&format!(
             "3 prompt tokens + {} to generate exceed max_position_embeddings = 64",
@@ -632,14 +641,8 @@ fn huge_max_new_tokens_and_output_over_the_prompt_are_refused() {
     );
     assert!(!err.contains("RoPE table"), "{err}");
     // a fraction as --budget: a usage error (clap's exit 2) that says what to give
-    let o = dustin()
-        .args(["generate", "--model"])
-        .arg(&model)
-        .args(["--prompt", "t1", "--budget", "1/8"])
-        .output()
-        .expect("run dustin");
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+    let (code, err) = run(&[os("--prompt"), os("t1"), os("--budget"), os("1/8")]);
+    assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains("expected a count of tokens per layer and KV head, e.g. 1024 (fractions of the context are `dustin eval`'s)"),
         "{err}"
@@ -647,17 +650,13 @@ fn huge_max_new_tokens_and_output_over_the_prompt_are_refused() {
     // --output is the prompt file
     let prompt = dir.join("p.txt");
     std::fs::write(&prompt, "t1 t2").expect("prompt");
-    let o = dustin()
-        .args(["generate", "--model"])
-        .arg(&model)
-        .arg("--prompt-file")
-        .arg(&prompt)
-        .arg("--output")
-        .arg(&prompt)
-        .output()
-        .expect("run dustin");
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    let (code, err) = run(&[
+        os("--prompt-file"),
+        prompt.as_os_str(),
+        os("--output"),
+        prompt.as_os_str(),
+    ]);
+    assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("is the prompt file"), "{err}");
     assert_eq!(std::fs::read_to_string(&prompt).expect("prompt"), "t1 t2");
     let _ = std::fs::remove_dir_all(&dir);

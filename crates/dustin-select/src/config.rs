@@ -75,9 +75,7 @@ impl SelectConfig {
     /// `refresh_on_accept_drop` outside `(0, 1]`, and `accept_drop_sigmas` negative or not
     /// finite.
     pub fn validate(&self) -> Result<()> {
-        // saturating: n_sink or window near usize::MAX must fail here, not wrap to a small sum
-        let fixed = self.n_sink.saturating_add(self.window);
-        if self.budget <= fixed {
+        if self.budget <= self.keep().always_kept() {
             return Err(CoreError::invalid(
                 "budget",
                 format!(
@@ -144,6 +142,12 @@ pub struct KeepRule {
 }
 
 impl KeepRule {
+    /// Positions kept whatever the scores, `n_sink + window`, saturating: a config's
+    /// `n_sink` or `window` near `usize::MAX` must fail the budget checks, not wrap past them.
+    pub fn always_kept(&self) -> usize {
+        self.n_sink.saturating_add(self.window)
+    }
+
     /// The half-open range `[lo, hi)` of positions the scores choose from in a context of
     /// `ctx` tokens (the rest is forced or absent); empty when sinks and window cover it.
     pub fn free_range(&self, ctx: usize) -> (usize, usize) {

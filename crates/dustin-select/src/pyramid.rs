@@ -55,7 +55,7 @@ impl PyramidConfig {
 /// non-increasing with depth, each at least `n_sink + window`, summing to
 /// `num_layers * cfg.budget`.
 pub fn pyramid_budgets(cfg: &SelectConfig, num_layers: usize, beta: f64) -> Vec<usize> {
-    let fixed = cfg.n_sink.saturating_add(cfg.window);
+    let fixed = cfg.keep().always_kept();
     let free = cfg.budget.saturating_sub(fixed);
     if num_layers <= 1 {
         return vec![cfg.budget; num_layers];

@@ -45,7 +45,7 @@ pub fn select_top_k<B: KernelOps>(
             found: vec![b, h, c_in],
         });
     }
-    if keep.budget < keep.n_sink.saturating_add(keep.window) {
+    if keep.budget < keep.always_kept() {
         return Err(CoreError::invalid(
             "budget",
             format!(

@@ -193,14 +193,14 @@ impl<B: Backend> ModelDrafter<B> {
         sel: Option<DraftSelection>,
     ) -> dustin_core::Result<Self> {
         if let Some(DraftSelection { keep: k, .. }) = sel {
-            if k.budget <= k.n_sink.saturating_add(k.window) {
+            if k.budget <= k.always_kept() {
                 return Err(dustin_core::CoreError::invalid(
                     "budget",
                     format!(
                         "more than n_sink + window = {} + {} = {}",
                         k.n_sink,
                         k.window,
-                        k.n_sink.saturating_add(k.window)
+                        k.always_kept()
                     ),
                     k.budget,
                 ));

@@ -239,7 +239,7 @@ pub fn policy<B: KernelOps>(
     check_selector(selector)?;
     let budget = if selector.trim() == "dense" {
         let k = dustin_select::SelectConfig::default().keep();
-        budget.max(k.n_sink.saturating_add(k.window).saturating_add(1))
+        budget.max(k.always_kept() + 1)
     } else {
         budget
     };
@@ -269,12 +269,12 @@ pub fn draft_selection(budget: usize) -> Result<Option<dustin_spec::DraftSelecti
         return Ok(None);
     }
     let k = dustin_select::SelectConfig::default().keep();
-    if budget <= k.n_sink.saturating_add(k.window) {
+    if budget <= k.always_kept() {
         return Err(HarnessError::Usage(format!(
             "--draft-budget {budget}: expected more than the sinks and window ({} + {} = {}), or 0 for a dense draft",
             k.n_sink,
             k.window,
-            k.n_sink.saturating_add(k.window)
+            k.always_kept()
         )));
     }
     Ok(Some(dustin_spec::DraftSelection::new(

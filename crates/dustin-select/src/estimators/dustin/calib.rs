@@ -79,9 +79,7 @@ fn recall_of_group<B: KernelOps>(
         return Ok(None);
     }
     let (r, n) = (rows.len(), hi - lo);
-    let free_budget = keep
-        .budget
-        .saturating_sub(keep.n_sink.saturating_add(keep.window));
+    let free_budget = keep.budget.saturating_sub(keep.always_kept());
     let k = top_k.unwrap_or(free_budget).clamp(1, n);
     let per_head = Tensor::stack::<3>(rows.into_iter().map(|x| x.narrow(1, lo, n)).collect(), 0);
     // [r, 1, n], then per row line 0 the heads' sum and lines 1.. the heads, [r, nh + 1, n]:
