@@ -24,7 +24,9 @@
 #   ab        `$D/dustin-bench-base` (another commit's build) against the staged binary: the
 #             pair's shapes per mode (AB_MODES) and draft budget (AB_DB), alternated AB_ROUNDS
 #             times, and `dustin`'s first iterations (AB_FIRST=0: not)
-#   hostprof  `--host-profile` of `dustin` at the pair's shapes, with and without a draft budget
+#   hostprof  `--host-profile` of `dustin` at the pair's shapes, with and without a draft budget,
+#             and CubeCL's log of the kernels it compiles
+#   complog   the kernels `dustin` compiles with 6 and with 24 timed iterations (PTX cache off)
 #   rkvab     RoPE and the cache write as one launch (`--rope-kv-write off,on`): the full
 #             `kernel-check`, then `ar`, `dense`, `dustin` at the pair's shapes in one process
 #   draftncu  ncu over a `dustin` iteration at the pair's shapes (1 target layer): launches and
@@ -220,11 +222,33 @@ step_ab() {
 # and per-phase wall times) in $R/host
 step_hostprof() {
     log "hostprof"
+    # every kernel compiled in the process (CubeCL's compilation log): with the PTX cache
+    # filled by the steps before, the kernels first met past their warm-up
+    printf '[compilation.logger]\nlevel = "basic"\nfile = "%s"\n' "$R/compile-hostprof.log" \
+        > cubecl.toml
     ITERS=${HOSTPROF_ITERS:-24} LIMIT=${HOSTPROF_LIMIT:-200} bash "$D/gpu_e2e.sh" run \
         pair_32k_b16_hostprof --target "$C/Qwen2.5-1.5B-Instruct.config.json" --ctx 32768 \
         --batch 16 --budget 2048 --modes dustin --draft-budget "${HOSTPROF_DB:-0,2048}" \
         --accept "$ACC" "${TRACE[@]}" --host-profile "$R/host" > /dev/null 2>&1
     log "rc=$? hostprof"
+    rm -f cubecl.toml
+}
+
+# kernels compiled past the warm-up: `dustin` at the pair's shapes with the PTX cache off and
+# CubeCL's compilation log on, 6 and then 24 timed iterations (COMPLOG_ITERS); a kernel in
+# the longer run's log only is first met after the shorter run's last iteration
+step_complog() {
+    log "complog"
+    local it
+    for it in ${COMPLOG_ITERS:-6 24}; do
+        printf '[compilation.logger]\nlevel = "basic"\nfile = "%s"\n' "$R/compile-iters$it.log" \
+            > cubecl.toml
+        DUSTIN_CUBECL_CACHE=off ITERS=$it bash "$D/gpu_e2e.sh" run "pair_32k_b16_complog_$it" \
+            --target "$C/Qwen2.5-1.5B-Instruct.config.json" --ctx 32768 --batch 16 \
+            --budget 2048 --modes dustin --accept "$ACC" "${TRACE[@]}" > /dev/null 2>&1
+        log "rc=$? complog $it: $(wc -l < "$R/compile-iters$it.log") kernels compiled"
+    done
+    rm -f cubecl.toml
 }
 
 # attention scores two ways side by side (`KernelConfig::score_mass`, or SCOREAB_FLAG, e.g.
@@ -450,7 +474,7 @@ job() {
     local step waited=0
     for step in ${STEPS:-shapes fidelity acceptance hf longbench}; do
         case $step in
-        check | shapes | memab | memlog | coldwarm | firstiter | ab | draftncu | scoreab | launchab | hostprof | rkvab) ;;
+        check | shapes | memab | memlog | coldwarm | firstiter | ab | draftncu | scoreab | launchab | hostprof | rkvab | complog) ;;
         *) [ $waited = 1 ] || weights; waited=1 ;;
         esac
         "step_$step"

@@ -259,6 +259,27 @@ impl<B: Backend> DenseKvCache<B> {
         })
     }
 
+    /// Sequence `seq` of this cache as a batch-1 cache of its own: new exact-size persistent
+    /// buffers, as [`DenseKvCache::new`] makes them, holding a copy of its row (its K/V over
+    /// the whole capacity, and its length). Writing into it leaves this cache as it is and
+    /// allocates nothing more; the first write into a view of [`DenseKvCache::sequence`]
+    /// copies the layer instead into the device's pool, whose pages hold more than the copy.
+    ///
+    /// # Errors
+    /// As [`DenseKvCache::sequence`].
+    pub fn sequence_copy(&self, seq: usize) -> Result<Self> {
+        let row = self.sequence(seq)?;
+        let mut own = Self::new(
+            KvShape {
+                batch: 1,
+                ..self.shape
+            },
+            &self.device,
+        );
+        own.write_sequence(0, row)?;
+        Ok(own)
+    }
+
     /// Writes the batch-1 cache `part` into sequence `seq` of this cache (its K/V over the
     /// whole capacity, and its length), consuming it. The layers are written in place where
     /// the backend can (this cache's tensors not shared), so a batch can be filled one

@@ -169,4 +169,20 @@ fn write_sequence_places_each_part_in_its_slot() {
     }
     let e = all.sequence(3).unwrap_err().to_string();
     assert!(e.contains("seq"), "{e}");
+    // a copy of its own: the same values and length, and a write into it leaves the batch's
+    // row alone
+    let mut own = all.sequence_copy(2).unwrap();
+    assert_eq!(own.lens(), &[4]);
+    assert_eq!(own.shape(), KvShape { batch: 1, ..shape });
+    let before: Vec<f32> = all.view(0, cap).v.into_data().into_vec().unwrap();
+    let ones = || Tensor::<Flex, 4>::ones([1, heads, 1, hd], &FlexDevice);
+    own.append(0, ones(), ones()).unwrap();
+    let v: Vec<f32> = own.view(0, cap).v.into_data().into_vec().unwrap();
+    // position 4 of head 0 was written, position 3 is the batch row's
+    assert_eq!(v[4 * hd], 1.0);
+    assert_eq!(v[3 * hd], 3000.0 + 0.5 + (3 * hd) as f32);
+    let after: Vec<f32> = all.view(0, cap).v.into_data().into_vec().unwrap();
+    assert_eq!(before, after);
+    let e = all.sequence_copy(3).unwrap_err().to_string();
+    assert!(e.contains("seq"), "{e}");
 }

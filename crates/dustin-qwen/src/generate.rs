@@ -239,15 +239,18 @@ pub fn prefill_from<B: KernelOps, H: AttentionHook<B> + ?Sized>(
     let chunk = resolve_prefill_chunk(model, hook, layers, chunk);
     let mut stacked = (batch > 1).then(|| model.new_cache(batch, capacity, layers));
     // a batch with prefixes: every prefix goes into the batch cache first, and each
-    // sequence's rest then runs on a copy of its row. A prefix shared by several sequences
-    // (clones of one cache) is then freed before any tail runs; writing each tail into its
-    // clone instead copies the prefix, which stays alive for the sequences after it (one
-    // sequence's cache more at the peak)
+    // sequence's rest then runs on a copy of its row, in exact-size buffers as a new cache's
+    // (`sequence_copy`). A prefix shared by several sequences (clones of one cache) is then
+    // freed before any tail runs; writing each tail into its clone instead copies the prefix,
+    // which stays alive for the sequences after it (one sequence's cache more at the peak)
     let (mut prefixes, from_rows) = match (stacked.as_mut(), prefixes) {
         (Some(all), Some(pre)) => {
             for (seq, c) in pre.into_iter().enumerate() {
                 all.write_sequence(seq, c)?;
             }
+            // the prefixes' pool pages back to the device before the rows' copies (exact-size
+            // buffers of their own) are made beside them
+            crate::offload::release_freed::<B>(model.device())?;
             (None, true)
         }
         (_, pre) => (pre.map(|v| v.into_iter()), false),
@@ -261,7 +264,7 @@ pub fn prefill_from<B: KernelOps, H: AttentionHook<B> + ?Sized>(
                 let done = c.lens().first().copied().unwrap_or(0);
                 (c, done)
             }
-            (None, Some(all)) if from_rows => (all.sequence(seq)?, all.lens()[seq]),
+            (None, Some(all)) if from_rows => (all.sequence_copy(seq)?, all.lens()[seq]),
             (None, _) => (model.new_cache(1, capacity, layers), 0),
         };
         let mut per = Vec::new();

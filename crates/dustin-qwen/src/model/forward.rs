@@ -360,9 +360,22 @@ impl<B: KernelOps> Qwen2<B> {
                 // decode and verify rows through the skinny GEMM (the head is the largest
                 // single weight: 152,064 x 8192 bf16 = 2.5 GB at 72B); a backend whose
                 // kernel does not take the layout runs Burn's matmul inside it
-                let y = match &self.head_subset {
-                    Some(sub) => sub.expand(self.head_product(&sub.weight, x, b * m)?),
-                    None => self.head_product(&self.lm_head, x, b * m)?,
+                let rows = b * m;
+                let product = |x: Tensor<B, 2>| -> Result<Tensor<B, 2>> {
+                    Ok(match &self.head_subset {
+                        Some(sub) => sub.expand(self.head_product(&sub.weight, x, rows)?),
+                        None => self.head_product(&self.lm_head, x, rows)?,
+                    })
+                };
+                // decode and verification logits (a few rows x the vocabulary, and the
+                // split-K GEMM's f32 partial sums) in exact-size persistent buffers, which the
+                // next step of the same rows reuses: in CubeCL's dynamic pool each opened a
+                // page of 1.33 GB at the pair's shapes (batch 16, 32k; docs/perf.md,
+                // "`dustin`'s extra memory"). Prefill rows stay in the pool: their sizes vary.
+                let y = if self.skinny_rows(rows) {
+                    dustin_core::memory::persistent::<B, _, _>(&self.device, x, product)?
+                } else {
+                    product(x)?
                 };
                 Ok(y.reshape([b, m, self.config.vocab_size]))
             })?),
