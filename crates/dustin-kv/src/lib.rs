@@ -52,7 +52,12 @@ pub struct DenseKvCache<B: Backend> {
     lens: Vec<usize>,
     shape: KvShape,
     device: B::Device,
+    /// `Some` for one row of a batch cache ([`DenseKvCache::into_row`]): the tensors are the
+    /// batch's, `lens` and `shape` the row's.
+    row: Option<row::Row>,
 }
+
+mod row;
 
 impl<B: Backend> DenseKvCache<B> {
     /// Checks that `copies` caches of `shape` fit in the memory available on `device`
@@ -113,6 +118,7 @@ impl<B: Backend> DenseKvCache<B> {
             lens: vec![0; shape.batch],
             shape,
             device: device.clone(),
+            row: None,
         }
     }
 
@@ -159,6 +165,7 @@ impl<B: Backend> DenseKvCache<B> {
             lens: vec![0; batch],
             shape,
             device,
+            row: None,
         };
         cache.set_lens(lens)?;
         Ok(cache)
@@ -182,6 +189,7 @@ impl<B: Backend> DenseKvCache<B> {
                 ..self.shape
             },
             device: self.device.clone(),
+            row: self.row.clone(),
         }
     }
 
@@ -190,6 +198,9 @@ impl<B: Backend> DenseKvCache<B> {
     /// # Errors
     /// [`CoreError::InvalidInput`] when the list is empty or the shapes differ.
     pub fn stack(parts: Vec<Self>) -> Result<Self> {
+        for p in &parts {
+            p.whole("parts")?;
+        }
         let first = parts
             .first()
             .ok_or_else(|| CoreError::invalid("parts", "at least one cache", "none"))?;
@@ -224,6 +235,7 @@ impl<B: Backend> DenseKvCache<B> {
             lens,
             shape,
             device,
+            row: None,
         })
     }
 
@@ -236,6 +248,7 @@ impl<B: Backend> DenseKvCache<B> {
     /// [`CoreError::InvalidInput`] for `seq` outside the batch; [`CoreError::Model`] for a
     /// layer lost to a failed write.
     pub fn sequence(&self, seq: usize) -> Result<Self> {
+        self.whole("cache")?;
         let s = self.shape;
         if seq >= s.batch {
             return Err(CoreError::invalid(
@@ -256,28 +269,8 @@ impl<B: Backend> DenseKvCache<B> {
             lens: vec![self.lens[seq]],
             shape: KvShape { batch: 1, ..s },
             device: self.device.clone(),
+            row: None,
         })
-    }
-
-    /// Sequence `seq` of this cache as a batch-1 cache of its own: new exact-size persistent
-    /// buffers, as [`DenseKvCache::new`] makes them, holding a copy of its row (its K/V over
-    /// the whole capacity, and its length). Writing into it leaves this cache as it is and
-    /// allocates nothing more; the first write into a view of [`DenseKvCache::sequence`]
-    /// copies the layer instead into the device's pool, whose pages hold more than the copy.
-    ///
-    /// # Errors
-    /// As [`DenseKvCache::sequence`].
-    pub fn sequence_copy(&self, seq: usize) -> Result<Self> {
-        let row = self.sequence(seq)?;
-        let mut own = Self::new(
-            KvShape {
-                batch: 1,
-                ..self.shape
-            },
-            &self.device,
-        );
-        own.write_sequence(0, row)?;
-        Ok(own)
     }
 
     /// Writes the batch-1 cache `part` into sequence `seq` of this cache (its K/V over the
@@ -290,6 +283,8 @@ impl<B: Backend> DenseKvCache<B> {
     /// [`CoreError::InvalidInput`] for `seq` outside the batch, a `part` of batch other than 1
     /// or of other layers / heads / capacity / head width.
     pub fn write_sequence(&mut self, seq: usize, part: Self) -> Result<()> {
+        self.whole("cache")?;
+        part.whole("part")?;
         let (s, p) = (self.shape, part.shape);
         if seq >= s.batch {
             return Err(CoreError::invalid(
@@ -366,7 +361,9 @@ impl<B: Backend> DenseKvCache<B> {
     /// lens)` (`dst` the layer's whole cache `[batch, kv_heads, capacity, head_dim]`, `src`
     /// `[batch, kv_heads, n, head_dim]`, `lens` each sequence's cached length, where its rows
     /// go) instead of Burn's slice-assigns: for example a backend's one-launch cache write
-    /// for a ragged batch (`dustin_kernels::KernelOps::kv_write`).
+    /// for a ragged batch (`dustin_kernels::KernelOps::kv_write`). A row of a batch cache
+    /// ([`DenseKvCache::into_row`]) does not call `write`: its keys and values go into the
+    /// batch's buffers with Burn's slice-assign.
     ///
     /// # Errors
     /// As [`KvStore::append`] (checked before anything is written). An error of `write`
@@ -380,6 +377,9 @@ impl<B: Backend> DenseKvCache<B> {
         write: impl Fn(Tensor<B, 4>, Tensor<B, 4>, &[usize]) -> Result<Tensor<B, 4>>,
     ) -> Result<()> {
         self.check_append(layer, &k, &v)?;
+        if self.row.is_some() {
+            return self.append_row(layer, k, v);
+        }
         let kd = self.k[layer]
             .take()
             .ok_or_else(|| CoreError::Model("KV cache layer poisoned".into()))?;
@@ -394,6 +394,7 @@ impl<B: Backend> DenseKvCache<B> {
     /// As [`DenseKvCache::append_with`], with one `write(k_dst, v_dst, k, v, lens)` for the
     /// keys and the values together, returning the updated `(k_dst, v_dst)`: for a backend's
     /// one-launch write of both (`dustin_kernels::KernelOps::kv_write_pair`).
+    /// A row of a batch cache does not call `write`, as in [`DenseKvCache::append_with`].
     ///
     /// # Errors
     /// As [`KvStore::append`] (checked before anything is written). An error of `write`
@@ -414,6 +415,9 @@ impl<B: Backend> DenseKvCache<B> {
         ) -> Result<(Tensor<B, 4>, Tensor<B, 4>)>,
     ) -> Result<()> {
         self.check_append(layer, &k, &v)?;
+        if self.row.is_some() {
+            return self.append_row(layer, k, v);
+        }
         let poisoned = || CoreError::Model("KV cache layer poisoned".into());
         let kd = self.k[layer].take().ok_or_else(poisoned)?;
         let vd = match self.v[layer].take() {
@@ -607,6 +611,7 @@ impl<B: Backend> KvStore<B> for DenseKvCache<B> {
     }
 
     fn retain(&mut self, keep: &[usize]) -> Result<()> {
+        self.whole("cache")?;
         if keep.windows(2).any(|w| w[0] >= w[1]) {
             return Err(CoreError::invalid(
                 "keep",
@@ -649,11 +654,13 @@ impl<B: Backend> KvStore<B> for DenseKvCache<B> {
     fn view(&self, layer: usize, len: usize) -> KvView<B> {
         let s = self.shape;
         let len = len.min(s.capacity);
+        // the row's own rows of the batch's tensors, else the whole batch
+        let rows = self.row.as_ref().map_or(0..s.batch, |r| r.seq..r.seq + 1);
         let take = |t: &Option<Tensor<B, 4>>| {
             t.as_ref()
                 .map(|t| {
                     t.clone()
-                        .slice([0..s.batch, 0..s.kv_heads, 0..len, 0..s.head_dim])
+                        .slice([rows.clone(), 0..s.kv_heads, 0..len, 0..s.head_dim])
                 })
                 .unwrap_or_else(|| {
                     Tensor::zeros([s.batch, s.kv_heads, len, s.head_dim], &self.device)

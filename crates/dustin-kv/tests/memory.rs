@@ -169,20 +169,46 @@ fn write_sequence_places_each_part_in_its_slot() {
     }
     let e = all.sequence(3).unwrap_err().to_string();
     assert!(e.contains("seq"), "{e}");
-    // a copy of its own: the same values and length, and a write into it leaves the batch's
-    // row alone
-    let mut own = all.sequence_copy(2).unwrap();
-    assert_eq!(own.lens(), &[4]);
-    assert_eq!(own.shape(), KvShape { batch: 1, ..shape });
+    // row 1 as a cache of its own whose writes land in the batch: its values and length,
+    // an append at its length, the other rows and layers untouched
     let before: Vec<f32> = all.view(0, cap).v.into_data().into_vec().unwrap();
-    let ones = || Tensor::<Flex, 4>::ones([1, heads, 1, hd], &FlexDevice);
-    own.append(0, ones(), ones()).unwrap();
-    let v: Vec<f32> = own.view(0, cap).v.into_data().into_vec().unwrap();
-    // position 4 of head 0 was written, position 3 is the batch row's
-    assert_eq!(v[4 * hd], 1.0);
-    assert_eq!(v[3 * hd], 3000.0 + 0.5 + (3 * hd) as f32);
-    let after: Vec<f32> = all.view(0, cap).v.into_data().into_vec().unwrap();
-    assert_eq!(before, after);
-    let e = all.sequence_copy(3).unwrap_err().to_string();
+    let mut row = all.into_row(1).unwrap();
+    assert!(row.is_row());
+    assert_eq!(row.lens(), &[3]);
+    assert_eq!(row.shape(), KvShape { batch: 1, ..shape });
+    let v: Vec<f32> = row.view(0, cap).v.into_data().into_vec().unwrap();
+    assert_eq!(v[2 * hd], 2000.0 + 0.5 + (2 * hd) as f32);
+    // refused until the row goes back
+    for e in [
+        row.sequence(0).unwrap_err().to_string(),
+        row.retain(&[0]).unwrap_err().to_string(),
+        row.clone().into_row(0).unwrap_err().to_string(),
+        DenseKvCache::stack(vec![row.clone()])
+            .unwrap_err()
+            .to_string(),
+    ] {
+        assert!(e.contains("into_batch"), "{e}");
+    }
+    let ones = |x: f32| Tensor::<Flex, 4>::ones([1, heads, 2, hd], &FlexDevice) * x;
+    row.append(0, ones(7.0), ones(9.0)).unwrap();
+    row.advance(2).unwrap();
+    let all = row.into_batch();
+    assert!(!all.is_row());
+    assert_eq!(all.lens(), &[1, 5, 4]);
+    let v: Vec<f32> = all.view(0, cap).v.into_data().into_vec().unwrap();
+    let k: Vec<f32> = all.view(0, cap).k.into_data().into_vec().unwrap();
+    for (i, (&a, &b)) in before.iter().zip(&v).enumerate() {
+        let (seq, h, pos) = (i / per, (i % per) / (cap * hd), (i % (cap * hd)) / hd);
+        if seq == 1 && (3..5).contains(&pos) {
+            assert_eq!(b, 9.0, "v of row 1, head {h}, position {pos}");
+            assert_eq!(k[i], 7.0, "k of row 1, head {h}, position {pos}");
+        } else {
+            assert_eq!(
+                a, b,
+                "v[{i}] (sequence {seq}, head {h}, position {pos}) moved"
+            );
+        }
+    }
+    let e = all.clone().into_row(3).unwrap_err().to_string();
     assert!(e.contains("seq"), "{e}");
 }

@@ -192,14 +192,10 @@ pub fn prefill_from<B: KernelOps, H: AttentionHook<B> + ?Sized>(
     all_logits: bool,
 ) -> Result<(DenseKvCache<B>, Tensor<B, 2>, Vec<Tensor<B, 3>>)> {
     check_prompts(model, prompts, 0)?;
-    // a batch is filled one sequence at a time: the batch cache and one sequence's cache
-    // are alive together (plus any prefix caches the caller passed)
+    // a batch is filled one sequence at a time, each in its row of the batch cache (plus any
+    // prefix caches the caller passed)
     let batch = prompts.len();
-    DenseKvCache::<B>::check_memory(
-        model.kv_shape(if batch > 1 { batch + 1 } else { 1 }, capacity, layers),
-        1,
-        model.device(),
-    )?;
+    DenseKvCache::<B>::check_memory(model.kv_shape(batch, capacity, layers), 1, model.device())?;
     if let Some(p) = &prefixes {
         if p.len() != prompts.len() {
             return Err(QwenError::Prompt {
@@ -239,34 +235,41 @@ pub fn prefill_from<B: KernelOps, H: AttentionHook<B> + ?Sized>(
     let chunk = resolve_prefill_chunk(model, hook, layers, chunk);
     let mut stacked = (batch > 1).then(|| model.new_cache(batch, capacity, layers));
     // a batch with prefixes: every prefix goes into the batch cache first, and each
-    // sequence's rest then runs on a copy of its row, in exact-size buffers as a new cache's
-    // (`sequence_copy`). A prefix shared by several sequences (clones of one cache) is then
-    // freed before any tail runs; writing each tail into its clone instead copies the prefix,
-    // which stays alive for the sequences after it (one sequence's cache more at the peak)
-    let (mut prefixes, from_rows) = match (stacked.as_mut(), prefixes) {
+    // sequence's rest then runs in its row (`into_row`). A prefix shared by several sequences
+    // (clones of one cache) is then freed before any tail runs; writing each tail into its
+    // clone instead copies the prefix, which stays alive for the sequences after it (one
+    // sequence's cache more at the peak)
+    let mut prefixes = match (stacked.as_mut(), prefixes) {
         (Some(all), Some(pre)) => {
             for (seq, c) in pre.into_iter().enumerate() {
                 all.write_sequence(seq, c)?;
             }
-            // the prefixes' pool pages back to the device before the rows' copies (exact-size
-            // buffers of their own) are made beside them
+            // the prefixes' pool pages back to the device before the prefill's temporaries
+            // are made beside them
             crate::offload::release_freed::<B>(model.device())?;
-            (None, true)
+            None
         }
-        (_, pre) => (pre.map(|v| v.into_iter()), false),
+        (_, pre) => pre.map(|v| v.into_iter()),
     };
     let mut single = None;
     let mut lasts = Vec::with_capacity(prompts.len());
     let mut alls = Vec::new();
     for (seq, p) in prompts.iter().enumerate() {
-        let (mut cache, mut start) = match (prefixes.as_mut().and_then(Iterator::next), &stacked) {
-            (Some(c), _) => {
-                let done = c.lens().first().copied().unwrap_or(0);
-                (c, done)
-            }
-            (None, Some(all)) if from_rows => (all.sequence_copy(seq)?, all.lens()[seq]),
-            (None, _) => (model.new_cache(1, capacity, layers), 0),
-        };
+        // a batch's sequence runs in its row of the batch cache, whose writes land in the
+        // batch's buffers: no second copy of any row is made
+        let (mut cache, mut start) =
+            match (prefixes.as_mut().and_then(Iterator::next), stacked.take()) {
+                (Some(c), all) => {
+                    stacked = all;
+                    let done = c.lens().first().copied().unwrap_or(0);
+                    (c, done)
+                }
+                (None, Some(all)) => {
+                    let done = all.lens()[seq];
+                    (all.into_row(seq)?, done)
+                }
+                (None, None) => (model.new_cache(1, capacity, layers), 0),
+            };
         let mut per = Vec::new();
         while start < p.len() {
             // the last chunk takes the remainder, so it is never shorter than needed to hold
@@ -307,9 +310,10 @@ pub fn prefill_from<B: KernelOps, H: AttentionHook<B> + ?Sized>(
         if all_logits {
             alls.push(Tensor::cat(per, 1));
         }
-        match stacked.as_mut() {
-            Some(all) => all.write_sequence(seq, cache)?,
-            None => single = Some(cache),
+        if cache.is_row() {
+            stacked = Some(cache.into_batch());
+        } else {
+            single = Some(cache);
         }
     }
     // the per-sequence caches and prefixes are gone: hand their pool pages back to the

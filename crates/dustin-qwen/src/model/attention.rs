@@ -188,7 +188,9 @@ impl<B: KernelOps> Qwen2<B> {
             ))
         })?;
         let kv_kernel = self.kernels.kv_write.resolve(B::ATTENTION_KERNELS);
+        // a row of a batch cache writes with Burn's slice-assign, not the write closures
         let (q, k) = if kv_kernel
+            && !cache.is_row()
             && self.kernels.rope_kv_write.resolve(false)
             && self.kernels.elementwise.resolve(B::ELEMENTWISE_KERNELS)
         {
