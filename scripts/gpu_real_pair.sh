@@ -495,6 +495,8 @@ start)
     OUT=$R . "$D/gpu_mem.sh"
     unpack "$D"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$R/machine.txt"
+    # an earlier job's log (its `done` line would end this job's `poll` at once) kept apart
+    [ -f "$R/job.log" ] && mv "$R/job.log" "$R/job-$(date +%H%M%S).log"
     setsid nohup bash "$D/gpu_real_pair.sh" job > "$R/job.out" 2>&1 < /dev/null &
     sleep 5
     cat "$R/job.log" 2>/dev/null
