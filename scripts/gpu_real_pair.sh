@@ -18,6 +18,8 @@
 #   shapes    random weights at the pair's and (on a card of more than 100 GB) Qwen2.5-72B's
 #             shapes under the recorded acceptance trace, one process per (batch, mode)
 #   memab     peak GPU memory with weights and KV caches in persistent buffers or in pool pages
+#   memtrace  the same log on standard error between `--trace-phases` markers: each
+#             reservation's phase (MEMTRACE_MODES, default dustin)
 #   memlog    cubecl's full memory log of `dense` (MEMLOG_MODES) at the pair's shapes, 32k, B=16
 #   coldwarm  `e2e` without warm-up, PTX cache off / filling / filled: first-use compilation
 #   firstiter `dustin`'s first iterations with the PTX cached: per-phase profile, autotune log
@@ -251,6 +253,27 @@ step_complog() {
     rm -f cubecl.toml
 }
 
+# which phase makes each allocation: `dustin` at the pair's shapes, 32k, B=16 (MEMTRACE_MODES),
+# 1 warm-up and 1 timed iteration, with `--profile --trace-phases` and CubeCL's full memory
+# log both on standard error, so each reservation sits between its phase's start and end
+# markers ($R/memtrace-<mode>.log.gz)
+step_memtrace() {
+    log "memtrace"
+    local m
+    for m in ${MEMTRACE_MODES:-dustin}; do
+        printf '[memory.logger]\nlevel = "full"\nstderr = true\n' > cubecl.toml
+        timeout 300 "$D/dustin-bench" e2e --device cuda \
+            --target "$C/Qwen2.5-1.5B-Instruct.config.json" \
+            --draft "$C/Qwen2.5-0.5B-Instruct.config.json" --ctx 32768 --batch 16 \
+            --budget 2048 --modes "$m" --accept "$ACC" "${TRACE[@]}" --ragged-accept on \
+            --warmup 1 --iters 1 --profile --trace-phases > "$R/memtrace-$m.out" \
+            2> "$R/memtrace-$m.log"
+        log "rc=$? memtrace $m"
+        rm -f cubecl.toml
+        gzip -f "$R/memtrace-$m.log"
+    done
+}
+
 # attention scores two ways side by side (`KernelConfig::score_mass`, or SCOREAB_FLAG, e.g.
 # --score-kernel with SCOREAB_VALUES "flash split"): their checks against the float64
 # reference first, then `dustin` at the pair's shapes, 32k, B=16, one process per (setting,
@@ -474,7 +497,7 @@ job() {
     local step waited=0
     for step in ${STEPS:-shapes fidelity acceptance hf longbench}; do
         case $step in
-        check | shapes | memab | memlog | coldwarm | firstiter | ab | draftncu | scoreab | launchab | hostprof | rkvab | complog) ;;
+        check | shapes | memab | memlog | memtrace | coldwarm | firstiter | ab | draftncu | scoreab | launchab | hostprof | rkvab | complog) ;;
         *) [ $waited = 1 ] || weights; waited=1 ;;
         esac
         "step_$step"

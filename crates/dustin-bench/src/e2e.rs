@@ -57,6 +57,7 @@ pub fn run(mut args: E2eArgs) -> Result<(), CliError> {
     validate(&args)?;
     check_json_path(args.json.as_deref())?;
     dustin_core::memory::set_persistent_allocations(args.persistent_alloc == OnOff::On);
+    dustin_qwen::profile::set_trace(args.trace_phases);
     dustin_cli::with_backend!(args.device, |B, _dev, dev_of| run_on::<B>(
         &args,
         (0..args.tp).map(dev_of).collect()

@@ -16,6 +16,7 @@
 //! `stage` (copying an offloaded layer in without prefetching); per pass: `embed`, `lm_head`
 //! (final norm and LM head).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -37,6 +38,17 @@ pub struct PhaseTime {
 }
 
 static TABLE: Mutex<Vec<PhaseTime>> = Mutex::new(Vec::new());
+
+/// Whether profiled phases are also written to standard error ([`set_trace`]).
+static TRACE: AtomicBool = AtomicBool::new(false);
+
+/// Writes `[phase] start <model> <stage> <phase>` and `[phase] end ...` to standard error
+/// around every phase a profiled model times, once the device is idle on both sides, so that
+/// a backend log written to standard error in the same order (CubeCL's memory logger with
+/// `stderr = true`) shows which phase made each allocation. Off by default; process-wide.
+pub fn set_trace(on: bool) {
+    TRACE.store(on, Ordering::Relaxed);
+}
 
 /// Clears every recorded time.
 pub fn reset() {
@@ -94,11 +106,18 @@ impl<B: Backend> Timer<'_, B> {
         let Some(label) = self.label else {
             return f();
         };
+        let trace = TRACE.load(Ordering::Relaxed);
         let _ = B::sync(self.device);
+        if trace {
+            eprintln!("[phase] start {label} {} {phase}", self.stage);
+        }
         let t = Instant::now();
         let out = f();
         let _ = B::sync(self.device);
         record(label, self.stage, phase, t.elapsed().as_secs_f64());
+        if trace {
+            eprintln!("[phase] end {label} {} {phase}", self.stage);
+        }
         out
     }
 }

@@ -83,6 +83,11 @@ pub struct E2eArgs {
     /// without it). Printed per mode, and one JSON line per mode (`"profile"`) with `--json`.
     #[arg(long)]
     pub profile: bool,
+    /// With `--profile`: write each phase's start and end to standard error, in order with a
+    /// backend log written there (for example CubeCL's memory logger with `stderr = true` in
+    /// a `cubecl.toml`), to see which phase makes an allocation (`dustin_qwen::profile::set_trace`).
+    #[arg(long, requires = "profile")]
+    pub trace_phases: bool,
     /// Profile the host over each row's timed iterations: one report per row in this folder
     /// (`host-{mode}-{ctx}-b{batch}-l{target layers}[-tp{n}].txt`): each thread's CPU time
     /// next to the wall time and, in a binary built with the `host-profile` feature (xtask's
