@@ -642,13 +642,12 @@ pub fn check_top_k(
     if keep.budget == 0 {
         return Err(KernelError::invalid("budget", "at least 1", 0));
     }
-    if keep.budget < keep.n_sink.saturating_add(keep.window) {
+    // saturating: a sum past usize::MAX is refused, not wrapped to a small one
+    let fixed = keep.n_sink.saturating_add(keep.window);
+    if keep.budget < fixed {
         return Err(KernelError::invalid(
             "budget",
-            format!(
-                "at least n_sink + window = {}",
-                keep.n_sink.saturating_add(keep.window)
-            ),
+            format!("at least n_sink + window = {fixed}"),
             keep.budget,
         ));
     }

@@ -256,20 +256,21 @@ pub fn prefill_from<B: KernelOps, H: AttentionHook<B> + ?Sized>(
     let mut alls = Vec::new();
     for (seq, p) in prompts.iter().enumerate() {
         // a batch's sequence runs in its row of the batch cache, whose writes land in the
-        // batch's buffers: no second copy of any row is made
-        let (mut cache, mut start) =
-            match (prefixes.as_mut().and_then(Iterator::next), stacked.take()) {
-                (Some(c), all) => {
-                    stacked = all;
+        // batch's buffers: no second copy of any row is made (a batch's prefixes are in it
+        // already); a single sequence runs on its prefix or a new cache
+        let (mut cache, mut start) = match stacked.take() {
+            Some(all) => {
+                let done = all.lens()[seq];
+                (all.into_row(seq)?, done)
+            }
+            None => match prefixes.as_mut().and_then(Iterator::next) {
+                Some(c) => {
                     let done = c.lens().first().copied().unwrap_or(0);
                     (c, done)
                 }
-                (None, Some(all)) => {
-                    let done = all.lens()[seq];
-                    (all.into_row(seq)?, done)
-                }
-                (None, None) => (model.new_cache(1, capacity, layers), 0),
-            };
+                None => (model.new_cache(1, capacity, layers), 0),
+            },
+        };
         let mut per = Vec::new();
         while start < p.len() {
             // the last chunk takes the remainder, so it is never shorter than needed to hold
@@ -316,7 +317,7 @@ pub fn prefill_from<B: KernelOps, H: AttentionHook<B> + ?Sized>(
             single = Some(cache);
         }
     }
-    // the per-sequence caches and prefixes are gone: hand their pool pages back to the
+    // the prefill's temporaries and any prefix are gone: hand their pool pages back to the
     // device, or the allocator keeps them in size classes decoding never asks for (at 72B,
     // 32k, batch 8 on two H200s that stranded memory is what decoding then runs out of)
     crate::offload::release_freed::<B>(model.device())?;
