@@ -17,5 +17,5 @@ pub use cost::EstimationCost;
 pub use error::SelectError;
 pub use pyramid::{pyramid_budgets, Pyramid, PyramidConfig};
 pub use registry::{build, build_with, names};
-pub use selector::{BudgetedPolicy, Selector, ACCEPT_DROP_SIGMAS};
+pub use selector::{BudgetedPolicy, Selector, ACCEPT_DROP_SIGMAS, STACK_BYTES};
 pub use topk::{extend_selection, extend_selection_grouped, select_top_k, SELECTION_MULTIPLE};

@@ -76,7 +76,10 @@ struct Cached<B: Backend> {
 /// the layers' stacked scores, and handed out as the forward pass reaches each layer: the
 /// same selections as layer by layer, at a fixed number of launches (on CUDA, 28 top-k
 /// launches of 32 rows each become one of 896 at Qwen2.5-7B, B=8). Off with
-/// [`SelectConfig::batched_reuse`] (or [`Selector::with_batched_reuse`]).
+/// [`SelectConfig::batched_reuse`] (or [`Selector::with_batched_reuse`]). The layers go in
+/// groups whose stacked f32 scores (`[layers * batch, kv_heads, capacity]`) stay within
+/// [`STACK_BYTES`] ([`Selector::with_stack_bytes`]), so that the stack never needs a large
+/// transient buffer of its own.
 #[derive(Debug, Clone)]
 pub struct Selector<B: Backend, E> {
     est: E,
@@ -87,7 +90,9 @@ pub struct Selector<B: Backend, E> {
     accept: AcceptStats,
     reads: Vec<f64>,
     ahead: Option<Ahead<B>>,
+    stack_bytes: usize,
     batched: usize,
+    groups: usize,
 }
 
 /// The default of [`SelectConfig::accept_drop_sigmas`]: how many standard errors below the
@@ -98,6 +103,13 @@ pub struct Selector<B: Backend, E> {
 /// under the benchmark's schedule two verifications of three recomputed instead of one of
 /// two.
 pub const ACCEPT_DROP_SIGMAS: f64 = 3.0;
+
+/// The most bytes of one stacked score tensor of re-ranked reuse ([`Selector`]), 32 MiB: our
+/// choice, below the largest slice (41.5 MB) that CubeCL 0.10's pools serve from their
+/// 332 MB pages on an 80 GB card (its `MemoryPoolOptions`, printed by its memory log). One
+/// stack of all 28 layers of Qwen2.5-1.5B at 32k, B=16 is 118 MB, which opened a 1.33 GB
+/// page of its own (`docs/perf.md`, "Memory"); there it now goes in 4 groups of 7 layers.
+pub const STACK_BYTES: usize = 32 << 20;
 
 /// Running acceptance statistics of a [`Selector`]: the mean over iterations of each
 /// iteration's batch-mean accepted count, and the first two moments of the per-sequence
@@ -176,7 +188,9 @@ impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost> Selector<B, E> {
             accept: AcceptStats::default(),
             reads: Vec::new(),
             ahead: None,
+            stack_bytes: STACK_BYTES,
             batched: 0,
+            groups: 0,
         })
     }
 
@@ -186,12 +200,28 @@ impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost> Selector<B, E> {
         self.batched
     }
 
+    /// How many groups of layers (one scoring pass and one top-k call each) those
+    /// verifications re-ranked in all (see [`Selector::with_stack_bytes`]).
+    pub fn batched_groups(&self) -> usize {
+        self.groups
+    }
+
     /// Whether reusing layers are re-ranked in one call per verification (`true`, the
     /// default; see [`Selector`]) or each in its turn (`false`: the same selections, one set
     /// of launches per layer; for comparisons): [`SelectConfig::batched_reuse`].
     #[must_use]
     pub fn with_batched_reuse(mut self, on: bool) -> Self {
         self.cfg.batched_reuse = on;
+        self.ahead = None;
+        self
+    }
+
+    /// The most bytes of one stacked score tensor of re-ranked reuse (see [`Selector`]):
+    /// the reusing layers go in groups of `max(1, bytes / (batch * kv_heads * capacity *
+    /// 4))`. Default [`STACK_BYTES`]; the selections do not depend on it.
+    #[must_use]
+    pub fn with_stack_bytes(mut self, bytes: usize) -> Self {
+        self.stack_bytes = bytes;
         self.ahead = None;
         self
     }
@@ -347,13 +377,24 @@ impl<B: KernelOps, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static>
                 .collect();
             let mut sel = vec![None; self.cache.len().max(ctx.layer + 1)];
             if layers.len() > 1 {
-                if let Some(scores) = self.est.rescore_layers_on_reuse(&layers, sctx)? {
-                    let split = self.top_k_stacked(scores, ctx, budget, layers.len())?;
-                    for (&l, s) in layers.iter().zip(split) {
+                // the stacked history, the tiled lookahead and the mixed scores are each
+                // `[group * batch, kv_heads, <= capacity]` f32
+                let [b, kvh, cap, _] = ctx.k.dims();
+                let per_layer = (b * kvh * cap * 4).max(1);
+                let group = (self.stack_bytes / per_layer).max(1);
+                let mut any = false;
+                for part in layers.chunks(group) {
+                    let Some(scores) = self.est.rescore_layers_on_reuse(part, sctx)? else {
+                        break;
+                    };
+                    let split = self.top_k_stacked(scores, ctx, budget, part.len())?;
+                    for (&l, s) in part.iter().zip(split) {
                         sel[l] = Some(s);
                     }
-                    self.batched += 1;
+                    any = true;
+                    self.groups += 1;
                 }
+                self.batched += usize::from(any);
             }
             self.ahead = Some(Ahead {
                 clock: self.clock,

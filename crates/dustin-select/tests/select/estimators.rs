@@ -762,29 +762,53 @@ fn batched_reuse_selects_as_layer_by_layer() {
     one_call.reset(2, layers);
     s.prefill(&mut one_call, &LENS, 16);
     let mut per_layer = one_call.clone().with_batched_reuse(false);
+    // stacks of at most 2 layers' f32 scores [2 * batch 2, kv_heads 2, keys <= 82] (the keys:
+    // the longest context, 58 to 70 here, and the 4 verified positions): the 4 reusing layers
+    // of a verification go as 2 + 2
+    let mut grouped = one_call.clone().with_stack_bytes(2 * 2 * 2 * 82 * 4);
     let mut lens = LENS.to_vec();
     for it in 0..6 {
         let la = s.lookahead(2, lens[1]);
         let mut s2 = s.clone();
         let mut got = Vec::new();
-        for (p, synth) in [(&mut one_call, &mut s), (&mut per_layer, &mut s2)] {
+        let mut s3 = s.clone();
+        for (p, synth) in [
+            (&mut one_call, &mut s),
+            (&mut per_layer, &mut s2),
+            (&mut grouped, &mut s3),
+        ] {
             p.observe_lookahead(&la);
             p.begin_verify(it);
             got.push(synth.verify(p, &[0, 1], &lens, GAMMA1));
         }
         s = s2; // both drew the same queries
         assert_eq!(got[0].len(), layers);
-        for (layer, (a, b)) in got[0].iter().zip(&got[1]).enumerate() {
-            let (a, b) = (a.as_ref().expect("sparse"), b.as_ref().expect("sparse"));
-            assert_eq!(a.counts, b.counts, "it {it} layer {layer}");
-            assert_eq!(rows(a), rows(b), "it {it} layer {layer}");
+        for layer in 0..layers {
+            let a = got[0][layer].as_ref().expect("sparse");
+            for (other, name) in [(&got[1], "layer by layer"), (&got[2], "in groups")] {
+                let b = other[layer].as_ref().expect("sparse");
+                assert_eq!(a.counts, b.counts, "it {it} layer {layer} {name}");
+                assert_eq!(rows(a), rows(b), "it {it} layer {layer} {name}");
+            }
             check_selection(a, &lens, keep, "one call");
         }
         let accepted = [it % 3, (it + 1) % 4];
         one_call.commit(&accepted).unwrap();
         per_layer.commit(&accepted).unwrap();
+        grouped.commit(&accepted).unwrap();
         lens = lens.iter().zip(accepted).map(|(l, a)| l + a + 1).collect();
     }
     assert_eq!(one_call.batched_reuses(), 3, "iterations 1, 3, 5 reuse");
     assert_eq!(per_layer.batched_reuses(), 0);
+    assert_eq!(grouped.batched_reuses(), 3);
+    assert_eq!(
+        one_call.batched_groups(),
+        3,
+        "one stack a reusing verification"
+    );
+    assert_eq!(
+        grouped.batched_groups(),
+        6,
+        "two stacks a reusing verification"
+    );
 }
