@@ -92,7 +92,9 @@ pub const MAX_NEW: usize = 16;
 /// on the plain path is 512).
 pub const MAX_PREFILL_NEW: usize = 32768;
 
-/// Which positions the top-k step always keeps and how many it keeps in all.
+/// What the top-k step keeps per sequence and KV head: positions `[0, n_sink)` and
+/// `[ctx - window, ctx)` always, then the best scores up to `budget` tokens in all
+/// (`dustin_select` names it `KeepRule`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Keep {
     /// Positions kept per (sequence, KV head): `min(budget, ctx_b)`. At least 1.
@@ -101,6 +103,22 @@ pub struct Keep {
     pub n_sink: usize,
     /// Most recent context positions always kept.
     pub window: usize,
+}
+
+impl Keep {
+    /// Positions kept whatever the scores, `n_sink + window`, saturating: a config's
+    /// `n_sink` or `window` near `usize::MAX` must fail the budget checks, not wrap past them.
+    pub fn always_kept(&self) -> usize {
+        self.n_sink.saturating_add(self.window)
+    }
+
+    /// The half-open range `[lo, hi)` of positions the scores choose from in a context of
+    /// `ctx` tokens (the rest is forced or absent); empty when sinks and window cover it.
+    pub fn free_range(&self, ctx: usize) -> (usize, usize) {
+        let lo = self.n_sink.min(ctx);
+        let hi = ctx.saturating_sub(self.window).max(lo);
+        (lo, hi)
+    }
 }
 
 /// A selection of context positions per (sequence, KV head), as the top-k step returns it.
@@ -642,12 +660,15 @@ pub fn check_top_k(
     if keep.budget == 0 {
         return Err(KernelError::invalid("budget", "at least 1", 0));
     }
-    // saturating: a sum past usize::MAX is refused, not wrapped to a small one
-    let fixed = keep.n_sink.saturating_add(keep.window);
-    if keep.budget < fixed {
+    // saturating: a sum past usize::MAX is refused, not wrapped to a small one; the message
+    // gives the exact sum
+    if keep.budget < keep.always_kept() {
         return Err(KernelError::invalid(
             "budget",
-            format!("at least n_sink + window = {fixed}"),
+            format!(
+                "at least n_sink + window = {}",
+                keep.n_sink as u128 + keep.window as u128
+            ),
             keep.budget,
         ));
     }

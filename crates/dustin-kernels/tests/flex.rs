@@ -481,7 +481,20 @@ fn bad_input_is_an_error_not_a_panic() {
         n_sink: 2,
         window: 2,
     };
-    assert!(Flex::top_k_positions(s, &[5], keep).is_err());
+    assert!(Flex::top_k_positions(s.clone(), &[5], keep).is_err());
+    // sinks and window whose sum passes usize::MAX: refused, the message giving the exact sum
+    let keep = Keep {
+        budget: 3,
+        n_sink: usize::MAX,
+        window: 2,
+    };
+    match Flex::top_k_positions(s, &[5], keep) {
+        Err(KernelError::InvalidInput { name, expected, .. }) => {
+            assert_eq!(name, "budget");
+            assert!(expected.ends_with("= 18446744073709551617"), "{expected}");
+        }
+        other => panic!("expected an invalid budget, got {other:?}"),
+    }
     // counts over the budget, repeated heads, page size 0
     let it = Tensor::<Flex, 3, Int>::zeros([1, 2, 3], &dev());
     assert!(matches!(

@@ -130,40 +130,6 @@ impl SelectConfig {
 
 /// What the shared top-k step ([`crate::select_top_k`]) keeps per sequence and KV head:
 /// positions `[0, n_sink)` and `[ctx - window, ctx)` always, then the best scores up to
-/// `budget` tokens in all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KeepRule {
-    /// Tokens kept in all, per sequence and KV head.
-    pub budget: usize,
-    /// Leading positions always kept.
-    pub n_sink: usize,
-    /// Trailing (most recent) context positions always kept.
-    pub window: usize,
-}
-
-impl KeepRule {
-    /// Positions kept whatever the scores, `n_sink + window`, saturating: a config's
-    /// `n_sink` or `window` near `usize::MAX` must fail the budget checks, not wrap past them.
-    pub fn always_kept(&self) -> usize {
-        self.n_sink.saturating_add(self.window)
-    }
-
-    /// The half-open range `[lo, hi)` of positions the scores choose from in a context of
-    /// `ctx` tokens (the rest is forced or absent); empty when sinks and window cover it.
-    pub fn free_range(&self, ctx: usize) -> (usize, usize) {
-        let lo = self.n_sink.min(ctx);
-        let hi = ctx.saturating_sub(self.window).max(lo);
-        (lo, hi)
-    }
-}
-
-/// The same rule as the kernels' top-k takes it ([`KernelOps::top_k_positions`](dustin_kernels::SelectionOps::top_k_positions)).
-impl From<KeepRule> for dustin_kernels::Keep {
-    fn from(k: KeepRule) -> Self {
-        Self {
-            budget: k.budget,
-            n_sink: k.n_sink,
-            window: k.window,
-        }
-    }
-}
+/// `budget` tokens in all. The kernels' own type, so a rule goes to
+/// [`KernelOps::top_k_positions`](dustin_kernels::SelectionOps::top_k_positions) as it is.
+pub use dustin_kernels::Keep as KeepRule;

@@ -63,7 +63,7 @@ pub fn select_top_k<B: KernelOps>(
         return Ok(LayerSelection { indices, counts });
     }
     if B::SELECTION_KERNELS {
-        match B::top_k_positions(scores.clone(), ctx_lens, keep.into()) {
+        match B::top_k_positions(scores.clone(), ctx_lens, keep) {
             Ok(p) => {
                 return Ok(LayerSelection {
                     indices: p.indices,

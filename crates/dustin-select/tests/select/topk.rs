@@ -76,7 +76,7 @@ proptest! {
         // the top-k of the kernel ops (what `select_top_k` runs on a fused backend: CUDA);
         // their documented contract refuses budget 0 (no selector config reaches it: budgets
         // are validated above n_sink + window)
-        let fused = <B as dustin_kernels::SelectionOps>::top_k_positions(scores, &lens, keep.into());
+        let fused = <B as dustin_kernels::SelectionOps>::top_k_positions(scores, &lens, keep);
         if keep.budget == 0 {
             prop_assert!(fused.is_err(), "budget 0 must be refused by the kernel ops");
             return Ok(());
