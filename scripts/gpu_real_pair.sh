@@ -16,7 +16,8 @@
 # the real weights waits until every part is in place (sha256 checked):
 #   check     `dustin-bench kernel-check --device cuda --model-only`
 #   shapes    random weights at the pair's and (on a card of more than 100 GB) Qwen2.5-72B's
-#             shapes under the recorded acceptance trace, one process per (batch, mode)
+#             shapes under the recorded acceptance trace, one process per (batch, mode);
+#             Qwen2.5-7B's at the batch sizes in BATCHES_7B
 #   memab     peak GPU memory with weights and KV caches in persistent buffers or in pool pages
 #   memtrace  the same log on standard error between `--trace-phases` markers: each
 #             reservation's phase (MEMTRACE_MODES, default dustin)
@@ -103,6 +104,15 @@ step_shapes() {
         for m in ar dense dustin; do
             bash "$D/gpu_e2e.sh" run "shapes_72b_b${b}_$m" \
                 --target "$C/Qwen2.5-72B-Instruct.config.json" --target-layers 20 --ctx 32768 \
+                --batch "$b" --budget 2048 --modes "$m" --accept "$ACC" "${TRACE[@]}" \
+                > /dev/null 2>&1
+        done
+    done
+    # BATCHES_7B: Qwen2.5-7B's shapes (all 28 layers) at these batch sizes (default none)
+    for b in ${BATCHES_7B:-}; do
+        for m in ar dense dustin; do
+            bash "$D/gpu_e2e.sh" run "shapes_7b_b${b}_$m" \
+                --target "$C/Qwen2.5-7B-Instruct.config.json" --ctx 32768 \
                 --batch "$b" --budget 2048 --modes "$m" --accept "$ACC" "${TRACE[@]}" \
                 > /dev/null 2>&1
         done
