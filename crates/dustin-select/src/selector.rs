@@ -77,7 +77,7 @@ struct Cached<B: Backend> {
 /// same selections as layer by layer, at a fixed number of launches (on CUDA, 28 top-k
 /// launches of 32 rows each become one of 896 at Qwen2.5-7B, B=8). Off with
 /// [`SelectConfig::batched_reuse`] (or [`Selector::with_batched_reuse`]). The layers go in
-/// groups whose stacked f32 scores (`[layers * batch, kv_heads, capacity]`) stay within
+/// groups whose stacked f32 scores (about `[layers * batch, kv_heads, keys]`) stay within
 /// [`STACK_BYTES`] ([`Selector::with_stack_bytes`]), so that the stack never needs a large
 /// transient buffer of its own.
 #[derive(Debug, Clone)]
@@ -217,8 +217,9 @@ impl<B: Backend, E: ImportanceEstimator<B> + EstimationCost> Selector<B, E> {
     }
 
     /// The most bytes of one stacked score tensor of re-ranked reuse (see [`Selector`]):
-    /// the reusing layers go in groups of `max(1, bytes / (batch * kv_heads * capacity *
-    /// 4))`. Default [`STACK_BYTES`]; the selections do not depend on it.
+    /// the reusing layers go in groups of `max(1, bytes / (batch * kv_heads * keys * 4))`
+    /// (`keys`: the width of the layer's keys). Default [`STACK_BYTES`]; the selections do
+    /// not depend on it.
     #[must_use]
     pub fn with_stack_bytes(mut self, bytes: usize) -> Self {
         self.stack_bytes = bytes;
@@ -377,10 +378,11 @@ impl<B: KernelOps, E: ImportanceEstimator<B> + EstimationCost + Clone + 'static>
                 .collect();
             let mut sel = vec![None; self.cache.len().max(ctx.layer + 1)];
             if layers.len() > 1 {
-                // the stacked history, the tiled lookahead and the mixed scores are each
-                // `[group * batch, kv_heads, <= capacity]` f32
-                let [b, kvh, cap, _] = ctx.k.dims();
-                let per_layer = (b * kvh * cap * 4).max(1);
+                // the stacked histories and the mixed scores are each about `[group *
+                // batch, kv_heads, keys]` f32 (the mix's width rounds the keys up), the tiled
+                // lookahead `[group * batch, keys]`
+                let [b, kvh, keys, _] = ctx.k.dims();
+                let per_layer = (b * kvh * keys * 4).max(1);
                 let group = (self.stack_bytes / per_layer).max(1);
                 let mut any = false;
                 for part in layers.chunks(group) {
