@@ -27,8 +27,8 @@
 #   ab        `$D/dustin-bench-base` (another commit's build) against the staged binary: the
 #             pair's shapes per mode (AB_MODES) and draft budget (AB_DB), alternated AB_ROUNDS
 #             times, and `dustin`'s first iterations (AB_FIRST=0: not)
-#   hostprof  `--host-profile` of `dustin` at the pair's shapes, with and without a draft budget,
-#             and CubeCL's log of the kernels it compiles
+#   hostprof  `--host-profile` and `--profile` of `dustin` (HOSTPROF_MODES) at the pair's shapes,
+#             with and without a draft budget, and CubeCL's log of the kernels it compiles
 #   complog   the kernels `dustin` compiles with 6 and with 24 timed iterations (PTX cache off)
 #   rkvab     RoPE and the cache write as one launch (`--rope-kv-write off,on`): the full
 #             `kernel-check`, then `ar`, `dense`, `dustin` at the pair's shapes in one process
@@ -240,8 +240,9 @@ step_hostprof() {
         > cubecl.toml
     ITERS=${HOSTPROF_ITERS:-24} LIMIT=${HOSTPROF_LIMIT:-200} bash "$D/gpu_e2e.sh" run \
         pair_32k_b16_hostprof --target "$C/Qwen2.5-1.5B-Instruct.config.json" --ctx 32768 \
-        --batch 16 --budget 2048 --modes dustin --draft-budget "${HOSTPROF_DB:-0,2048}" \
-        --accept "$ACC" "${TRACE[@]}" --host-profile "$R/host" > /dev/null 2>&1
+        --batch 16 --budget 2048 --modes "${HOSTPROF_MODES:-dustin}" \
+        --draft-budget "${HOSTPROF_DB:-0,2048}" --accept "$ACC" "${TRACE[@]}" \
+        --host-profile "$R/host" --profile > /dev/null 2>&1
     log "rc=$? hostprof"
     rm -f cubecl.toml
 }
