@@ -10,14 +10,15 @@
 //! ([`page_scores`], `[batch, kv_heads, pages]`), and every token gets its page's score:
 //! writes `[batch, kv_heads, ctx]`.
 //!
-//! Dynamic (recomputed every verification). The only state is a cache of the bounds of
-//! *full* pages (every position below the context of the call that computed them): those
-//! positions are committed and never change, so the cache survives rollback (which only drops
-//! positions past the context); it is dropped at reset and retain. In a ragged batch the cache
-//! holds the pages below the shortest context, and the pages past it are bounded per sequence
-//! at each call ([`dustin_kernels::SelectionOps::quest_page_bounds`]). Quest maintains the bounds
-//! as keys are written; the cache gives the same cost profile without a hook into the KV
-//! cache.
+//! Dynamic (recomputed every verification). The only state is a per-layer buffer of page
+//! bounds as wide as the KV cache's capacity, holding the bounds of *full* pages (every
+//! position below the context of the call that computed them): those positions are committed
+//! and never change, so the buffer survives rollback (which only drops positions past the
+//! context); it is dropped at reset and retain. Each call writes the pages that became full
+//! and the partial ones past them in place: in a ragged batch the pages past the shortest
+//! context are bounded per sequence at each call
+//! ([`dustin_kernels::SelectionOps::quest_page_bounds`]). Quest maintains the bounds as keys
+//! are written; the buffer gives the same cost profile without a hook into the KV cache.
 
 use burn_tensor::{backend::Backend, Int, Tensor};
 use dustin_core::{CoreError, ImportanceEstimator, Result, ScoreCtx, Scores};
@@ -40,12 +41,20 @@ impl Default for QuestConfig {
     }
 }
 
-/// Cached per-page key bounds of one layer: `[batch, kv_heads, pages, head_dim]`.
+/// Per-page key bounds of one layer, `[batch, kv_heads, room, head_dim]` each: pages `0 ..
+/// full` hold the bounds of full, committed pages; the pages past them are scratch for the
+/// call's partial pages. Written in place, so a call copies only the pages it computes.
 #[derive(Debug, Clone)]
 struct Bounds<B: Backend> {
-    pages: usize,
+    full: usize,
     kmin: Tensor<B, 4>,
     kmax: Tensor<B, 4>,
+}
+
+impl<B: Backend> Bounds<B> {
+    fn room(&self) -> usize {
+        self.kmin.dims()[2]
+    }
 }
 
 /// Quest's page upper bounds, recomputed at every verification.
@@ -70,58 +79,58 @@ impl<B: Backend> Quest<B> {
         })
     }
 
-    /// Bounds of the pages of `k` `[batch, kv_heads, >= full * page_size, head_dim]` whose
-    /// every position is below every sequence's context (`full` pages, all committed): `(kmin,
-    /// kmax)` `[batch, kv_heads, full, head_dim]` from the cache of `layer`, extended with the
-    /// pages not cached yet and stored; `None` for `full` 0.
-    fn full_page_bounds(
-        &mut self,
-        layer: usize,
-        k: &Tensor<B, 4>,
-        full: usize,
-    ) -> Option<(Tensor<B, 4>, Tensor<B, 4>)> {
+    /// The bounds buffers of `layer` for keys `k` `[batch, kv_heads, keys, head_dim]` with
+    /// room for `pages` pages: the cached one where its batch, KV heads and head width match
+    /// and it has the room (its full pages kept only if at most `full`), else a new one of
+    /// `max(ceil(keys / page_size), pages) * 9 / 8` pages, the cached full pages copied over.
+    /// The eighth more is our choice: the keys grow with the context, and a buffer that
+    /// grows by an eighth is copied once per eighth of the context (0.8% of the KV cache's
+    /// bytes more at Quest's page of 16 tokens).
+    fn buffer(&mut self, layer: usize, k: &Tensor<B, 4>, pages: usize, full: usize) -> Bounds<B> {
         let p = self.cfg.page_size;
-        let [b, kvh, _, d] = k.dims();
+        let [b, kvh, cap, d] = k.dims();
         if self.bounds.len() <= layer {
             self.bounds.resize(layer + 1, None);
         }
-        let cached = self.bounds[layer]
-            .take()
-            .filter(|x| x.pages <= full && x.kmin.dims()[0] == b && x.kmin.dims()[1] == kvh);
-        let from = cached.as_ref().map_or(0, |x| x.pages);
-        let (mut kmin, mut kmax) = match cached {
-            Some(x) => (Some(x.kmin), Some(x.kmax)),
-            None => (None, None),
-        };
-        if full > from {
-            let new = k
-                .clone()
-                .slice([0..b, 0..kvh, from * p..full * p, 0..d])
-                .reshape([b, kvh, full - from, p, d]);
-            let nmin = new.clone().min_dim(3).reshape([b, kvh, full - from, d]);
-            let nmax = new.max_dim(3).reshape([b, kvh, full - from, d]);
-            kmin = Some(match kmin {
-                Some(m) => Tensor::cat(vec![m, nmin], 2),
-                None => nmin,
-            });
-            kmax = Some(match kmax {
-                Some(m) => Tensor::cat(vec![m, nmax], 2),
-                None => nmax,
-            });
-        }
-        let (kmin, kmax) = (kmin?, kmax?);
-        self.bounds[layer] = Some(Bounds {
-            pages: full,
-            kmin: kmin.clone(),
-            kmax: kmax.clone(),
+        let cached = self.bounds[layer].take().filter(|x| {
+            let [xb, xh, _, xd] = x.kmin.dims();
+            (xb, xh, xd) == (b, kvh, d)
         });
-        Some((kmin, kmax))
+        // pages past the shortest context were never full for it: recomputed
+        let cached = cached.map(|mut x| {
+            x.full = x.full.min(full);
+            x
+        });
+        match cached {
+            Some(x) if x.room() >= pages => x,
+            old => {
+                let room = cap.div_ceil(p).max(pages);
+                let room = room + room / 8;
+                let dev = k.device();
+                let (mut kmin, mut kmax) = (
+                    Tensor::zeros([b, kvh, room, d], &dev),
+                    Tensor::zeros([b, kvh, room, d], &dev),
+                );
+                let kept = old.as_ref().map_or(0, |x| x.full);
+                if let Some(x) = old.filter(|x| x.full > 0) {
+                    let r = [0..b, 0..kvh, 0..kept, 0..d];
+                    kmin = kmin.slice_assign(r.clone(), x.kmin.slice(r.clone()));
+                    kmax = kmax.slice_assign(r.clone(), x.kmax.slice(r));
+                }
+                Bounds {
+                    full: kept,
+                    kmin,
+                    kmax,
+                }
+            }
+        }
     }
 
     /// Page bounds of `k` `[batch, kv_heads, >= max ctx, head_dim]` for contexts `ctx_lens`
-    /// (max `c`): `(kmin, kmax)` `[batch, kv_heads, ceil(c / page_size), head_dim]`. The pages
-    /// below the shortest context come from the cache ([`Self::full_page_bounds`]); the rest
-    /// are computed: the partial last page when every context is `c`, else through
+    /// (max `c`): `(kmin, kmax)` `[batch, kv_heads, ceil(c / page_size), head_dim]`, views of
+    /// the layer's buffers. The pages below the shortest context are full and committed:
+    /// computed once and kept; the rest are computed at every call: the partial last page
+    /// when every context is `c`, else through
     /// [`dustin_kernels::SelectionOps::quest_page_bounds`] over the tail, whose pages at or past
     /// a sequence's context are 0 (their scores are then 0 as well, and the top-k never reads
     /// past a context).
@@ -142,32 +151,42 @@ impl<B: Backend> Quest<B> {
         let [b, kvh, _, d] = k.dims();
         let shortest = ctx_lens.iter().copied().min().unwrap_or(0);
         let full = shortest / p;
-        let head = self.full_page_bounds(layer, k, full);
-        let tail = if full * p >= c {
-            None
-        } else if shortest == c {
-            let last = k.clone().slice([0..b, 0..kvh, full * p..c, 0..d]);
-            Some((last.clone().min_dim(2), last.max_dim(2)))
-        } else {
-            let rel: Vec<usize> = ctx_lens.iter().map(|&l| l - full * p).collect();
-            let tail = k.clone().slice([0..b, 0..kvh, full * p..c, 0..d]);
-            Some(B::quest_page_bounds(tail, &rel, p).map_err(crate::topk::kernel_error)?)
-        };
-        Ok(match (head, tail) {
-            (Some((hmin, hmax)), Some((tmin, tmax))) => (
-                Tensor::cat(vec![hmin, tmin], 2),
-                Tensor::cat(vec![hmax, tmax], 2),
-            ),
-            (Some(h), None) => h,
-            (None, Some(t)) => t,
-            (None, None) => {
-                let dev = k.device();
-                (
-                    Tensor::zeros([b, kvh, 1, d], &dev),
-                    Tensor::zeros([b, kvh, 1, d], &dev),
-                )
-            }
-        })
+        let pages = c.div_ceil(p);
+        let mut buf = self.buffer(layer, k, pages, full);
+        // the full pages not kept yet
+        if full > buf.full {
+            let from = buf.full;
+            let new = k
+                .clone()
+                .slice([0..b, 0..kvh, from * p..full * p, 0..d])
+                .reshape([b, kvh, full - from, p, d]);
+            let nmin = new.clone().min_dim(3).reshape([b, kvh, full - from, d]);
+            let nmax = new.max_dim(3).reshape([b, kvh, full - from, d]);
+            let r = [0..b, 0..kvh, from..full, 0..d];
+            buf.kmin = buf.kmin.slice_assign(r.clone(), nmin);
+            buf.kmax = buf.kmax.slice_assign(r, nmax);
+            buf.full = full;
+        }
+        // the partial pages, into the scratch past the full ones
+        if full < pages {
+            let (tmin, tmax) = if shortest == c {
+                let last = k.clone().slice([0..b, 0..kvh, full * p..c, 0..d]);
+                (last.clone().min_dim(2), last.max_dim(2))
+            } else {
+                let rel: Vec<usize> = ctx_lens.iter().map(|&l| l - full * p).collect();
+                let tail = k.clone().slice([0..b, 0..kvh, full * p..c, 0..d]);
+                B::quest_page_bounds(tail, &rel, p).map_err(crate::topk::kernel_error)?
+            };
+            let r = [0..b, 0..kvh, full..pages, 0..d];
+            buf.kmin = buf.kmin.slice_assign(r.clone(), tmin);
+            buf.kmax = buf.kmax.slice_assign(r, tmax);
+        }
+        let out = (
+            buf.kmin.clone().narrow(2, 0, pages),
+            buf.kmax.clone().narrow(2, 0, pages),
+        );
+        self.bounds[layer] = Some(buf);
+        Ok(out)
     }
 }
 

@@ -105,3 +105,12 @@ fn quest_ragged_bounds_match_the_uncached_page_scores() {
         ],
     );
 }
+
+/// Contexts that grow by 60 tokens, past the room of the first bounds buffer (its keys'
+/// pages and an eighth more): the full pages move into a larger buffer and the selections
+/// still equal the uncached ones.
+#[test]
+fn quest_bounds_survive_their_buffer_growing() {
+    let acc: [&[usize]; 12] = [&[4, 3]; 12];
+    check_against_uncached(29, &[61, 50], &acc);
+}
