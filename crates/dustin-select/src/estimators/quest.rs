@@ -106,10 +106,11 @@ impl<B: Backend> Quest<B> {
             old => {
                 let room = cap.div_ceil(p).max(pages);
                 let room = room + room / 8;
-                let dev = k.device();
+                // in the keys' dtype (bf16 on CUDA, where the backend's default may differ)
+                let opts = (&k.device(), k.dtype());
                 let (mut kmin, mut kmax) = (
-                    Tensor::zeros([b, kvh, room, d], &dev),
-                    Tensor::zeros([b, kvh, room, d], &dev),
+                    Tensor::zeros([b, kvh, room, d], opts),
+                    Tensor::zeros([b, kvh, room, d], opts),
                 );
                 let kept = old.as_ref().map_or(0, |x| x.full);
                 if let Some(x) = old.filter(|x| x.full > 0) {

@@ -114,3 +114,61 @@ fn quest_bounds_survive_their_buffer_growing() {
     let acc: [&[usize]; 12] = [&[4, 3]; 12];
     check_against_uncached(29, &[61, 50], &acc);
 }
+
+/// Queries and keys in bf16 (the CUDA models' dtype) on a backend whose default float is f32:
+/// the bounds buffer takes the keys' dtype, and the page scores over three growing contexts
+/// equal those of the same values in f32 (bf16 to f32 is exact, every bound is one of the
+/// keys) within the rounding of bf16 products.
+#[test]
+fn quest_bounds_take_the_keys_dtype() {
+    use dustin_core::{ImportanceEstimator, ScoreCtx, Scores};
+    use dustin_select::estimators::quest::{Quest, QuestConfig};
+    let (kvh, g, d, b) = (2usize, 3usize, 8usize, 2usize);
+    let mut s = Synth::new(31, 1, kvh, g, d, b, 160);
+    let seqs: Vec<usize> = (0..b).collect();
+    let mut est = [
+        Quest::<B>::new(QuestConfig::default()).unwrap(),
+        Quest::<B>::new(QuestConfig::default()).unwrap(),
+    ];
+    // equal contexts: the plain path of the ragged tail (`quest_page_bounds`) takes f32 only
+    for lens in [[61, 61], [66, 66], [90, 90]] {
+        let q = s.q(b, 5);
+        let k32 = s.k(0, &seqs, lens[0] + 5).cast(burn_tensor::DType::BF16);
+        let k32 = k32.cast(burn_tensor::DType::F32);
+        let k16 = k32.clone().cast(burn_tensor::DType::BF16);
+        let q = q
+            .cast(burn_tensor::DType::BF16)
+            .cast(burn_tensor::DType::F32);
+        let q16 = q.clone().cast(burn_tensor::DType::BF16);
+        let mut got = Vec::new();
+        for (e, (q, k)) in est.iter_mut().zip([(&q, &k32), (&q16, &k16)]) {
+            let attn = LayerAttnCtx {
+                layer: 0,
+                phase: Phase::Decode,
+                q,
+                k,
+                ctx_lens: &lens,
+                n_new: 5,
+                scale: s.scale(),
+            };
+            let ctx = ScoreCtx {
+                attn: &attn,
+                budget: 40,
+                n_sink: 2,
+                window: 6,
+                iteration: 0,
+            };
+            match e.score(&ctx).expect("quest scores") {
+                Scores::Tokens(t) => got.push(host_f32(t.cast(burn_tensor::DType::F32))),
+                Scores::Dense => panic!("quest scores tokens"),
+            }
+        }
+        assert_eq!(got[0].len(), got[1].len(), "lens {lens:?}");
+        for (i, (a, z)) in got[0].iter().zip(&got[1]).enumerate() {
+            assert!(
+                (a - z).abs() <= 1e-2 * a.abs().max(1.0),
+                "lens {lens:?} at {i}: {a} {z}"
+            );
+        }
+    }
+}
