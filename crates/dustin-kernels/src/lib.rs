@@ -112,6 +112,12 @@ impl Keep {
         self.n_sink.saturating_add(self.window)
     }
 
+    /// `n_sink + window` exactly, for messages: [`Keep::always_kept`] saturates, so a sum
+    /// past `usize::MAX` would print as `usize::MAX`.
+    pub fn always_kept_exact(&self) -> u128 {
+        self.n_sink as u128 + self.window as u128
+    }
+
     /// The half-open range `[lo, hi)` of positions the scores choose from in a context of
     /// `ctx` tokens (the rest is forced or absent); empty when sinks and window cover it.
     pub fn free_range(&self, ctx: usize) -> (usize, usize) {
@@ -660,15 +666,11 @@ pub fn check_top_k(
     if keep.budget == 0 {
         return Err(KernelError::invalid("budget", "at least 1", 0));
     }
-    // saturating: a sum past usize::MAX is refused, not wrapped to a small one; the message
-    // gives the exact sum
+    // saturating: a sum past usize::MAX is refused, not wrapped to a small one
     if keep.budget < keep.always_kept() {
         return Err(KernelError::invalid(
             "budget",
-            format!(
-                "at least n_sink + window = {}",
-                keep.n_sink as u128 + keep.window as u128
-            ),
+            format!("at least n_sink + window = {}", keep.always_kept_exact()),
             keep.budget,
         ));
     }

@@ -82,7 +82,7 @@ impl SelectConfig {
                     "more than n_sink + window = {} + {} = {}",
                     self.n_sink,
                     self.window,
-                    self.n_sink as u128 + self.window as u128
+                    self.keep().always_kept_exact()
                 ),
                 self.budget,
             ));

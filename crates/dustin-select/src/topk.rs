@@ -48,10 +48,7 @@ pub fn select_top_k<B: KernelOps>(
     if keep.budget < keep.always_kept() {
         return Err(CoreError::invalid(
             "budget",
-            format!(
-                "at least n_sink + window = {}",
-                keep.n_sink as u128 + keep.window as u128
-            ),
+            format!("at least n_sink + window = {}", keep.always_kept_exact()),
             keep.budget,
         ));
     }

@@ -200,7 +200,7 @@ impl<B: Backend> ModelDrafter<B> {
                         "more than n_sink + window = {} + {} = {}",
                         k.n_sink,
                         k.window,
-                        k.n_sink as u128 + k.window as u128
+                        k.always_kept_exact()
                     ),
                     k.budget,
                 ));

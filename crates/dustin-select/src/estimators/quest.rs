@@ -92,15 +92,17 @@ impl<B: Backend> Quest<B> {
         if self.bounds.len() <= layer {
             self.bounds.resize(layer + 1, None);
         }
-        let cached = self.bounds[layer].take().filter(|x| {
-            let [xb, xh, _, xd] = x.kmin.dims();
-            (xb, xh, xd) == (b, kvh, d)
-        });
         // pages past the shortest context were never full for it: recomputed
-        let cached = cached.map(|mut x| {
-            x.full = x.full.min(full);
-            x
-        });
+        let cached = self.bounds[layer]
+            .take()
+            .filter(|x| {
+                let [xb, xh, _, xd] = x.kmin.dims();
+                (xb, xh, xd) == (b, kvh, d)
+            })
+            .map(|x| Bounds {
+                full: x.full.min(full),
+                ..x
+            });
         match cached {
             Some(x) if x.room() >= pages => x,
             old => {
@@ -113,7 +115,7 @@ impl<B: Backend> Quest<B> {
                     Tensor::zeros([b, kvh, room, d], opts),
                 );
                 let kept = old.as_ref().map_or(0, |x| x.full);
-                if let Some(x) = old.filter(|x| x.full > 0) {
+                if let Some(x) = old.filter(|_| kept > 0) {
                     let r = [0..b, 0..kvh, 0..kept, 0..d];
                     kmin = kmin.slice_assign(r.clone(), x.kmin.slice(r.clone()));
                     kmax = kmax.slice_assign(r.clone(), x.kmax.slice(r));
