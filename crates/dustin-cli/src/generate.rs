@@ -31,7 +31,7 @@ use memory::offload_plan;
 pub use options::{
     build_policy, draft_selection, model_path, parse_bytes, read_config, read_prompts, FileConfig,
 };
-use output::{check_output_path, finish_run, print_profile, print_rest};
+use output::{after_error, check_output_path, finish_run, print_profile, print_rest};
 
 /// Arguments of `dustin generate`.
 #[derive(Debug, Args)]
@@ -138,7 +138,9 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
             eprintln!("\ninterrupted again: exiting without writing output");
             std::process::exit(130);
         }
-        eprintln!("\ninterrupted: stopping after the current step (Ctrl-C again to quit now)");
+        eprintln!(
+            "\ninterrupted: stopping after the current layer of the prefill or the current decoding step (Ctrl-C again to quit now)"
+        );
         c.cancel();
     });
     if let Err(e) = handler {
@@ -262,7 +264,9 @@ fn run_on<B: KernelOps>(
         }
     }
     let model = Arc::new(
-        quant_prefill(model, args.quant_prefill).with_profile(args.profile.then_some("target")),
+        quant_prefill(model, args.quant_prefill)
+            .with_profile(args.profile.then_some("target"))
+            .with_cancel(cancel.clone()),
     );
     let sampling = SamplingConfig {
         temperature: args.temperature,
@@ -292,7 +296,10 @@ fn run_on<B: KernelOps>(
                 cancel: Some(cancel.clone()),
                 ..GenerateConfig::default()
             };
-            let o = generate(&model, &ids, &cfg, Some(&tok), &mut on_tokens)?;
+            let o = match generate(&model, &ids, &cfg, Some(&tok), &mut on_tokens) {
+                Ok(o) => o,
+                Err(e) => return after_error(args, &tok, ids.len(), e.into()),
+            };
             println!();
             print_rest(&tok, &o.tokens)?;
             finish_run(args, &tok, &o.tokens, &o.finish)?;
@@ -337,7 +344,8 @@ fn run_on<B: KernelOps>(
                             )?,
                             args.quant_prefill,
                         )
-                        .with_profile(args.profile.then_some("draft")),
+                        .with_profile(args.profile.then_some("draft"))
+                        .with_cancel(cancel.clone()),
                     );
                     (ModelDrafter::new(dm, None, extra), n)
                 }
@@ -385,7 +393,10 @@ fn run_on<B: KernelOps>(
                 eos: tok.eos_ids.clone(),
                 stop_strings: args.stop.clone(),
             };
-            let o = dec.generate(&ids, &cfg, Some(&tok), &mut on_tokens)?;
+            let o = match dec.generate(&ids, &cfg, Some(&tok), &mut on_tokens) {
+                Ok(o) => o,
+                Err(e) => return after_error(args, &tok, ids.len(), e.into()),
+            };
             println!();
             print_rest(&tok, &o.tokens)?;
             let fin = finish_run(args, &tok, &o.tokens, &o.finish);

@@ -65,6 +65,13 @@ pub enum CoreError {
     /// An error from a model implementation.
     #[error("model error: {0}")]
     Model(String),
+    /// A [`CancelToken`](crate::CancelToken) was set while `during` ran (a prefill, which
+    /// checks it between layers); what it was writing is incomplete.
+    #[error("cancelled during the {during}")]
+    Cancelled {
+        /// What was running, for example "prefill".
+        during: &'static str,
+    },
     /// Any other error, boxed.
     #[error(transparent)]
     Other(#[from] Box<dyn std::error::Error + Send + Sync>),

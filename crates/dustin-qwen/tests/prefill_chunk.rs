@@ -86,3 +86,80 @@ fn auto_prefills_as_the_backend_chunk_does() {
     assert_eq!(resolve_prefill_chunk(&m, &DenseHook, None, 100), 100);
     assert_eq!(resolve_prefill_chunk(&m, &DenseHook, None, 1 << 20), 21845);
 }
+
+/// Sets its token while layer `at` of a prefill runs, and counts the layers it sees.
+struct CancelAt {
+    at: usize,
+    token: dustin_core::CancelToken,
+    seen: Vec<(usize, Phase)>,
+}
+
+impl AttentionHook<B> for CancelAt {
+    fn on_layer(
+        &mut self,
+        ctx: &LayerAttnCtx<'_, B>,
+    ) -> dustin_core::Result<Option<LayerSelection<B>>> {
+        self.seen.push((ctx.layer, ctx.phase));
+        if ctx.layer == self.at {
+            self.token.cancel();
+        }
+        Ok(None)
+    }
+}
+
+#[test]
+fn a_cancelled_prefill_stops_at_the_next_layer() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/parity/qwen2-gqa7");
+    let cfg = QwenConfig::from_file(&dir.join("config.json")).unwrap();
+    let src = SafetensorsDir::open(&dir).unwrap();
+    let token = dustin_core::CancelToken::new();
+    let m: Qwen2<B> = Qwen2::load(&cfg, &src, 64, &FlexDevice)
+        .unwrap()
+        .with_cancel(token.clone());
+    let prompts = vec![(0..40u32).map(|i| (i * 37 + 5) % 96).collect::<Vec<_>>()];
+    // a token never set changes nothing: the same logits as the model without one
+    let plain: Qwen2<B> = Qwen2::load(&cfg, &src, 64, &FlexDevice).unwrap();
+    let logits = |m: &Qwen2<B>| {
+        let (_, last, _) = prefill(m, &prompts, 64, None, &mut DenseHook, 16, false).unwrap();
+        last.into_data().to_vec::<f32>().unwrap()
+    };
+    assert_eq!(logits(&m), logits(&plain));
+    // set during layer 0 of the first chunk (16 of 40 tokens): layer 1 never runs
+    let mut hook = CancelAt {
+        at: 0,
+        token: token.clone(),
+        seen: Vec::new(),
+    };
+    let e = prefill(&m, &prompts, 64, None, &mut hook, 16, false).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            dustin_qwen::QwenError::Core(dustin_core::CoreError::Cancelled { during: "prefill" })
+        ),
+        "{e}"
+    );
+    assert_eq!(e.to_string(), "cancelled during the prefill");
+    assert_eq!(
+        hook.seen,
+        vec![(
+            0,
+            Phase::Prefill {
+                seq: 0,
+                last_chunk: false
+            }
+        )]
+    );
+    // decoding does not read the model's token (its loops check their own once per step)
+    let mut cache = m.new_cache(1, 64, None);
+    m.forward(
+        &[vec![3, 4]],
+        &mut cache,
+        &mut DenseHook,
+        dustin_qwen::ForwardOpts {
+            phase: Phase::Decode,
+            logits: dustin_qwen::LogitsMode::Last,
+            layers: None,
+        },
+    )
+    .unwrap();
+}

@@ -153,6 +153,42 @@ pub(super) fn finish_run(
     Ok(())
 }
 
+/// Whether `e` is a prefill stopped by the cancel token (Ctrl-C before the first token),
+/// however the model or the speculative loop wrapped it.
+pub(super) fn prefill_cancelled(e: &CliError) -> bool {
+    use dustin_core::CoreError::Cancelled;
+    use dustin_qwen::QwenError;
+    use dustin_spec::SpecError;
+    matches!(
+        e,
+        CliError::Core(Cancelled { .. })
+            | CliError::Model(QwenError::Core(Cancelled { .. }))
+            | CliError::Spec(SpecError::Core(Cancelled { .. }))
+            | CliError::Spec(SpecError::Model(QwenError::Core(Cancelled { .. })))
+    )
+}
+
+/// A run that failed with `e`: a prefill stopped by Ctrl-C ends as any cancelled run does
+/// (every one of the `n` sequences `cancelled` with no tokens, `--output` written, then
+/// [`CliError::Cancelled`]); any other error is returned as it is.
+pub(super) fn after_error(
+    args: &GenerateArgs,
+    tok: &Tokenizer,
+    n: usize,
+    e: CliError,
+) -> Result<(), CliError> {
+    if !prefill_cancelled(&e) {
+        return Err(e);
+    }
+    eprintln!("cancelled during the prefill: no token was generated");
+    finish_run(
+        args,
+        tok,
+        &vec![Vec::new(); n],
+        &vec![FinishReason::Cancelled; n],
+    )
+}
+
 pub(super) fn print_rest(tok: &Tokenizer, tokens: &[Vec<u32>]) -> Result<(), CliError> {
     for (i, t) in tokens.iter().enumerate().skip(1) {
         println!(
@@ -172,7 +208,29 @@ pub(super) fn text_ids(ids: &[u32], eos: &[u32]) -> Vec<u32> {
 
 #[cfg(test)]
 mod tests {
-    use super::text_ids;
+    use super::{prefill_cancelled, text_ids};
+    use crate::CliError;
+    use dustin_core::CoreError;
+    use dustin_qwen::QwenError;
+    use dustin_spec::SpecError;
+
+    #[test]
+    fn a_cancelled_prefill_is_found_however_it_is_wrapped() {
+        let c = || CoreError::Cancelled { during: "prefill" };
+        // autoregressive decoding returns the model's error; the speculative loop its own,
+        // around the model's or the core's
+        assert!(prefill_cancelled(&CliError::Model(QwenError::Core(c()))));
+        assert!(prefill_cancelled(&CliError::Spec(SpecError::Core(c()))));
+        assert!(prefill_cancelled(&CliError::Spec(SpecError::Model(
+            QwenError::Core(c())
+        ))));
+        assert!(prefill_cancelled(&CliError::Core(c())));
+        // any other error stays an error
+        assert!(!prefill_cancelled(&CliError::Core(CoreError::Model(
+            "cancelled".into()
+        ))));
+        assert!(!prefill_cancelled(&CliError::Usage("prefill".into())));
+    }
 
     #[test]
     fn stop_tokens_leave_the_text() {

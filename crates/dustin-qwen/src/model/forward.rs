@@ -298,7 +298,15 @@ impl<B: KernelOps> Qwen2<B> {
         let mut next: Option<Layer<B>> = None;
         // the previous layer's MLP output not yet added to `x` (`with_fused_residual`)
         let mut pending: Option<Tensor<B, 3>> = None;
+        let prefill = matches!(opts.phase, Phase::Prefill { .. });
         for li in 0..n_layers {
+            // a prefill stops between layers once cancelled (`with_cancel`): on a CPU a chunk
+            // of a long prompt takes tens of seconds; the cache keeps the layers written
+            if prefill && self.cancelled() {
+                return Err(QwenError::Core(dustin_core::CoreError::Cancelled {
+                    during: "prefill",
+                }));
+            }
             let stored = &self.layers[li];
             let staged;
             let layer = if stored.is_offloaded() {

@@ -343,6 +343,7 @@ impl<B: Backend> Qwen2<B> {
             prefetch: true,
             tp: None,
             profile: None,
+            cancel: None,
             head_subset: None,
         })
     }
@@ -476,6 +477,7 @@ impl<B: Backend> Qwen2<B> {
             prefetch: true,
             tp,
             profile: None,
+            cancel: None,
             head_subset: None,
         })
     }
@@ -602,6 +604,7 @@ impl<B: Backend> Qwen2<B> {
             prefetch: self.prefetch,
             tp: Some(rank),
             profile: self.profile,
+            cancel: self.cancel.clone(),
             head_subset: None,
         })
     }

@@ -114,6 +114,9 @@ pub struct Qwen2<B: Backend> {
     /// The LM head restricted to part of the vocabulary ([`Qwen2::with_head_vocab`]); `None`:
     /// every id.
     head_subset: Option<Arc<head::HeadSubset<B>>>,
+    /// Checked between prefill chunks ([`Qwen2::with_cancel`]); `None`: a prefill runs to
+    /// its end.
+    cancel: Option<dustin_core::CancelToken>,
 }
 
 /// CubeCL stream id of the prefetch thread's uploads (a fixed id, so that every upload
@@ -372,6 +375,23 @@ impl<B: Backend> Qwen2<B> {
     pub fn with_profile(mut self, label: Option<&'static str>) -> Self {
         self.profile = label;
         self
+    }
+
+    /// Stops a prefill forward pass between two layers once `token` is set, with
+    /// [`CoreError::Cancelled`](dustin_core::CoreError::Cancelled) (Ctrl-C during a long
+    /// prompt's prefill: on a CPU a 14k-token prompt takes minutes). The cache then holds
+    /// the chunk's keys and values of the layers before that one only: prefill it again.
+    /// Decoding passes do not check it; decoding loops check their own token once per step.
+    pub fn with_cancel(mut self, token: dustin_core::CancelToken) -> Self {
+        self.cancel = Some(token);
+        self
+    }
+
+    /// Whether [`Qwen2::with_cancel`]'s token is set.
+    pub(crate) fn cancelled(&self) -> bool {
+        self.cancel
+            .as_ref()
+            .is_some_and(dustin_core::CancelToken::is_cancelled)
     }
 
     /// The device the weights live on.
