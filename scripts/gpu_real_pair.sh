@@ -32,8 +32,8 @@
 #   complog   the kernels `dustin` compiles with 6 and with 24 timed iterations (PTX cache off)
 #   rkvab     RoPE and the cache write as one launch (`--rope-kv-write off,on`): the full
 #             `kernel-check`, then `ar`, `dense`, `dustin` at the pair's shapes in one process
-#   draftncu  ncu over a `dustin` iteration at the pair's shapes (1 target layer): launches and
-#             GPU time per draft layer
+#   draftncu  ncu over a `dustin` (DRAFTNCU_MODES) iteration at the pair's shapes (1 target
+#             layer): launches and GPU time per draft layer
 #   scoreab   attention scores with the logits in memory or summed in the kernel (`--score-mass
 #             off|on`): `dustin-kernels-gpu check --op scores` where staged (`xtask
 #             gpu-kernels`), the model-only kernel check, then `dustin` at the pair's shapes
@@ -350,7 +350,7 @@ step_rkvab() {
 step_draftncu() {
     log "draftncu"
     mkdir -p "$R/draftncu"
-    OUT=$R/draftncu TARGET=$C/Qwen2.5-1.5B-Instruct.config.json B=16 MODES=dustin \
+    OUT=$R/draftncu TARGET=$C/Qwen2.5-1.5B-Instruct.config.json B=16 MODES=${DRAFTNCU_MODES:-dustin} \
         EXTRA="--budget 2048 --accept-trace $D/acceptance-trace.jsonl ${DRAFTNCU_EXTRA:-}" \
         TAG=${DRAFTNCU_TAG:-draft} bash "$D/gpu_e2e.sh" draftncu \
         > "$R/draftncu.log" 2>&1
