@@ -15,6 +15,8 @@
 # the log in $R/job.log; default "shapes fidelity acceptance hf longbench"); a step that needs
 # the real weights waits until every part is in place (sha256 checked):
 #   check     `dustin-bench kernel-check --device cuda --model-only`
+#   kcheck    `dustin-kernels-gpu check --op KCHECK_OP` (staged by `xtask gpu-kernels`; default
+#             every op)
 #   shapes    random weights at the pair's and (on a card of more than 100 GB) Qwen2.5-72B's
 #             shapes under the recorded acceptance trace, one process per (batch, mode);
 #             Qwen2.5-7B's at the batch sizes in BATCHES_7B
@@ -289,6 +291,14 @@ step_memtrace() {
 # --score-kernel with SCOREAB_VALUES "flash split"): their checks against the float64
 # reference first, then `dustin` at the pair's shapes, 32k, B=16, one process per (setting,
 # draft budget 0 / 2048)
+step_kcheck() {
+    log "kernel checks"
+    local op=()
+    [ -n "${KCHECK_OP:-}" ] && op=(--op "$KCHECK_OP")
+    timeout 400 "$D/dustin-kernels-gpu" check "${op[@]}" > "$R/check_kernels.txt" 2>&1
+    log "rc=$? check kernels: $(tail -1 "$R/check_kernels.txt")"
+}
+
 step_scoreab() {
     log "score kernels"
     # every kernel's check (SCOREAB_CHECK=scores: the scores' only), then the model's
@@ -508,7 +518,7 @@ job() {
     local step waited=0
     for step in ${STEPS:-shapes fidelity acceptance hf longbench}; do
         case $step in
-        check | shapes | memab | memlog | memtrace | coldwarm | firstiter | ab | draftncu | scoreab | launchab | hostprof | rkvab | complog) ;;
+        check | kcheck | shapes | memab | memlog | memtrace | coldwarm | firstiter | ab | draftncu | scoreab | launchab | hostprof | rkvab | complog) ;;
         *) [ $waited = 1 ] || weights; waited=1 ;;
         esac
         "step_$step"

@@ -6,24 +6,36 @@ use dustin_core::{CoreError, LayerAttnCtx, Phase, Result};
 
 use crate::attn::fit_last;
 
-/// Rows `[kv_heads, len]` per sequence and layer.
+/// Rows `[kv_heads, len]` per sequence and layer, and per layer the last batch of them
+/// [`PromptRows::batched`] made: the rows do not change between verifications, and the width
+/// asked for changes once per `dustin_qwen::KV_VIEW_MULTIPLE` positions, so most calls take
+/// it as it is (making it is a pad of each sequence's row and a concatenation: at batch 16
+/// on the GPU, 33 launches a layer at every verification, about 1 ms of host time).
 #[derive(Debug, Clone)]
 pub(crate) struct PromptRows<B: Backend> {
     rows: Vec<Vec<Option<Tensor<B, 2>>>>,
+    made: Vec<Option<Tensor<B, 3>>>,
 }
 
 impl<B: Backend> Default for PromptRows<B> {
     fn default() -> Self {
-        Self { rows: Vec::new() }
+        Self {
+            rows: Vec::new(),
+            made: Vec::new(),
+        }
     }
 }
 
 impl<B: Backend> PromptRows<B> {
     pub(crate) fn reset(&mut self, batch: usize, num_layers: usize) {
         self.rows = (0..batch).map(|_| vec![None; num_layers]).collect();
+        self.made.clear();
     }
 
     fn slot(&mut self, seq: usize, layer: usize) -> &mut Option<Tensor<B, 2>> {
+        if let Some(m) = self.made.get_mut(layer) {
+            *m = None;
+        }
         if self.rows.len() <= seq {
             self.rows.resize_with(seq + 1, Vec::new);
         }
@@ -59,8 +71,30 @@ impl<B: Backend> PromptRows<B> {
     }
 
     /// The rows of `layer` for `batch` sequences as `[batch, kv_heads, c]` (zero-padded or
-    /// truncated to `c`; sequences without a row get zeros).
+    /// truncated to `c`; sequences without a row get zeros). The last one made for `layer` is
+    /// kept and returned again while its shape is asked for and no row of `layer` changed.
     pub(crate) fn batched(
+        &mut self,
+        layer: usize,
+        batch: usize,
+        kv_heads: usize,
+        c: usize,
+        device: &B::Device,
+    ) -> Tensor<B, 3> {
+        if let Some(t) = self.made.get(layer).and_then(Option::as_ref) {
+            if t.dims() == [batch, kv_heads, c] {
+                return t.clone();
+            }
+        }
+        let t = self.make(layer, batch, kv_heads, c, device);
+        if self.made.len() <= layer {
+            self.made.resize(layer + 1, None);
+        }
+        self.made[layer] = Some(t.clone());
+        t
+    }
+
+    fn make(
         &self,
         layer: usize,
         batch: usize,
@@ -93,6 +127,9 @@ impl<B: Backend> PromptRows<B> {
 
     /// Drops `layer`'s rows (after they were moved into a batched state).
     pub(crate) fn take_layer(&mut self, layer: usize) {
+        if let Some(m) = self.made.get_mut(layer) {
+            *m = None;
+        }
         for r in &mut self.rows {
             if let Some(x) = r.get_mut(layer) {
                 *x = None;
@@ -102,6 +139,7 @@ impl<B: Backend> PromptRows<B> {
 
     /// Keeps the sequences `keep` (ascending indices).
     pub(crate) fn retain(&mut self, keep: &[usize]) {
+        self.made.clear();
         let old = std::mem::take(&mut self.rows);
         self.rows = keep
             .iter()
@@ -161,4 +199,71 @@ pub(crate) fn max_ctx<B: Backend>(ctx: &LayerAttnCtx<'_, B>) -> Result<usize> {
         });
     }
     Ok(ctx.ctx_lens.iter().copied().max().unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PromptRows;
+    use burn_flex::{Flex, FlexDevice};
+    use burn_tensor::{Tensor, TensorData};
+
+    fn row(v: &[f32]) -> Tensor<Flex, 2> {
+        Tensor::from_data(TensorData::new(v.to_vec(), [1, v.len()]), &FlexDevice)
+    }
+
+    fn values(t: Tensor<Flex, 3>) -> Vec<f32> {
+        t.into_data().to_vec::<f32>().unwrap()
+    }
+
+    /// The kept batch is the one made from the rows as they are now: a changed row, another
+    /// width, a sequence gone or a reset each make it anew.
+    #[test]
+    fn the_kept_batch_follows_the_rows() {
+        let dev = FlexDevice;
+        let mut p = PromptRows::<Flex>::default();
+        p.reset(2, 2);
+        p.set(0, 1, row(&[1.0, 2.0, 3.0]));
+        p.set(1, 1, row(&[4.0, 5.0]));
+        let first = values(p.batched(1, 2, 1, 4, &dev));
+        assert_eq!(first, vec![1.0, 2.0, 3.0, 0.0, 4.0, 5.0, 0.0, 0.0]);
+        // asked again: the same values (the kept tensor)
+        assert_eq!(values(p.batched(1, 2, 1, 4, &dev)), first);
+        // another width: padded or cut from the rows
+        assert_eq!(
+            values(p.batched(1, 2, 1, 2, &dev)),
+            vec![1.0, 2.0, 4.0, 5.0]
+        );
+        assert_eq!(
+            values(p.batched(1, 2, 1, 5, &dev)),
+            vec![1.0, 2.0, 3.0, 0.0, 0.0, 4.0, 5.0, 0.0, 0.0, 0.0]
+        );
+        // a row replaced or added to
+        p.set(1, 1, row(&[7.0]));
+        assert_eq!(
+            values(p.batched(1, 2, 1, 5, &dev)),
+            vec![1.0, 2.0, 3.0, 0.0, 0.0, 7.0, 0.0, 0.0, 0.0, 0.0]
+        );
+        p.add(0, 1, row(&[1.0, 1.0, 1.0, 1.0]));
+        assert_eq!(
+            values(p.batched(1, 2, 1, 5, &dev)),
+            vec![2.0, 3.0, 4.0, 1.0, 0.0, 7.0, 0.0, 0.0, 0.0, 0.0]
+        );
+        // the first sequence leaves: the second is now row 0
+        p.retain(&[1]);
+        assert_eq!(
+            values(p.batched(1, 1, 1, 5, &dev)),
+            vec![7.0, 0.0, 0.0, 0.0, 0.0]
+        );
+        // another layer's row does not touch layer 1's batch; taking layer 1 empties it
+        p.set(0, 0, row(&[9.0]));
+        assert_eq!(
+            values(p.batched(1, 1, 1, 5, &dev)),
+            vec![7.0, 0.0, 0.0, 0.0, 0.0]
+        );
+        p.take_layer(1);
+        assert_eq!(values(p.batched(1, 1, 1, 5, &dev)), vec![0.0; 5]);
+        p.set(0, 1, row(&[6.0]));
+        p.reset(1, 2);
+        assert_eq!(values(p.batched(1, 1, 1, 2, &dev)), vec![0.0; 2]);
+    }
 }

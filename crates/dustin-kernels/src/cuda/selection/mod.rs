@@ -590,7 +590,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> SelectionOps for Cube<F, I
             ));
         }
         let g = hq / kvh;
-        if g * n * d * 4 > 160 * 1024 {
+        if g * n * d * 4 + kernels::PAGE_TILE_BYTES > 160 * 1024 {
             return Err(KernelError::Unsupported(format!(
                 "{} query rows of width {d} per KV head (shared memory)",
                 g * n
@@ -610,8 +610,12 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> SelectionOps for Cube<F, I
         }
         kernels::page_scores_kernel::launch::<CudaRuntime>(
             &client,
-            CubeCount::Static(pages.div_ceil(128) as u32, kvh as u32, b as u32),
-            CubeDim::new_1d(128),
+            CubeCount::Static(
+                pages.div_ceil(kernels::PAGE_BLOCK) as u32,
+                kvh as u32,
+                b as u32,
+            ),
+            CubeDim::new_1d(kernels::PAGE_BLOCK as u32),
             q.into_tensor_arg(),
             kmin.into_tensor_arg(),
             kmax.into_tensor_arg(),
