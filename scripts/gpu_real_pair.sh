@@ -15,6 +15,8 @@
 # the log in $R/job.log; default "shapes fidelity acceptance hf longbench"); a step that needs
 # the real weights waits until every part is in place (sha256 checked):
 #   check     `dustin-bench kernel-check --device cuda --model-only`
+#   modes     every mode (MODES_LIST) in one process at the pair's shapes, 32k, under the
+#             recorded trace, one process per batch size (MODES_BATCHES, default "1 16")
 #   kcheck    `dustin-kernels-gpu check --op KCHECK_OP` (staged by `xtask gpu-kernels`; default
 #             every op)
 #   shapes    random weights at the pair's and (on a card of more than 100 GB) Qwen2.5-72B's
@@ -291,6 +293,18 @@ step_memtrace() {
 # --score-kernel with SCOREAB_VALUES "flash split"): their checks against the float64
 # reference first, then `dustin` at the pair's shapes, 32k, B=16, one process per (setting,
 # draft budget 0 / 2048)
+step_modes() {
+    log "modes"
+    local b
+    for b in ${MODES_BATCHES:-1 16}; do
+        bash "$D/gpu_e2e.sh" run "pair_32k_b${b}_modes" \
+            --target "$C/Qwen2.5-1.5B-Instruct.config.json" --ctx 32768 --batch "$b" \
+            --budget 2048 --modes "${MODES_LIST:-ar,dense,dustin,streaming,quest,snapkv}" \
+            --accept "$ACC" "${TRACE[@]}" > /dev/null 2>&1
+        log "rc=$? modes b$b"
+    done
+}
+
 step_kcheck() {
     log "kernel checks"
     local op=()
@@ -518,7 +532,7 @@ job() {
     local step waited=0
     for step in ${STEPS:-shapes fidelity acceptance hf longbench}; do
         case $step in
-        check | kcheck | shapes | memab | memlog | memtrace | coldwarm | firstiter | ab | draftncu | scoreab | launchab | hostprof | rkvab | complog) ;;
+        check | kcheck | modes | shapes | memab | memlog | memtrace | coldwarm | firstiter | ab | draftncu | scoreab | launchab | hostprof | rkvab | complog) ;;
         *) [ $waited = 1 ] || weights; waited=1 ;;
         esac
         "step_$step"
