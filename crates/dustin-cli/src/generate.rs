@@ -31,7 +31,7 @@ use memory::offload_plan;
 pub use options::{
     build_policy, draft_selection, model_path, parse_bytes, read_config, read_prompts, FileConfig,
 };
-use output::{after_error, check_output_path, finish_run, print_profile, print_rest};
+use output::{after_error, check_output_path, finish_run, out_line, print_profile, print_rest};
 
 /// Arguments of `dustin generate`.
 #[derive(Debug, Args)]
@@ -135,11 +135,11 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
     // first Ctrl-C: stop after the current step and write what was generated; second: quit
     let handler = ctrlc::set_handler(move || {
         if c.is_cancelled() {
-            eprintln!("\ninterrupted again: exiting without writing output");
+            eprintln!("\ninterrupted again: exiting now");
             std::process::exit(130);
         }
         eprintln!(
-            "\ninterrupted: stopping after the current layer of the prefill or the current decoding step (Ctrl-C again to quit now)"
+            "\ninterrupted: stopping at the next prefill layer or decoding step (Ctrl-C again to quit now)"
         );
         c.cancel();
     });
@@ -166,7 +166,13 @@ fn run_on<B: KernelOps>(
     }
     // a bad --output path is found before the model runs, not after (the tokens were lost)
     if let Some(path) = &args.output {
-        check_output_path(path, &args.prompt_files)?;
+        let inputs: Vec<PathBuf> = args
+            .prompt_files
+            .iter()
+            .chain(&args.chat.chat_files)
+            .cloned()
+            .collect();
+        check_output_path(path, &inputs)?;
     }
     if args.pair.draft.is_none() && args.pair.selector != "dense" {
         return Err(CliError::Usage(format!(
@@ -286,7 +292,7 @@ fn run_on<B: KernelOps>(
             }
         }
     };
-    match &args.pair.draft {
+    let done = match &args.pair.draft {
         None => {
             let cfg = GenerateConfig {
                 max_new_tokens: args.max_new_tokens,
@@ -300,9 +306,9 @@ fn run_on<B: KernelOps>(
                 Ok(o) => o,
                 Err(e) => return after_error(args, &tok, ids.len(), e.into()),
             };
-            println!();
+            out_line("");
             print_rest(&tok, &o.tokens)?;
-            finish_run(args, &tok, &o.tokens, &o.finish)?;
+            let fin = finish_run(args, &tok, &o.tokens, &o.finish);
             let gen: usize = o.tokens.iter().map(Vec::len).sum();
             eprintln!(
                 "prefill: {} tokens in {:.2} s ({:.1} tokens/s); decode: {} tokens in {:.2} s ({:.2} tokens/s)",
@@ -313,6 +319,7 @@ fn run_on<B: KernelOps>(
                 o.decode_secs,
                 gen as f64 / o.decode_secs.max(1e-9),
             );
+            fin
         }
         Some(d) => {
             let extra = args.max_new_tokens.saturating_add(margin);
@@ -397,7 +404,7 @@ fn run_on<B: KernelOps>(
                 Ok(o) => o,
                 Err(e) => return after_error(args, &tok, ids.len(), e.into()),
             };
-            println!();
+            out_line("");
             print_rest(&tok, &o.tokens)?;
             let fin = finish_run(args, &tok, &o.tokens, &o.finish);
             let s = &o.summary;
@@ -418,13 +425,14 @@ fn run_on<B: KernelOps>(
                 s.mean_kv_read_fraction,
                 s.mean_estimation_read_fraction
             );
-            fin?;
+            fin
         }
-    }
+    };
+    // also after a cancelled run: its steps were timed as well
     if args.profile {
         print_profile();
     }
-    Ok(())
+    done
 }
 
 /// The target, the draft and how the target verifies: the flags `dustin generate` and

@@ -100,10 +100,11 @@ pub enum CliError {
     /// hand).
     #[error(transparent)]
     Fetch(Box<fetch::FetchError>),
-    /// Generation was cancelled (Ctrl-C); finished and partial texts were written.
+    /// Generation was cancelled (Ctrl-C); finished and partial texts were printed and
+    /// written to `--output` where given.
     #[error(
-        "cancelled: {cancelled} of {total} sequences were unfinished (their partial text and \
-         the finished ones were written out)"
+        "cancelled: {cancelled} of {total} sequences were unfinished (what every sequence had \
+         generated was printed, and written to --output where given)"
     )]
     Cancelled {
         /// Sequences cut short.

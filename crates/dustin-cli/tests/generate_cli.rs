@@ -601,8 +601,8 @@ fn one_call_reuse_generates_what_layer_by_layer_does() {
 
 /// `--max-new-tokens 18446744073709551615` is refused before the model runs, as any count past
 /// the model's positions (it used to wrap, pass the check and fail at the last position with
-/// the tokens lost); `--output` naming the prompt file is refused before the run, the prompt
-/// left as it was.
+/// the tokens lost); `--output` naming the prompt file (by its path or a hard link) or a chat
+/// file is refused before the run, the input left as it was.
 #[test]
 fn huge_max_new_tokens_and_output_over_the_prompt_are_refused() {
     let dir = common::scratch("huge");
@@ -657,7 +657,82 @@ fn huge_max_new_tokens_and_output_over_the_prompt_are_refused() {
         prompt.as_os_str(),
     ]);
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains("is the prompt file"), "{err}");
+    assert!(err.contains("is the input file"), "{err}");
     assert_eq!(std::fs::read_to_string(&prompt).expect("prompt"), "t1 t2");
+    // a hard link to the prompt file is the same file under another path
+    let link = dir.join("link.txt");
+    std::fs::hard_link(&prompt, &link).expect("hard link");
+    let (code, err) = run(&[
+        os("--prompt-file"),
+        prompt.as_os_str(),
+        os("--output"),
+        link.as_os_str(),
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("is the input file"), "{err}");
+    assert_eq!(std::fs::read_to_string(&prompt).expect("prompt"), "t1 t2");
+    // a chat file is an input as well
+    let conv = dir.join("conv.json");
+    let chat = r#"[{"role": "user", "content": "hi"}]"#;
+    std::fs::write(&conv, chat).expect("chat file");
+    let (code, err) = run(&[
+        os("--chat"),
+        os("--chat-file"),
+        conv.as_os_str(),
+        os("--output"),
+        conv.as_os_str(),
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("is the input file"), "{err}");
+    assert_eq!(std::fs::read_to_string(&conv).expect("chat file"), chat);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Standard output closed by its reader (`dustin generate ... | head -c 1`, or a pipeline
+/// stopped by the same Ctrl-C) does not stop the run: `--output` is still written with every
+/// token, and the run ends as it would have.
+#[test]
+fn a_closed_standard_output_keeps_the_output_file() {
+    let dir = common::scratch("closed-stdout");
+    let model = common::tiny_model(&dir, 64);
+    let out = dir.join("o.json");
+    for draft in [None, Some("self:layers=1")] {
+        let _ = std::fs::remove_file(&out);
+        let mut cmd = dustin();
+        cmd.args(["generate", "--model"])
+            .arg(&model)
+            .args([
+                "--prompt",
+                "t1 t2 t3",
+                "--prompt",
+                "t4 t5",
+                "--max-new-tokens",
+                "8",
+            ])
+            .arg("--output")
+            .arg(&out);
+        if let Some(d) = draft {
+            cmd.args(["--draft", d]);
+        }
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run dustin");
+        // the reader goes away before anything is printed
+        drop(child.stdout.take());
+        let o = child.wait_with_output().expect("wait");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "draft {draft:?}: {err}");
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&out).expect("--output written"))
+                .expect("JSON");
+        let seqs = json["sequences"].as_array().expect("sequences");
+        assert_eq!(seqs.len(), 2, "{json}");
+        for s in seqs {
+            assert_eq!(s["tokens"].as_array().map(Vec::len), Some(8), "{json}");
+            assert_eq!(s["finish"], "length", "{json}");
+        }
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

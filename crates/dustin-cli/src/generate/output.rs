@@ -1,6 +1,8 @@
 //! What a run leaves: the `--profile` table, `--output` (checked before the run, written
 //! after it) and the texts printed.
 
+use std::io::Write;
+
 use dustin_qwen::generate::FinishReason;
 use dustin_qwen::Tokenizer;
 
@@ -29,7 +31,8 @@ pub(super) fn print_profile() {
 }
 
 /// Checks before a run that `--output path` can be written: not a folder, its folder
-/// existing, not one of the `inputs` (the `--prompt-file`s, which it would overwrite), and
+/// existing, not one of the `inputs` (the `--prompt-file`s and `--chat-file`s, which it
+/// would overwrite; compared as files, so a hard link counts), and
 /// the file openable for writing (an existing file is left as it is until the run ends; a
 /// file made for the check is removed again).
 ///
@@ -48,16 +51,11 @@ pub(super) fn check_output_path(
     if path.is_dir() {
         return bad("is a folder; expected a file path".into());
     }
-    if let Ok(out) = path.canonicalize() {
-        if let Some(i) = inputs
-            .iter()
-            .find(|i| i.canonicalize().is_ok_and(|i| i == out))
-        {
-            return bad(format!(
-                "is the prompt file {}; expected another path (it would be overwritten)",
-                i.display()
-            ));
-        }
+    if let Some(i) = inputs.iter().find(|i| same_file(path, i)) {
+        return bad(format!(
+            "is the input file {}; expected another path (it would be overwritten)",
+            i.display()
+        ));
     }
     let parent = path
         .parent()
@@ -84,6 +82,24 @@ pub(super) fn check_output_path(
         }
         Err(e) => bad(format!("cannot be written ({e})")),
     }
+}
+
+/// Whether `a` and `b` name one existing file: the same canonical path, or (on Unix) the
+/// same device and inode, which also catches a hard link.
+fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    if let (Ok(x), Ok(y)) = (a.canonicalize(), b.canonicalize()) {
+        if x == y {
+            return true;
+        }
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) {
+            return (x.dev(), x.ino()) == (y.dev(), y.ino());
+        }
+    }
+    false
 }
 
 /// One sequence of `--output`.
@@ -128,7 +144,7 @@ pub(super) fn finish_run(
             .map_err(|e| CliError::Usage(format!("--output: {e}")))?;
         if let Err(source) = std::fs::write(path, text.clone() + "\n") {
             // keep what was generated: the JSON on standard output, then the error
-            println!("{text}");
+            out_line(&text);
             eprintln!(
                 "could not write --output {}: the JSON is on standard output above",
                 path.display()
@@ -180,7 +196,7 @@ pub(super) fn after_error(
     if !prefill_cancelled(&e) {
         return Err(e);
     }
-    eprintln!("cancelled during the prefill: no token was generated");
+    eprintln!("cancelled before the first token: nothing was generated");
     finish_run(
         args,
         tok,
@@ -189,12 +205,24 @@ pub(super) fn after_error(
     )
 }
 
+/// Writes `text` and a newline to standard output, ignoring a failed write: a closed pipe
+/// (`dustin generate ... | head`, or a reader stopped by the same Ctrl-C) must not stop the
+/// run before `--output` is written.
+pub(super) fn out_line(text: &str) {
+    let _ = writeln!(std::io::stdout(), "{text}");
+}
+
+/// Prints the texts of every sequence but the first (which was streamed), each under a
+/// `--- sequence i ---` header.
+///
+/// # Errors
+/// [`CliError::Tokenizer`](crate::CliError) when a sequence's tokens do not decode.
 pub(super) fn print_rest(tok: &Tokenizer, tokens: &[Vec<u32>]) -> Result<(), CliError> {
     for (i, t) in tokens.iter().enumerate().skip(1) {
-        println!(
+        out_line(&format!(
             "--- sequence {i} ---\n{}",
             tok.decode(&text_ids(t, &tok.eos_ids))?
-        );
+        ));
     }
     Ok(())
 }
