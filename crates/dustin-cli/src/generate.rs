@@ -357,7 +357,12 @@ fn run_on<B: KernelOps>(
                     (ModelDrafter::new(dm, None, extra), n)
                 }
                 DraftSpec::Substitute(sub) => {
-                    let d = ModelDrafter::new(Arc::new(sub.build(&model)?), None, extra);
+                    let built = match sub.build(&model) {
+                        Ok(m) => m,
+                        // Ctrl-C during the quantization ends as a cancelled run
+                        Err(e) => return after_error(args, &tok, ids.len(), e),
+                    };
+                    let d = ModelDrafter::new(Arc::new(built), None, extra);
                     let n = model.config.num_hidden_layers;
                     if sub.target_kv {
                         let kv = dustin_spec::TargetKv::new();

@@ -499,7 +499,9 @@ pub fn second_half(num_layers: usize) -> Vec<usize> {
 ///
 /// # Errors
 /// [`QwenError::ConfigValue`] naming `substitute.layers` for an index `>=` the target's layer
-/// count, `substitute.bits` or `substitute.group` for bad settings.
+/// count, `substitute.bits` or `substitute.group` for bad settings;
+/// [`CoreError::Cancelled`](dustin_core::CoreError::Cancelled) when the target's cancel token
+/// ([`Qwen2::with_cancel`]) is set before the last matrix is quantized.
 pub fn substitute_model<B: KernelOps>(
     target: &Qwen2<B>,
     layers: &[usize],
@@ -542,6 +544,17 @@ pub fn substitute_model<B: KernelOps>(
             s.spawn(move || loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some(&(l, m)) = jobs.get(i) else { break };
+                // the target's cancel token (`Qwen2::with_cancel`) stops the quantization
+                // between matrices: a 7B target's takes minutes on a CPU
+                if target.cancelled() {
+                    let _ = tx.send((
+                        i,
+                        Err(QwenError::Core(dustin_core::CoreError::Cancelled {
+                            during: "substitute's quantization",
+                        })),
+                    ));
+                    break;
+                }
                 let lin = target.layers[l].linears()[m];
                 let [rows, cols] = lin.weight.dims();
                 let r = host_matrix(&lin.weight)
@@ -569,6 +582,13 @@ pub fn substitute_model<B: KernelOps>(
     }
     let mut done = done.into_iter();
     for &l in &list {
+        // on the CPU each layer's dequantization below takes about a second and a half at
+        // the 1.5B's shapes (Burn's integer ops)
+        if target.cancelled() {
+            return Err(QwenError::Core(dustin_core::CoreError::Cancelled {
+                during: "substitute's quantization",
+            }));
+        }
         let mut seven = Vec::with_capacity(7);
         for _ in 0..7 {
             seven.push(done.next().flatten().ok_or_else(|| {

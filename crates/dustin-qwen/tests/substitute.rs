@@ -241,3 +241,34 @@ fn long_groups_empty_matrices_and_hand_built_codes_are_handled() {
         .to_string();
     assert!(e.contains("substitute.bits"), "{e}");
 }
+
+/// A set cancel token on the target (`Qwen2::with_cancel`) stops the quantization with
+/// `CoreError::Cancelled`; one never set changes nothing.
+#[test]
+fn a_cancelled_target_stops_the_quantization() {
+    let token = dustin_core::CancelToken::new();
+    let target = model("llama").with_cancel(token.clone());
+    let cfg = SubstituteConfig { bits: 4, group: 16 };
+    let plain = substitute_model(&target, &[0, 1], cfg).unwrap();
+    assert_eq!(
+        wt(&plain.layers[1].q.weight),
+        wt(&substitute_model(&model("llama"), &[0, 1], cfg)
+            .unwrap()
+            .layers[1]
+            .q
+            .weight)
+    );
+    token.cancel();
+    let e = substitute_model(&target, &[0, 1], cfg).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            dustin_qwen::QwenError::Core(dustin_core::CoreError::Cancelled { .. })
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        e.to_string(),
+        "cancelled during the substitute's quantization"
+    );
+}
