@@ -265,6 +265,13 @@ pub struct PackedWeight<B: Backend> {
     min: Tensor<B, 3>,
 }
 
+/// A quantized matrix made on a worker thread: packed for the device, or dequantized
+/// `[rows, cols]` where the model keeps dense values.
+enum HostWeight {
+    Packed(PackedHost),
+    Dense(Vec<f32>, [usize; 2]),
+}
+
 /// A packed matrix still in host memory (the words of [`PackedWeight`]'s layout; the
 /// one-byte codes are dropped once packed).
 #[derive(Debug, Clone)]
@@ -534,10 +541,10 @@ pub fn substitute_model<B: KernelOps>(
         .min(jobs.len().max(1));
     let next = std::sync::atomic::AtomicUsize::new(0);
     let device = target.device();
-    let mut done: Vec<Option<PackedWeight<B>>> = (0..jobs.len()).map(|_| None).collect();
+    let mut done: Vec<Option<Weight<B>>> = (0..jobs.len()).map(|_| None).collect();
     let mut first_err = None;
     std::thread::scope(|s| {
-        let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<PackedHost>)>();
+        let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<HostWeight>)>();
         for _ in 0..threads {
             let tx = tx.clone();
             let (jobs, next) = (&jobs, &next);
@@ -557,9 +564,20 @@ pub fn substitute_model<B: KernelOps>(
                 }
                 let lin = target.layers[l].linears()[m];
                 let [rows, cols] = lin.weight.dims();
+                // without fused kernels (the CPU) memory is not what SubSpec saves and the
+                // per-product unpacking costs more than the matmul: the dequantized values
+                // (bit for bit the packed form's, see `PackedWeight`), made here on the host
+                // (Burn's integer ops unpacking the words took about 1.5 s a layer at the
+                // 1.5B's shapes on a 2-core CPU)
                 let r = host_matrix(&lin.weight)
                     .and_then(|w| quantize(&w, rows, cols, cfg))
-                    .map(PackedHost::new);
+                    .map(|q| {
+                        if B::FUSED {
+                            HostWeight::Packed(PackedHost::new(q))
+                        } else {
+                            HostWeight::Dense(q.dequantize(), [rows, cols])
+                        }
+                    });
                 if tx.send((i, r)).is_err() {
                     break;
                 }
@@ -568,7 +586,13 @@ pub fn substitute_model<B: KernelOps>(
         drop(tx);
         for (i, r) in rx {
             match r {
-                Ok(p) => done[i] = Some(p.upload(device)),
+                Ok(HostWeight::Packed(p)) => done[i] = Some(Weight::Packed(p.upload(device))),
+                Ok(HostWeight::Dense(v, shape)) => {
+                    done[i] = Some(Weight::Dense(Tensor::from_data(
+                        TensorData::new(v, shape),
+                        device,
+                    )))
+                }
                 Err(e) => {
                     first_err.get_or_insert(e);
                     // stop handing out jobs; the workers finish the ones they hold
@@ -582,8 +606,6 @@ pub fn substitute_model<B: KernelOps>(
     }
     let mut done = done.into_iter();
     for &l in &list {
-        // on the CPU each layer's dequantization below takes about a second and a half at
-        // the 1.5B's shapes (Burn's integer ops)
         if target.cancelled() {
             return Err(QwenError::Core(dustin_core::CoreError::Cancelled {
                 during: "substitute's quantization",
@@ -599,19 +621,11 @@ pub fn substitute_model<B: KernelOps>(
         }
         let mut seven = seven.into_iter();
         model.layers[l] = target.layers[l].map_linears(|lin| {
-            let packed = seven.next().ok_or_else(|| {
+            let weight = seven.next().ok_or_else(|| {
                 QwenError::Core(dustin_core::CoreError::Model(
                     "seven packed matrices".into(),
                 ))
             })?;
-            // without fused kernels (the CPU) memory is not what SubSpec saves and the
-            // per-product unpacking costs more than the matmul: keep the dequantized values
-            // (bit for bit the packed form's, see `PackedWeight`)
-            let weight = if B::FUSED {
-                Weight::Packed(packed)
-            } else {
-                Weight::Dense(packed.dequantize())
-            };
             Ok::<_, QwenError>(Linear {
                 weight,
                 bias: lin.bias.clone(),
