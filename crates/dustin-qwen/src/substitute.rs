@@ -552,7 +552,7 @@ pub fn substitute_model<B: KernelOps>(
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some(&(l, m)) = jobs.get(i) else { break };
                 // the target's cancel token (`Qwen2::with_cancel`) stops the quantization
-                // between matrices: a 7B target's takes minutes on a CPU
+                // between matrices (Ctrl-C while `dustin generate --draft substitute` builds)
                 if target.cancelled() {
                     let _ = tx.send((
                         i,

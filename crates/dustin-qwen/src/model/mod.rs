@@ -114,8 +114,8 @@ pub struct Qwen2<B: Backend> {
     /// The LM head restricted to part of the vocabulary ([`Qwen2::with_head_vocab`]); `None`:
     /// every id.
     head_subset: Option<Arc<head::HeadSubset<B>>>,
-    /// Checked between prefill chunks ([`Qwen2::with_cancel`]); `None`: a prefill runs to
-    /// its end.
+    /// Checked between the layers of a prefill forward pass and between the matrices of a
+    /// substitute's quantization ([`Qwen2::with_cancel`]); `None`: both run to their end.
     cancel: Option<dustin_core::CancelToken>,
 }
 
