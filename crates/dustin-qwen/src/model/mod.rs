@@ -381,7 +381,9 @@ impl<B: Backend> Qwen2<B> {
     /// [`CoreError::Cancelled`](dustin_core::CoreError::Cancelled) (Ctrl-C during a long
     /// prompt's prefill: on a CPU a 14k-token prompt takes minutes). The cache then holds
     /// the chunk's keys and values of the layers before that one only: prefill it again.
-    /// Decoding passes do not check it; decoding loops check their own token once per step.
+    /// [`substitute_model`](crate::substitute_model) built from this model checks it between
+    /// matrices. Decoding passes do not check it; decoding loops check their own token once
+    /// per step.
     pub fn with_cancel(mut self, token: dustin_core::CancelToken) -> Self {
         self.cancel = Some(token);
         self
