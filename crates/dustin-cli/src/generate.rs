@@ -112,7 +112,7 @@ pub struct GenerateArgs {
     #[arg(long, value_enum)]
     pub offload_memory: Option<OffloadMemory>,
     /// Write every sequence's text, tokens and finish reason (eos, stop_string, length,
-    /// cancelled) to this JSON file, also when generation is cancelled with Ctrl-C.
+    /// cancelled) to this JSON file, also when generation is cancelled with Ctrl-C (or SIGTERM).
     #[arg(long)]
     pub output: Option<PathBuf>,
 }
@@ -132,7 +132,8 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
     dustin_core::memory::set_memory_limit(args.max_memory);
     let cancel = CancelToken::new();
     let c = cancel.clone();
-    // first Ctrl-C: stop after the current step and write what was generated; second: quit
+    // first Ctrl-C (or SIGTERM, SIGHUP): stop after the current step and write what was
+    // generated; second: quit
     let handler = ctrlc::set_handler(move || {
         if c.is_cancelled() {
             eprintln!("\ninterrupted again: exiting now");
