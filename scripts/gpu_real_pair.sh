@@ -318,10 +318,7 @@ step_scoreab() {
     # every kernel's check (SCOREAB_CHECK=scores: the scores' only), then the model's
     # (SCOREAB_MODEL_CHECK=0 skips it)
     if [ -x "$D/dustin-kernels-gpu" ]; then
-        local op=()
-        [ -n "${SCOREAB_CHECK:-}" ] && op=(--op "$SCOREAB_CHECK")
-        timeout 400 "$D/dustin-kernels-gpu" check "${op[@]}" > "$R/check_kernels.txt" 2>&1
-        log "rc=$? check kernels: $(tail -1 "$R/check_kernels.txt")"
+        KCHECK_OP=${SCOREAB_CHECK:-} step_kcheck
     fi
     if [ "${SCOREAB_MODEL_CHECK:-1}" = 1 ]; then
         timeout 300 "$D/dustin-bench" kernel-check --device cuda --model-only \

@@ -606,11 +606,6 @@ pub fn substitute_model<B: KernelOps>(
     }
     let mut done = done.into_iter();
     for &l in &list {
-        if target.cancelled() {
-            return Err(QwenError::Core(dustin_core::CoreError::Cancelled {
-                during: "substitute's quantization",
-            }));
-        }
         let mut seven = Vec::with_capacity(7);
         for _ in 0..7 {
             seven.push(done.next().flatten().ok_or_else(|| {

@@ -87,22 +87,6 @@ impl<B: Backend> PromptRows<B> {
                 return t.clone();
             }
         }
-        let t = self.make(layer, batch, kv_heads, c, device);
-        if self.made.len() <= layer {
-            self.made.resize(layer + 1, None);
-        }
-        self.made[layer] = Some(t.clone());
-        t
-    }
-
-    fn make(
-        &self,
-        layer: usize,
-        batch: usize,
-        kv_heads: usize,
-        c: usize,
-        device: &B::Device,
-    ) -> Tensor<B, 3> {
         let rows: Vec<Tensor<B, 3>> = (0..batch)
             .map(|s| {
                 match self
@@ -116,7 +100,12 @@ impl<B: Backend> PromptRows<B> {
                 }
             })
             .collect();
-        Tensor::cat(rows, 0)
+        let t = Tensor::cat(rows, 0);
+        if self.made.len() <= layer {
+            self.made.resize(layer + 1, None);
+        }
+        self.made[layer] = Some(t.clone());
+        t
     }
 
     /// The recorded rows of `layer`, one per sequence that has one.
