@@ -235,7 +235,8 @@ step_ab() {
 
 # where the host's time goes in `dustin`'s decoding at the pair's shapes, 32k, B=16, with and
 # without a draft budget (HOSTPROF_DB, default "0,2048"): `--host-profile` (sampled stacks
-# and per-phase wall times) in $R/host
+# and per-phase wall times) in $R/host; HOSTPROF_PROFILE=0 leaves out `--profile` (its device
+# waits around each phase), so the stacks are those of the unsynced iteration
 step_hostprof() {
     log "hostprof"
     # every kernel compiled in the process (CubeCL's compilation log): with the PTX cache
@@ -246,7 +247,8 @@ step_hostprof() {
         pair_32k_b16_hostprof --target "$C/Qwen2.5-1.5B-Instruct.config.json" --ctx 32768 \
         --batch 16 --budget 2048 --modes "${HOSTPROF_MODES:-dustin}" \
         --draft-budget "${HOSTPROF_DB:-0,2048}" --accept "$ACC" "${TRACE[@]}" \
-        --host-profile "$R/host" --profile > /dev/null 2>&1
+        --host-profile "$R/host" $([ "${HOSTPROF_PROFILE:-1}" = 0 ] || echo --profile) \
+        > /dev/null 2>&1
     log "rc=$? hostprof"
     rm -f cubecl.toml
 }
