@@ -270,7 +270,7 @@ fn run_on<B: KernelOps>(args: &DemoArgs, dev: &B::Device) -> Result<(), CliError
         }
         let (out, wall, timeline) = run_mode(&pair, &prefill, mode, &run, stream)?;
         if stream {
-            println!();
+            crate::stdout::line("");
             eprintln!("---------------------------");
         }
         let toks = out.tokens[0].clone();
@@ -329,8 +329,8 @@ fn run_on<B: KernelOps>(args: &DemoArgs, dev: &B::Device) -> Result<(), CliError
             ])
             .map_err(|e| CliError::Usage(e.to_string()))?;
     }
-    println!();
-    println!("{}", table.to_markdown());
+    crate::stdout::line("");
+    crate::stdout::line(&table.to_markdown());
     let json = serde_json::json!({
         "model": args.model,
         "draft": args.draft,
@@ -396,9 +396,7 @@ fn run_mode<B: KernelOps>(
         timeline.push((st.elapsed().as_secs_f64(), count as f64));
         if stream {
             if let Ok(s) = dec.push(&pair.tok, t) {
-                print!("{s}");
-                use std::io::Write;
-                let _ = std::io::stdout().flush();
+                crate::stdout::text(&s);
             }
         }
     };

@@ -577,7 +577,7 @@ pub fn run(args: FetchArgs) -> Result<(), CliError> {
         )));
     }
     if args.list {
-        print!("{}", models::list(&root));
+        crate::stdout::text(&models::list(&root));
         return Ok(());
     }
     let spec = models::find(&args.name).ok_or_else(|| models::unknown(&args.name))?;
@@ -595,7 +595,7 @@ pub fn run(args: FetchArgs) -> Result<(), CliError> {
         }
         (None, None) => fetch(spec, &root)?,
     };
-    println!("{}", path.display());
+    crate::stdout::line(&path.display().to_string());
     Ok(())
 }
 

@@ -26,6 +26,7 @@ pub mod models;
 pub mod pair;
 pub mod ppl;
 pub mod serve;
+mod stdout;
 
 /// The exit status of a command's result: success; 130 after a cancellation (Ctrl-C), its
 /// message on stderr; else failure, with `error: ` and the message on stderr followed by

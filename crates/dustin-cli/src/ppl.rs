@@ -64,13 +64,13 @@ fn run_on<B: KernelOps>(args: &PplArgs, dev: &B::Device) -> Result<(), CliError>
     let ids = tok.encode(&book.text)?;
     let enc_secs = t.elapsed().as_secs_f64();
     let back = tok.decode(&ids)?;
-    println!(
+    crate::stdout::line(&format!(
         "tokenizer: {} chars -> {} tokens in {:.2} s; round trip exact: {}",
         book.text.chars().count(),
         ids.len(),
         enc_secs,
         back == book.text
-    );
+    ));
     let n = args
         .tokens
         .min(ids.len())
@@ -87,11 +87,11 @@ fn run_on<B: KernelOps>(args: &PplArgs, dev: &B::Device) -> Result<(), CliError>
     let t = Instant::now();
     let (sum, count) = nll(&model, &ids[..n], args.chunk)?;
     let secs = t.elapsed().as_secs_f64();
-    println!(
+    crate::stdout::line(&format!(
         "perplexity of the first {n} tokens: {:.3} (mean NLL {:.4} nats over {count} predictions) in {secs:.1} s ({:.1} tokens/s)",
         (sum / count as f64).exp(),
         sum / count as f64,
         n as f64 / secs
-    );
+    ));
     Ok(())
 }

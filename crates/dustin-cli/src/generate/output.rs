@@ -1,8 +1,6 @@
 //! What a run leaves: the `--profile` table, `--output` (checked before the run, written
 //! after it) and the texts printed.
 
-use std::io::Write;
-
 use dustin_qwen::generate::FinishReason;
 use dustin_qwen::Tokenizer;
 
@@ -209,7 +207,7 @@ pub(super) fn after_error(
 /// (`dustin generate ... | head`, or a reader stopped by the same Ctrl-C) must not stop the
 /// run before `--output` is written.
 pub(super) fn out_line(text: &str) {
-    let _ = writeln!(std::io::stdout(), "{text}");
+    crate::stdout::line(text);
 }
 
 /// Prints the texts of every sequence but the first (which was streamed), each under a

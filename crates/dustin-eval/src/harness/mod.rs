@@ -107,3 +107,11 @@ fn say(bar: &ProgressBar, msg: String) {
         bar.println(msg);
     }
 }
+
+/// Writes `text` and a newline to standard output, ignoring a failed write: the reports are
+/// written to files first, so a closed pipe (`dustin eval ... | head`) loses nothing and must
+/// not end the command in a panic.
+pub(crate) fn print_line(text: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout(), "{text}");
+}

@@ -123,15 +123,15 @@ pub fn run<B: KernelOps, H: ModelHost>(
         .map_err(uerr)?;
         written.push(path);
     }
-    println!("{}", table.to_markdown());
-    println!(
+    crate::harness::print_line(&table.to_markdown());
+    crate::harness::print_line(&format!(
         "wrote {}",
         written
             .iter()
             .map(|p| p.display().to_string())
             .collect::<Vec<_>>()
             .join(", ")
-    );
+    ));
     Ok(())
 }
 

@@ -325,10 +325,10 @@ pub(crate) fn compute_rows<B: KernelOps, H: ModelHost>(
     }
     if todo == 0 {
         // every row is stored: the report needs no model
-        println!(
+        crate::harness::print_line(&format!(
             "{what}: all {total} rows are in {}",
             args.out.join("results.jsonl").display()
-        );
+        ));
         return Ok(Computed {
             store,
             books,

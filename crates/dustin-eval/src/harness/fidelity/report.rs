@@ -208,8 +208,8 @@ pub(crate) fn report(
         source,
     })?;
     per_source(args, &rows, sels)?;
-    println!("{md}");
-    println!(
+    crate::harness::print_line(&md);
+    crate::harness::print_line(&format!(
         "wrote {}",
         [
             "fidelity.md",
@@ -228,7 +228,7 @@ pub(crate) fn report(
         }))
         .collect::<Vec<_>>()
         .join(", ")
-    );
+    ));
     Ok(())
 }
 

@@ -233,8 +233,8 @@ pub(super) fn report(
         .map_err(uerr)?;
     per.write_markdown(args.out.join("per_sample.md"))
         .map_err(uerr)?;
-    println!("{}", table.to_markdown());
-    println!(
+    crate::harness::print_line(&table.to_markdown());
+    crate::harness::print_line(&format!(
         "wrote {}",
         [
             "longbench.md",
@@ -247,7 +247,7 @@ pub(super) fn report(
         .map(|f| args.out.join(f).display().to_string())
         .collect::<Vec<_>>()
         .join(", ")
-    );
+    ));
     Ok(())
 }
 
