@@ -26,6 +26,10 @@
 //! plain path builds a weight tensor per factor and a mask. The top-k step that follows every
 //! selector ([`KernelOps::top_k_positions`](crate::SelectionOps::top_k_positions), [`top_k`])
 //! selects per row (`select_nth_unstable`) where the plain path sorts the whole context.
+//! Quest's page scores ([`KernelOps::quest_page_scores`](crate::SelectionOps::quest_page_scores),
+//! [`quest_page_scores`]) read each page's bounds once for all the group's query rows, where
+//! the plain path runs two batched matrix products and a maximum over a `[rows, pages]`
+//! matrix.
 
 use rayon::prelude::*;
 
@@ -347,4 +351,124 @@ pub fn top_k(
         }
     });
     out
+}
+
+/// Quest's page scores (Tang et al. 2024, "Quest: Query-Aware Sparsity for Efficient
+/// Long-Context LLM Inference"): per `(sequence, KV head)` and page, the largest over the
+/// group's query rows (query head `h g + r / n_new`, new token `r % n_new`) of
+/// `sum_d max(q_d min_d, q_d max_d)`, computed as `relu(q) . max + min(q, 0) . min` (the same
+/// value). Row-major `[batch, kv_heads, pages]`; pages that start at or past `ctx_lens[b]`
+/// are 0.
+///
+/// `q` is `[batch, q_heads, n_new, head_dim]` contiguous; `kmin` and `kmax` are `[batch,
+/// kv_heads, >= pages, head_dim]`, read at pages below `ctx_lens[b].div_ceil(page_size)`,
+/// which the caller has checked are at most `pages` (and `q_heads` a multiple of
+/// `kv_heads`, `page_size` at least 1: [`crate::check_quest_scores`]).
+///
+/// One task per `(sequence, KV head)` reads each page's bounds where the buffer holds them,
+/// four pages at a time for all the group's rows, with the vector products of
+/// [`crate::cpu_attn`].
+pub fn quest_page_scores(
+    q: &[f32],
+    bounds: [Strided<'_>; 2],
+    shape: Shape,
+    pages: usize,
+    ctx_lens: &[usize],
+    page_size: usize,
+) -> Vec<f32> {
+    let Shape {
+        batch,
+        q_heads,
+        kv_heads,
+        n_new: n,
+        head_dim: d,
+    } = shape;
+    let g = q_heads / kv_heads.max(1);
+    let mut out = vec![0f32; batch * kv_heads * pages];
+    if pages == 0 || g * n * d == 0 {
+        return out;
+    }
+    let isa = Isa::detect();
+    out.par_chunks_mut(pages).enumerate().for_each(|(bh, dst)| {
+        let (b, h) = (bh / kv_heads, bh % kv_heads);
+        let live = ctx_lens[b].div_ceil(page_size).min(pages);
+        // the group's rows, contiguous in `q`: heads h g .. (h + 1) g, every new token
+        let rows = &q[(b * q_heads + h * g) * n * d..][..g * n * d];
+        let pos: Vec<f32> = rows.iter().map(|&x| x.max(0.0)).collect();
+        let neg: Vec<f32> = rows.iter().map(|&x| x.min(0.0)).collect();
+        let job = QuestJob {
+            pos: &pos,
+            neg: &neg,
+            d,
+            bounds: &bounds,
+            b,
+            h,
+        };
+        quest_run(isa, &job, &mut dst[..live]);
+    });
+    out
+}
+
+/// One `(sequence, KV head)`'s page scores: the group's rows split into their positive and
+/// negative parts (`[rows, head_dim]` each), and the bounds `[kmin, kmax]`.
+struct QuestJob<'a> {
+    pos: &'a [f32],
+    neg: &'a [f32],
+    d: usize,
+    bounds: &'a [Strided<'a>; 2],
+    b: usize,
+    h: usize,
+}
+
+/// [`quest_in`] in the best instruction set `isa` allows for the head width.
+fn quest_run(isa: Isa, job: &QuestJob<'_>, dst: &mut [f32]) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512F was detected at run time (`Isa::detect`)
+        Isa::Avx512 if job.d.is_multiple_of(16) => unsafe { quest_avx512(job, dst) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2 and FMA were detected at run time (`Isa::detect`)
+        Isa::Avx512 | Isa::Avx2Fma if job.d.is_multiple_of(8) => unsafe { quest_avx2(job, dst) },
+        // SAFETY: the scalar path needs no feature
+        _ => unsafe { quest_in::<Scalar>(job, dst) },
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn quest_avx512(job: &QuestJob<'_>, dst: &mut [f32]) {
+    // SAFETY: as this function's
+    unsafe { quest_in::<crate::cpu_attn::x86::Avx512>(job, dst) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn quest_avx2(job: &QuestJob<'_>, dst: &mut [f32]) {
+    // SAFETY: as this function's
+    unsafe { quest_in::<crate::cpu_attn::x86::Avx2>(job, dst) }
+}
+
+/// The scores of pages `0 .. dst.len()` of one job, four pages per pass over each row (a
+/// short last group repeats its last page and drops the extra sums).
+///
+/// # Safety
+/// `S`'s instruction set is available and divides the head width.
+#[inline(always)]
+unsafe fn quest_in<S: Simd>(job: &QuestJob<'_>, dst: &mut [f32]) {
+    let d = job.d;
+    let [kmin, kmax] = job.bounds;
+    for (c, out) in dst.chunks_mut(4).enumerate() {
+        let p = |t: usize| 4 * c + t.min(out.len() - 1);
+        let lo = [0, 1, 2, 3].map(|t| kmin.row_at(job.b, job.h, p(t)));
+        let hi = [0, 1, 2, 3].map(|t| kmax.row_at(job.b, job.h, p(t)));
+        let mut best = [f32::NEG_INFINITY; 4];
+        for (qp, qn) in job.pos.chunks_exact(d).zip(job.neg.chunks_exact(d)) {
+            // SAFETY: the caller's; every row and bound is `d` long
+            let (up, down) = unsafe { (S::dot4(qp, hi), S::dot4(qn, lo)) };
+            for t in 0..4 {
+                best[t] = best[t].max(up[t] + down[t]);
+            }
+        }
+        out.copy_from_slice(&best[..out.len()]);
+    }
 }

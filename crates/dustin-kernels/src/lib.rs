@@ -710,6 +710,50 @@ pub fn check_pages(
     Ok(c.div_ceil(page_size).max(1))
 }
 
+/// Checks a call of [`KernelOps::quest_page_scores`](crate::SelectionOps::quest_page_scores):
+/// `q` `[batch, q_heads, n_new, head_dim]` with `n_new >= 1`, bounds `kmin` and `kmax` of one
+/// shape `[batch, kv_heads, pages, head_dim]` with `q_heads` a multiple of `kv_heads`, and
+/// `pages` at least the pages of the longest context (`ctx_lens`, one per sequence).
+/// Returns `pages`.
+///
+/// # Errors
+/// [`KernelError::Shape`] for bounds of another batch, head width or shape than `q` and
+/// each other; [`KernelError::InvalidInput`] naming `q` for its heads or `n_new`, and as
+/// [`check_pages`], or naming `kmin` when it has fewer pages than the contexts need.
+pub fn check_quest_scores(
+    q: [usize; 4],
+    kmin: [usize; 4],
+    kmax: [usize; 4],
+    ctx_lens: &[usize],
+    page_size: usize,
+) -> Result<usize> {
+    let [b, hq, n, d] = q;
+    let [kb, kvh, pages, kd] = kmin;
+    if kb != b || kd != d || kvh == 0 || kmax != kmin {
+        return Err(KernelError::Shape {
+            name: "kmin/kmax",
+            expected: vec![b, kvh.max(1), pages, d],
+            found: kmax.to_vec(),
+        });
+    }
+    if hq % kvh != 0 || n == 0 {
+        return Err(KernelError::invalid(
+            "q",
+            format!("heads a multiple of {kvh}, n_new >= 1"),
+            format!("{hq} heads, n_new {n}"),
+        ));
+    }
+    let need = check_pages(ctx_lens, b, usize::MAX, page_size)?;
+    if need > pages {
+        return Err(KernelError::invalid(
+            "kmin",
+            format!("at least {need} pages"),
+            pages,
+        ));
+    }
+    Ok(pages)
+}
+
 /// The CPU backend: host kernels for the attention of decoding and verification, RoPE and
 /// cache writes ([`cpu_attn`]), the f32 skinny GEMM of [`cpu_skinny`] and the block kernels of
 /// [`cpu_quant`] for decode and verify rows, and the plain path ([`plain`]) for the rest.

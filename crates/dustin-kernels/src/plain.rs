@@ -475,23 +475,9 @@ pub fn quest_page_scores<B: Backend>(
     ctx_lens: &[usize],
     page_size: usize,
 ) -> Result<Tensor<B, 3>> {
+    let pages = crate::check_quest_scores(q.dims(), kmin.dims(), kmax.dims(), ctx_lens, page_size)?;
     let [b, hq, n, d] = q.dims();
-    let [kb, kvh, pages, kd] = kmin.dims();
-    if kb != b || kd != d || kvh == 0 || kmax.dims() != kmin.dims() || hq % kvh != 0 || n == 0 {
-        return Err(KernelError::Shape {
-            name: "kmin/kmax",
-            expected: vec![b, kvh.max(1), pages, d],
-            found: kmax.dims().to_vec(),
-        });
-    }
-    let need = check_pages(ctx_lens, b, usize::MAX, page_size)?;
-    if need > pages {
-        return Err(KernelError::invalid(
-            "kmin",
-            format!("at least {need} pages"),
-            pages,
-        ));
-    }
+    let kvh = kmin.dims()[1];
     let g = hq / kvh;
     let device = q.device();
     let qg = q.reshape([b, kvh, g * n, d]);

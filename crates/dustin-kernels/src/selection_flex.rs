@@ -1,6 +1,6 @@
 //! [`SelectionOps`] on [`Flex`]: the head-subset scores, the `dustin` estimator's fold and
-//! mix and the top-k of [`crate::cpu_scores`] on the f32 storage of Burn-flex tensors (the
-//! other selection ops take the plain path).
+//! mix, Quest's page scores and the top-k of [`crate::cpu_scores`] on the f32 storage of
+//! Burn-flex tensors (Quest's page bounds take the plain path).
 
 use burn_flex::Flex;
 use burn_tensor::{Int, Tensor, TensorData};
@@ -68,6 +68,56 @@ impl SelectionOps for burn_flex::Flex {
         let (v, shape) = head_subset_scores(q, k, ctx_lens, heads, scale, true)?;
         Ok(tensor(v, shape))
     }
+
+    fn quest_page_scores(
+        q: Tensor<Self, 4>,
+        kmin: Tensor<Self, 4>,
+        kmax: Tensor<Self, 4>,
+        ctx_lens: &[usize],
+        page_size: usize,
+    ) -> Result<Tensor<Self, 3>> {
+        quest_page_scores(q, kmin, kmax, ctx_lens, page_size)
+    }
+}
+
+/// [`KernelOps::quest_page_scores`](crate::SelectionOps::quest_page_scores) on the CPU
+/// ([`cpu_scores::quest_page_scores`]): f32 `[batch, kv_heads, pages]`.
+///
+/// # Errors
+/// As the trait method: [`crate::check_quest_scores`].
+fn quest_page_scores(
+    q: Tensor<Flex, 4>,
+    kmin: Tensor<Flex, 4>,
+    kmax: Tensor<Flex, 4>,
+    ctx_lens: &[usize],
+    page_size: usize,
+) -> Result<Tensor<Flex, 3>> {
+    let [b, q_heads, n_new, head_dim] = q.dims();
+    let kv_heads = kmin.dims()[1];
+    let pages = crate::check_quest_scores(q.dims(), kmin.dims(), kmax.dims(), ctx_lens, page_size)?;
+    let qs = host_f32(prim(q));
+    let (lo, hi) = (readable(prim(kmin)), readable(prim(kmax)));
+    let (Some(lo_view), Some(hi_view)) = (strided(&lo), strided(&hi)) else {
+        return Err(KernelError::Unsupported(
+            "page bounds of this layout".into(),
+        ));
+    };
+    let shape = Shape {
+        batch: b,
+        q_heads,
+        kv_heads,
+        n_new,
+        head_dim,
+    };
+    let out = cpu_scores::quest_page_scores(
+        qs.as_slice::<f32>().unwrap_or(&[]),
+        [lo_view, hi_view],
+        shape,
+        pages,
+        ctx_lens,
+        page_size,
+    );
+    Ok(tensor(out, [b, kv_heads, pages]))
 }
 
 /// [`KernelOps::head_subset_scores`](crate::SelectionOps::head_subset_scores) (`per_row`

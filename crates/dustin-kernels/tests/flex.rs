@@ -286,9 +286,16 @@ fn head_subset_scores_read_a_strided_view_at_any_head_width() {
     }
 }
 
+/// Quest's page bounds (the plain path) and page scores: the CPU's host kernel, also over
+/// bounds that are a view of a wider buffer (as the estimator passes them), and the plain
+/// path's matrix products, against float64 loops. The extra cases reach the scalar loop
+/// (head width 12) and the model's head width (128, group 6).
 #[test]
 fn quest_bounds_and_scores_match_f64_reference() {
-    for c in cases() {
+    let mut all = cases();
+    all.push(Inputs::new(2, 6, 2, 3, 12, &[45, 29], 7));
+    all.push(Inputs::new(1, 12, 2, 5, 128, &[301], 8));
+    for c in all {
         let page = 4;
         let cmax = c.ctx.iter().max().copied().unwrap_or(0);
         let pages = cmax.div_ceil(page).max(1);
@@ -297,10 +304,39 @@ fn quest_bounds_and_scores_match_f64_reference() {
         let (rmn, rmx) = reference::page_bounds(&c.k, &c.dims, &c.ctx, page, pages);
         assert_eq!(reference::rel_err(&host(mn.clone()), &rmn), 0.0);
         assert_eq!(reference::rel_err(&host(mx.clone()), &rmx), 0.0);
-        let s = Flex::quest_page_scores(q, mn, mx, &c.ctx, page).expect("scores");
         let r = reference::page_scores(&c.q, &rmn, &rmx, &c.dims, &c.ctx, page, pages);
-        let e = reference::rel_err(&host(s), &r);
-        assert!(e < BOUND, "quest {:?}: rel err {e}", c.dims);
+        // bounds in a buffer 3 pages wider, its first `pages` pages passed as a view
+        let wide = |t: Tensor<Flex, 4>| {
+            let [b, h, _, d] = t.dims();
+            let filler = Tensor::<Flex, 4>::full([b, h, 3, d], 1e6, &dev());
+            Tensor::cat(vec![t, filler], 2).narrow(2, 0, pages)
+        };
+        let runs = [
+            (
+                "host kernel",
+                Flex::quest_page_scores(q.clone(), mn.clone(), mx.clone(), &c.ctx, page),
+            ),
+            (
+                "host kernel, views",
+                Flex::quest_page_scores(
+                    q.clone(),
+                    wide(mn.clone()),
+                    wide(mx.clone()),
+                    &c.ctx,
+                    page,
+                ),
+            ),
+            (
+                "plain path",
+                dustin_kernels::plain::quest_page_scores(q.clone(), mn, mx, &c.ctx, page),
+            ),
+        ];
+        for (what, s) in runs {
+            let got = host(s.expect("scores"));
+            assert_eq!(got.len(), r.len(), "{what} {:?}", c.dims);
+            let e = reference::rel_err(&got, &r);
+            assert!(e < BOUND, "quest {what} {:?}: rel err {e}", c.dims);
+        }
     }
 }
 

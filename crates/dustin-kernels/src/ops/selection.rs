@@ -17,11 +17,13 @@ use burn_tensor::Tensor;
 /// Part of [`KernelOps`](crate::KernelOps); every method defaults to the plain path.
 pub trait SelectionOps: KernelBackend {
     /// Whether [`KernelOps::head_subset_scores`](crate::SelectionOps::head_subset_scores),
-    /// [`KernelOps::head_subset_row_scores`](crate::SelectionOps::head_subset_row_scores) and
+    /// [`KernelOps::head_subset_row_scores`](crate::SelectionOps::head_subset_row_scores),
+    /// [`KernelOps::quest_page_scores`](crate::SelectionOps::quest_page_scores) and
     /// [`KernelOps::top_k_positions`](crate::SelectionOps::top_k_positions) are this
     /// backend's own kernels (CUDA's; the CPU's host kernels of [`crate::cpu_scores`]) rather
     /// than the plain path, so that callers with a Burn-op path of their own (the `dustin`
-    /// estimator's contribution, the oracle, `dustin_select`'s top-k step) take them.
+    /// estimator's contribution, the oracle, Quest's scores, `dustin_select`'s top-k step)
+    /// take them.
     /// Default false.
     const SELECTION_KERNELS: bool = false;
 

@@ -276,10 +276,11 @@ impl<B: dustin_kernels::KernelOps> ImportanceEstimator<B> for Quest<B> {
         let p = self.cfg.page_size;
         let pages = if c > 0 {
             let (kmin, kmax) = self.bounds(a.layer, a.k, a.ctx_lens, c)?;
-            // the fused page-scoring kernel where the backend has one: Burn's matmul here
+            // the backend's page-scoring kernel where it has one: on CUDA Burn's matmul here
             // would be re-autotuned whenever the page count changes (its tuning key holds the
-            // shapes' power-of-two alignment)
-            let fused = if B::FUSED {
+            // shapes' power-of-two alignment); on the CPU the host kernel reads each page's
+            // bounds once for all the group's rows
+            let fused = if B::FUSED || B::SELECTION_KERNELS {
                 match B::quest_page_scores(a.q.clone(), kmin.clone(), kmax.clone(), a.ctx_lens, p) {
                     Ok(s) => Some(s),
                     Err(dustin_kernels::KernelError::Unsupported(_)) => None,
