@@ -136,7 +136,8 @@ impl<B: Backend> Quest<B> {
     /// when every context is `c`, else through
     /// [`dustin_kernels::SelectionOps::quest_page_bounds`] over the tail, whose pages at or past
     /// a sequence's context are 0 (their scores are then 0 as well, and the top-k never reads
-    /// past a context).
+    /// past a context). On a backend with fused kernels (CUDA) every bound comes from that
+    /// kernel, never from Burn's reductions (autotuned there for each new shape).
     ///
     /// # Errors
     /// The kernel's errors, as [`CoreError`].
@@ -159,12 +160,19 @@ impl<B: Backend> Quest<B> {
         // the full pages not kept yet
         if full > buf.full {
             let from = buf.full;
-            let new = k
-                .clone()
-                .slice([0..b, 0..kvh, from * p..full * p, 0..d])
-                .reshape([b, kvh, full - from, p, d]);
-            let nmin = new.clone().min_dim(3).reshape([b, kvh, full - from, d]);
-            let nmax = new.max_dim(3).reshape([b, kvh, full - from, d]);
+            let new = k.clone().slice([0..b, 0..kvh, from * p..full * p, 0..d]);
+            let (nmin, nmax) = if B::FUSED {
+                // the backend's kernel: Burn's reductions are autotuned per shape on CUDA, and
+                // the count of new pages changes from call to call
+                B::quest_page_bounds(new, &vec![(full - from) * p; b], p)
+                    .map_err(crate::topk::kernel_error)?
+            } else {
+                let new = new.reshape([b, kvh, full - from, p, d]);
+                (
+                    new.clone().min_dim(3).reshape([b, kvh, full - from, d]),
+                    new.max_dim(3).reshape([b, kvh, full - from, d]),
+                )
+            };
             let r = [0..b, 0..kvh, from..full, 0..d];
             buf.kmin = buf.kmin.slice_assign(r.clone(), nmin);
             buf.kmax = buf.kmax.slice_assign(r, nmax);
@@ -172,7 +180,7 @@ impl<B: Backend> Quest<B> {
         }
         // the partial pages, into the scratch past the full ones
         if full < pages {
-            let (tmin, tmax) = if shortest == c {
+            let (tmin, tmax) = if shortest == c && !B::FUSED {
                 let last = k.clone().slice([0..b, 0..kvh, full * p..c, 0..d]);
                 (last.clone().min_dim(2), last.max_dim(2))
             } else {
