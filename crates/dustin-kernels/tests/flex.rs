@@ -557,6 +557,34 @@ fn bad_input_is_an_error_not_a_panic() {
         Err(KernelError::Shape { name: "src", .. })
     ));
     assert!(Flex::head_subset_scores(q, k.clone(), &[5], &[1, 1], 1.0).is_err());
+    // Quest's page scores (the host kernel): bounds of another shape, too few pages for the
+    // context, page size 0, a query group that does not divide
+    let (q, _, _) = c.tensors();
+    let b4 = |pages: usize, d: usize| Tensor::<Flex, 4>::zeros([1, 2, pages, d], &dev());
+    let qd = q.dims()[3];
+    assert!(matches!(
+        Flex::quest_page_scores(q.clone(), b4(3, qd), b4(4, qd), &[5], 2),
+        Err(KernelError::Shape {
+            name: "kmin/kmax",
+            ..
+        })
+    ));
+    assert!(matches!(
+        Flex::quest_page_scores(q.clone(), b4(2, qd), b4(2, qd), &[5], 2),
+        Err(KernelError::InvalidInput { name: "kmin", .. })
+    ));
+    assert!(matches!(
+        Flex::quest_page_scores(q.clone(), b4(3, qd), b4(3, qd), &[5], 0),
+        Err(KernelError::InvalidInput {
+            name: "page_size",
+            ..
+        })
+    ));
+    let odd = Tensor::<Flex, 4>::zeros([1, 3, 3, qd], &dev());
+    assert!(matches!(
+        Flex::quest_page_scores(q, odd.clone(), odd, &[5], 2),
+        Err(KernelError::InvalidInput { name: "q", .. })
+    ));
     assert!(Flex::quest_page_bounds(k, &[5], 0).is_err());
 }
 
