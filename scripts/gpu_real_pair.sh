@@ -34,6 +34,8 @@
 #   hostprof  `--host-profile` and `--profile` of `dustin` (HOSTPROF_MODES) at the pair's shapes,
 #             with and without a draft budget, and CubeCL's log of the kernels it compiles
 #   complog   the kernels `dustin` compiles with 6 and with 24 timed iterations (PTX cache off)
+#   latecomp  the iteration at which each kernel is compiled or tuned (LATECOMP_MODES), from
+#             CubeCL's logs in order with `e2e --mark-iterations`
 #   rkvab     RoPE and the cache write as one launch (`--rope-kv-write off,on`): the full
 #             `kernel-check`, then `ar`, `dense`, `dustin` at the pair's shapes in one process
 #   draftncu  ncu over a `dustin` (DRAFTNCU_MODES) iteration at the pair's shapes (1 target
@@ -250,6 +252,28 @@ step_hostprof() {
         --host-profile "$R/host" $([ "${HOSTPROF_PROFILE:-1}" = 0 ] || echo --profile) \
         > /dev/null 2>&1
     log "rc=$? hostprof"
+    rm -f cubecl.toml
+}
+
+# which iteration first meets each kernel compiled or tuned while decoding: CubeCL's
+# compilation and autotune logs on stderr (a `cubecl.toml` in the working folder), in order
+# with `e2e --mark-iterations`, one process per mode (LATECOMP_MODES, default "quest snapkv
+# dustin") at the pair's shapes, 32k, B=16; $R/latecomp_MODE.txt holds each whole log and
+# $R/latecomp.txt the log lines met after the first warm-up iteration
+step_latecomp() {
+    log "latecomp"
+    printf '[compilation.logger]\nlevel = "basic"\nstderr = true\n[autotune.logger]\nlevel = "minimal"\nstderr = true\n' \
+        > cubecl.toml
+    local m
+    for m in ${LATECOMP_MODES:-quest snapkv dustin}; do
+        LIMIT=${LATECOMP_LIMIT:-150} bash "$D/gpu_e2e.sh" run "latecomp_$m" \
+            --target "$C/Qwen2.5-1.5B-Instruct.config.json" --ctx 32768 --batch 16 --budget 2048 \
+            --modes "$m" --accept "$ACC" "${TRACE[@]}" --mark-iterations > /dev/null 2>&1
+        log "rc=$? latecomp $m"
+        # from the end of the first warm-up iteration on: the markers and every other log line
+        awk -v m="$m" '/: iteration 1 done/ {on = 1} on && !/^\|/ {print m ": " $0}' \
+            "$R/latecomp_$m.txt" >> "$R/latecomp.txt"
+    done
     rm -f cubecl.toml
 }
 
@@ -531,7 +555,7 @@ job() {
     local step waited=0
     for step in ${STEPS:-shapes fidelity acceptance hf longbench}; do
         case $step in
-        check | kcheck | modes | shapes | memab | memlog | memtrace | coldwarm | firstiter | ab | draftncu | scoreab | launchab | hostprof | rkvab | complog) ;;
+        check | kcheck | modes | shapes | memab | memlog | memtrace | coldwarm | firstiter | ab | draftncu | scoreab | launchab | hostprof | rkvab | complog | latecomp) ;;
         *) [ $waited = 1 ] || weights; waited=1 ;;
         esac
         "step_$step"

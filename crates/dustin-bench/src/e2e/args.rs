@@ -88,6 +88,12 @@ pub struct E2eArgs {
     /// a `cubecl.toml`), to see which phase makes an allocation (`dustin_qwen::profile::set_trace`).
     #[arg(long, requires = "profile")]
     pub trace_phases: bool,
+    /// Write a line to standard error as the prefill and each iteration end (`e2e: MODE:
+    /// iteration N done (warm-up)`, `(timed)` or `(after the timed ones)`), in order with a backend log written there
+    /// (CubeCL's compilation or autotune logger with `stderr = true` in a `cubecl.toml`), to
+    /// see which iteration first meets a kernel or a tuning.
+    #[arg(long)]
+    pub mark_iterations: bool,
     /// Profile the host over each row's timed iterations: one report per row in this folder
     /// (`host-{mode}-{ctx}-b{batch}-l{target layers}[-tp{n}].txt`): each thread's CPU time
     /// next to the wall time and, in a binary built with the `host-profile` feature (xtask's

@@ -433,6 +433,20 @@ pub(super) fn measure<B: KernelOps>(
                             return;
                         }
                         seen += 1;
+                        if args.mark_iterations {
+                            match seen - 1 {
+                                0 => eprintln!("e2e: {label}: prefill done"),
+                                i if i <= warmup => {
+                                    eprintln!("e2e: {label}: iteration {i} done (warm-up)")
+                                }
+                                i if i <= warmup + iters => {
+                                    eprintln!("e2e: {label}: iteration {i} done (timed)")
+                                }
+                                i => eprintln!(
+                                    "e2e: {label}: iteration {i} done (after the timed ones)"
+                                ),
+                            }
+                        }
                         if let Some(dir) = &args.host_profile {
                             let r = if seen == warmup + 1 {
                                 dustin_cli::host_profile::HostProfile::start(dir, &host_name)
