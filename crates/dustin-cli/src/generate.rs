@@ -31,7 +31,7 @@ use memory::offload_plan;
 pub use options::{
     build_policy, draft_selection, model_path, parse_bytes, read_config, read_prompts, FileConfig,
 };
-use output::{after_error, check_output_path, finish_run, out_line, print_profile, print_rest};
+use output::{after_error, check_output_path, finish_run, print_profile, print_rest};
 
 /// Arguments of `dustin generate`.
 #[derive(Debug, Args)]
@@ -307,7 +307,7 @@ fn run_on<B: KernelOps>(
                 Ok(o) => o,
                 Err(e) => return after_error(args, &tok, ids.len(), e.into()),
             };
-            out_line("");
+            crate::stdout::line("");
             print_rest(&tok, &o.tokens)?;
             let fin = finish_run(args, &tok, &o.tokens, &o.finish);
             let gen: usize = o.tokens.iter().map(Vec::len).sum();
@@ -410,7 +410,7 @@ fn run_on<B: KernelOps>(
                 Ok(o) => o,
                 Err(e) => return after_error(args, &tok, ids.len(), e.into()),
             };
-            out_line("");
+            crate::stdout::line("");
             print_rest(&tok, &o.tokens)?;
             let fin = finish_run(args, &tok, &o.tokens, &o.finish);
             let s = &o.summary;

@@ -4,7 +4,9 @@
 
 use std::io::Write;
 
-/// Writes `text` and a newline to standard output, ignoring a failed write (a closed pipe).
+/// Writes `text` and a newline to standard output, ignoring a failed write: a closed pipe
+/// (`dustin generate ... | head`, or a reader stopped by the same Ctrl-C) must not stop the
+/// run before `--output` is written.
 pub(crate) fn line(text: &str) {
     let _ = writeln!(std::io::stdout(), "{text}");
 }

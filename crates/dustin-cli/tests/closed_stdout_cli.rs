@@ -4,19 +4,12 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// Runs `dustin ARGS` with its standard output closed before anything is printed:
 /// `(exit code, stderr)`.
 fn closed_stdout(args: &[&str]) -> (Option<i32>, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_dustin"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run dustin");
-    drop(child.stdout.take());
-    let o = child.wait_with_output().expect("wait");
+    let o = common::closed_stdout(Command::new(env!("CARGO_BIN_EXE_dustin")).args(args));
     (
         o.status.code(),
         String::from_utf8_lossy(&o.stderr).into_owned(),

@@ -728,14 +728,8 @@ fn a_closed_standard_output_keeps_the_output_file() {
         if let Some(d) = draft {
             cmd.args(["--draft", d]);
         }
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run dustin");
         // the reader goes away before anything is printed
-        drop(child.stdout.take());
-        let o = child.wait_with_output().expect("wait");
+        let o = common::closed_stdout(&mut cmd);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(0), "draft {draft:?}: {err}");
         let json: serde_json::Value =

@@ -118,32 +118,58 @@ struct Job<'a> {
     per_row: bool,
 }
 
-/// [`job`] in the best instruction set `isa` allows for the head width.
-fn run(isa: Isa, job: &Job<'_>, dst: &mut [f32]) {
+/// A job of one `(sequence, KV head)` written for any vector width ([`Simd`]): [`run`] picks
+/// the instruction set.
+trait SimdJob {
+    /// The head width the vector products run over.
+    fn head_dim(&self) -> usize;
+
+    /// The job into `dst`.
+    ///
+    /// # Safety
+    /// `S`'s instruction set is available and divides [`SimdJob::head_dim`].
+    unsafe fn run_in<S: Simd>(&self, dst: &mut [f32]);
+}
+
+/// `job` in the best instruction set `isa` allows for its head width.
+fn run<J: SimdJob>(isa: Isa, job: &J, dst: &mut [f32]) {
+    let d = job.head_dim();
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: AVX-512F was detected at run time (`Isa::detect`)
-        Isa::Avx512 if job.d.is_multiple_of(16) => unsafe { job_avx512(job, dst) },
+        Isa::Avx512 if d.is_multiple_of(16) => unsafe { run_avx512(job, dst) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: AVX2 and FMA were detected at run time (`Isa::detect`)
-        Isa::Avx512 | Isa::Avx2Fma if job.d.is_multiple_of(8) => unsafe { job_avx2(job, dst) },
+        Isa::Avx512 | Isa::Avx2Fma if d.is_multiple_of(8) => unsafe { run_avx2(job, dst) },
         // SAFETY: the scalar path needs no feature
-        _ => unsafe { job_in::<Scalar>(job, dst) },
+        _ => unsafe { job.run_in::<Scalar>(dst) },
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn job_avx512(job: &Job<'_>, dst: &mut [f32]) {
+unsafe fn run_avx512<J: SimdJob>(job: &J, dst: &mut [f32]) {
     // SAFETY: as this function's
-    unsafe { job_in::<crate::cpu_attn::x86::Avx512>(job, dst) }
+    unsafe { job.run_in::<crate::cpu_attn::x86::Avx512>(dst) }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn job_avx2(job: &Job<'_>, dst: &mut [f32]) {
+unsafe fn run_avx2<J: SimdJob>(job: &J, dst: &mut [f32]) {
     // SAFETY: as this function's
-    unsafe { job_in::<crate::cpu_attn::x86::Avx2>(job, dst) }
+    unsafe { job.run_in::<crate::cpu_attn::x86::Avx2>(dst) }
+}
+
+impl SimdJob for Job<'_> {
+    fn head_dim(&self) -> usize {
+        self.d
+    }
+
+    #[inline(always)]
+    unsafe fn run_in<S: Simd>(&self, dst: &mut [f32]) {
+        // SAFETY: the caller's
+        unsafe { job_in::<S>(self, dst) }
+    }
 }
 
 /// Scores, softmax and sums of one job into `dst` (its `[width]` or `[n_new, width]` part
@@ -404,7 +430,7 @@ pub fn quest_page_scores(
             b,
             h,
         };
-        quest_run(isa, &job, &mut dst[..live]);
+        run(isa, &job, &mut dst[..live]);
     });
     out
 }
@@ -420,32 +446,16 @@ struct QuestJob<'a> {
     h: usize,
 }
 
-/// [`quest_in`] in the best instruction set `isa` allows for the head width.
-fn quest_run(isa: Isa, job: &QuestJob<'_>, dst: &mut [f32]) {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX-512F was detected at run time (`Isa::detect`)
-        Isa::Avx512 if job.d.is_multiple_of(16) => unsafe { quest_avx512(job, dst) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX2 and FMA were detected at run time (`Isa::detect`)
-        Isa::Avx512 | Isa::Avx2Fma if job.d.is_multiple_of(8) => unsafe { quest_avx2(job, dst) },
-        // SAFETY: the scalar path needs no feature
-        _ => unsafe { quest_in::<Scalar>(job, dst) },
+impl SimdJob for QuestJob<'_> {
+    fn head_dim(&self) -> usize {
+        self.d
     }
-}
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn quest_avx512(job: &QuestJob<'_>, dst: &mut [f32]) {
-    // SAFETY: as this function's
-    unsafe { quest_in::<crate::cpu_attn::x86::Avx512>(job, dst) }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn quest_avx2(job: &QuestJob<'_>, dst: &mut [f32]) {
-    // SAFETY: as this function's
-    unsafe { quest_in::<crate::cpu_attn::x86::Avx2>(job, dst) }
+    #[inline(always)]
+    unsafe fn run_in<S: Simd>(&self, dst: &mut [f32]) {
+        // SAFETY: the caller's
+        unsafe { quest_in::<S>(self, dst) }
+    }
 }
 
 /// The scores of pages `0 .. dst.len()` of one job, four pages per pass over each row (a

@@ -142,7 +142,7 @@ pub(super) fn finish_run(
             .map_err(|e| CliError::Usage(format!("--output: {e}")))?;
         if let Err(source) = std::fs::write(path, text.clone() + "\n") {
             // keep what was generated: the JSON on standard output, then the error
-            out_line(&text);
+            crate::stdout::line(&text);
             eprintln!(
                 "could not write --output {}: the JSON is on standard output above",
                 path.display()
@@ -203,13 +203,6 @@ pub(super) fn after_error(
     )
 }
 
-/// Writes `text` and a newline to standard output, ignoring a failed write: a closed pipe
-/// (`dustin generate ... | head`, or a reader stopped by the same Ctrl-C) must not stop the
-/// run before `--output` is written.
-pub(super) fn out_line(text: &str) {
-    crate::stdout::line(text);
-}
-
 /// Prints the texts of every sequence but the first (which was streamed), each under a
 /// `--- sequence i ---` header.
 ///
@@ -217,7 +210,7 @@ pub(super) fn out_line(text: &str) {
 /// [`CliError::Tokenizer`](crate::CliError) when a sequence's tokens do not decode.
 pub(super) fn print_rest(tok: &Tokenizer, tokens: &[Vec<u32>]) -> Result<(), CliError> {
     for (i, t) in tokens.iter().enumerate().skip(1) {
-        out_line(&format!(
+        crate::stdout::line(&format!(
             "--- sequence {i} ---\n{}",
             tok.decode(&text_ids(t, &tok.eos_ids))?
         ));

@@ -3,6 +3,7 @@
 //! and a config without EOS and with a long position limit.
 
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
 
 /// A fresh scratch directory for `test`.
 pub fn scratch(test: &str) -> PathBuf {
@@ -45,4 +46,17 @@ pub fn tiny_model(dir: &Path, max_positions: usize) -> PathBuf {
     std::fs::copy(src.join("model.safetensors"), m.join("model.safetensors")).expect("weights");
     std::fs::write(m.join("tokenizer.json"), tokenizer_json(96)).expect("tokenizer");
     m
+}
+
+/// Runs `cmd` with its standard output closed before anything is printed (the reader of
+/// `dustin ... | head -0` gone), stderr captured.
+#[allow(dead_code)] // used by the test files that check a closed standard output
+pub fn closed_stdout(cmd: &mut Command) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run dustin");
+    drop(child.stdout.take());
+    child.wait_with_output().expect("wait")
 }

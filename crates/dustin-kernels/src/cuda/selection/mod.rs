@@ -565,30 +565,10 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> SelectionOps for Cube<F, I
         ctx_lens: &[usize],
         page_size: usize,
     ) -> Result<Tensor<Self, 3>> {
+        let pages =
+            crate::check_quest_scores(q.dims(), kmin.dims(), kmax.dims(), ctx_lens, page_size)?;
         let [b, hq, n, d] = q.dims();
-        let [kb, kvh, pages, kd] = kmin.dims();
-        if kb != b || kd != d || kvh == 0 || kmax.dims() != kmin.dims() {
-            return Err(KernelError::Shape {
-                name: "kmin/kmax",
-                expected: vec![b, kvh.max(1), pages, d],
-                found: kmax.dims().to_vec(),
-            });
-        }
-        if hq % kvh != 0 || n == 0 {
-            return Err(KernelError::invalid(
-                "q",
-                format!("heads a multiple of {kvh}, n_new >= 1"),
-                format!("{hq} heads, n_new {n}"),
-            ));
-        }
-        let need = check_pages(ctx_lens, b, usize::MAX, page_size)?;
-        if need > pages {
-            return Err(KernelError::invalid(
-                "kmin",
-                format!("at least {need} pages"),
-                pages,
-            ));
-        }
+        let kvh = kmin.dims()[1];
         let g = hq / kvh;
         if g * n * d * 4 + kernels::PAGE_TILE_BYTES > 160 * 1024 {
             return Err(KernelError::Unsupported(format!(
