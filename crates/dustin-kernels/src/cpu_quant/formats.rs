@@ -15,7 +15,7 @@
 //! | `Q5_K` | `half d; half dmin; uint8 scales[12]; uint8 qh[32]; uint8 qs[128]` | 256 | 176 | as `Q4_K`, bit 4 of element `32 j + l` from bit `j` of `qh[l]` |
 //! | `Q6_K` | `uint8 ql[128]; uint8 qh[64]; int8 scales[16]; half d` | 256 | 210 | 16 sub-blocks of 16: `(d * scales[s]) * (q - 32)` |
 
-use super::blocks::{run, Fmt, Kind, WGroup, BLOCK};
+use super::blocks::{run, Fmt, Kind, WGroup};
 use super::tile::Kern;
 use super::QuantType;
 
@@ -30,71 +30,70 @@ unsafe fn half_at<K: Kern>(b: &[u8], at: usize) -> f32 {
 
 /// A format of 32-element blocks of `N` bytes (the `Q*_0` / `Q*_1` formats).
 trait Block32<const N: usize> {
-    /// One block into its 32 `q` in element order; returns its `(scale, min)`.
+    /// A block's `(scale, min)`.
     ///
     /// # Safety
     /// The instruction set of `K` is available.
-    unsafe fn block<K: Kern>(blk: &[u8; N], q: &mut [u8; BLOCK]) -> (f32, f32);
+    unsafe fn scales<K: Kern>(blk: &[u8; N]) -> (f32, f32);
+
+    /// Vectors `2 k` and `2 k + 1` of a group (`out[..32]`, `out[32..]`, laid out by [`run`])
+    /// from blocks `k` (`a`) and `k + 4` (`b`).
+    ///
+    /// # Safety
+    /// The instruction set of `K` is available.
+    unsafe fn pair<K: Kern>(a: &[u8; N], b: &[u8; N], out: &mut [u8; 64]);
 }
 
-/// Group `g` of a row of the 32-element blocks of `B`: blocks `8 g .. 8 g + 8`, each decoded
-/// by [`Block32::block`] and laid out by [`run`]; blocks past the row's end are zero. Blocks
-/// `k` and `k + 4` are decoded together and their vectors written whole (32-byte stores that
-/// the products' loads can take from the store buffer), with fixed-size arrays throughout so
-/// that this vectorizes, and no closures: a closure would not inherit the instruction set of
-/// the `#[target_feature]` function it ends up in, and the intrinsics in it would stay calls.
+/// Group `g` of a row of the 32-element blocks of `B`: blocks `8 g .. 8 g + 8`, blocks `k` and
+/// `k + 4` decoded together by [`Block32::pair`] straight into their two vectors; blocks past
+/// the row's end are zero. Fixed-size arrays throughout so that this vectorizes, and no
+/// closures: a closure would not inherit the instruction set of the `#[target_feature]`
+/// function it ends up in, and the intrinsics in it would stay calls.
 ///
 /// # Safety
 /// The instruction set of `K` is available.
 #[inline(always)]
 unsafe fn blocks32<K: Kern, B: Block32<N>, const N: usize>(row: &[u8], g: usize, out: &mut WGroup) {
+    let zero = [0u8; N];
     for k in 0..4 {
-        let mut q = [[0u8; BLOCK]; 2];
-        for (p, qp) in q.iter_mut().enumerate() {
-            let b = k + 4 * p;
-            let i = g * 8 + b;
-            let (s, m) = match row.get(i * N..).and_then(|r| r.first_chunk::<N>()) {
-                // SAFETY: as this function's.
-                Some(blk) => unsafe { B::block::<K>(blk, qp) },
-                None => (0.0, 0.0),
-            };
-            out.scale[b] = s;
-            out.min[b] = m;
-        }
-        for h in 0..2 {
-            let mut v = [0u8; 32];
-            v[..16].copy_from_slice(&q[0][16 * h..16 * h + 16]);
-            v[16..].copy_from_slice(&q[1][16 * h..16 * h + 16]);
-            out.q[32 * (2 * k + h)..32 * (2 * k + h) + 32].copy_from_slice(&v);
+        let (i, j) = (g * 8 + k, g * 8 + k + 4);
+        let a = row.get(i * N..).and_then(|r| r.first_chunk::<N>());
+        let b = row.get(j * N..).and_then(|r| r.first_chunk::<N>());
+        let (sa, ma) = match a {
+            // SAFETY: as this function's.
+            Some(a) => unsafe { B::scales::<K>(a) },
+            None => (0.0, 0.0),
+        };
+        let (sb, mb) = match b {
+            // SAFETY: as this function's.
+            Some(b) => unsafe { B::scales::<K>(b) },
+            None => (0.0, 0.0),
+        };
+        (out.scale[k], out.min[k], out.scale[k + 4], out.min[k + 4]) = (sa, ma, sb, mb);
+        let pair = out.q[64 * k..64 * k + 64]
+            .first_chunk_mut::<64>()
+            .expect("a group holds 4 pairs of 64 bytes");
+        // SAFETY: as this function's.
+        unsafe {
+            match (a, b) {
+                (Some(a), Some(b)) => B::pair::<K>(a, b, pair),
+                // blocks past the row's end (the last group of a row of 32-element blocks)
+                _ => B::pair::<K>(a.unwrap_or(&zero), b.unwrap_or(&zero), pair),
+            }
         }
     }
 }
 
-/// The 16 nibbles at `b[at..at + 16]` into `q`: low nibbles to elements 0..16, high nibbles
-/// to 16..32.
+/// The 16 bytes of `b` from `at`.
 #[inline(always)]
-fn nibbles<const N: usize>(b: &[u8; N], at: usize, q: &mut [u8; BLOCK]) {
-    for j in 0..16 {
-        let v = b[at + j];
-        q[j] = v & 0x0F;
-        q[j + 16] = v >> 4;
-    }
+fn bytes16<const N: usize>(b: &[u8; N], at: usize) -> &[u8; 16] {
+    b[at..at + 16].first_chunk::<16>().expect("16 bytes")
 }
 
-/// The 5-bit values of a `Q5_0` / `Q5_1` block: [`nibbles`] at `at`, plus bit `i` of the
-/// little-endian `u32` at `b[at - 4..at]` as bit 4 of element `i` (expanded by `K`).
-///
-/// # Safety
-/// The instruction set of `K` is available.
+/// The little-endian `u32` of `b` at `at`.
 #[inline(always)]
-unsafe fn nibbles5<K: Kern, const N: usize>(b: &[u8; N], at: usize, q: &mut [u8; BLOCK]) {
-    nibbles(b, at, q);
-    let qh = u32::from_le_bytes([b[at - 4], b[at - 3], b[at - 2], b[at - 1]]);
-    // SAFETY: as this function's.
-    let hi = unsafe { K::fifth_bits(qh) };
-    for (v, h) in q.iter_mut().zip(hi) {
-        *v |= h;
-    }
+fn u32_at<const N: usize>(b: &[u8; N], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
 /// `block_q4_0`.
@@ -116,10 +115,15 @@ pub(super) struct Q6K;
 
 impl Block32<18> for Q4_0 {
     #[inline(always)]
-    unsafe fn block<K: Kern>(b: &[u8; 18], q: &mut [u8; BLOCK]) -> (f32, f32) {
-        nibbles(b, 2, q);
+    unsafe fn scales<K: Kern>(b: &[u8; 18]) -> (f32, f32) {
         // SAFETY: as this function's.
         unsafe { (half_at::<K>(b, 0), 0.0) }
+    }
+
+    #[inline(always)]
+    unsafe fn pair<K: Kern>(a: &[u8; 18], b: &[u8; 18], out: &mut [u8; 64]) {
+        // SAFETY: as this function's.
+        unsafe { K::pair_nibbles::<false>(bytes16(a, 2), bytes16(b, 2), 0, 0, out) }
     }
 }
 
@@ -136,10 +140,15 @@ impl Fmt for Q4_0 {
 
 impl Block32<20> for Q4_1 {
     #[inline(always)]
-    unsafe fn block<K: Kern>(b: &[u8; 20], q: &mut [u8; BLOCK]) -> (f32, f32) {
-        nibbles(b, 4, q);
+    unsafe fn scales<K: Kern>(b: &[u8; 20]) -> (f32, f32) {
         // SAFETY: as this function's.
         unsafe { (half_at::<K>(b, 0), half_at::<K>(b, 2)) }
+    }
+
+    #[inline(always)]
+    unsafe fn pair<K: Kern>(a: &[u8; 20], b: &[u8; 20], out: &mut [u8; 64]) {
+        // SAFETY: as this function's.
+        unsafe { K::pair_nibbles::<false>(bytes16(a, 4), bytes16(b, 4), 0, 0, out) }
     }
 }
 
@@ -155,11 +164,16 @@ impl Fmt for Q4_1 {
 
 impl Block32<22> for Q5_0 {
     #[inline(always)]
-    unsafe fn block<K: Kern>(b: &[u8; 22], q: &mut [u8; BLOCK]) -> (f32, f32) {
-        // SAFETY: as this function's.
-        unsafe { nibbles5::<K, 22>(b, 6, q) };
+    unsafe fn scales<K: Kern>(b: &[u8; 22]) -> (f32, f32) {
         // SAFETY: as this function's.
         unsafe { (half_at::<K>(b, 0), 0.0) }
+    }
+
+    #[inline(always)]
+    unsafe fn pair<K: Kern>(a: &[u8; 22], b: &[u8; 22], out: &mut [u8; 64]) {
+        let (ha, hb) = (u32_at(a, 2), u32_at(b, 2));
+        // SAFETY: as this function's.
+        unsafe { K::pair_nibbles::<true>(bytes16(a, 6), bytes16(b, 6), ha, hb, out) }
     }
 }
 
@@ -176,11 +190,16 @@ impl Fmt for Q5_0 {
 
 impl Block32<24> for Q5_1 {
     #[inline(always)]
-    unsafe fn block<K: Kern>(b: &[u8; 24], q: &mut [u8; BLOCK]) -> (f32, f32) {
-        // SAFETY: as this function's.
-        unsafe { nibbles5::<K, 24>(b, 8, q) };
+    unsafe fn scales<K: Kern>(b: &[u8; 24]) -> (f32, f32) {
         // SAFETY: as this function's.
         unsafe { (half_at::<K>(b, 0), half_at::<K>(b, 2)) }
+    }
+
+    #[inline(always)]
+    unsafe fn pair<K: Kern>(a: &[u8; 24], b: &[u8; 24], out: &mut [u8; 64]) {
+        let (ha, hb) = (u32_at(a, 4), u32_at(b, 4));
+        // SAFETY: as this function's.
+        unsafe { K::pair_nibbles::<true>(bytes16(a, 8), bytes16(b, 8), ha, hb, out) }
     }
 }
 
@@ -196,10 +215,16 @@ impl Fmt for Q5_1 {
 
 impl Block32<34> for Q8_0 {
     #[inline(always)]
-    unsafe fn block<K: Kern>(b: &[u8; 34], q: &mut [u8; BLOCK]) -> (f32, f32) {
-        q.copy_from_slice(&b[2..34]);
+    unsafe fn scales<K: Kern>(b: &[u8; 34]) -> (f32, f32) {
         // SAFETY: as this function's.
         unsafe { (half_at::<K>(b, 0), 0.0) }
+    }
+
+    #[inline(always)]
+    unsafe fn pair<K: Kern>(a: &[u8; 34], b: &[u8; 34], out: &mut [u8; 64]) {
+        let (a, b) = (a[2..].first_chunk::<32>(), b[2..].first_chunk::<32>());
+        // SAFETY: as this function's.
+        unsafe { K::pair_bytes(a.expect("32 quants"), b.expect("32 quants"), out) }
     }
 }
 

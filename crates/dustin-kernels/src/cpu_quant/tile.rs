@@ -55,6 +55,59 @@ pub(super) trait Kern {
     unsafe fn fifth_bits(qh: u32) -> [u8; 32] {
         blocks::fifth_bits(qh)
     }
+
+    /// Vectors `2 k` and `2 k + 1` of a group (`out[..32]` and `out[32..]`, laid out by
+    /// [`blocks::run`]) from the 32 bytes of blocks `k` (`a`) and `k + 4` (`b`) in element
+    /// order (`Q8_0`'s quants): half `h` of `a`, then half `h` of `b`, in vector `2 k + h`.
+    /// Each vector is written whole, so that the product's 32-byte loads can take it from
+    /// the store buffer.
+    ///
+    /// # Safety
+    /// The instruction set of `Self` is available.
+    #[inline(always)]
+    unsafe fn pair_bytes(a: &[u8; 32], b: &[u8; 32], out: &mut [u8; 64]) {
+        for h in 0..2 {
+            let mut v = [0u8; 32];
+            v[..16].copy_from_slice(&a[16 * h..16 * h + 16]);
+            v[16..].copy_from_slice(&b[16 * h..16 * h + 16]);
+            out[32 * h..32 * h + 32].copy_from_slice(&v);
+        }
+    }
+
+    /// Vectors `2 k` and `2 k + 1` of a group (`out[..32]` and `out[32..]`, laid out by
+    /// [`blocks::run`]) from the 16 bytes of nibbles of blocks `k` (`a`) and `k + 4` (`b`) of
+    /// a `Q4_*` / `Q5_*` format: low nibbles are elements 0..16, high nibbles 16..32, and
+    /// with `FIFTH`, bit `i` of `ha` (`hb`) is bit 4 of element `i` of block `k` (`k + 4`).
+    /// By default from [`Kern::fifth_bits`] and byte loops (NEON, portable); x86 overrides it
+    /// with one vector of each block pair's nibbles.
+    ///
+    /// # Safety
+    /// The instruction set of `Self` is available.
+    #[inline(always)]
+    unsafe fn pair_nibbles<const FIFTH: bool>(
+        a: &[u8; 16],
+        b: &[u8; 16],
+        ha: u32,
+        hb: u32,
+        out: &mut [u8; 64],
+    ) {
+        let (fa, fb) = if FIFTH {
+            // SAFETY: as this function's.
+            unsafe { (Self::fifth_bits(ha), Self::fifth_bits(hb)) }
+        } else {
+            ([0; 32], [0; 32])
+        };
+        // each vector built whole, then written (as `pair_bytes`)
+        let (mut lo, mut hi) = ([0u8; 32], [0u8; 32]);
+        for j in 0..16 {
+            lo[j] = (a[j] & 0x0F) | fa[j];
+            lo[16 + j] = (b[j] & 0x0F) | fb[j];
+            hi[j] = (a[j] >> 4) | fa[16 + j];
+            hi[16 + j] = (b[j] >> 4) | fb[16 + j];
+        }
+        out[..32].copy_from_slice(&lo);
+        out[32..].copy_from_slice(&hi);
+    }
 }
 
 /// The portable group product.

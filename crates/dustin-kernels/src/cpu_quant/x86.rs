@@ -1,4 +1,5 @@
-//! AVX2 and AVX-512 VNNI group products (256-bit vectors).
+//! AVX2 and AVX-512 VNNI group products (256-bit vectors), and the AVX2 decoders of the
+//! 32-element formats' quants.
 //!
 //! The `q` of both operands are laid out by [`super::blocks::run`]: vector `2 k + h` holds
 //! half `h` of block `k` (low 16 bytes) and of block `k + 4` (high 16 bytes). The products
@@ -161,29 +162,76 @@ unsafe fn f16_f16c(h: u16) -> f32 {
     unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h)))) }
 }
 
-/// [`super::blocks::fifth_bits`] with vectors: byte `i` takes byte `i / 8` of `qh`, tests
-/// bit `i mod 8` against a mask and keeps `0x10` where it is set.
+/// [`Kern::pair_nibbles`] with vectors: the nibbles of blocks `k` and `k + 4` in the two
+/// 128-bit lanes, masked (low) and shifted (high); with `FIFTH`, byte `i` of each lane takes
+/// byte `i / 8` of its block's `qh` (bytes 0, 1 for the low nibbles' elements 0..16, bytes
+/// 2, 3 for the high ones'), tests bit `i mod 8` against a mask and adds `0x10` where it is
+/// set.
 ///
 /// # Safety
 /// AVX2 is available.
 #[inline(always)]
-unsafe fn fifth_bits_avx2(qh: u32) -> [u8; 32] {
+unsafe fn pair_nibbles_avx2<const FIFTH: bool>(
+    a: &[u8; 16],
+    b: &[u8; 16],
+    ha: u32,
+    hb: u32,
+    out: &mut [u8; 64],
+) {
     unsafe {
-        let v = _mm256_set1_epi32(qh as i32);
-        #[rustfmt::skip]
-        let spread = _mm256_setr_epi8(
-            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
-        );
-        let bytes = _mm256_shuffle_epi8(v, spread);
+        let v = _mm256_loadu2_m128i(b.as_ptr().cast(), a.as_ptr().cast());
+        let low4 = _mm256_set1_epi8(0x0F);
+        let mut lo = _mm256_and_si256(v, low4);
+        let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low4);
+        if FIFTH {
+            let h = _mm256_setr_epi32(ha as i32, 0, 0, 0, hb as i32, 0, 0, 0);
+            #[rustfmt::skip]
+            let (s_lo, s_hi) = (
+                _mm256_setr_epi8(
+                    0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                    0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                ),
+                _mm256_setr_epi8(
+                    2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+                    2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+                ),
+            );
+            lo = _mm256_or_si256(lo, fifth_of(h, s_lo));
+            hi = _mm256_or_si256(hi, fifth_of(h, s_hi));
+        }
+        let p = out.as_mut_ptr().cast::<__m256i>();
+        _mm256_storeu_si256(p, lo);
+        _mm256_storeu_si256(p.add(1), hi);
+    }
+}
+
+/// [`Kern::pair_bytes`] with two 128-bit loads a vector and 32-byte stores.
+///
+/// # Safety
+/// AVX2 is available.
+#[inline(always)]
+unsafe fn pair_bytes_avx2(a: &[u8; 32], b: &[u8; 32], out: &mut [u8; 64]) {
+    unsafe {
+        let (a, b) = (a.as_ptr(), b.as_ptr());
+        let lo = _mm256_loadu2_m128i(b.cast(), a.cast());
+        let hi = _mm256_loadu2_m128i(b.add(16).cast(), a.add(16).cast());
+        let p = out.as_mut_ptr().cast::<__m256i>();
+        _mm256_storeu_si256(p, lo);
+        _mm256_storeu_si256(p.add(1), hi);
+    }
+}
+
+/// `0x10` in byte `i` where bit `i mod 8` of byte `spread[i]` of `h`'s lane is set.
+///
+/// # Safety
+/// AVX2 is available.
+#[inline(always)]
+unsafe fn fifth_of(h: __m256i, spread: __m256i) -> __m256i {
+    unsafe {
+        let bytes = _mm256_shuffle_epi8(h, spread);
         let mask = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
         let set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, mask), mask);
-        let mut out = [0u8; 32];
-        _mm256_storeu_si256(
-            out.as_mut_ptr().cast(),
-            _mm256_and_si256(set, _mm256_set1_epi8(0x10)),
-        );
-        out
+        _mm256_and_si256(set, _mm256_set1_epi8(0x10))
     }
 }
 
@@ -208,8 +256,19 @@ macro_rules! x86_kern {
             }
 
             #[inline(always)]
-            unsafe fn fifth_bits(qh: u32) -> [u8; 32] {
-                unsafe { fifth_bits_avx2(qh) }
+            unsafe fn pair_nibbles<const FIFTH: bool>(
+                a: &[u8; 16],
+                b: &[u8; 16],
+                ha: u32,
+                hb: u32,
+                out: &mut [u8; 64],
+            ) {
+                unsafe { pair_nibbles_avx2::<FIFTH>(a, b, ha, hb, out) }
+            }
+
+            #[inline(always)]
+            unsafe fn pair_bytes(a: &[u8; 32], b: &[u8; 32], out: &mut [u8; 64]) {
+                unsafe { pair_bytes_avx2(a, b, out) }
             }
         }
     };
