@@ -316,16 +316,11 @@ impl Fmt for Q4K {
         };
         // SAFETY: as this function's.
         unsafe { k4_scales::<K, _>(blk, out) };
-        // byte 16 + 32 c + l: element l of block 2 c (low nibble) and of block 2 c + 1 (high)
-        for c in 0..4 {
-            for h in 0..2 {
-                for j in 0..16 {
-                    let v = blk[16 + 32 * c + 16 * h + j];
-                    out.q[run(2 * c, h) + j] = v & 0x0F;
-                    out.q[run(2 * c + 1, h) + j] = v >> 4;
-                }
-            }
-        }
+        let qs = blk[16..]
+            .first_chunk::<128>()
+            .expect("a block_q4_K holds 128 bytes of qs");
+        // SAFETY: as this function's.
+        unsafe { K::k4_nibbles(qs, &mut out.q) };
     }
 }
 
@@ -376,22 +371,12 @@ impl Fmt for Q6K {
             lo.fill(out.sc16[2 * k + h]);
             hi.fill(out.sc16[2 * (k + 4) + h]);
         }
-        // element l of block 4 n + k (element 128 n + 32 k + l of the super-block): bits of
-        // ql[64 n + l (+ 32 for k odd)] (low nibble for k < 2, high for k >= 2) and bits
-        // 2 k .. 2 k + 2 of qh[32 n + l], as `dequantize_row_q6_K`
-        for n in 0..2 {
-            for h in 0..2 {
-                for j in 0..16 {
-                    let l = 16 * h + j;
-                    let (a, b) = (blk[64 * n + l], blk[64 * n + l + 32]);
-                    let bits = blk[128 + 32 * n + l];
-                    out.q[run(4 * n, h) + j] = (a & 0x0F) | ((bits & 3) << 4);
-                    out.q[run(4 * n + 1, h) + j] = (b & 0x0F) | (((bits >> 2) & 3) << 4);
-                    out.q[run(4 * n + 2, h) + j] = (a >> 4) | (((bits >> 4) & 3) << 4);
-                    out.q[run(4 * n + 3, h) + j] = (b >> 4) | (((bits >> 6) & 3) << 4);
-                }
-            }
-        }
+        let ql = blk
+            .first_chunk::<128>()
+            .expect("a block_q6_K holds 128 bytes of ql");
+        let qh = blk[128..].first_chunk::<64>().expect("and 64 bytes of qh");
+        // SAFETY: as this function's.
+        unsafe { K::q6k_quants(ql, qh, &mut out.q) };
     }
 }
 

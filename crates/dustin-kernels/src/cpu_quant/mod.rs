@@ -41,11 +41,11 @@
 //!   been run (bit for bit against the portable one) under user-mode emulation (QEMU) only,
 //!   not on Arm hardware, and are not timed. The decoders are plain Rust over fixed-size
 //!   arrays, inlined into each instruction set's `#[target_feature]` function, where the
-//!   compiler vectorizes them; on x86-64 the quants of the 32-element formats are unpacked
-//!   with AVX2 instead (two blocks' nibbles, or bytes, a vector: at the 0.5B draft's gate
-//!   projection, `[4864 x 896]` in `Q5_0`, a product of one row took about 0.75x the time
-//!   of the compiler's version on a 2-core AMD EPYC, and the same at 5 and 16 rows within
-//!   that machine's noise). Other targets run the portable path.
+//!   compiler vectorizes them; on x86-64 the quants of the 32-element formats, `Q4_K` and
+//!   `Q6_K` are unpacked with AVX2 instead (two blocks' nibbles, or bytes, a 32-byte vector
+//!   written whole: at the 0.5B draft's gate projection, `[4864 x 896]` in `Q5_0`, a
+//!   product of one row took about 0.75x the time of the compiler's version on a 2-core
+//!   AMD EPYC; `Q6_K` 0.9x at the 1.5B's gate; `docs/perf.md`, "CPU: quantized weights"). Other targets run the portable path.
 //! - **Threads**: tiles of output rows (weight rows) on the rayon pool (the one Burn-flex
 //!   uses). `x` rows go in chunks of at most [`MAX_CHUNK_ROWS`] whose quantized activations
 //!   fit in [`CHUNK_BYTES`] (L2), so prefill products of thousands of rows decode each weight

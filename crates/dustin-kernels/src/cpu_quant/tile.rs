@@ -56,6 +56,52 @@ pub(super) trait Kern {
         blocks::fifth_bits(qh)
     }
 
+    /// A `Q4_K` super-block's 128 bytes of `qs` into a group's `q` (laid out by
+    /// [`blocks::run`]): byte `32 c + l` holds element `l` of block `2 c` (low nibble) and of
+    /// block `2 c + 1` (high nibble). By default a byte loop (NEON, portable); x86 overrides
+    /// it with whole vectors.
+    ///
+    /// # Safety
+    /// The instruction set of `Self` is available.
+    #[inline(always)]
+    unsafe fn k4_nibbles(qs: &[u8; 128], q: &mut [u8; GROUP]) {
+        for c in 0..4 {
+            for h in 0..2 {
+                for j in 0..16 {
+                    let v = qs[32 * c + 16 * h + j];
+                    q[blocks::run(2 * c, h) + j] = v & 0x0F;
+                    q[blocks::run(2 * c + 1, h) + j] = v >> 4;
+                }
+            }
+        }
+    }
+
+    /// A `Q6_K` super-block's 6-bit quants (`ql`, its 128 bytes of low nibbles, and `qh`, its
+    /// 64 bytes of high bit pairs) into a group's `q` (laid out by [`blocks::run`]): element
+    /// `l` of block `4 n + k` takes a nibble of `ql[64 n + l]` (`k` even) or `ql[64 n + l +
+    /// 32]` (`k` odd), low for `k < 2`, high else, and bits `2 k .. 2 k + 2` of
+    /// `qh[32 n + l]`, as ggml's `dequantize_row_q6_K`. By default a byte loop (NEON,
+    /// portable); x86 overrides it with whole vectors.
+    ///
+    /// # Safety
+    /// The instruction set of `Self` is available.
+    #[inline(always)]
+    unsafe fn q6k_quants(ql: &[u8; 128], qh: &[u8; 64], q: &mut [u8; GROUP]) {
+        for n in 0..2 {
+            for h in 0..2 {
+                for j in 0..16 {
+                    let l = 16 * h + j;
+                    let (a, b) = (ql[64 * n + l], ql[64 * n + l + 32]);
+                    let bits = qh[32 * n + l];
+                    q[blocks::run(4 * n, h) + j] = (a & 0x0F) | ((bits & 3) << 4);
+                    q[blocks::run(4 * n + 1, h) + j] = (b & 0x0F) | (((bits >> 2) & 3) << 4);
+                    q[blocks::run(4 * n + 2, h) + j] = (a >> 4) | (((bits >> 4) & 3) << 4);
+                    q[blocks::run(4 * n + 3, h) + j] = (b >> 4) | (((bits >> 6) & 3) << 4);
+                }
+            }
+        }
+    }
+
     /// Vectors `2 k` and `2 k + 1` of a group (`out[..32]` and `out[32..]`, laid out by
     /// [`blocks::run`]) from the 32 bytes of blocks `k` (`a`) and `k + 4` (`b`) in element
     /// order (`Q8_0`'s quants): half `h` of `a`, then half `h` of `b`, in vector `2 k + h`.

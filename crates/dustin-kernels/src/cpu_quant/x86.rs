@@ -221,6 +221,70 @@ unsafe fn pair_bytes_avx2(a: &[u8; 32], b: &[u8; 32], out: &mut [u8; 64]) {
     }
 }
 
+/// [`Kern::k4_nibbles`] with vectors: blocks `2 c` and `2 c + 1` (`c < 2`) share their bytes
+/// of `qs` (low and high nibbles), and so do blocks `2 c + 4` and `2 c + 5`, whose halves
+/// sit in the upper lanes of the same vectors: one 32-byte vector of `qs` bytes a `(c, h)`,
+/// masked for vector `2 (2 c) + h` and shifted for vector `2 (2 c + 1) + h`.
+///
+/// # Safety
+/// AVX2 is available.
+#[inline(always)]
+unsafe fn k4_nibbles_avx2(qs: &[u8; 128], q: &mut [u8; 256]) {
+    unsafe {
+        let src = qs.as_ptr();
+        let dst = q.as_mut_ptr().cast::<__m256i>();
+        let low4 = _mm256_set1_epi8(0x0F);
+        for c in 0..2 {
+            for h in 0..2 {
+                let at = 32 * c + 16 * h;
+                let v = _mm256_loadu2_m128i(src.add(at + 64).cast(), src.add(at).cast());
+                _mm256_storeu_si256(dst.add(2 * (2 * c) + h), _mm256_and_si256(v, low4));
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low4);
+                _mm256_storeu_si256(dst.add(2 * (2 * c + 1) + h), hi);
+            }
+        }
+    }
+}
+
+/// [`Kern::q6k_quants`] with vectors: for each half `h`, the bytes of `ql` and `qh` of blocks
+/// `k` (`n = 0`, low lanes) and `k + 4` (`n = 1`, high lanes) in one vector each; 16-bit
+/// shifts then byte masks take each block's nibble and bit pair (the bits a shift moves
+/// across a byte are masked off).
+///
+/// # Safety
+/// AVX2 is available.
+#[inline(always)]
+unsafe fn q6k_quants_avx2(ql: &[u8; 128], qh: &[u8; 64], q: &mut [u8; 256]) {
+    unsafe {
+        let (l, hb) = (ql.as_ptr(), qh.as_ptr());
+        let dst = q.as_mut_ptr().cast::<__m256i>();
+        let low4 = _mm256_set1_epi8(0x0F);
+        let bits45 = _mm256_set1_epi8(0x30);
+        for h in 0..2 {
+            let at = 16 * h;
+            let a = _mm256_loadu2_m128i(l.add(64 + at).cast(), l.add(at).cast());
+            let b = _mm256_loadu2_m128i(l.add(96 + at).cast(), l.add(32 + at).cast());
+            let x = _mm256_loadu2_m128i(hb.add(32 + at).cast(), hb.add(at).cast());
+            // block k's bit pair (bits 2 k, 2 k + 1 of qh) moved to bits 4, 5
+            let hi = [
+                _mm256_and_si256(_mm256_slli_epi16::<4>(x), bits45),
+                _mm256_and_si256(_mm256_slli_epi16::<2>(x), bits45),
+                _mm256_and_si256(x, bits45),
+                _mm256_and_si256(_mm256_srli_epi16::<2>(x), bits45),
+            ];
+            let lo = [
+                _mm256_and_si256(a, low4),
+                _mm256_and_si256(b, low4),
+                _mm256_and_si256(_mm256_srli_epi16::<4>(a), low4),
+                _mm256_and_si256(_mm256_srli_epi16::<4>(b), low4),
+            ];
+            for k in 0..4 {
+                _mm256_storeu_si256(dst.add(2 * k + h), _mm256_or_si256(lo[k], hi[k]));
+            }
+        }
+    }
+}
+
 /// `0x10` in byte `i` where bit `i mod 8` of byte `spread[i]` of `h`'s lane is set.
 ///
 /// # Safety
@@ -269,6 +333,16 @@ macro_rules! x86_kern {
             #[inline(always)]
             unsafe fn pair_bytes(a: &[u8; 32], b: &[u8; 32], out: &mut [u8; 64]) {
                 unsafe { pair_bytes_avx2(a, b, out) }
+            }
+
+            #[inline(always)]
+            unsafe fn k4_nibbles(qs: &[u8; 128], q: &mut [u8; 256]) {
+                unsafe { k4_nibbles_avx2(qs, q) }
+            }
+
+            #[inline(always)]
+            unsafe fn q6k_quants(ql: &[u8; 128], qh: &[u8; 64], q: &mut [u8; 256]) {
+                unsafe { q6k_quants_avx2(ql, qh, q) }
             }
         }
     };
