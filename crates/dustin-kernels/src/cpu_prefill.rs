@@ -99,6 +99,7 @@ fn tokens_per_task(g: usize) -> usize {
 }
 
 /// One task: a block of new tokens of one `(sequence, KV head)`.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // the tiles run on x86-64 only
 struct Task<'a> {
     q: &'a [f32],
     k: &'a Strided<'a>,
@@ -208,6 +209,7 @@ unsafe fn task_avx2_in(task: &Task<'_>, out: &mut [f32]) {
 
 /// The tile sizes of an instruction set whose vector operations are
 /// [`crate::cpu_skinny::Simd`]'s.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // the tiles run on x86-64 only
 pub(crate) trait Lanes: Simd {
     /// Keys of a score tile (at most 8): `2 QK_KEYS` accumulators, two query vectors and a
     /// broadcast fit the registers.
@@ -222,6 +224,7 @@ pub(crate) trait Lanes: Simd {
 
 /// Keys of a key block: each block costs every row a rescale of its output, spread over
 /// this many keys.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // the tiles run on x86-64 only
 const KEYS: usize = 64;
 
 /// The rows of one task against every entry its last token sees, written to `out`
@@ -233,6 +236,7 @@ const KEYS: usize = 64;
 ///
 /// # Safety
 /// `L`'s instruction set is available; the head width is a multiple of `PV_SEG L::LANES`.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // the tiles run on x86-64 only
 #[inline(always)]
 unsafe fn tile_task<L: Lanes>(task: &Task<'_>, out: &mut [f32]) {
     let Shape {
@@ -402,6 +406,7 @@ unsafe fn tile_task<L: Lanes>(task: &Task<'_>, out: &mut [f32]) {
 /// # Safety
 /// `L`'s instruction set; `k` holds `R` rows of at least `d` values, `qt` `d` rows of stride
 /// `rs` with `2 LANES` values each, `s` `R` rows of stride `rs` with `2 LANES` values each.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // the tiles run on x86-64 only
 #[inline(always)]
 unsafe fn qk_tile<L: Lanes, const R: usize>(
     k: &[&[f32]],
@@ -441,6 +446,7 @@ unsafe fn qk_tile<L: Lanes, const R: usize>(
 /// `L`'s instruction set; `p` holds `v.len()` rows of stride `ps` with `R` values each (the
 /// scores transposed: `p[j ps + r]`), each `v_j` at least `c + S LANES` values, `o` `R` rows of
 /// stride `d` from value `c`.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // the tiles run on x86-64 only
 #[inline(always)]
 unsafe fn pv_tile<L: Lanes, const R: usize>(
     p: *const f32,

@@ -122,6 +122,7 @@ struct Job<'a> {
 /// the instruction set.
 trait SimdJob {
     /// The head width the vector products run over.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // the vector paths' choice
     fn head_dim(&self) -> usize;
 
     /// The job into `dst`.
@@ -133,6 +134,7 @@ trait SimdJob {
 
 /// `job` in the best instruction set `isa` allows for its head width.
 fn run<J: SimdJob>(isa: Isa, job: &J, dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
     let d = job.head_dim();
     match isa {
         #[cfg(target_arch = "x86_64")]
