@@ -1,5 +1,5 @@
 //! AVX2 and AVX-512 VNNI group products (256-bit vectors), and the AVX2 decoders of the
-//! 32-element formats' quants.
+//! quants of the 32-element formats, `Q4_K` and `Q6_K`.
 //!
 //! The `q` of both operands are laid out by [`super::blocks::run`]: vector `2 k + h` holds
 //! half `h` of block `k` (low 16 bytes) and of block `k + 4` (high 16 bytes). The products
