@@ -130,8 +130,9 @@ impl<B: Backend> Quest<B> {
     }
 
     /// Page bounds of `k` `[batch, kv_heads, >= max ctx, head_dim]` for contexts `ctx_lens`
-    /// (max `c`): `(kmin, kmax)` `[batch, kv_heads, ceil(c / page_size), head_dim]`, views of
-    /// the layer's buffers. The pages below the shortest context are full and committed:
+    /// (max `c`): `(kmin, kmax)` `[batch, kv_heads, span, head_dim]`, views of the layer's
+    /// buffers (`span >= ceil(c / page_size)`; the pages past `ceil(c / page_size)` are the
+    /// buffer's scratch, whose scores the top-k never reads). The pages below the shortest context are full and committed:
     /// computed once and kept; the rest are computed at every call: the partial last page
     /// when every context is `c`, else through
     /// [`dustin_kernels::SelectionOps::quest_page_bounds`] over the tail, whose pages at or past
@@ -147,6 +148,7 @@ impl<B: Backend> Quest<B> {
         k: &Tensor<B, 4>,
         ctx_lens: &[usize],
         c: usize,
+        span: usize,
     ) -> Result<(Tensor<B, 4>, Tensor<B, 4>)>
     where
         B: dustin_kernels::KernelOps,
@@ -156,7 +158,8 @@ impl<B: Backend> Quest<B> {
         let shortest = ctx_lens.iter().copied().min().unwrap_or(0);
         let full = shortest / p;
         let pages = c.div_ceil(p);
-        let mut buf = self.buffer(layer, k, pages, full);
+        let span = span.max(pages);
+        let mut buf = self.buffer(layer, k, span, full);
         // the full pages not kept yet
         if full > buf.full {
             let from = buf.full;
@@ -193,8 +196,8 @@ impl<B: Backend> Quest<B> {
             buf.kmax = buf.kmax.slice_assign(r, tmax);
         }
         let out = (
-            buf.kmin.clone().narrow(2, 0, pages),
-            buf.kmax.clone().narrow(2, 0, pages),
+            buf.kmin.clone().narrow(2, 0, span),
+            buf.kmax.clone().narrow(2, 0, span),
         );
         self.bounds[layer] = Some(buf);
         Ok(out)
@@ -282,8 +285,13 @@ impl<B: dustin_kernels::KernelOps> ImportanceEstimator<B> for Quest<B> {
         let a = ctx.attn;
         let c = max_ctx(a)?;
         let p = self.cfg.page_size;
+        let width = score_width(a)?;
         let pages = if c > 0 {
-            let (kmin, kmax) = self.bounds(a.layer, a.k, a.ctx_lens, c)?;
+            // every page the scores' width covers, so that the pages' tokens fill that width
+            // (exactly where the page size divides it, as the default's 16 divides the KV
+            // views' multiples of 64) and no zeros are concatenated: on CUDA that padding's
+            // kernels were compiled inside timed iterations, once for each new pad width
+            let (kmin, kmax) = self.bounds(a.layer, a.k, a.ctx_lens, c, width.div_ceil(p))?;
             // the backend's page-scoring kernel where it has one: on CUDA Burn's matmul here
             // would be re-autotuned whenever the page count changes (its tuning key holds the
             // shapes' power-of-two alignment); on the CPU the host kernel reads each page's
@@ -312,7 +320,7 @@ impl<B: dustin_kernels::KernelOps> ImportanceEstimator<B> for Quest<B> {
             .reshape([b, kvh, np, 1])
             .expand([b, kvh, np, p])
             .reshape([b, kvh, np * p]);
-        Ok(Scores::Tokens(fit_last(tokens, score_width(a)?)))
+        Ok(Scores::Tokens(fit_last(tokens, width)))
     }
 }
 
