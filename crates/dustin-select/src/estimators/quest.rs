@@ -132,7 +132,8 @@ impl<B: Backend> Quest<B> {
     /// Page bounds of `k` `[batch, kv_heads, >= max ctx, head_dim]` for contexts `ctx_lens`
     /// (max `c`): `(kmin, kmax)` `[batch, kv_heads, span, head_dim]`, views of the layer's
     /// buffers (`span >= ceil(c / page_size)`; the pages past `ceil(c / page_size)` are the
-    /// buffer's scratch, whose scores the top-k never reads). The pages below the shortest context are full and committed:
+    /// buffer's scratch, zero until written, and past every context, where the top-k masks
+    /// their scores). The pages below the shortest context are full and committed:
     /// computed once and kept; the rest are computed at every call: the partial last page
     /// when every context is `c`, else through
     /// [`dustin_kernels::SelectionOps::quest_page_bounds`] over the tail, whose pages at or past
