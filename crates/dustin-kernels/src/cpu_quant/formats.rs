@@ -75,6 +75,9 @@ unsafe fn blocks32<K: Kern, B: Block32<N>, const N: usize>(row: &[u8], g: usize,
             .expect("a group holds 4 pairs of 64 bytes");
         // SAFETY: as this function's.
         unsafe {
+            // both blocks present (every group but a row's last) on a path of its own: one
+            // call with `unwrap_or` for both ran `Q5_0` and `Q8_0` products of one row 1.1x
+            // slower (2-core EPYC)
             match (a, b) {
                 (Some(a), Some(b)) => B::pair::<K>(a, b, pair),
                 // blocks past the row's end (the last group of a row of 32-element blocks)
