@@ -258,21 +258,28 @@ step_hostprof() {
 # which iteration first meets each kernel compiled or tuned while decoding: CubeCL's
 # compilation and autotune logs on stderr (a `cubecl.toml` in the working folder), in order
 # with `e2e --mark-iterations`, one process per mode (LATECOMP_MODES, default "quest snapkv
-# dustin") at the pair's shapes, 32k, B=16; $R/latecomp_MODE.txt holds each whole log and
-# $R/latecomp.txt the log lines met after the first warm-up iteration
+# dustin") at the pair's shapes, 32k, B=16 (LATECOMP_BATCHES: other batch sizes);
+# $R/latecomp_MODE.txt holds each whole log and $R/latecomp.txt the log lines met after the
+# first warm-up iteration
 step_latecomp() {
     log "latecomp"
     printf '[compilation.logger]\nlevel = "basic"\nstderr = true\n[autotune.logger]\nlevel = "minimal"\nstderr = true\n' \
         > cubecl.toml
-    local m
-    for m in ${LATECOMP_MODES:-quest snapkv dustin}; do
-        LIMIT=${LATECOMP_LIMIT:-150} bash "$D/gpu_e2e.sh" run "latecomp_$m" \
-            --target "$C/Qwen2.5-1.5B-Instruct.config.json" --ctx 32768 --batch 16 --budget 2048 \
-            --modes "$m" --accept "$ACC" "${TRACE[@]}" --mark-iterations > /dev/null 2>&1
-        log "rc=$? latecomp $m"
-        # from the end of the first warm-up iteration on: the markers and every other log line
-        awk -v m="$m" '/: iteration 1 done/ {on = 1} on && !/^\|/ {print m ": " $0}' \
-            "$R/latecomp_$m.txt" >> "$R/latecomp.txt"
+    local m b n
+    # LATECOMP_BATCHES: the batch sizes (default 16); the logs of B=16 keep their old names
+    for b in ${LATECOMP_BATCHES:-16}; do
+        for m in ${LATECOMP_MODES:-quest snapkv dustin}; do
+            n=$m
+            [ "$b" = 16 ] || n=${m}_b$b
+            LIMIT=${LATECOMP_LIMIT:-150} bash "$D/gpu_e2e.sh" run "latecomp_$n" \
+                --target "$C/Qwen2.5-1.5B-Instruct.config.json" --ctx 32768 --batch "$b" \
+                --budget 2048 --modes "$m" --accept "$ACC" "${TRACE[@]}" --mark-iterations \
+                > /dev/null 2>&1
+            log "rc=$? latecomp $n"
+            # from the end of the first warm-up iteration on: the markers and every other line
+            awk -v m="$n" '/: iteration 1 done/ {on = 1} on && !/^\|/ {print m ": " $0}' \
+                "$R/latecomp_$n.txt" >> "$R/latecomp.txt"
+        done
     done
     rm -f cubecl.toml
 }
