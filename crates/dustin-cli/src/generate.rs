@@ -167,12 +167,23 @@ fn run_on<B: KernelOps>(
     }
     // a bad --output path is found before the model runs, not after (the tokens were lost)
     if let Some(path) = &args.output {
-        let inputs: Vec<PathBuf> = args
+        let mut inputs: Vec<PathBuf> = args
             .prompt_files
             .iter()
             .chain(&args.chat.chat_files)
+            .chain(&args.pair.config)
             .cloned()
             .collect();
+        // the model files too (a GGUF file, or a folder whose files it would overwrite)
+        let target = args
+            .pair
+            .model
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(crate::models::DEFAULT_MODEL));
+        inputs.extend(crate::models::existing_model_path(&target));
+        if let Some(Ok(DraftSpec::Model(p))) = args.pair.draft.as_deref().map(parse_draft) {
+            inputs.extend(crate::models::existing_model_path(&p));
+        }
         check_output_path(path, &inputs)?;
     }
     if args.pair.draft.is_none() && args.pair.selector != "dense" {

@@ -295,6 +295,17 @@ pub fn resolve_model(arg: &str) -> Result<PathBuf, CliError> {
     resolve_model_in(&fetch::cache_root(), Path::new(arg))
 }
 
+/// The file or folder a `--model` / `--draft` argument names, found without fetching
+/// anything: a registry name's cached file (`None` when it is not cached), else the path
+/// itself where it exists. For checks that must not touch the network (an `--output` that
+/// would overwrite a model).
+pub fn existing_model_path(arg: &Path) -> Option<PathBuf> {
+    if let Some(spec) = arg.to_str().and_then(find) {
+        return cached(spec, &fetch::cache_root()).ok().flatten();
+    }
+    arg.exists().then(|| arg.to_path_buf())
+}
+
 /// [`resolve_model`] for a path argument (a name is valid UTF-8; any other path passes
 /// through when it exists).
 ///

@@ -615,8 +615,9 @@ fn one_call_reuse_generates_what_layer_by_layer_does() {
 
 /// `--max-new-tokens 18446744073709551615` is refused before the model runs, as any count past
 /// the model's positions (it used to wrap, pass the check and fail at the last position with
-/// the tokens lost); `--output` naming the prompt file (by its path or a hard link) or a chat
-/// file is refused before the run, the input left as it was.
+/// the tokens lost); `--output` naming the prompt file (by its path or a hard link), a chat
+/// file, the `--config` file, the draft's model file or a file of the target's model folder
+/// is refused before the run, the input left as it was.
 #[test]
 fn huge_max_new_tokens_and_output_over_the_prompt_are_refused() {
     let dir = common::scratch("huge");
@@ -699,6 +700,47 @@ fn huge_max_new_tokens_and_output_over_the_prompt_are_refused() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("is the input file"), "{err}");
     assert_eq!(std::fs::read_to_string(&conv).expect("chat file"), chat);
+    // the --config file, a draft model file and a file of the target's folder are inputs too
+    let cfg = dir.join("c.toml");
+    std::fs::write(&cfg, "[select]\nn_sink = 4\n").expect("config");
+    let (code, err) = run(&[
+        os("--prompt"),
+        os("t1"),
+        os("--config"),
+        cfg.as_os_str(),
+        os("--output"),
+        cfg.as_os_str(),
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("is the input file"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&cfg).expect("config"),
+        "[select]\nn_sink = 4\n"
+    );
+    let draft = dir.join("d.gguf");
+    std::fs::write(&draft, "GGUF?").expect("draft file");
+    let (code, err) = run(&[
+        os("--prompt"),
+        os("t1"),
+        os("--draft"),
+        draft.as_os_str(),
+        os("--output"),
+        draft.as_os_str(),
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("is the input file"), "{err}");
+    assert_eq!(std::fs::read_to_string(&draft).expect("draft"), "GGUF?");
+    let weights = model.join("config.json");
+    let before = std::fs::read(&weights).expect("model config");
+    let (code, err) = run(&[
+        os("--prompt"),
+        os("t1"),
+        os("--output"),
+        weights.as_os_str(),
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("is a file of the model folder"), "{err}");
+    assert_eq!(std::fs::read(&weights).expect("model config"), before);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

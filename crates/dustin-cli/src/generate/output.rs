@@ -29,8 +29,9 @@ pub(super) fn print_profile() {
 }
 
 /// Checks before a run that `--output path` can be written: not a folder, its folder
-/// existing, not one of the `inputs` (the `--prompt-file`s and `--chat-file`s, which it
-/// would overwrite; compared as files, so a hard link counts), and
+/// existing, not one of the `inputs` (the `--prompt-file`s, `--chat-file`s, `--config` and
+/// the model files, which it would overwrite; compared as files, so a hard link counts), not
+/// an existing file inside an input folder (an HF model directory), and
 /// the file openable for writing (an existing file is left as it is until the run ends; a
 /// file made for the check is removed again).
 ///
@@ -53,6 +54,16 @@ pub(super) fn check_output_path(
         return bad(format!(
             "is the input file {}; expected another path (it would be overwritten)",
             i.display()
+        ));
+    }
+    if let Some(d) = inputs
+        .iter()
+        .find(|d| d.is_dir() && path.is_file() && inside(path, d))
+    {
+        return bad(format!(
+            "is a file of the model folder {}; expected a path outside it (it would be \
+             overwritten)",
+            d.display()
         ));
     }
     let parent = path
@@ -79,6 +90,14 @@ pub(super) fn check_output_path(
             Ok(())
         }
         Err(e) => bad(format!("cannot be written ({e})")),
+    }
+}
+
+/// Whether the existing file `file` lies under the folder `dir` (canonical paths).
+fn inside(file: &std::path::Path, dir: &std::path::Path) -> bool {
+    match (file.canonicalize(), dir.canonicalize()) {
+        (Ok(f), Ok(d)) => f.starts_with(d),
+        _ => false,
     }
 }
 
