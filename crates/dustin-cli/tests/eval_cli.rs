@@ -607,5 +607,21 @@ fn acceptance_runs_dense_on_short_prompts_and_names_bad_inputs_before_loading() 
         err.contains(&format!("--out {a_file}: a file, expected a folder")),
         "{err}"
     );
+    // --out is a --data folder: its reports would become sources of the next run
+    let other_data = other.to_str().unwrap();
+    let (o, _, err) = run(&mut acceptance(
+        &s,
+        &other,
+        &["--data", other_data, "--ctx", "32"],
+    ));
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "--out {other_data}: is the --data folder {other_data}; expected another folder"
+        )),
+        "{err}"
+    );
+    let names: Vec<_> = std::fs::read_dir(&other).unwrap().flatten().collect();
+    assert_eq!(names.len(), 1, "only text.txt: {names:?}");
     let _ = std::fs::remove_dir_all(&s.dir);
 }

@@ -21,7 +21,7 @@ use super::pair::{Pair, SharedPrefill};
 use super::selectors::{budget_specs, BudgetSpec};
 use super::{check_gamma, open_store, HarnessError, ModelHost, PairSource};
 use crate::report::ResultStore;
-use cells::{cells_of, list_sources, read_source, record, write_prompt};
+use cells::{cells_of, list_sources, read_source, record, same_dir, write_prompt};
 
 mod cells;
 mod tables;
@@ -204,6 +204,19 @@ pub fn run<B: KernelOps, H: ModelHost>(
         )));
     }
     let budgets = budget_specs(&args.budget)?;
+    // reports written into a --data folder would be read back as sources by the next run
+    if let Some(d) = args
+        .data
+        .iter()
+        .find(|d| d.is_dir() && same_dir(d, &args.out))
+    {
+        return Err(HarnessError::Usage(format!(
+            "--out {}: is the --data folder {}; expected another folder (its reports would be \
+             read as sources by the next run)",
+            args.out.display(),
+            d.display()
+        )));
+    }
     let sources = list_sources(&args.data)?;
     for sel in &args.selectors {
         super::pair::check_selector(sel)?;
