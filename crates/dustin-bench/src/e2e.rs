@@ -55,7 +55,9 @@ pub fn run(mut args: E2eArgs) -> Result<(), CliError> {
     // `-0` is 0 (its label and JSON value would say `-0`)
     args.accept_drop_sigmas = args.accept_drop_sigmas.iter().map(|v| v + 0.0).collect();
     validate(&args)?;
-    check_json_path(args.json.as_deref())?;
+    let mut inputs = vec![args.target.as_path(), args.draft.as_path()];
+    inputs.extend(args.accept_trace.as_deref());
+    check_json_path(args.json.as_deref(), &inputs)?;
     dustin_core::memory::set_persistent_allocations(args.persistent_alloc == OnOff::On);
     dustin_qwen::profile::set_trace(args.trace_phases);
     dustin_cli::with_backend!(args.device, |B, _dev, dev_of| run_on::<B>(

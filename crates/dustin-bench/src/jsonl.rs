@@ -16,13 +16,32 @@ pub fn append_json<T: serde::Serialize>(path: &std::path::Path, row: &T) -> Resu
     })
 }
 
-/// Checks before a run that `--json PATH` can be appended to (creating it), so a bad path is
-/// reported before anything is measured rather than after the first row.
+/// Checks before a run that `--json PATH` is none of the run's `inputs` (the model configs,
+/// an acceptance trace: rows appended to one would leave it unreadable) and can be appended
+/// to (creating it), so a bad path is reported before anything is measured rather than after
+/// the first row.
 ///
 /// # Errors
-/// [`CliError::Io`] naming the path.
-pub fn check_json_path(path: Option<&std::path::Path>) -> Result<(), CliError> {
-    path.map_or(Ok(()), |p| open_append(p).map(drop))
+/// [`CliError::Usage`] naming `--json` and the input; [`CliError::Io`] naming the path.
+pub fn check_json_path(
+    path: Option<&std::path::Path>,
+    inputs: &[&std::path::Path],
+) -> Result<(), CliError> {
+    let Some(p) = path else { return Ok(()) };
+    if let Some(i) = inputs.iter().find(|i| same_file(p, i)) {
+        return Err(CliError::Usage(format!(
+            "--json {}: is the input file {}; expected another path (rows appended to it \
+             would leave it unreadable)",
+            p.display(),
+            i.display()
+        )));
+    }
+    open_append(p).map(drop)
+}
+
+/// Whether `a` and `b` are one existing file (the same canonical path).
+pub fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
 }
 
 /// `path` opened for appending (created if missing).

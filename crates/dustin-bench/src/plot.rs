@@ -291,6 +291,18 @@ pub fn run(a: PlotArgs) -> Result<(), CliError> {
         )));
     }
     let only = parse_only(&a.only)?;
+    // the SVG and its table must not overwrite the rows they are drawn from
+    let md = a.out.with_extension("md");
+    for out in [&a.out, &md] {
+        if let Some(j) = a.json.iter().find(|j| crate::jsonl::same_file(out, j)) {
+            return Err(CliError::Usage(format!(
+                "--out {}: writes {}, which is the --json input {}; expected another path",
+                a.out.display(),
+                out.display(),
+                j.display()
+            )));
+        }
+    }
     let (points, depth) = read_points(&a.json, a.batch, a.target_layers, &only)?;
     let table = write_plot(&a.out, &points, a.batch, depth)?;
     print!("{}", table.to_markdown());
@@ -484,6 +496,20 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("table.md") && e.contains(".svg"), "{e}");
+        // an --out whose SVG or table is a --json input: refused, the rows left as they were
+        let rows = write(&dir, "rows.svg", &[row("ar", 32768, 8, 28, 7.5)]);
+        let before = std::fs::read_to_string(&rows).unwrap();
+        let e = run(PlotArgs {
+            json: vec![rows.clone()],
+            batch: 8,
+            target_layers: None,
+            only: Vec::new(),
+            out: rows.clone(),
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("which is the --json input"), "{e}");
+        assert_eq!(std::fs::read_to_string(&rows).unwrap(), before);
         std::fs::remove_dir_all(&dir).ok();
     }
 }

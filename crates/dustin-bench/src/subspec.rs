@@ -249,7 +249,7 @@ fn validate(a: &SubspecArgs) -> Result<SubstituteConfig, CliError> {
 /// `dustin-bench subspec`.
 pub fn run(args: SubspecArgs) -> Result<(), CliError> {
     let sub = validate(&args)?;
-    crate::jsonl::check_json_path(args.json.as_deref())?;
+    crate::jsonl::check_json_path(args.json.as_deref(), &[args.target.as_path()])?;
     dustin_cli::with_backend!(args.device, |B, dev| run_on::<B>(&args, sub, &dev))
 }
 

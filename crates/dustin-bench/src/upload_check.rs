@@ -95,7 +95,7 @@ pub fn run(a: UploadCheckArgs) -> Result<(), CliError> {
     if a.reps == 0 {
         return Err(CliError::Usage("--reps 0: expected at least 1".into()));
     }
-    crate::jsonl::check_json_path(a.json.as_deref())?;
+    crate::jsonl::check_json_path(a.json.as_deref(), &[])?;
     // each matrix is printed and written as soon as it is measured
     let mut wrong = 0;
     let mut emit = |r: &UploadRow| -> Result<(), CliError> {

@@ -632,8 +632,8 @@ fn profile_under_tensor_parallelism_counts_one_rank() {
     assert_eq!(calls("target", "all_reduce"), 4.0, "{p}");
 }
 
-/// A `--json` path that cannot be written is named before anything is measured, so no
-/// measured row is printed and then lost.
+/// A `--json` path that cannot be written, or that is an input (the target's config), is
+/// named before anything is measured, so no measured row is printed and then lost.
 #[test]
 fn an_unwritable_json_path_is_named_before_the_run() {
     let f = fixture();
@@ -654,6 +654,29 @@ fn an_unwritable_json_path_is_named_before_the_run() {
         !String::from_utf8_lossy(&out.stdout).contains("| ar |"),
         "a row was measured first"
     );
+    // `--json` naming the target's config: refused, the config left readable
+    let cfg = dir.join(format!(
+        "dustin-e2e-json-is-config-{}.json",
+        std::process::id()
+    ));
+    std::fs::copy(&f, &cfg).unwrap();
+    let before = std::fs::read_to_string(&cfg).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_dustin-bench"))
+        .args(["e2e", "--target"])
+        .arg(&cfg)
+        .args(["--draft", &f])
+        .args([
+            "--ctx", "180", "--batch", "1", "--modes", "ar", "--tail", "40",
+        ])
+        .arg("--json")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("is the input file"), "{err}");
+    assert_eq!(std::fs::read_to_string(&cfg).unwrap(), before);
+    std::fs::remove_file(&cfg).ok();
 }
 
 /// The row records the GEMM settings as the flags spell them: `--skinny-kernel no-ring` as
