@@ -386,6 +386,21 @@ fn pg19_reports_perplexity_against_dense() {
             assert!(ratio.is_finite() && ratio > 0.0 && ratio != 1.0, "{r}");
         }
     }
+    // a book shorter than every --ctx: nothing to compute is an error, not an empty table
+    let short_out = dir.join("short-out");
+    let (o, _, err) = run(dustin()
+        .args(["eval", "pg19", "--model"])
+        .arg(&model)
+        .args(["--draft", "self:layers=1", "--data"])
+        .arg(&book)
+        .args(["--ctx", "2000", "--budget", "96", "--windows", "2", "--out"])
+        .arg(&short_out));
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("no book is long enough for any --ctx (the longest has 900 tokens; --ctx 2000 needs 2016)"),
+        "{err}"
+    );
+    assert!(!short_out.join("pg19.md").exists());
 }
 
 #[test]

@@ -407,10 +407,14 @@ pub(crate) fn compute_rows<B: KernelOps, H: ModelHost>(
     ),
     );
 
+    // (book, context) pairs long enough, and the longest book's tokens: a run in which no
+    // book reaches any context computes nothing and says so
+    let (mut usable, mut longest) = (0usize, 0usize);
     for book in &books {
         // enough characters for the longest context (PG-19 prose: ~4 characters a token)
         let chars: String = book.text.chars().take(max_ctx * 8 + 4096).collect();
         let ids = tok.encode(&chars)?;
+        longest = longest.max(ids.len());
         // ascending, so that each context's dense prefill continues the previous one's
         let mut ctxs = args.rows.ctx.clone();
         ctxs.sort_unstable();
@@ -433,6 +437,7 @@ pub(crate) fn compute_rows<B: KernelOps, H: ModelHost>(
                 );
                 continue;
             }
+            usable += 1;
             let mut pend: Vec<Pending<B>> = Vec::new();
             for (bl, bs) in &budgets {
                 let budget = bs.tokens(n);
@@ -497,10 +502,25 @@ pub(crate) fn compute_rows<B: KernelOps, H: ModelHost>(
         }
     }
     bar.finish_with_message("done");
+    if usable == 0 {
+        let shortest = ctxs_needed(&args.rows.ctx);
+        return Err(HarnessError::Usage(format!(
+            "--data {}: no book is long enough for any --ctx (the longest has {longest} \
+             tokens; --ctx {} needs {shortest}); expected longer books or a smaller --ctx",
+            args.data.display(),
+            shortest - 16
+        )));
+    }
     Ok(Computed {
         store,
         books,
         budgets,
         sels,
     })
+}
+
+/// Tokens a book needs for the smallest of `ctxs`: the context and 16 of margin (the
+/// windows' next tokens), as [`compute_rows`] skips shorter books.
+fn ctxs_needed(ctxs: &[usize]) -> usize {
+    ctxs.iter().copied().min().unwrap_or(0) + 16
 }
