@@ -425,6 +425,11 @@ fn bad_eval_inputs_are_named() {
             "--ctx 100000: larger than the model's context (4096 positions)",
         ),
         (vec!["--ctx", "100"], "--ctx 100: too short for task qasper"),
+        // a context below the sinks and window: the budget it leaves is named with --ctx
+        (
+            vec!["--ctx", "16", "--selectors", "dense"],
+            "--ctx 16, budget full (16 tokens): selector dense: invalid `budget`",
+        ),
         (
             vec!["--tasks", "gov_report"],
             "no gov_report.json or gov_report.jsonl",

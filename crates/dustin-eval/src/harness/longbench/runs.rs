@@ -29,11 +29,20 @@ impl RunSpec {
         self.budget.map_or("full".into(), |b| b.to_string())
     }
 
+    /// The policy at context `ctx` (dense: a budget of the whole context); a refused budget
+    /// names `--ctx` and the budget it came from (a fraction, or a count clamped to `ctx`).
     pub(super) fn build<B: KernelOps>(
         &self,
         ctx: usize,
     ) -> Result<Box<dyn BudgetedPolicy<B>>, HarnessError> {
-        self.sel.build::<B>(self.budget.unwrap_or(ctx))
+        let k = self.budget.unwrap_or(ctx);
+        self.sel.build::<B>(k).map_err(|e| match e {
+            HarnessError::Usage(m) => HarnessError::Usage(format!(
+                "--ctx {ctx}, budget {} ({k} tokens): {m}",
+                self.budget_label
+            )),
+            e => e,
+        })
     }
 }
 
