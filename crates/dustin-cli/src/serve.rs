@@ -40,9 +40,10 @@ pub struct ServeArgs {
     /// `max_tokens` per request at most; more is answered 400.
     #[arg(long, default_value_t = 1024)]
     pub max_tokens: usize,
-    /// `max_tokens` of a request that gives none.
-    #[arg(long, default_value_t = 256)]
-    pub default_max_tokens: usize,
+    /// `max_tokens` of a request that gives none; at most --max-tokens. Default: 256, or
+    /// --max-tokens where that is lower.
+    #[arg(long)]
+    pub default_max_tokens: Option<usize>,
     /// Requests waiting for admission at most; more are answered 429 with `Retry-After`.
     #[arg(long, default_value_t = 64)]
     pub max_queue: usize,
@@ -147,7 +148,28 @@ fn model_id(arg: &Option<PathBuf>, path: &std::path::Path) -> String {
     }
 }
 
+/// `--default-max-tokens` when not given: 256, or `--max-tokens` where that is lower.
+const DEFAULT_MAX_TOKENS: usize = 256;
+
+/// The `max_tokens` of a request that gives none: `--default-max-tokens` as given (at most
+/// `--max-tokens`), else [`DEFAULT_MAX_TOKENS`] capped by `--max-tokens`.
+///
+/// # Errors
+/// [`CliError::Usage`] when `--default-max-tokens` exceeds `--max-tokens` (requests without
+/// `max_tokens` would silently get fewer tokens than asked for).
+fn default_max_tokens(args: &ServeArgs) -> Result<usize, CliError> {
+    match args.default_max_tokens {
+        Some(d) if d > args.max_tokens => Err(CliError::Usage(format!(
+            "--default-max-tokens {d}: more than --max-tokens {}; expected at most that",
+            args.max_tokens
+        ))),
+        Some(d) => Ok(d),
+        None => Ok(DEFAULT_MAX_TOKENS.min(args.max_tokens)),
+    }
+}
+
 fn run_on<B: KernelOps>(args: ServeArgs, dev: B::Device) -> Result<(), CliError> {
+    let default_max = default_max_tokens(&args)?;
     crate::check_gamma(args.pair.gamma)?;
     let file = read_config(&args.pair.config)?;
     if args.pair.draft.is_none() && args.pair.selector != "dense" {
@@ -228,7 +250,7 @@ fn run_on<B: KernelOps>(args: ServeArgs, dev: B::Device) -> Result<(), CliError>
         limits: Limits {
             max_prompt_tokens: args.max_prompt_tokens,
             max_tokens: args.max_tokens,
-            default_max_tokens: args.default_max_tokens.min(args.max_tokens),
+            default_max_tokens: default_max,
             max_queue: args.max_queue,
             max_stop: 4,
         },

@@ -74,6 +74,35 @@ fn body_of(mut s: TcpStream) -> String {
     all.split_once("\r\n\r\n").expect("head").1.to_string()
 }
 
+/// A `--default-max-tokens` above `--max-tokens` is refused before the server starts
+/// (requests without `max_tokens` would get fewer tokens than it says); without it the
+/// default is 256 capped by `--max-tokens`, so `--max-tokens 10` alone serves.
+#[test]
+fn a_default_max_tokens_above_max_tokens_is_refused() {
+    let dir = common::scratch("serve-default-max");
+    let model = common::tiny_model(&dir, 1024);
+    let out = dustin()
+        .args(["serve", "--model"])
+        .arg(&model)
+        .args([
+            "--port",
+            "0",
+            "--max-tokens",
+            "10",
+            "--default-max-tokens",
+            "100",
+        ])
+        .output()
+        .expect("dustin serve");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--default-max-tokens 100: more than --max-tokens 10; expected at most that"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn greedy_completion_over_http_is_dustin_generates_output() {
     let dir = common::scratch("serve-generate");
