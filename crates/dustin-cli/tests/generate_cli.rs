@@ -353,6 +353,13 @@ fn bad_inputs_exit_1_with_a_message() {
             Some(b"t1 t2 \xff\xfe t3"),
             "is not UTF-8 text (invalid byte at offset 6)",
         ),
+        // a folder where a file is expected: the flag is named
+        (
+            &["--prompt", "t1 t2", "--config", "/"],
+            None,
+            "--config /: ",
+        ),
+        (&["--prompt-file", "/"], None, "--prompt-file /: "),
         (
             &["--prompt", "t1 t2", "--max-new-tokens", "300"],
             None,

@@ -64,7 +64,7 @@ pub fn read_config(path: &Option<PathBuf>) -> Result<FileConfig, CliError> {
         return Ok(FileConfig::default());
     };
     let text = std::fs::read_to_string(p).map_err(|source| CliError::Io {
-        path: p.display().to_string(),
+        path: format!("--config {}", p.display()),
         source,
     })?;
     let bad = |e: String| CliError::Usage(format!("--config {}: {e}", p.display()));
@@ -149,7 +149,7 @@ pub fn read_prompts(args: &GenerateArgs) -> Result<Vec<String>, CliError> {
     let mut out = args.prompts.clone();
     for p in &args.prompt_files {
         let bytes = std::fs::read(p).map_err(|source| CliError::Io {
-            path: p.display().to_string(),
+            path: format!("--prompt-file {}", p.display()),
             source,
         })?;
         let text = String::from_utf8(bytes).map_err(|e| {
