@@ -66,6 +66,18 @@ impl ApiError {
         }
     }
 
+    /// 413 for a body past the server's limit (`message` states it).
+    pub fn too_large(message: String) -> Self {
+        Self {
+            code: Some("request_too_large"),
+            ..Self::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "invalid_request_error",
+                message,
+            )
+        }
+    }
+
     /// 404 for a model this server does not serve.
     pub fn unknown_model(asked: &str, served: &str) -> Self {
         Self {

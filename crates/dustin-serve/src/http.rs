@@ -66,6 +66,10 @@ pub(crate) fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// Largest request body read, in bytes (axum's default, 2 MiB, stated here so that the 413
+/// answer can name it); a prompt of 32k tokens is typically 0.1-0.3 MB of JSON text or ids.
+pub(crate) const BODY_LIMIT: usize = 2 * 1024 * 1024;
+
 /// The router of every route.
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     Router::new()
@@ -78,6 +82,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .method_not_allowed_fallback(|method: axum::http::Method, uri: Uri| async move {
             ApiError::wrong_method(method.as_str(), uri.path())
         })
+        .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
 }
 
@@ -116,7 +121,15 @@ async fn metrics(State(st): State<Arc<AppState>>) -> Response {
 /// Parses a JSON body, answering OpenAI-style errors for a body that cannot be read or is not
 /// the expected JSON (unknown fields included).
 fn parse<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
-    let body = body.map_err(|e| ApiError::bad_body(e.body_text()))?;
+    let body = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::too_large(format!(
+                "the request body is larger than this server's limit of {BODY_LIMIT} bytes"
+            ))
+        } else {
+            ApiError::bad_body(e.body_text())
+        }
+    })?;
     serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_body(format!("the request body is not valid: {e}")))
 }

@@ -181,6 +181,23 @@ async fn bad_requests_get_openai_error_bodies() {
     let v: Value = r.json().await.expect("json");
     assert_eq!(v["error"]["type"], "invalid_request_error");
     assert_eq!(v["error"]["code"], "invalid_json");
+    // a body past the 2 MiB limit: 413, the limit named
+    let big = format!(
+        "{{\"model\": \"tiny\", \"prompt\": \"{}\"}}",
+        "t1 ".repeat(800_000)
+    );
+    let r = c
+        .post(format!("{}/v1/completions", srv.base))
+        .header("content-type", "application/json")
+        .body(big)
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status().as_u16(), 413);
+    let v: Value = r.json().await.expect("json");
+    assert_eq!(v["error"]["code"], "request_too_large");
+    let msg = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("limit of 2097152 bytes"), "{v}");
     let cases = [
         (
             json!({"model": "tiny", "prompt": "t1", "max_token": 3}),
