@@ -531,6 +531,26 @@ fn acceptance_runs_dense_on_short_prompts_and_names_bad_inputs_before_loading() 
     );
     assert!(err.contains("(2 cells)"), "{err}");
     assert_eq!(rows(&out).len(), 3);
+    // a cell's key stored with a value that is no cell: computed again, not left out
+    let jsonl = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    let first: Value = serde_json::from_str(jsonl.lines().next().unwrap()).unwrap();
+    let key = first["key"].as_str().unwrap().to_string();
+    let broken = format!(
+        "{jsonl}{}\n",
+        serde_json::json!({"key": key, "value": {"mode": 1}})
+    );
+    std::fs::write(out.join("results.jsonl"), broken).unwrap();
+    let (o, _, err) = run(&mut acceptance(&s, &out, &["--data", text, "--ctx", "32"]));
+    assert!(o.status.success(), "{err}");
+    // run again (its progress line names it), and not among the lines left out
+    assert!(
+        err.contains(&format!("  {key}: acceptance length")),
+        "{err}"
+    );
+    assert!(err.contains("left out of the tables: stray\n"), "{err}");
+    assert!(err.contains("(2 cells)"), "{err}");
+    let last = rows(&out).pop().unwrap();
+    assert_eq!(last["output"], first["value"]["output"], "{last}");
 
     let short = s.dir.join("short.txt");
     std::fs::write(&short, "t1 t2 t3").unwrap();

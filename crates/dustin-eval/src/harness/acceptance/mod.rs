@@ -240,6 +240,9 @@ pub fn run<B: KernelOps, H: ModelHost>(
         }
     }
     let mut store = open_store(&args.out)?;
+    // stored lines of a cell's key that are no cell (a hand edit, another tool): run again
+    let redo = malformed_cells(&store)?;
+    let done = |store: &ResultStore, k: &str| store.is_done(k) && !redo.contains(k);
     let max_ctx = args.ctx.iter().copied().max().unwrap_or(0);
     let max_gamma = args.gamma.iter().copied().max().unwrap_or(1);
     let extra = args
@@ -265,7 +268,7 @@ pub fn run<B: KernelOps, H: ModelHost>(
         let mut ids = files.tokenizer().encode(&read_source(src)?)?;
         for &ctx in &args.ctx {
             let cells = cells_of(args, &budgets, &name, ctx);
-            if ids.len() < ctx && !cells.iter().all(|(k, _, _)| store.is_done(k)) {
+            if ids.len() < ctx && !cells.iter().all(|(k, _, _)| done(&store, k)) {
                 return Err(HarnessError::Usage(format!(
                     "--data {}: {} tokens, fewer than --ctx {ctx}",
                     src.display(),
@@ -284,7 +287,9 @@ pub fn run<B: KernelOps, H: ModelHost>(
         args.model,
         args.draft
     );
-    let res = run_cells(args, &budgets, &prompts, &pair, &mut store, extra, t0);
+    let res = run_cells(
+        args, &budgets, &prompts, &pair, &mut store, &done, extra, t0,
+    );
     // the tables hold every finished cell, also when a later one failed
     write_tables(&store, &args.out)?;
     if res? {
@@ -296,7 +301,25 @@ pub fn run<B: KernelOps, H: ModelHost>(
     Ok(())
 }
 
-/// Runs every cell not yet in `store` on the prompts (source name, token ids at least as
+/// The keys of `store` whose value is no [`CellRecord`]: such a cell is computed again
+/// (its new line replaces the old one, the last value of a key winning).
+///
+/// # Errors
+/// The store file cannot be read.
+fn malformed_cells(
+    store: &ResultStore,
+) -> Result<std::collections::BTreeSet<String>, HarnessError> {
+    let (all, _) = store
+        .records::<serde_json::Value>()
+        .map_err(|e| HarnessError::Usage(e.to_string()))?;
+    Ok(all
+        .into_iter()
+        .filter(|(_, v)| serde_json::from_value::<CellRecord>(v.clone()).is_err())
+        .map(|(k, _)| k)
+        .collect())
+}
+
+/// Runs every cell not yet in `store` (or stored malformed, `done` false) on the prompts (source name, token ids at least as
 /// long as each context with cells to run); `Ok(true)` when `--time-limit` stopped it
 /// early.
 #[allow(clippy::too_many_arguments)]
@@ -306,6 +329,7 @@ fn run_cells<B: KernelOps>(
     prompts: &[(String, Vec<u32>)],
     pair: &Pair<B>,
     store: &mut ResultStore,
+    done: &dyn Fn(&ResultStore, &str) -> bool,
     extra: usize,
     t0: Instant,
 ) -> Result<bool, HarnessError> {
@@ -315,7 +339,7 @@ fn run_cells<B: KernelOps>(
         let name = name.as_str();
         for &ctx in &args.ctx {
             let cells = cells_of(args, budgets, name, ctx);
-            if cells.iter().all(|(k, _, _)| store.is_done(k)) {
+            if cells.iter().all(|(k, _, _)| done(store, k)) {
                 continue;
             }
             write_prompt(&args.out, name, &all[..ctx])?;
@@ -331,7 +355,7 @@ fn run_cells<B: KernelOps>(
                 );
             }
             for (key, mode, run) in cells {
-                if store.is_done(&key) {
+                if done(store, &key) {
                     continue;
                 }
                 if args
