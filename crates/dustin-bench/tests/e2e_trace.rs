@@ -67,13 +67,18 @@ fn a_recorded_trace_replays_per_mode() {
     let got = d["tokens_per_sec"].as_f64().unwrap();
     assert!((got - want).abs() <= 1e-9 * want, "{got} vs {want}");
 
-    // no cell for quest: refused, naming the mode and what the file holds
-    let out = run(&trace, &json, "quest");
+    // no cell for quest: refused before the `ar` row is measured, naming the mode and what
+    // the file holds
+    let out = run(&trace, &json, "ar,quest");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("no cell for mode quest") && err.contains("dustin@0.5000"),
         "{err}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("| ar |"),
+        "the ar row ran first"
     );
     // a file that is not cell records: refused, naming the line
     std::fs::write(&trace, "not json\n").unwrap();

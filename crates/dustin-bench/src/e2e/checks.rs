@@ -125,6 +125,13 @@ pub(super) fn validate(a: &E2eArgs) -> Result<(), CliError> {
     for &db in &a.draft_budget {
         draft_selection(db)?;
     }
+    // the acceptance trace of every (mode, context): a bad file or a mode without cells is
+    // named before the first row, not after the `ar` rows ran
+    for mode in &a.modes {
+        for &ctx in &a.ctx {
+            trace_of(a, mode, ctx)?;
+        }
+    }
     Ok(())
 }
 
