@@ -3,6 +3,7 @@
 mod common;
 mod estimators;
 mod matrix;
+mod padded_view;
 mod quest;
 mod registry;
 mod topk;
