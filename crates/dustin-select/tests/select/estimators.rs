@@ -1,6 +1,7 @@
 //! Per-estimator checks: the oracle against an independent f64 host computation, Quest's page
-//! scores against hand-computed values, Dustin's and history-only's rollback, and H2O's /
-//! SnapKV's preference for a planted heavy hitter.
+//! scores against hand-computed values, Dustin's and history-only's rollback, the reads each
+//! estimator declares, and Dustin's re-ranked reuse (the planted heavy hitter under a padded
+//! view is in `padded_view.rs`).
 
 use burn_tensor::{Tensor, TensorData};
 use dustin_core::{
