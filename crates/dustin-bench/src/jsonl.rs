@@ -28,7 +28,7 @@ pub fn check_json_path(
     inputs: &[&std::path::Path],
 ) -> Result<(), CliError> {
     let Some(p) = path else { return Ok(()) };
-    if let Some(i) = inputs.iter().find(|i| same_file(p, i)) {
+    if let Some(i) = inputs.iter().find(|i| dustin_cli::same_file(p, i)) {
         return Err(CliError::Usage(format!(
             "--json {}: is the input file {}; expected another path (rows appended to it \
              would leave it unreadable)",
@@ -37,11 +37,6 @@ pub fn check_json_path(
         )));
     }
     open_append(p).map(drop)
-}
-
-/// Whether `a` and `b` are one existing file (the same canonical path).
-pub fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
-    matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
 }
 
 /// `path` opened for appending (created if missing).

@@ -294,7 +294,7 @@ pub fn run(a: PlotArgs) -> Result<(), CliError> {
     // the SVG and its table must not overwrite the rows they are drawn from
     let md = a.out.with_extension("md");
     for out in [&a.out, &md] {
-        if let Some(j) = a.json.iter().find(|j| crate::jsonl::same_file(out, j)) {
+        if let Some(j) = a.json.iter().find(|j| dustin_cli::same_file(out, j)) {
             return Err(CliError::Usage(format!(
                 "--out {}: writes {}, which is the --json input {}; expected another path",
                 a.out.display(),

@@ -638,22 +638,29 @@ fn profile_under_tensor_parallelism_counts_one_rank() {
 fn an_unwritable_json_path_is_named_before_the_run() {
     let f = fixture();
     let dir = std::env::temp_dir();
-    let out = Command::new(env!("CARGO_BIN_EXE_dustin-bench"))
-        .args(["e2e", "--target", &f, "--draft", &f])
-        .args([
-            "--ctx", "180", "--batch", "1", "--modes", "ar", "--tail", "40",
-        ])
-        .arg("--json")
-        .arg(&dir)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    // `e2e` of one `ar` row with `target` and `json`: exit code, stdout, stderr
+    let e2e = |target: &std::path::Path, json: &std::path::Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_dustin-bench"))
+            .args(["e2e", "--target"])
+            .arg(target)
+            .args(["--draft", &f])
+            .args([
+                "--ctx", "180", "--batch", "1", "--modes", "ar", "--tail", "40",
+            ])
+            .arg("--json")
+            .arg(json)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, err) = e2e(std::path::Path::new(&f), &dir);
+    assert_eq!(code, Some(1), "{err}");
     assert!(err.contains(&dir.display().to_string()), "{err}");
-    assert!(
-        !String::from_utf8_lossy(&out.stdout).contains("| ar |"),
-        "a row was measured first"
-    );
+    assert!(!stdout.contains("| ar |"), "a row was measured first");
     // `--json` naming the target's config: refused, the config left readable
     let cfg = dir.join(format!(
         "dustin-e2e-json-is-config-{}.json",
@@ -661,19 +668,8 @@ fn an_unwritable_json_path_is_named_before_the_run() {
     ));
     std::fs::copy(&f, &cfg).unwrap();
     let before = std::fs::read_to_string(&cfg).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_dustin-bench"))
-        .args(["e2e", "--target"])
-        .arg(&cfg)
-        .args(["--draft", &f])
-        .args([
-            "--ctx", "180", "--batch", "1", "--modes", "ar", "--tail", "40",
-        ])
-        .arg("--json")
-        .arg(&cfg)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let (code, _, err) = e2e(&cfg, &cfg);
+    assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("is the input file"), "{err}");
     assert_eq!(std::fs::read_to_string(&cfg).unwrap(), before);
     std::fs::remove_file(&cfg).ok();

@@ -74,6 +74,24 @@ pub fn create_out_dir(out: &std::path::Path) -> Result<(), CliError> {
     Ok(dustin_eval::harness::create_out_dir(out)?)
 }
 
+/// Whether `a` and `b` name one existing file: the same canonical path, or (on Unix) the
+/// same device and inode, which also catches a hard link.
+pub fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    if let (Ok(x), Ok(y)) = (a.canonicalize(), b.canonicalize()) {
+        if x == y {
+            return true;
+        }
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) {
+            return (x.dev(), x.ino()) == (y.dev(), y.ino());
+        }
+    }
+    false
+}
+
 /// Errors of the command line.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {

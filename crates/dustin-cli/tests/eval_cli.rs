@@ -337,12 +337,19 @@ fn pg19_reports_perplexity_against_dense() {
     let book = dir.join("book.txt");
     std::fs::write(&book, words(900, 5).join(" ")).unwrap();
     let out = dir.join("out");
-    let (o, stdout, err) = run(dustin()
-        .args(["eval", "pg19", "--model"])
-        .arg(&model)
-        .args(["--draft", "self:layers=1", "--data"])
-        .arg(&book)
-        .args([
+    // `eval pg19` of the tiny model drafting for itself on the book, `args` then `--out out`
+    let pg19 = |args: &[&str], out: &Path| {
+        run(dustin()
+            .args(["eval", "pg19", "--model"])
+            .arg(&model)
+            .args(["--draft", "self:layers=1", "--data"])
+            .arg(&book)
+            .args(args)
+            .arg("--out")
+            .arg(out))
+    };
+    let (o, stdout, err) = pg19(
+        &[
             "--ctx",
             "600",
             "--budget",
@@ -351,9 +358,9 @@ fn pg19_reports_perplexity_against_dense() {
             "dense,streaming",
             "--windows",
             "2",
-            "--out",
-        ])
-        .arg(&out));
+        ],
+        &out,
+    );
     assert!(o.status.success(), "{err}");
     assert!(stdout.contains("PG-19 perplexity"), "{stdout}");
     for f in ["pg19.md", "pg19.json", "pg19_ctx600.svg", "results.jsonl"] {
@@ -388,13 +395,10 @@ fn pg19_reports_perplexity_against_dense() {
     }
     // a book shorter than every --ctx: nothing to compute is an error, not an empty table
     let short_out = dir.join("short-out");
-    let (o, _, err) = run(dustin()
-        .args(["eval", "pg19", "--model"])
-        .arg(&model)
-        .args(["--draft", "self:layers=1", "--data"])
-        .arg(&book)
-        .args(["--ctx", "2000", "--budget", "96", "--windows", "2", "--out"])
-        .arg(&short_out));
+    let (o, _, err) = pg19(
+        &["--ctx", "2000", "--budget", "96", "--windows", "2"],
+        &short_out,
+    );
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(
         err.contains("no book is long enough for any --ctx (the longest has 900 tokens; --ctx 2000 needs 2016)"),

@@ -708,35 +708,24 @@ fn huge_max_new_tokens_and_output_over_the_prompt_are_refused() {
     assert!(err.contains("is the input file"), "{err}");
     assert_eq!(std::fs::read_to_string(&conv).expect("chat file"), chat);
     // the --config file, a draft model file and a file of the target's folder are inputs too
-    let cfg = dir.join("c.toml");
-    std::fs::write(&cfg, "[select]\nn_sink = 4\n").expect("config");
-    let (code, err) = run(&[
-        os("--prompt"),
-        os("t1"),
-        os("--config"),
-        cfg.as_os_str(),
-        os("--output"),
-        cfg.as_os_str(),
-    ]);
-    assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains("is the input file"), "{err}");
-    assert_eq!(
-        std::fs::read_to_string(&cfg).expect("config"),
-        "[select]\nn_sink = 4\n"
-    );
-    let draft = dir.join("d.gguf");
-    std::fs::write(&draft, "GGUF?").expect("draft file");
-    let (code, err) = run(&[
-        os("--prompt"),
-        os("t1"),
-        os("--draft"),
-        draft.as_os_str(),
-        os("--output"),
-        draft.as_os_str(),
-    ]);
-    assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains("is the input file"), "{err}");
-    assert_eq!(std::fs::read_to_string(&draft).expect("draft"), "GGUF?");
+    for (flag, name, text) in [
+        ("--config", "c.toml", "[select]\nn_sink = 4\n"),
+        ("--draft", "d.gguf", "GGUF?"),
+    ] {
+        let input = dir.join(name);
+        std::fs::write(&input, text).expect("input file");
+        let (code, err) = run(&[
+            os("--prompt"),
+            os("t1"),
+            os(flag),
+            input.as_os_str(),
+            os("--output"),
+            input.as_os_str(),
+        ]);
+        assert_eq!(code, Some(1), "{flag}: {err}");
+        assert!(err.contains("is the input file"), "{flag}: {err}");
+        assert_eq!(std::fs::read_to_string(&input).expect("input"), text);
+    }
     let weights = model.join("config.json");
     let before = std::fs::read(&weights).expect("model config");
     let (code, err) = run(&[

@@ -50,7 +50,7 @@ pub(super) fn check_output_path(
     if path.is_dir() {
         return bad("is a folder; expected a file path".into());
     }
-    if let Some(i) = inputs.iter().find(|i| same_file(path, i)) {
+    if let Some(i) = inputs.iter().find(|i| crate::same_file(path, i)) {
         return bad(format!(
             "is the input file {}; expected another path (it would be overwritten)",
             i.display()
@@ -99,24 +99,6 @@ fn inside(file: &std::path::Path, dir: &std::path::Path) -> bool {
         (Ok(f), Ok(d)) => f.starts_with(d),
         _ => false,
     }
-}
-
-/// Whether `a` and `b` name one existing file: the same canonical path, or (on Unix) the
-/// same device and inode, which also catches a hard link.
-fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
-    if let (Ok(x), Ok(y)) = (a.canonicalize(), b.canonicalize()) {
-        if x == y {
-            return true;
-        }
-    }
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt;
-        if let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) {
-            return (x.dev(), x.ino()) == (y.dev(), y.ino());
-        }
-    }
-    false
 }
 
 /// One sequence of `--output`.

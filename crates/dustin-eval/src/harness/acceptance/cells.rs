@@ -77,14 +77,8 @@ pub(super) fn list_sources(data: &[PathBuf]) -> Result<Vec<PathBuf>, HarnessErro
     Ok(unique)
 }
 
-/// Whether the existing folders `a` and `b` are one (compared canonically; `false` when
-/// either does not exist).
-pub(super) fn same_dir(a: &Path, b: &Path) -> bool {
-    matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
-}
-
-/// Whether `a` and `b` name the same file (compared canonically, else as given).
-fn same_file(a: &Path, b: &Path) -> bool {
+/// Whether `a` and `b` name the same file or folder (compared canonically, else as given).
+pub(super) fn same_file(a: &Path, b: &Path) -> bool {
     match (a.canonicalize(), b.canonicalize()) {
         (Ok(x), Ok(y)) => x == y,
         _ => a == b,

@@ -21,7 +21,7 @@ use super::pair::{Pair, SharedPrefill};
 use super::selectors::{budget_specs, BudgetSpec};
 use super::{check_gamma, open_store, HarnessError, ModelHost, PairSource};
 use crate::report::ResultStore;
-use cells::{cells_of, list_sources, read_source, record, same_dir, write_prompt};
+use cells::{cells_of, list_sources, read_source, record, same_file, write_prompt};
 
 mod cells;
 mod tables;
@@ -208,7 +208,7 @@ pub fn run<B: KernelOps, H: ModelHost>(
     if let Some(d) = args
         .data
         .iter()
-        .find(|d| d.is_dir() && same_dir(d, &args.out))
+        .find(|d| d.is_dir() && same_file(d, &args.out))
     {
         return Err(HarnessError::Usage(format!(
             "--out {}: is the --data folder {}; expected another folder (its reports would be \

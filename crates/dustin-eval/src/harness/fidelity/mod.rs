@@ -249,6 +249,10 @@ pub fn run<B: KernelOps, H: ModelHost>(
     report::report(args, &c.store, &c.books, &c.budgets, &c.sels)
 }
 
+/// Tokens a book needs past a context: the windows' next tokens and a few of margin before
+/// the cut of the text ([`compute_rows`] skips a book shorter than the context plus this).
+const TEXT_MARGIN: usize = 16;
+
 /// The finished rows of a fidelity run and what identifies them, for a report.
 pub(crate) struct Computed {
     /// The results store, every row of the run in it.
@@ -425,14 +429,14 @@ pub(crate) fn compute_rows<B: KernelOps, H: ModelHost>(
             let p = n - extra;
             // the windows need tokens up to p + W(gamma + 1) (their next tokens included);
             // leave a few tokens of margin before the cut of the text
-            if ids.len() < n + 16 {
+            if ids.len() < n + TEXT_MARGIN {
                 say(
                     &bar,
                     format!(
                         "{}: {} tokens, fewer than {} for ctx {n}; skipped",
                         book.id,
                         ids.len(),
-                        n + 16
+                        n + TEXT_MARGIN
                     ),
                 );
                 continue;
@@ -503,12 +507,12 @@ pub(crate) fn compute_rows<B: KernelOps, H: ModelHost>(
     }
     bar.finish_with_message("done");
     if usable == 0 {
-        let shortest = ctxs_needed(&args.rows.ctx);
+        let ctx = args.rows.ctx.iter().copied().min().unwrap_or(0);
         return Err(HarnessError::Usage(format!(
             "--data {}: no book is long enough for any --ctx (the longest has {longest} \
-             tokens; --ctx {} needs {shortest}); expected longer books or a smaller --ctx",
+             tokens; --ctx {ctx} needs {}); expected longer books or a smaller --ctx",
             args.data.display(),
-            shortest - 16
+            ctx + TEXT_MARGIN
         )));
     }
     Ok(Computed {
@@ -517,10 +521,4 @@ pub(crate) fn compute_rows<B: KernelOps, H: ModelHost>(
         budgets,
         sels,
     })
-}
-
-/// Tokens a book needs for the smallest of `ctxs`: the context and 16 of margin (the
-/// windows' next tokens), as [`compute_rows`] skips shorter books.
-fn ctxs_needed(ctxs: &[usize]) -> usize {
-    ctxs.iter().copied().min().unwrap_or(0) + 16
 }
